@@ -1,0 +1,97 @@
+#include "comm/communicator.hpp"
+
+#include <climits>
+#include <utility>
+
+#include "comm/mpi_error.hpp"
+
+namespace ddl {
+namespace {
+
+// MPI counts are int: send large buffers in pieces.
+constexpr std::size_t kMaxCount = INT_MAX / 2;
+
+template <typename T, typename Fn>
+void in_pieces(std::span<T> values, Fn fn) {
+  for (std::size_t off = 0; off < values.size(); off += kMaxCount) {
+    const std::size_t n = std::min(kMaxCount, values.size() - off);
+    fn(values.data() + off, static_cast<int>(n));
+  }
+}
+
+}  // namespace
+
+Communicator::Communicator(MPI_Comm base) {
+  MPI_Comm dup = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_dup(base, &dup), "MPI_Comm_dup");
+  *this = Communicator(dup, Adopt{});
+}
+
+Communicator::Communicator(MPI_Comm owned, Adopt) : comm_(owned) {
+  check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+}
+
+Communicator::Communicator(Communicator&& other) noexcept
+    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)), rank_(other.rank_), size_(other.size_) {}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+  if (this != &other) {
+    Communicator old(std::move(*this));
+    comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
+    rank_ = other.rank_;
+    size_ = other.size_;
+  }
+  return *this;
+}
+
+Communicator::~Communicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+Communicator Communicator::split(int color, int key) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_, color, key, &out), "MPI_Comm_split");
+  return Communicator(out, Adopt{});
+}
+
+Communicator Communicator::split_shared() const {
+  MPI_Comm out = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out), "MPI_Comm_split_type");
+  return Communicator(out, Adopt{});
+}
+
+void Communicator::barrier() const { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+void Communicator::broadcast(std::span<float> values, int root) const {
+  in_pieces(values, [&](float* p, int n) { check_mpi(MPI_Bcast(p, n, MPI_FLOAT, root, comm_), "MPI_Bcast"); });
+}
+
+void Communicator::allreduce_sum(std::span<float> values) const {
+  in_pieces(values, [&](float* p, int n) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
+  });
+}
+
+void Communicator::allreduce_sum(std::span<double> values) const {
+  in_pieces(values, [&](double* p, int n) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
+  });
+}
+
+std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
+  check_mpi(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_), "MPI_Allgather");
+  return all;
+}
+
+bool Communicator::any(bool flag) const {
+  int value = flag ? 1 : 0;
+  check_mpi(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_LOR, comm_), "MPI_Allreduce");
+  return value != 0;
+}
+
+}  // namespace ddl

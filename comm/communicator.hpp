@@ -1,0 +1,49 @@
+// A move-only owner of a duplicated MPI communicator (after Aluminum's): ddl's traffic never mixes with
+// the application's, errors come back as codes (MPI_ERRORS_RETURN) and become exceptions, and the
+// communicator is freed on destruction unless MPI is already finalised.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace ddl {
+
+class Communicator {
+ public:
+  // Duplicates `base` (MPI_COMM_WORLD by default).
+  explicit Communicator(MPI_Comm base = MPI_COMM_WORLD);
+  Communicator(Communicator&& other) noexcept;
+  Communicator& operator=(Communicator&& other) noexcept;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  MPI_Comm get() const { return comm_; }
+
+  // Ranks with the same color form a sub-communicator, ordered by key.
+  Communicator split(int color, int key) const;
+  // The ranks that share this node's memory.
+  Communicator split_shared() const;
+
+  void barrier() const;
+  void broadcast(std::span<float> values, int root) const;
+  // In-place sums with MPI_Allreduce.
+  void allreduce_sum(std::span<float> values) const;
+  void allreduce_sum(std::span<double> values) const;
+  std::vector<std::uint64_t> allgather(std::uint64_t value) const;
+  // True on every rank when `flag` is true on at least one.
+  bool any(bool flag) const;
+
+ private:
+  struct Adopt {};
+  Communicator(MPI_Comm owned, Adopt);
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace ddl

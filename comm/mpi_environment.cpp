@@ -1,0 +1,32 @@
+#include "comm/mpi_environment.hpp"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "comm/mpi_error.hpp"
+
+namespace ddl {
+
+MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
+  int provided = 0;
+  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+}
+
+MpiEnvironment::~MpiEnvironment() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void abort_all_ranks(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int size = 1;
+  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace ddl

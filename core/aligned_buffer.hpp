@@ -1,0 +1,45 @@
+// A move-only, 64-byte aligned, zero-initialised array: the storage behind tensors and the flat
+// parameter, gradient and optimizer-state buffers. 64 bytes is an AVX-512 register and a cache line.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <span>
+
+namespace ddl {
+
+inline constexpr std::size_t kAlignment = 64;
+
+template <typename T>
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(std::size_t count) : count_(count) {
+    if (count == 0) return;
+    std::size_t bytes = (count * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, bytes);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    data_.reset(static_cast<T*>(p));
+  }
+
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  std::size_t size() const { return count_; }
+  T& operator[](std::size_t i) { return data_.get()[i]; }
+  const T& operator[](std::size_t i) const { return data_.get()[i]; }
+  std::span<T> span() { return {data_.get(), count_}; }
+  std::span<const T> span() const { return {data_.get(), count_}; }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  std::size_t count_ = 0;
+};
+
+}  // namespace ddl

@@ -1,0 +1,128 @@
+#include "core/data/batch_loader.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+
+namespace ddl {
+
+BatchLoader::BatchLoader(const std::string& path, const Preprocessing& prep, std::size_t batch_size, Context& ctx,
+                         std::size_t prefetch)
+    : dataset_info_(path), reader_(path), prep_(prep), batch_size_(batch_size), ctx_(ctx), slots_(prefetch + 1) {
+  if (batch_size == 0) throw InputError("batch size must be positive");
+  const auto channels = static_cast<std::size_t>(dataset_info_.channels());
+  if (prep_.normalize_mean_std && (prep_.mean.size() != channels || prep_.stddev.size() != channels))
+    throw InputError(path + ": mean/std normalisation needs " + std::to_string(channels) + " values each");
+  for (float s : prep_.stddev)
+    if (!(s > 0)) throw InputError("normalisation standard deviations must be positive");
+  if (prep_.random_crop_padding < 0) throw InputError("random crop padding must be non-negative");
+}
+
+BatchLoader::~BatchLoader() { stop(); }
+
+void BatchLoader::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void BatchLoader::start(std::vector<std::size_t> indices, bool augment, std::uint64_t seed, std::uint64_t epoch) {
+  stop();
+  for (auto i : indices)
+    if (i >= dataset_info_.size()) throw Error("BatchLoader: index " + std::to_string(i) + " out of range");
+  indices_ = std::move(indices);
+  augment_ = augment;
+  seed_ = seed;
+  epoch_ = epoch;
+  total_batches_ = (indices_.size() + batch_size_ - 1) / batch_size_;
+  produced_ = consumed_ = released_ = 0;
+  holding_ = stopping_ = false;
+  error_ = nullptr;
+  worker_ = std::thread([this] { produce(); });
+}
+
+const Batch* BatchLoader::next() {
+  std::unique_lock lock(mutex_);
+  if (holding_) {
+    ++released_;
+    holding_ = false;
+    cv_.notify_all();
+  }
+  cv_.wait(lock, [&] { return produced_ > consumed_ || error_ || produced_ == total_batches_; });
+  if (produced_ > consumed_) {
+    holding_ = true;
+    return &slots_[consumed_++ % slots_.size()];
+  }
+  if (error_) std::rethrow_exception(error_);
+  return nullptr;
+}
+
+void BatchLoader::produce() {
+  try {
+    for (std::size_t b = 0; b < total_batches_; ++b) {
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || b - released_ < slots_.size(); });
+        if (stopping_) return;
+      }
+      const std::size_t begin = b * batch_size_, end = std::min(indices_.size(), begin + batch_size_);
+      fill(slots_[b % slots_.size()], std::span(indices_).subspan(begin, end - begin), b);
+      {
+        std::lock_guard lock(mutex_);
+        produced_ = b + 1;
+      }
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index) {
+  const int h = reader_.height(), w = reader_.width(), c = reader_.channels();
+  const std::size_t n = indices.size(), plane = static_cast<std::size_t>(h) * w;
+  const dims_t dims = {static_cast<dnnl::memory::dim>(n), c, h, w};
+  if (batch.images.empty() || batch.images.dims() != dims) batch.images = Tensor(plain_desc(dims), ctx_.engine());
+  pixels_.resize(n * reader_.image_bytes());
+  reader_.read(indices, pixels_);
+  batch.labels.resize(n);
+  for (std::size_t i = 0; i < n; ++i) batch.labels[i] = reader_.labels()[indices[i]];
+
+  // out = (pixel / 255 - mean) / std  ==  pixel * scale + shift, per channel.
+  std::vector<float> scale(c, 1.0f / 255.0f), shift(c, 0.0f);
+  if (prep_.normalize_mean_std)
+    for (int k = 0; k < c; ++k) {
+      scale[k] = 1.0f / (255.0f * prep_.stddev[k]);
+      shift[k] = -prep_.mean[k] / prep_.stddev[k];
+    }
+  Rng rng = Rng::derived(seed_, 0xa09 + epoch_, batch_index);
+  const int pad = augment_ ? prep_.random_crop_padding : 0;
+  float* out = batch.images.data();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t* img = pixels_.data() + i * reader_.image_bytes();
+    const bool flip = augment_ && prep_.random_flip && rng.uniform() < 0.5f;
+    // Crop offset in [-pad, pad]: output (y, x) reads input (y + dy, x + dx); outside reads a zero pixel.
+    const int dy = pad ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
+    const int dx = pad ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
+    for (int k = 0; k < c; ++k) {
+      float* o = out + (i * c + k) * plane;
+      for (int y = 0; y < h; ++y) {
+        const int sy = y + dy;
+        for (int x = 0; x < w; ++x) {
+          const int sx = (flip ? w - 1 - x : x) + dx;
+          const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
+          const float v = inside ? img[(static_cast<std::size_t>(sy) * w + sx) * c + k] : 0.0f;
+          o[y * w + x] = v * scale[k] + shift[k];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ddl

@@ -1,0 +1,75 @@
+// Reads batches of images from an ImageDataset on a background thread, ahead of the training step, and
+// turns them into the network's input: float NCHW, scaled to [0, 1] or normalised by per-channel mean
+// and standard deviation, optionally augmented (random horizontal flip, random crop from a zero-padded
+// image). Augmentation draws from (seed, epoch, batch), so batches do not depend on thread timing.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "core/context.hpp"
+#include "core/data/image_dataset.hpp"
+#include "core/tensor.hpp"
+
+namespace ddl {
+
+struct Preprocessing {
+  bool normalize_mean_std = false;  // false: pixel / 255
+  std::vector<float> mean, stddev;   // per channel, in pixel/255 units; used with normalize_mean_std
+  bool random_flip = false;
+  int random_crop_padding = 0;  // 0: no crop
+};
+
+struct Batch {
+  Tensor images;  // [n, C, H, W] plain
+  std::vector<std::int32_t> labels;
+  std::size_t size() const { return labels.size(); }
+};
+
+class BatchLoader {
+ public:
+  // Opens its own reader of `path` (readers are not shared between threads).
+  BatchLoader(const std::string& path, const Preprocessing& prep, std::size_t batch_size, Context& ctx,
+              std::size_t prefetch = 3);
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  const ImageDataset& dataset() const { return dataset_info_; }
+
+  // Begins a pass over `indices` in order (the last batch may be smaller). augment applies the random
+  // transforms (training); epoch and seed select their draws.
+  void start(std::vector<std::size_t> indices, bool augment, std::uint64_t seed, std::uint64_t epoch);
+  // The next batch, valid until the next call; nullptr at the end of the pass. Rethrows a read error.
+  const Batch* next();
+
+ private:
+  void produce();
+  void stop();
+  void fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index);
+
+  ImageDataset dataset_info_;  // for the consumer: sizes, labels, names
+  ImageDataset reader_;        // used only by the producer thread
+  Preprocessing prep_;
+  std::size_t batch_size_;
+  Context& ctx_;
+  std::vector<Batch> slots_;
+  std::vector<std::uint8_t> pixels_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::size_t> indices_;
+  bool augment_ = false;
+  std::uint64_t seed_ = 0, epoch_ = 0;
+  std::size_t total_batches_ = 0, produced_ = 0, consumed_ = 0, released_ = 0;
+  bool holding_ = false, stopping_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;
+};
+
+}  // namespace ddl

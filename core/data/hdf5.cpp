@@ -1,0 +1,234 @@
+#include "core/data/hdf5.hpp"
+
+#include <filesystem>
+
+#include "core/error.hpp"
+
+namespace ddl::h5 {
+namespace {
+
+void silence_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+Handle scalar_space() { return Handle(check_id(H5Screate(H5S_SCALAR), "H5Screate", "scalar")); }
+
+Handle vector_space(hsize_t n) { return Handle(check_id(H5Screate_simple(1, &n, nullptr), "H5Screate_simple", "")); }
+
+Handle variable_string_type() {
+  Handle t(check_id(H5Tcopy(H5T_C_S1), "H5Tcopy", "string type"));
+  check(H5Tset_size(t.get(), H5T_VARIABLE), "H5Tset_size", "string type");
+  check(H5Tset_cset(t.get(), H5T_CSET_UTF8), "H5Tset_cset", "string type");
+  return t;
+}
+
+Handle open_attribute(const Handle& loc, const std::string& name, const std::string& context) {
+  if (!has_attribute(loc, name)) throw InputError(context + ": attribute '" + name + "' is missing");
+  return Handle(check_id(H5Aopen(loc.get(), name.c_str(), H5P_DEFAULT), "cannot open attribute " + name, context));
+}
+
+void replace_attribute(const Handle& loc, const std::string& name) {
+  if (has_attribute(loc, name)) check(H5Adelete(loc.get(), name.c_str()), "H5Adelete " + name, "");
+}
+
+}  // namespace
+
+Handle& Handle::operator=(Handle&& o) noexcept {
+  if (this != &o) {
+    Handle old(id_);
+    id_ = o.id_;
+    o.id_ = H5I_INVALID_HID;
+  }
+  return *this;
+}
+
+Handle::~Handle() {
+  if (id_ < 0) return;
+  switch (H5Iget_type(id_)) {
+    case H5I_FILE: H5Fclose(id_); break;
+    case H5I_GROUP: H5Gclose(id_); break;
+    case H5I_DATASET: H5Dclose(id_); break;
+    case H5I_DATASPACE: H5Sclose(id_); break;
+    case H5I_DATATYPE: H5Tclose(id_); break;
+    case H5I_ATTR: H5Aclose(id_); break;
+    case H5I_GENPROP_LST: H5Pclose(id_); break;
+    default: break;
+  }
+}
+
+void check(herr_t status, const std::string& what, const std::string& context) {
+  if (status < 0) throw Error(what + (context.empty() ? "" : ": " + context));
+}
+
+hid_t check_id(hid_t id, const std::string& what, const std::string& context) {
+  if (id < 0) throw Error(what + (context.empty() ? "" : ": " + context));
+  return id;
+}
+
+template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
+template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
+template <> hid_t native_type<std::int32_t>() { return H5T_NATIVE_INT32; }
+template <> hid_t native_type<std::int64_t>() { return H5T_NATIVE_INT64; }
+template <> hid_t native_type<std::uint64_t>() { return H5T_NATIVE_UINT64; }
+template <> hid_t native_type<std::uint8_t>() { return H5T_NATIVE_UINT8; }
+
+Handle open_file(const std::string& path) {
+  silence_hdf5();
+  if (!std::filesystem::exists(path)) throw InputError(path + ": no such file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file (corrupt or wrong format)");
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) throw InputError(path + ": cannot open HDF5 file (corrupt or truncated?)");
+  return Handle(id);
+}
+
+Handle create_file(const std::string& path) {
+  silence_hdf5();
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) throw InputError(path + ": cannot create file (directory missing or not writable?)");
+  return Handle(id);
+}
+
+void flush(const Handle& file, const std::string& path) {
+  check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush", path);
+}
+
+bool exists(const Handle& loc, const std::string& name) { return H5Lexists(loc.get(), name.c_str(), H5P_DEFAULT) > 0; }
+
+Handle open_dataset(const Handle& loc, const std::string& name, const std::string& context) {
+  if (!exists(loc, name)) throw InputError(context + ": dataset '" + name + "' is missing");
+  return Handle(check_id(H5Dopen2(loc.get(), name.c_str(), H5P_DEFAULT), "cannot open dataset " + name, context));
+}
+
+std::vector<hsize_t> dataset_shape(const Handle& dataset, const std::string& context) {
+  Handle space(check_id(H5Dget_space(dataset.get()), "H5Dget_space", context));
+  int rank = H5Sget_simple_extent_ndims(space.get());
+  check(rank, "H5Sget_simple_extent_ndims", context);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "H5Sget_simple_extent_dims", context);
+  return dims;
+}
+
+template <typename T>
+void write_dataset(const Handle& loc, const std::string& name, std::span<const T> data,
+                   const std::vector<hsize_t>& shape) {
+  Handle space(check_id(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr), "H5Screate_simple",
+                        name));
+  Handle ds(check_id(H5Dcreate2(loc.get(), name.c_str(), native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                                H5P_DEFAULT),
+                     "cannot create dataset", name));
+  if (!data.empty())
+    check(H5Dwrite(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), "cannot write dataset",
+          name);
+}
+
+template <typename T>
+std::vector<T> read_dataset(const Handle& loc, const std::string& name, const std::string& context) {
+  Handle ds = open_dataset(loc, name, context);
+  std::size_t n = 1;
+  for (auto d : dataset_shape(ds, context)) n *= d;
+  std::vector<T> out(n);
+  if (n) check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+               "cannot read dataset " + name, context);
+  return out;
+}
+
+template <typename T>
+void read_dataset_into(const Handle& loc, const std::string& name, std::span<T> out, const std::string& context) {
+  Handle ds = open_dataset(loc, name, context);
+  std::size_t n = 1;
+  for (auto d : dataset_shape(ds, context)) n *= d;
+  if (n != out.size())
+    throw InputError(context + ": dataset '" + name + "' has " + std::to_string(n) + " values, expected " +
+                     std::to_string(out.size()));
+  if (n) check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+               "cannot read dataset " + name, context);
+}
+
+#define DDL_H5_INSTANTIATE(T)                                                                                     \
+  template void write_dataset<T>(const Handle&, const std::string&, std::span<const T>, const std::vector<hsize_t>&); \
+  template std::vector<T> read_dataset<T>(const Handle&, const std::string&, const std::string&);                  \
+  template void read_dataset_into<T>(const Handle&, const std::string&, std::span<T>, const std::string&);
+DDL_H5_INSTANTIATE(float)
+DDL_H5_INSTANTIATE(std::int32_t)
+DDL_H5_INSTANTIATE(std::uint64_t)
+DDL_H5_INSTANTIATE(std::uint8_t)
+#undef DDL_H5_INSTANTIATE
+
+void write_attribute(const Handle& loc, const std::string& name, std::int64_t value) {
+  replace_attribute(loc, name);
+  Handle space = scalar_space();
+  Handle a(check_id(H5Acreate2(loc.get(), name.c_str(), H5T_NATIVE_INT64, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                    "cannot create attribute", name));
+  check(H5Awrite(a.get(), H5T_NATIVE_INT64, &value), "cannot write attribute", name);
+}
+
+void write_attribute(const Handle& loc, const std::string& name, const std::string& value) {
+  replace_attribute(loc, name);
+  Handle type = variable_string_type();
+  Handle space = scalar_space();
+  Handle a(check_id(H5Acreate2(loc.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                    "cannot create attribute", name));
+  const char* p = value.c_str();
+  check(H5Awrite(a.get(), type.get(), &p), "cannot write attribute", name);
+}
+
+void write_attribute(const Handle& loc, const std::string& name, const std::vector<std::string>& values) {
+  replace_attribute(loc, name);
+  Handle type = variable_string_type();
+  Handle space = vector_space(values.size());
+  Handle a(check_id(H5Acreate2(loc.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                    "cannot create attribute", name));
+  std::vector<const char*> ptrs;
+  for (const auto& v : values) ptrs.push_back(v.c_str());
+  check(H5Awrite(a.get(), type.get(), ptrs.data()), "cannot write attribute", name);
+}
+
+void write_attribute(const Handle& loc, const std::string& name, const std::vector<double>& values) {
+  replace_attribute(loc, name);
+  Handle space = vector_space(values.size());
+  Handle a(check_id(H5Acreate2(loc.get(), name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                    "cannot create attribute", name));
+  check(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, values.data()), "cannot write attribute", name);
+}
+
+bool has_attribute(const Handle& loc, const std::string& name) { return H5Aexists(loc.get(), name.c_str()) > 0; }
+
+std::int64_t read_int_attribute(const Handle& loc, const std::string& name, const std::string& context) {
+  Handle a = open_attribute(loc, name, context);
+  std::int64_t v = 0;
+  check(H5Aread(a.get(), H5T_NATIVE_INT64, &v), "cannot read attribute " + name, context);
+  return v;
+}
+
+std::string read_string_attribute(const Handle& loc, const std::string& name, const std::string& context) {
+  auto v = read_strings_attribute(loc, name, context);
+  if (v.size() != 1) throw InputError(context + ": attribute '" + name + "' is not a single string");
+  return v[0];
+}
+
+std::vector<std::string> read_strings_attribute(const Handle& loc, const std::string& name,
+                                                const std::string& context) {
+  Handle a = open_attribute(loc, name, context);
+  Handle space(check_id(H5Aget_space(a.get()), "H5Aget_space", context));
+  hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  check(static_cast<herr_t>(n < 0 ? -1 : 0), "H5Sget_simple_extent_npoints", context);
+  Handle file_type(check_id(H5Aget_type(a.get()), "H5Aget_type", context));
+  if (H5Tget_class(file_type.get()) != H5T_STRING || H5Tis_variable_str(file_type.get()) <= 0)
+    throw InputError(context + ": attribute '" + name + "' is not a variable-length string");
+  Handle type = variable_string_type();
+  std::vector<char*> ptrs(static_cast<std::size_t>(n), nullptr);
+  check(H5Aread(a.get(), type.get(), ptrs.data()), "cannot read attribute " + name, context);
+  std::vector<std::string> out;
+  for (char* p : ptrs) out.emplace_back(p ? p : "");
+  H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, ptrs.data());
+  return out;
+}
+
+std::vector<double> read_doubles_attribute(const Handle& loc, const std::string& name, const std::string& context) {
+  Handle a = open_attribute(loc, name, context);
+  Handle space(check_id(H5Aget_space(a.get()), "H5Aget_space", context));
+  hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  std::vector<double> out(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
+  check(H5Aread(a.get(), H5T_NATIVE_DOUBLE, out.data()), "cannot read attribute " + name, context);
+  return out;
+}
+
+}  // namespace ddl::h5

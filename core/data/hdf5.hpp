@@ -1,0 +1,69 @@
+// Thin RAII layer over the HDF5 C API: a move-only handle that closes whatever it holds, and helpers for
+// the few kinds of datasets and attributes ddl stores. Every failing call throws with the file and object
+// names; HDF5's own error printing is switched off so a bad file yields one line, not a stack dump.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ddl::h5 {
+
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(hid_t id) : id_(id) {}
+  Handle(Handle&& o) noexcept : id_(o.id_) { o.id_ = H5I_INVALID_HID; }
+  Handle& operator=(Handle&& o) noexcept;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle();
+
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+};
+
+Handle open_file(const std::string& path);  // read-only
+Handle create_file(const std::string& path);  // truncates
+void flush(const Handle& file, const std::string& path);
+bool exists(const Handle& loc, const std::string& name);
+Handle open_dataset(const Handle& loc, const std::string& name, const std::string& context);
+
+// Shape of a dataset.
+std::vector<hsize_t> dataset_shape(const Handle& dataset, const std::string& context);
+
+// Whole 1-D or N-D datasets of a native type (float, int32, uint64, uint8).
+template <typename T>
+void write_dataset(const Handle& loc, const std::string& name, std::span<const T> data,
+                   const std::vector<hsize_t>& shape);
+template <typename T>
+std::vector<T> read_dataset(const Handle& loc, const std::string& name, const std::string& context);
+// Reads into a caller buffer whose size must equal the dataset's.
+template <typename T>
+void read_dataset_into(const Handle& loc, const std::string& name, std::span<T> out, const std::string& context);
+
+// Attributes.
+void write_attribute(const Handle& loc, const std::string& name, std::int64_t value);
+void write_attribute(const Handle& loc, const std::string& name, const std::string& value);
+void write_attribute(const Handle& loc, const std::string& name, const std::vector<std::string>& values);
+void write_attribute(const Handle& loc, const std::string& name, const std::vector<double>& values);
+bool has_attribute(const Handle& loc, const std::string& name);
+std::int64_t read_int_attribute(const Handle& loc, const std::string& name, const std::string& context);
+std::string read_string_attribute(const Handle& loc, const std::string& name, const std::string& context);
+std::vector<std::string> read_strings_attribute(const Handle& loc, const std::string& name, const std::string& context);
+std::vector<double> read_doubles_attribute(const Handle& loc, const std::string& name, const std::string& context);
+
+template <typename T>
+hid_t native_type();
+
+// Throws ddl::Error("<what>: <context>") when status < 0.
+void check(herr_t status, const std::string& what, const std::string& context);
+hid_t check_id(hid_t id, const std::string& what, const std::string& context);
+
+}  // namespace ddl::h5

@@ -1,0 +1,127 @@
+#include "core/data/image_dataset.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+
+#include "core/data/dataset_format.hpp"
+#include "core/error.hpp"
+
+namespace ddl {
+namespace fs = std::filesystem;
+namespace fmt = dataset_format;
+
+namespace {
+
+// The list of files that make up the dataset named by `path`.
+std::vector<std::string> dataset_files(const std::string& path) {
+  if (fs::exists(path)) {
+    h5::Handle file = h5::open_file(path);
+    if (!h5::has_attribute(file, "shard_count")) return {path};
+    const auto count = h5::read_int_attribute(file, "shard_count", path);
+    const auto index = h5::read_int_attribute(file, "shard_index", path);
+    if (count <= 1) return {path};
+    // Recover the base name by stripping this shard's own "-iiiii-of-kkkkk".
+    fs::path p(path);
+    std::smatch m;
+    const std::string stem = p.stem().string();
+    if (!std::regex_match(stem, m, std::regex(R"((.*)-(\d{5})-of-(\d{5}))")) || std::stoll(m[2]) != index ||
+        std::stoll(m[3]) != count)
+      throw InputError(path + ": shard " + std::to_string(index) + " of " + std::to_string(count) +
+                       " but its name does not follow <stem>-iiiii-of-kkkkk");
+    const std::string base = (p.parent_path() / (m[1].str() + p.extension().string())).string();
+    std::vector<std::string> files;
+    for (int i = 0; i < count; ++i) files.push_back(fmt::shard_path(base, i, static_cast<int>(count)));
+    return files;
+  }
+  // A base name: look for its first shard.
+  fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  if (fs::is_directory(dir)) {
+    const std::string prefix = p.stem().string() + "-00000-of-";
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && entry.path().extension() == p.extension())
+        return dataset_files(entry.path().string());
+    }
+  }
+  throw InputError(path + ": no such file (nor shards " + p.stem().string() + "-00000-of-*" + p.extension().string() +
+                   ")");
+}
+
+}  // namespace
+
+ImageDataset::ImageDataset(const std::string& path) : files_(dataset_files(path)) {
+  shard_begin_.push_back(0);
+  for (std::size_t s = 0; s < files_.size(); ++s) {
+    const std::string& f = files_[s];
+    Shard shard;
+    shard.file = h5::open_file(f);
+    if (!h5::has_attribute(shard.file, "ddl_format") ||
+        h5::read_string_attribute(shard.file, "ddl_format", f) != fmt::kMagic)
+      throw InputError(f + ": not a ddl image dataset (no ddl_format attribute); import data with 'ddl_data import'");
+    const auto version = h5::read_int_attribute(shard.file, "format_version", f);
+    if (version != fmt::kVersion)
+      throw InputError(f + ": dataset format version " + std::to_string(version) + ", this ddl reads version " +
+                       std::to_string(fmt::kVersion));
+    shard.images = h5::open_dataset(shard.file, fmt::kImages, f);
+    const auto shape = h5::dataset_shape(shard.images, f);
+    if (shape.size() != 4)
+      throw InputError(f + ": images must be [N, H, W, C], found " + std::to_string(shape.size()) + " dimensions");
+    auto labels = h5::read_dataset<std::int32_t>(shard.file, fmt::kLabels, f);
+    if (labels.size() != shape[0])
+      throw InputError(f + ": " + std::to_string(shape[0]) + " images but " + std::to_string(labels.size()) + " labels");
+    auto names = h5::read_strings_attribute(shard.file, "class_names", f);
+    if (s == 0) {
+      height_ = static_cast<int>(shape[1]);
+      width_ = static_cast<int>(shape[2]);
+      channels_ = static_cast<int>(shape[3]);
+      class_names_ = names;
+      mean_ = h5::read_doubles_attribute(shard.file, "channel_mean", f);
+      std_ = h5::read_doubles_attribute(shard.file, "channel_std", f);
+    } else if (shape[1] != static_cast<hsize_t>(height_) || shape[2] != static_cast<hsize_t>(width_) ||
+               shape[3] != static_cast<hsize_t>(channels_) || names != class_names_) {
+      throw InputError(f + ": image shape or class names differ from " + files_[0]);
+    }
+    if (h5::has_attribute(shard.file, "first_index") &&
+        h5::read_int_attribute(shard.file, "first_index", f) != static_cast<std::int64_t>(shard_begin_.back()))
+      throw InputError(f + ": shard does not continue where the previous one ended");
+    const std::size_t first = shard_begin_.back();
+    for (std::size_t i = 0; i < labels.size(); ++i)
+      if (labels[i] < 0 || static_cast<std::size_t>(labels[i]) >= names.size())
+        throw InputError(f + ": label " + std::to_string(labels[i]) + " of image " + std::to_string(first + i) +
+                         " is outside [0, " + std::to_string(names.size()) + ")");
+    labels_.insert(labels_.end(), labels.begin(), labels.end());
+    shard.file_space = h5::Handle(h5::check_id(H5Dget_space(shard.images.get()), "H5Dget_space", f));
+    shard_begin_.push_back(labels_.size());
+    shards_.push_back(std::move(shard));
+  }
+  if (labels_.empty()) throw InputError(path + ": the dataset holds no images");
+  if (class_names_.empty()) throw InputError(path + ": the dataset names no classes");
+  if (mean_.size() != static_cast<std::size_t>(channels_) || std_.size() != static_cast<std::size_t>(channels_))
+    throw InputError(path + ": channel_mean/channel_std do not match the channel count");
+  const hsize_t one[4] = {1, static_cast<hsize_t>(height_), static_cast<hsize_t>(width_),
+                          static_cast<hsize_t>(channels_)};
+  one_image_space_ = h5::Handle(h5::check_id(H5Screate_simple(4, one, nullptr), "H5Screate_simple", path));
+}
+
+void ImageDataset::read(std::span<const std::size_t> indices, std::span<std::uint8_t> pixels) {
+  const std::size_t bytes = image_bytes();
+  if (pixels.size() != indices.size() * bytes) throw Error("ImageDataset::read: output buffer has the wrong size");
+  const hsize_t count[4] = {1, static_cast<hsize_t>(height_), static_cast<hsize_t>(width_),
+                            static_cast<hsize_t>(channels_)};
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const std::size_t index = indices[k];
+    if (index >= size()) throw Error("image index " + std::to_string(index) + " out of range");
+    const std::size_t s = std::upper_bound(shard_begin_.begin(), shard_begin_.end(), index) - shard_begin_.begin() - 1;
+    const Shard& shard = shards_[s];
+    const hsize_t start[4] = {index - shard_begin_[s], 0, 0, 0};
+    h5::check(H5Sselect_hyperslab(shard.file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
+              "H5Sselect_hyperslab", files_[s]);
+    if (H5Dread(shard.images.get(), H5T_NATIVE_UINT8, one_image_space_.get(), shard.file_space.get(), H5P_DEFAULT,
+                pixels.data() + k * bytes) < 0)
+      throw InputError(files_[s] + ": cannot read image " + std::to_string(index) + " (file corrupt or truncated?)");
+  }
+}
+
+}  // namespace ddl

@@ -1,0 +1,53 @@
+// Read access to a dataset in the ddl HDF5 image format, one file or several shards, by global image index.
+// Opening validates the whole structure (format, version, shapes, counts, label range, shard continuity)
+// so that bad input fails at start with one message, not in the middle of training. Labels (4 bytes an
+// image) are read at open; pixels are read only for the indices asked for.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/data/hdf5.hpp"
+
+namespace ddl {
+
+class ImageDataset {
+ public:
+  // path: a single-file dataset, any one of its shard files, or the base name the shards were written
+  // under (data/train.h5 for data/train-0000i-of-0000K.h5).
+  explicit ImageDataset(const std::string& path);
+
+  std::size_t size() const { return labels_.size(); }
+  int height() const { return height_; }
+  int width() const { return width_; }
+  int channels() const { return channels_; }
+  std::size_t image_bytes() const { return static_cast<std::size_t>(height_) * width_ * channels_; }
+  const std::vector<std::string>& class_names() const { return class_names_; }
+  std::size_t num_classes() const { return class_names_.size(); }
+  const std::vector<std::int32_t>& labels() const { return labels_; }
+  const std::vector<double>& channel_mean() const { return mean_; }
+  const std::vector<double>& channel_std() const { return std_; }
+  const std::vector<std::string>& files() const { return files_; }
+  std::size_t shard_size(std::size_t shard) const { return shard_begin_[shard + 1] - shard_begin_[shard]; }
+
+  // Reads the images with these global indices, in this order, into `pixels` (indices.size() images of
+  // image_bytes(), [N, H, W, C]). Not thread-safe: one reader per thread.
+  void read(std::span<const std::size_t> indices, std::span<std::uint8_t> pixels);
+
+ private:
+  struct Shard {
+    h5::Handle file, images, file_space;
+  };
+  std::vector<std::string> files_;
+  std::vector<Shard> shards_;
+  std::vector<std::size_t> shard_begin_;  // global index of each shard's first image, plus the total
+  std::vector<std::string> class_names_;
+  std::vector<std::int32_t> labels_;
+  std::vector<double> mean_, std_;
+  int height_ = 0, width_ = 0, channels_ = 0;
+  h5::Handle one_image_space_;
+};
+
+}  // namespace ddl

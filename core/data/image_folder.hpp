@@ -1,0 +1,14 @@
+// Imports an image-folder tree, <root>/<class>/<file>.jpg|.jpeg|.png, as torchvision's ImageFolder reads
+// it: classes are the sub-directories in sorted order (label = position), files sorted within each.
+// Decoding runs on `threads` workers. All images must have the same size.
+#pragma once
+
+#include <string>
+
+#include "core/data/image_set.hpp"
+
+namespace ddl {
+
+ImageSet import_image_folder(const std::string& root, int threads);
+
+}  // namespace ddl

@@ -1,0 +1,109 @@
+#include "core/layers/batch_norm2d.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+using memory = dnnl::memory;
+using flags = dnnl::normalization_flags;
+
+BatchNorm2d::BatchNorm2d(const BatchNorm2dOptions& options)
+    : opt_(options), running_mean_(options.channels), running_var_(options.channels) {
+  if (opt_.channels <= 0) throw InputError("batch_norm2d: channels must be positive");
+  for (std::size_t i = 0; i < running_var_.size(); ++i) running_var_[i] = 1.0f;
+}
+
+std::string BatchNorm2d::describe() const { return "batch_norm2d " + std::to_string(opt_.channels); }
+
+std::vector<ParamSpec> BatchNorm2d::param_specs() const {
+  return {{"gamma", {opt_.channels}, Init::ones}, {"beta", {opt_.channels}, Init::zeros}};
+}
+
+void BatchNorm2d::bind(const std::vector<ParamView>& views, Context& ctx) {
+  memory::desc md({opt_.channels}, dt::f32, tag::x);
+  scale_ = memory(md, ctx.engine(), views[0].value.data());
+  diff_scale_ = memory(md, ctx.engine(), views[0].grad.data());
+  shift_ = memory(md, ctx.engine(), views[1].value.data());
+  diff_shift_ = memory(md, ctx.engine(), views[1].grad.data());
+  running_mean_mem_ = memory(md, ctx.engine(), running_mean_.data());
+  running_var_mem_ = memory(md, ctx.engine(), running_var_.data());
+}
+
+memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool /*need_diff_src*/) {
+  const dims_t in = src_md.dims();
+  if (in.size() != 4 || in[1] != opt_.channels)
+    throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.channels) + ", H, W], got " +
+                     to_string(in));
+  mode_ = mode;
+  reduced_count_ = static_cast<std::size_t>(in[0] * in[2] * in[3]);
+  const auto base = flags::use_scale | flags::use_shift;
+  if (mode == Mode::infer) {
+    dnnl::batch_normalization_forward::primitive_desc pd(
+        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, src_md, opt_.epsilon,
+                                                base | flags::use_global_stats),
+        ctx.engine());
+    fwd_ = dnnl::batch_normalization_forward(pd);
+    dst_ = Tensor(pd.dst_desc(), ctx.engine());
+    bwd_.reset();
+    return dst_.desc();
+  }
+  dnnl::batch_normalization_forward::primitive_desc fwd_pd(
+      dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, src_md, opt_.epsilon, base),
+      ctx.engine());
+  fwd_ = dnnl::batch_normalization_forward(fwd_pd);
+  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
+  variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
+  // Backward always yields diff_src; it is cheap next to the convolutions around it.
+  dnnl::batch_normalization_backward::primitive_desc bwd_pd(
+      dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, base),
+      ctx.engine(), fwd_pd);
+  bwd_ = dnnl::batch_normalization_backward(bwd_pd);
+  diff_src_ = Tensor(bwd_pd.diff_src_desc(), ctx.engine());
+  return dst_.desc();
+}
+
+const Tensor& BatchNorm2d::forward(Context& ctx, const Tensor& src) {
+  src_ = &src;
+  if (mode_ == Mode::infer) {
+    fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()},
+                                {DNNL_ARG_MEAN, running_mean_mem_},
+                                {DNNL_ARG_VARIANCE, running_var_mem_},
+                                {DNNL_ARG_SCALE, scale_},
+                                {DNNL_ARG_SHIFT, shift_},
+                                {DNNL_ARG_DST, dst_.memory()}});
+    return dst_;
+  }
+  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()},
+                              {DNNL_ARG_MEAN, mean_.memory()},
+                              {DNNL_ARG_VARIANCE, variance_.memory()},
+                              {DNNL_ARG_SCALE, scale_},
+                              {DNNL_ARG_SHIFT, shift_},
+                              {DNNL_ARG_DST, dst_.memory()}});
+  const float m = opt_.momentum;
+  const float unbias = reduced_count_ > 1 ? static_cast<float>(reduced_count_) / (reduced_count_ - 1) : 1.0f;
+  for (int c = 0; c < opt_.channels; ++c) {
+    running_mean_[c] = (1 - m) * running_mean_[c] + m * mean_.data()[c];
+    running_var_[c] = (1 - m) * running_var_[c] + m * variance_.data()[c] * unbias;
+  }
+  return dst_;
+}
+
+const Tensor& BatchNorm2d::backward(Context& ctx, const Tensor& diff_dst) {
+  if (!bwd_) throw Error(describe() + ": backward called on a layer set up for inference");
+  bwd_->execute(ctx.stream(), {{DNNL_ARG_SRC, src_->memory()},
+                               {DNNL_ARG_MEAN, mean_.memory()},
+                               {DNNL_ARG_VARIANCE, variance_.memory()},
+                               {DNNL_ARG_DIFF_DST, diff_dst.memory()},
+                               {DNNL_ARG_SCALE, scale_},
+                               {DNNL_ARG_DIFF_SRC, diff_src_.memory()},
+                               {DNNL_ARG_DIFF_SCALE, diff_scale_},
+                               {DNNL_ARG_DIFF_SHIFT, diff_shift_}});
+  return diff_src_;
+}
+
+std::vector<StateView> BatchNorm2d::state() {
+  return {{"running_mean", running_mean_.span(), {}}, {"running_var", running_var_.span(), {}}};
+}
+
+}  // namespace ddl

@@ -1,0 +1,46 @@
+// Batch normalisation over N, H, W per channel (oneDNN), with learnable scale gamma and shift beta:
+//   y = gamma * (x - mean) / sqrt(var + eps) + beta.
+// Training uses the batch's statistics and updates running ones as PyTorch does (momentum 0.1, unbiased
+// variance); inference uses the running statistics. Those are state, saved in checkpoints.
+#pragma once
+
+#include <optional>
+
+#include "core/aligned_buffer.hpp"
+#include "core/layers/layer.hpp"
+
+namespace ddl {
+
+struct BatchNorm2dOptions {
+  int channels = 0;
+  float epsilon = 1e-5f;
+  float momentum = 0.1f;
+};
+
+class BatchNorm2d : public Layer {
+ public:
+  explicit BatchNorm2d(const BatchNorm2dOptions& options);
+
+  std::string describe() const override;
+  std::vector<ParamSpec> param_specs() const override;
+  void bind(const std::vector<ParamView>& views, Context& ctx) override;
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  std::vector<StateView> state() override;
+
+ private:
+  BatchNorm2dOptions opt_;
+  dnnl::memory scale_, shift_, diff_scale_, diff_shift_;
+  AlignedBuffer<float> running_mean_, running_var_;
+  Mode mode_ = Mode::train;
+  std::size_t reduced_count_ = 0;
+
+  dnnl::batch_normalization_forward fwd_;
+  std::optional<dnnl::batch_normalization_backward> bwd_;
+  Tensor dst_, mean_, variance_, diff_src_;
+  dnnl::memory running_mean_mem_, running_var_mem_;
+  const Tensor* src_ = nullptr;
+};
+
+}  // namespace ddl

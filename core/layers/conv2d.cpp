@@ -1,0 +1,155 @@
+#include "core/layers/conv2d.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+using memory = dnnl::memory;
+
+Conv2d::Conv2d(const Conv2dOptions& options) : opt_(options) {
+  if (opt_.in_channels <= 0 || opt_.out_channels <= 0 || opt_.kernel <= 0 || opt_.stride <= 0 || opt_.padding < 0)
+    throw InputError("conv2d: channels, kernel and stride must be positive and padding non-negative");
+  weights_dims_ = {opt_.out_channels, opt_.in_channels, opt_.kernel, opt_.kernel};
+}
+
+std::string Conv2d::describe() const {
+  return "conv2d " + std::to_string(opt_.in_channels) + "->" + std::to_string(opt_.out_channels) + " k" +
+         std::to_string(opt_.kernel) + " s" + std::to_string(opt_.stride) + " p" + std::to_string(opt_.padding) +
+         (opt_.relu ? " +relu" : "");
+}
+
+std::vector<ParamSpec> Conv2d::param_specs() const {
+  std::size_t area = static_cast<std::size_t>(opt_.kernel) * opt_.kernel;
+  std::vector<ParamSpec> specs{{"weight", weights_dims_, opt_.init, opt_.in_channels * area, opt_.out_channels * area}};
+  if (opt_.bias) specs.push_back({"bias", {opt_.out_channels}, Init::zeros});
+  return specs;
+}
+
+void Conv2d::bind(const std::vector<ParamView>& views, Context& ctx) {
+  memory::desc weights_md(weights_dims_, dt::f32, tag::oihw);
+  user_weights_ = memory(weights_md, ctx.engine(), views[0].value.data());
+  user_diff_weights_ = memory(weights_md, ctx.engine(), views[0].grad.data());
+  if (opt_.bias) {
+    memory::desc bias_md({opt_.out_channels}, dt::f32, tag::x);
+    user_bias_ = memory(bias_md, ctx.engine(), views[1].value.data());
+    user_diff_bias_ = memory(bias_md, ctx.engine(), views[1].grad.data());
+  }
+}
+
+memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
+  const dims_t in = src_md.dims();
+  if (in.size() != 4 || in[1] != opt_.in_channels)
+    throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.in_channels) + ", H, W], got " +
+                     to_string(in));
+  const memory::dim out_h = (in[2] + 2 * opt_.padding - opt_.kernel) / opt_.stride + 1;
+  const memory::dim out_w = (in[3] + 2 * opt_.padding - opt_.kernel) / opt_.stride + 1;
+  if (in[2] + 2 * opt_.padding < opt_.kernel || in[3] + 2 * opt_.padding < opt_.kernel)
+    throw InputError(describe() + ": input " + to_string(in) + " is smaller than the kernel");
+  mode_ = mode;
+  need_diff_src_ = need_diff_src;
+
+  const dims_t dst_dims = {in[0], opt_.out_channels, out_h, out_w};
+  const dims_t strides = {opt_.stride, opt_.stride}, padding = {opt_.padding, opt_.padding};
+  memory::desc src_any(in, dt::f32, tag::any), dst_any(dst_dims, dt::f32, tag::any);
+  memory::desc weights_any(weights_dims_, dt::f32, tag::any);
+  memory::desc bias_md = opt_.bias ? memory::desc({opt_.out_channels}, dt::f32, tag::x) : memory::desc();
+
+  auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+  dnnl::convolution_forward::desc fwd_desc(prop, dnnl::algorithm::convolution_direct, src_any, weights_any, bias_md,
+                                           dst_any, strides, padding, padding);
+  dnnl::primitive_attr attr;
+  if (opt_.relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, attr, ctx.engine());
+  fwd_ = dnnl::convolution_forward(fwd_pd);
+  fwd_src_ = Relayout(ctx, src_md, fwd_pd.src_desc());
+  fwd_weights_ = Relayout(ctx, user_weights_.get_desc(), fwd_pd.weights_desc());
+  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  if (mode == Mode::infer) return dst_.desc();
+
+  const memory::desc& dst_md = fwd_pd.dst_desc();
+  relu_bwd_.reset();
+  if (opt_.relu) {
+    auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
+    dnnl::eltwise_forward::primitive_desc hint(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, dst_md, 0.0f, 0.0f), ctx.engine());
+    dnnl::eltwise_backward::primitive_desc pd(dnnl::eltwise_backward::desc(alg, dst_md, dst_md, 0.0f, 0.0f),
+                                              ctx.engine(), hint);
+    relu_bwd_ = dnnl::eltwise_backward(pd);
+    diff_pre_relu_ = Tensor(dst_md, ctx.engine());
+  }
+
+  dnnl::convolution_backward_weights::primitive_desc bw_pd(
+      dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, weights_any, bias_md,
+                                               dst_any, strides, padding, padding),
+      ctx.engine(), fwd_pd);
+  bwd_weights_ = dnnl::convolution_backward_weights(bw_pd);
+  bwd_weights_src_ = Relayout(ctx, fwd_pd.src_desc(), bw_pd.src_desc());
+  bwd_weights_diff_dst_ = Relayout(ctx, dst_md, bw_pd.diff_dst_desc());
+  diff_weights_to_user_.reset();
+  if (bw_pd.diff_weights_desc() != user_diff_weights_.get_desc()) {
+    diff_weights_ = Tensor(bw_pd.diff_weights_desc(), ctx.engine());
+    diff_weights_to_user_ = Copy(ctx, bw_pd.diff_weights_desc(), user_diff_weights_.get_desc());
+  }
+
+  bwd_data_.reset();
+  diff_src_to_input_layout_.reset();
+  if (need_diff_src) {
+    dnnl::convolution_backward_data::primitive_desc bd_pd(
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_any, weights_any, dst_any,
+                                              strides, padding, padding),
+        ctx.engine(), fwd_pd);
+    bwd_data_ = dnnl::convolution_backward_data(bd_pd);
+    bwd_data_weights_ = Relayout(ctx, user_weights_.get_desc(), bd_pd.weights_desc());
+    bwd_data_diff_dst_ = Relayout(ctx, dst_md, bd_pd.diff_dst_desc());
+    diff_src_ = Tensor(src_md, ctx.engine());
+    if (bd_pd.diff_src_desc() != src_md) {
+      diff_src_raw_ = Tensor(bd_pd.diff_src_desc(), ctx.engine());
+      diff_src_to_input_layout_ = Copy(ctx, bd_pd.diff_src_desc(), src_md);
+    }
+  }
+  return dst_.desc();
+}
+
+const Tensor& Conv2d::forward(Context& ctx, const Tensor& src) {
+  src_ = &src;
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, fwd_src_(ctx, src.memory())},
+                                       {DNNL_ARG_WEIGHTS, fwd_weights_(ctx, user_weights_)},
+                                       {DNNL_ARG_DST, dst_.memory()}};
+  if (opt_.bias) args.insert({DNNL_ARG_BIAS, user_bias_});
+  fwd_.execute(ctx.stream(), args);
+  return dst_;
+}
+
+const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
+  if (mode_ != Mode::train) throw Error(describe() + ": backward called on a layer set up for inference");
+  const memory* grad = &diff_dst.memory();
+  if (relu_bwd_) {
+    relu_bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, dst_.memory()},
+                                      {DNNL_ARG_DIFF_DST, diff_dst.memory()},
+                                      {DNNL_ARG_DIFF_SRC, diff_pre_relu_.memory()}});
+    grad = &diff_pre_relu_.memory();
+  }
+  // The forward's reordered source, if there was one, is still in fwd_src_'s buffer.
+  const memory& fwd_src = fwd_src_.last(src_->memory());
+  std::unordered_map<int, memory> wargs{
+      {DNNL_ARG_SRC, bwd_weights_src_(ctx, fwd_src)},
+      {DNNL_ARG_DIFF_DST, bwd_weights_diff_dst_(ctx, *grad)},
+      {DNNL_ARG_DIFF_WEIGHTS, diff_weights_to_user_ ? diff_weights_.memory() : user_diff_weights_}};
+  if (opt_.bias) wargs.insert({DNNL_ARG_DIFF_BIAS, user_diff_bias_});
+  bwd_weights_.execute(ctx.stream(), wargs);
+  if (diff_weights_to_user_) (*diff_weights_to_user_)(ctx, diff_weights_.memory(), user_diff_weights_);
+
+  if (!bwd_data_) return diff_src_;
+  const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.memory();
+  bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_(ctx, *grad)},
+                                    {DNNL_ARG_WEIGHTS, bwd_data_weights_(ctx, user_weights_)},
+                                    {DNNL_ARG_DIFF_SRC, out}});
+  if (diff_src_to_input_layout_) (*diff_src_to_input_layout_)(ctx, diff_src_raw_.memory(), diff_src_.memory());
+  return diff_src_;
+}
+
+}  // namespace ddl

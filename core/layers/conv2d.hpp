@@ -1,0 +1,60 @@
+// 2-D convolution on oneDNN's direct convolution, NCHW logical shapes:
+//   dst[n, o, y, x] = bias[o] + sum_{c, i, j} weight[o, c, i, j] * src[n, c, y*stride + i - pad, x*stride + j - pad]
+// with an optional ReLU fused as a oneDNN post-op (its backward then runs from the saved output).
+// Weights are kept in the flat buffer as OIHW; oneDNN's preferred blocked layout is a reorder away.
+#pragma once
+
+#include <optional>
+
+#include "core/layers/layer.hpp"
+#include "core/layers/relayout.hpp"
+
+namespace ddl {
+
+struct Conv2dOptions {
+  int in_channels = 0;
+  int out_channels = 0;
+  int kernel = 3;
+  int stride = 1;
+  int padding = 0;
+  bool bias = true;
+  bool relu = false;
+  Init init = Init::glorot_uniform;
+};
+
+class Conv2d : public Layer {
+ public:
+  explicit Conv2d(const Conv2dOptions& options);
+
+  std::string describe() const override;
+  std::vector<ParamSpec> param_specs() const override;
+  void bind(const std::vector<ParamView>& views, Context& ctx) override;
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+
+ private:
+  Conv2dOptions opt_;
+  dims_t weights_dims_;
+  dnnl::memory user_weights_, user_diff_weights_, user_bias_, user_diff_bias_;
+  bool need_diff_src_ = false;
+  Mode mode_ = Mode::train;
+
+  dnnl::convolution_forward fwd_;
+  Relayout fwd_src_, fwd_weights_;
+  Tensor dst_;
+  const Tensor* src_ = nullptr;
+
+  std::optional<dnnl::eltwise_backward> relu_bwd_;
+  Tensor diff_pre_relu_;
+  dnnl::convolution_backward_weights bwd_weights_;
+  Relayout bwd_weights_src_, bwd_weights_diff_dst_;
+  std::optional<Copy> diff_weights_to_user_;
+  Tensor diff_weights_;
+  std::optional<dnnl::convolution_backward_data> bwd_data_;
+  Relayout bwd_data_weights_, bwd_data_diff_dst_;
+  Tensor diff_src_raw_, diff_src_;
+  std::optional<Copy> diff_src_to_input_layout_;
+};
+
+}  // namespace ddl

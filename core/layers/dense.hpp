@@ -1,0 +1,51 @@
+// Fully connected layer on oneDNN's inner product: dst[n, o] = bias[o] + sum_i weight[o, i] * src[n, i],
+// input [N, I] (put a Flatten before it), weights OI as in PyTorch, optional fused ReLU post-op.
+#pragma once
+
+#include <optional>
+
+#include "core/layers/layer.hpp"
+#include "core/layers/relayout.hpp"
+
+namespace ddl {
+
+struct DenseOptions {
+  int in_features = 0;
+  int out_features = 0;
+  bool bias = true;
+  bool relu = false;
+  Init init = Init::glorot_uniform;
+};
+
+class Dense : public Layer {
+ public:
+  explicit Dense(const DenseOptions& options);
+
+  std::string describe() const override;
+  std::vector<ParamSpec> param_specs() const override;
+  void bind(const std::vector<ParamView>& views, Context& ctx) override;
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+
+ private:
+  DenseOptions opt_;
+  dnnl::memory user_weights_, user_diff_weights_, user_bias_, user_diff_bias_;
+  Mode mode_ = Mode::train;
+
+  dnnl::inner_product_forward fwd_;
+  Relayout fwd_weights_;
+  Tensor dst_;
+  const Tensor* src_ = nullptr;
+
+  std::optional<dnnl::eltwise_backward> relu_bwd_;
+  Tensor diff_pre_relu_;
+  dnnl::inner_product_backward_weights bwd_weights_;
+  std::optional<Copy> diff_weights_to_user_;
+  Tensor diff_weights_;
+  std::optional<dnnl::inner_product_backward_data> bwd_data_;
+  Relayout bwd_data_weights_;
+  Tensor diff_src_;
+};
+
+}  // namespace ddl

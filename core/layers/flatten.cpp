@@ -1,0 +1,37 @@
+#include "core/layers/flatten.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+dnnl::memory::desc Flatten::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
+  const dims_t in = src_md.dims();
+  if (in.size() < 2) throw InputError("flatten: expects at least [N, X], got " + to_string(in));
+  src_md_ = src_md;
+  const dims_t out = {in[0], static_cast<dnnl::memory::dim>(product(in) / in[0])};
+  dst_ = Tensor(plain_desc(out), ctx.engine());
+  const dnnl::memory::desc src_plain = plain_desc(in);
+  // The flat output buffer, seen as the plain 4-D tensor it is.
+  dst_as_plain_src_ = dnnl::memory(src_plain, ctx.engine(), dst_.data());
+  to_plain_ = Copy(ctx, src_md, src_plain);
+  need_diff_src_ = mode == Mode::train && need_diff_src;
+  if (need_diff_src_) {
+    diff_src_ = Tensor(src_md, ctx.engine());
+    to_src_layout_ = Copy(ctx, src_plain, src_md);
+  }
+  return dst_.desc();
+}
+
+const Tensor& Flatten::forward(Context& ctx, const Tensor& src) {
+  (*to_plain_)(ctx, src.memory(), dst_as_plain_src_);
+  return dst_;
+}
+
+const Tensor& Flatten::backward(Context& ctx, const Tensor& diff_dst) {
+  if (!need_diff_src_) return diff_src_;
+  dnnl::memory diff_dst_plain(plain_desc(src_md_.dims()), ctx.engine(), const_cast<float*>(diff_dst.data()));
+  (*to_src_layout_)(ctx, diff_dst_plain, diff_src_.memory());
+  return diff_src_;
+}
+
+}  // namespace ddl

@@ -1,0 +1,70 @@
+// The layer contract (after Caffe's): set up for an input layout, forward, backward. Parameters and their
+// gradients are not owned by the layer: the Model keeps all of them in two flat buffers, in a fixed
+// order, and binds each layer to its slices, so gradients can be all-reduced in large fused pieces.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/context.hpp"
+#include "core/tensor.hpp"
+
+namespace ddl {
+
+enum class Mode { train, infer };
+
+enum class Init { glorot_uniform, he_uniform, he_normal, zeros, ones };
+
+// One parameter array, in its plain user layout (conv weights OIHW, dense weights OI, vectors X).
+struct ParamSpec {
+  std::string name;
+  dims_t dims;
+  Init init;
+  std::size_t fan_in = 0;
+  std::size_t fan_out = 0;
+};
+
+// A parameter's value and gradient: slices of the model's flat buffers.
+struct ParamView {
+  std::span<float> value;
+  std::span<float> grad;
+};
+
+// Non-trainable state that checkpoints must keep: BatchNorm running statistics (floats), a dropout
+// layer's generator (words). Exactly one of the two spans is used.
+struct StateView {
+  std::string name;
+  std::span<float> floats;
+  std::span<std::uint64_t> words;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // One line for the model summary, e.g. "conv2d 3->32 k3 s1 p1 +relu".
+  virtual std::string describe() const = 0;
+
+  virtual std::vector<ParamSpec> param_specs() const { return {}; }
+  // Called once, after the model allocated its flat buffers: one view per ParamSpec, in order.
+  virtual void bind(const std::vector<ParamView>& /*views*/, Context& /*ctx*/) {}
+
+  // Builds the primitives for this input descriptor and mode, returns the output descriptor. The input
+  // layout is what the previous layer produced; the output layout is this layer's (or oneDNN's) choice.
+  // need_diff_src is false for the first layer: no gradient w.r.t. the input images is computed.
+  virtual dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode,
+                                   bool need_diff_src) = 0;
+  // src must stay alive until backward.
+  virtual const Tensor& forward(Context& ctx, const Tensor& src) = 0;
+  // diff_dst has the layout of this layer's output; returns diff_src in the layout of its input (empty
+  // when need_diff_src was false). Writes (overwrites) this layer's parameter gradients.
+  virtual const Tensor& backward(Context& ctx, const Tensor& diff_dst) = 0;
+
+  virtual std::vector<StateView> state() { return {}; }
+};
+
+}  // namespace ddl

@@ -1,0 +1,77 @@
+#include "core/layers/pool2d.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+using memory = dnnl::memory;
+
+Pool2d::Pool2d(const Pool2dOptions& options) : opt_(options) {
+  if (opt_.kind != PoolKind::global_avg && (opt_.kernel <= 0 || opt_.stride <= 0 || opt_.padding < 0))
+    throw InputError("pool2d: kernel and stride must be positive and padding non-negative");
+  if (opt_.kind != PoolKind::global_avg && 2 * opt_.padding > opt_.kernel)
+    throw InputError("pool2d: padding must be at most half the kernel");
+}
+
+std::string Pool2d::describe() const {
+  if (opt_.kind == PoolKind::global_avg) return "global_avg_pool";
+  std::string name = opt_.kind == PoolKind::max ? "max_pool" : "avg_pool";
+  return name + " k" + std::to_string(opt_.kernel) + " s" + std::to_string(opt_.stride) + " p" +
+         std::to_string(opt_.padding);
+}
+
+memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
+  const dims_t in = src_md.dims();
+  if (in.size() != 4) throw InputError(describe() + ": expects input [N, C, H, W], got " + to_string(in));
+  dims_t kernel = {opt_.kernel, opt_.kernel}, strides = {opt_.stride, opt_.stride};
+  dims_t padding = {opt_.padding, opt_.padding};
+  if (opt_.kind == PoolKind::global_avg) {
+    kernel = {in[2], in[3]};
+    strides = {1, 1};
+    padding = {0, 0};
+  }
+  if (in[2] + 2 * padding[0] < kernel[0] || in[3] + 2 * padding[1] < kernel[1])
+    throw InputError(describe() + ": input " + to_string(in) + " is smaller than the kernel");
+  const dims_t dst_dims = {in[0], in[1], (in[2] + 2 * padding[0] - kernel[0]) / strides[0] + 1,
+                           (in[3] + 2 * padding[1] - kernel[1]) / strides[1] + 1};
+  auto alg = opt_.kind == PoolKind::max                   ? dnnl::algorithm::pooling_max
+             : opt_.kind == PoolKind::avg_include_padding ? dnnl::algorithm::pooling_avg_include_padding
+                                                          : dnnl::algorithm::pooling_avg_exclude_padding;
+  auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+  // The output keeps the input's layout: pooling is memory-bound and has no layout preference of its own.
+  memory::desc dst_any(dst_dims, dt::f32, tag::any);
+  dnnl::pooling_forward::primitive_desc fwd_pd(
+      dnnl::pooling_forward::desc(prop, alg, src_md, dst_any, strides, kernel, padding, padding), ctx.engine());
+  fwd_ = dnnl::pooling_forward(fwd_pd);
+  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  workspace_ = fwd_pd.workspace_desc().get_size() ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
+
+  bwd_.reset();
+  if (mode == Mode::train && need_diff_src) {
+    dnnl::pooling_backward::primitive_desc bwd_pd(
+        dnnl::pooling_backward::desc(alg, src_md, fwd_pd.dst_desc(), strides, kernel, padding, padding),
+        ctx.engine(), fwd_pd);
+    if (bwd_pd.diff_src_desc() != src_md || bwd_pd.diff_dst_desc() != fwd_pd.dst_desc())
+      throw Error(describe() + ": oneDNN chose unexpected backward layouts");
+    bwd_ = dnnl::pooling_backward(bwd_pd);
+    diff_src_ = Tensor(src_md, ctx.engine());
+  }
+  return dst_.desc();
+}
+
+const Tensor& Pool2d::forward(Context& ctx, const Tensor& src) {
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst_.memory()}};
+  if (!workspace_.empty()) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
+  fwd_.execute(ctx.stream(), args);
+  return dst_;
+}
+
+const Tensor& Pool2d::backward(Context& ctx, const Tensor& diff_dst) {
+  if (!bwd_) return diff_src_;
+  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, diff_dst.memory()}, {DNNL_ARG_DIFF_SRC, diff_src_.memory()}};
+  if (!workspace_.empty()) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
+  bwd_->execute(ctx.stream(), args);
+  return diff_src_;
+}
+
+}  // namespace ddl

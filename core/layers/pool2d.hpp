@@ -1,0 +1,37 @@
+// 2-D pooling on oneDNN: max, average (padding counted or not), and global average (the kernel covers the
+// whole input plane, output [N, C, 1, 1]). Output size floor((H + 2 * padding - kernel) / stride) + 1.
+// Max pooling keeps oneDNN's workspace (the argmax positions) from forward for backward.
+#pragma once
+
+#include <optional>
+
+#include "core/layers/layer.hpp"
+
+namespace ddl {
+
+enum class PoolKind { max, avg_include_padding, avg_exclude_padding, global_avg };
+
+struct Pool2dOptions {
+  PoolKind kind = PoolKind::max;
+  int kernel = 2;
+  int stride = 2;
+  int padding = 0;
+};
+
+class Pool2d : public Layer {
+ public:
+  explicit Pool2d(const Pool2dOptions& options);
+
+  std::string describe() const override;
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+
+ private:
+  Pool2dOptions opt_;
+  dnnl::pooling_forward fwd_;
+  std::optional<dnnl::pooling_backward> bwd_;
+  Tensor dst_, workspace_, diff_src_;
+};
+
+}  // namespace ddl

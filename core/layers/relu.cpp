@@ -1,0 +1,35 @@
+#include "core/layers/relu.hpp"
+
+namespace ddl {
+
+dnnl::memory::desc Relu::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
+  const auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
+  auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+  dnnl::eltwise_forward::primitive_desc fwd_pd(dnnl::eltwise_forward::desc(prop, alg, src_md, 0.0f, 0.0f),
+                                               ctx.engine());
+  fwd_ = dnnl::eltwise_forward(fwd_pd);
+  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  bwd_.reset();
+  if (mode == Mode::train && need_diff_src) {
+    dnnl::eltwise_backward::primitive_desc bwd_pd(dnnl::eltwise_backward::desc(alg, src_md, src_md, 0.0f, 0.0f),
+                                                  ctx.engine(), fwd_pd);
+    bwd_ = dnnl::eltwise_backward(bwd_pd);
+    diff_src_ = Tensor(src_md, ctx.engine());
+  }
+  return dst_.desc();
+}
+
+const Tensor& Relu::forward(Context& ctx, const Tensor& src) {
+  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst_.memory()}});
+  return dst_;
+}
+
+const Tensor& Relu::backward(Context& ctx, const Tensor& diff_dst) {
+  if (bwd_)
+    bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, dst_.memory()},
+                                 {DNNL_ARG_DIFF_DST, diff_dst.memory()},
+                                 {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
+  return diff_src_;
+}
+
+}  // namespace ddl

@@ -1,0 +1,62 @@
+// Adam (Kingma & Ba) as PyTorch computes it, L2 weight decay added to the gradient:
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+#include <cmath>
+#include <cstdio>
+
+#include "core/aligned_buffer.hpp"
+#include "core/error.hpp"
+#include "core/optim/optimizer.hpp"
+
+namespace ddl {
+namespace {
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::size_t size, const AdamOptions& o) : opt_(o), m_(size), v_(size) {
+    if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1))
+      throw InputError("adam: betas must be in [0, 1)");
+    if (!(o.epsilon > 0) || o.weight_decay < 0) throw InputError("adam: epsilon must be > 0, weight decay >= 0");
+  }
+
+  std::string describe() const override {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "adam beta1=%g beta2=%g eps=%g weight_decay=%g", opt_.beta1, opt_.beta2,
+                  opt_.epsilon, opt_.weight_decay);
+    return buf;
+  }
+
+  void step(std::span<float> params, std::span<const float> grads, float lr) override {
+    const double t = ++step_[0];
+    const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(opt_.beta1), t)));
+    const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(opt_.beta2), t)));
+    const float b1 = opt_.beta1, b2 = opt_.beta2, eps = opt_.epsilon, wd = opt_.weight_decay;
+    const std::size_t n = params.size();
+    float* p = params.data();
+    const float* gr = grads.data();
+    float* m = m_.data();
+    float* v = v_.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      const float g = gr[i] + wd * p[i];
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      p[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
+    }
+  }
+
+  std::vector<StateView> state() override {
+    return {{"m", m_.span(), {}}, {"v", v_.span(), {}}, {"step", {}, std::span<std::uint64_t>(step_)}};
+  }
+
+ private:
+  AdamOptions opt_;
+  AlignedBuffer<float> m_, v_;
+  std::uint64_t step_[1] = {0};
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_adam(std::size_t size, const AdamOptions& options) {
+  return std::make_unique<Adam>(size, options);
+}
+
+}  // namespace ddl

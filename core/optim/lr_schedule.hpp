@@ -1,0 +1,25 @@
+// Learning rate as a function of training progress (in epochs, fractional): a base schedule (constant,
+// step decay, cosine to zero over the run) preceded by an optional linear warm-up from base/warmup_start_div.
+#pragma once
+
+#include <string>
+
+namespace ddl {
+
+enum class LrPolicy { constant, step, cosine };
+
+struct LrSchedule {
+  LrPolicy policy = LrPolicy::constant;
+  float base_lr = 1e-3f;
+  float warmup_epochs = 0.0f;
+  float step_epochs = 30.0f;  // step: multiply by gamma every step_epochs
+  float gamma = 0.1f;
+  float total_epochs = 1.0f;  // cosine: reaches 0 here
+
+  float at(double epoch) const;
+  std::string describe() const;
+};
+
+LrPolicy parse_lr_policy(const std::string& name);
+
+}  // namespace ddl

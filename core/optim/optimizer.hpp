@@ -1,0 +1,40 @@
+// Optimizers update the model's flat parameter buffer from its flat gradient buffer in one pass. Their
+// state (momentum, Adam's moments and step count) is exposed by name for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/layers/layer.hpp"
+
+namespace ddl {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string describe() const = 0;
+  // One update with learning rate lr. params and grads have the size given at construction.
+  virtual void step(std::span<float> params, std::span<const float> grads, float lr) = 0;
+  virtual std::vector<StateView> state() = 0;
+};
+
+struct SgdOptions {
+  float momentum = 0.0f;
+  bool nesterov = false;
+  float weight_decay = 0.0f;
+};
+
+struct AdamOptions {
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-7f;  // Keras's default; PyTorch uses 1e-8
+  float weight_decay = 0.0f;
+};
+
+std::unique_ptr<Optimizer> make_sgd(std::size_t size, const SgdOptions& options);
+std::unique_ptr<Optimizer> make_adam(std::size_t size, const AdamOptions& options);
+
+}  // namespace ddl

@@ -1,0 +1,38 @@
+#include "core/tensor.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+Tensor::Tensor(const dnnl::memory::desc& md, const dnnl::engine& engine)
+    : md_(md), storage_(md.get_size()), memory_(md, engine, storage_.data()) {}
+
+DataType Tensor::data_type() const {
+  switch (md_.data_type()) {
+    case dt::f32: return DataType::f32;
+    case dt::bf16: return DataType::bf16;
+    default: throw Error("tensor: unsupported data type");
+  }
+}
+
+std::size_t Tensor::elements() const { return product(dims()); }
+
+std::size_t product(const dims_t& dims) {
+  std::size_t n = 1;
+  for (auto d : dims) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+std::string to_string(const dims_t& dims) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "x" : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+dnnl::memory::desc plain_desc(const dims_t& dims, dt type) {
+  static constexpr tag tags[] = {tag::a, tag::ab, tag::abc, tag::abcd, tag::abcde};
+  if (dims.empty() || dims.size() > 5) throw Error("plain_desc: unsupported rank " + to_string(dims));
+  return dnnl::memory::desc(dims, type, tags[dims.size() - 1]);
+}
+
+}  // namespace ddl

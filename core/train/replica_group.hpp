@@ -1,0 +1,37 @@
+// What training needs from the other replicas of a data-parallel run, without knowing how they are
+// reached: core/ stays free of MPI, and comm/ provides the implementation over MPI. A single process is
+// a group of one, where every operation is the identity.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace ddl {
+
+class ReplicaGroup {
+ public:
+  virtual ~ReplicaGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Makes every replica's values equal to the root's.
+  virtual void broadcast(std::span<float> values, int root) = 0;
+  // Replaces each replica's gradients by their mean over the group.
+  virtual void average(std::span<float> gradients) = 0;
+  // Sums metric counters over the group (loss sums, hit counts, image counts).
+  virtual void sum(std::span<double> values) = 0;
+  // Throws, naming the replicas that differ, unless every replica passes the same fingerprint.
+  virtual void check_same(const std::string& what, std::uint64_t fingerprint) = 0;
+};
+
+class SingleProcess : public ReplicaGroup {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void broadcast(std::span<float>, int) override {}
+  void average(std::span<float>) override {}
+  void sum(std::span<double>) override {}
+  void check_same(const std::string&, std::uint64_t) override {}
+};
+
+}  // namespace ddl

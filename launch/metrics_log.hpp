@@ -1,0 +1,28 @@
+// Per-epoch figures appended to a file as CSV (header first) or JSON lines (".jsonl" / ".json"), flushed
+// after each epoch so a crash loses at most the current one. launch/plot_metrics.py draws them.
+#pragma once
+
+#include <fstream>
+#include <string>
+
+namespace ddl {
+
+struct EpochRecord {
+  int epoch;
+  double train_loss, train_accuracy, val_loss, val_accuracy;
+  double epoch_seconds, images_per_second, lr, peak_rss_mb;
+};
+
+class MetricsLog {
+ public:
+  // append: keep what a resumed run wrote before.
+  MetricsLog(const std::string& path, bool append);
+  void write(const EpochRecord& r);
+
+ private:
+  std::string path_;
+  bool json_;
+  std::ofstream out_;
+};
+
+}  // namespace ddl

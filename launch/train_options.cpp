@@ -1,0 +1,131 @@
+#include "launch/train_options.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace ddl {
+namespace po = boost::program_options;
+
+namespace {
+
+std::vector<float> parse_floats(const std::string& text, const char* option) {
+  std::vector<float> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    try {
+      std::size_t used = 0;
+      out.push_back(std::stof(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw InputError(std::string("--") + option + ": '" + item + "' is not a number");
+    }
+  }
+  return out;
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw InputError(message);
+}
+
+}  // namespace
+
+std::string TrainOptions::describe() const {
+  std::ostringstream s;
+  s << "model = " << model << "\nnum-classes = " << num_classes << "\ntrain = " << train_path << "\nval = " << val_path
+    << "\nval-fraction = " << val_fraction << "\nnormalize = " << normalize << "\nrandom-flip = " << random_flip
+    << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
+    << "\noptimizer = " << optimizer << "\nlr = " << lr << "\nlr-schedule = " << lr_schedule
+    << "\nwarmup-epochs = " << warmup_epochs << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma
+    << "\nmomentum = " << momentum << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay
+    << "\nadam-beta1 = " << adam_beta1 << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon
+    << "\nseed = " << seed << "\n";
+  for (float m : mean) s << "mean += " << m << "\n";
+  for (float d : stddev) s << "std += " << d << "\n";
+  return s.str();
+}
+
+std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  std::string config, mean, stddev;
+  po::options_description general("General");
+  general.add_options()("help,h", "print this help")("config", po::value(&config), "read options from this file (key = value lines)");
+  po::options_description model("Model");
+  model.add_options()("model", po::value(&o.model)->default_value(o.model), "seed_cnn | seed_cnn_bn")(
+      "num-classes", po::value(&o.num_classes)->default_value(0), "classes (0: the training set's)");
+  po::options_description data("Data");
+  data.add_options()("train", po::value(&o.train_path), "training set (.h5 from ddl_data import; a shard or the base name)")(
+      "val", po::value(&o.val_path), "validation set (.h5)")(
+      "val-fraction", po::value(&o.val_fraction)->default_value(0.0), "hold out this fraction of --train for validation")(
+      "normalize", po::value(&o.normalize)->default_value(o.normalize), "scale (pixel/255) | meanstd")(
+      "mean", po::value(&mean), "per-channel means for meanstd, e.g. 0.485,0.456,0.406 (default: the training set's)")(
+      "std", po::value(&stddev), "per-channel standard deviations for meanstd")(
+      "random-flip", po::bool_switch(&o.random_flip), "augment: random horizontal flips")(
+      "random-crop-padding", po::value(&o.random_crop_padding)->default_value(0), "augment: random crops after zero padding by this many pixels");
+  po::options_description training("Training");
+  training.add_options()("epochs", po::value(&o.epochs)->default_value(o.epochs), "epochs to train (in all, counting resumed ones)")(
+      "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "images per step per rank")(
+      "optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "adam | sgd")(
+      "lr", po::value(&o.lr)->default_value(o.lr), "base learning rate")(
+      "lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | step | cosine")(
+      "warmup-epochs", po::value(&o.warmup_epochs)->default_value(0.0f), "linear warm-up length in epochs")(
+      "lr-step-epochs", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs), "step schedule: epochs between decays")(
+      "lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma), "step schedule: decay factor")(
+      "momentum", po::value(&o.momentum)->default_value(o.momentum), "sgd momentum")(
+      "nesterov", po::bool_switch(&o.nesterov), "sgd: Nesterov momentum")(
+      "weight-decay", po::value(&o.weight_decay)->default_value(0.0f), "L2 weight decay")(
+      "adam-beta1", po::value(&o.adam_beta1)->default_value(o.adam_beta1), "adam beta1")(
+      "adam-beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2), "adam beta2")(
+      "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon), "adam epsilon (Keras 1e-7)")(
+      "seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation, shuffling, augmentation, dropout");
+  po::options_description system("System");
+  system.add_options()("threads", po::value(&o.threads)->default_value(0), "compute threads per rank (0: the node's cores / its ranks)");
+  po::options_description output("Output");
+  output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
+      "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
+      "metrics", po::value(&o.metrics_path), "per-epoch figures to this file (.csv, or .jsonl for JSON lines)")(
+      "progress", po::value(&o.progress)->default_value(o.progress), "progress bar: auto (on a terminal) | always | never")(
+      "profile", po::bool_switch(&o.profile), "print per-layer forward/backward times");
+
+  po::options_description all("ddl_train: train a model on an HDF5 image dataset (run under mpirun for data parallelism)");
+  all.add(general).add(model).add(data).add(training).add(system).add(output);
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, all), vm);
+    if (vm.count("help")) {
+      std::cout << all << "\n";
+      return std::nullopt;
+    }
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      if (!in) throw InputError("--config: cannot read " + path);
+      po::store(po::parse_config_file(in, all), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(std::string(e.what()) + " (see --help)");
+  }
+  if (!mean.empty()) o.mean = parse_floats(mean, "mean");
+  if (!stddev.empty()) o.stddev = parse_floats(stddev, "std");
+
+  require(!o.train_path.empty(), "--train is required (an .h5 dataset from 'ddl_data import')");
+  require(o.epochs >= 1, "--epochs must be at least 1");
+  require(o.batch_size >= 1, "--batch-size must be at least 1");
+  require(o.lr > 0, "--lr must be positive");
+  require(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction must be in [0, 1)");
+  require(o.val_path.empty() || o.val_fraction == 0, "give --val or --val-fraction, not both");
+  require(o.optimizer == "adam" || o.optimizer == "sgd", "--optimizer must be adam or sgd");
+  require(o.normalize == "scale" || o.normalize == "meanstd", "--normalize must be scale or meanstd");
+  require(o.progress == "auto" || o.progress == "always" || o.progress == "never", "--progress must be auto, always or never");
+  require(o.threads >= 0, "--threads must be >= 0");
+  require(o.resume != "auto" || !o.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
+  require(o.num_classes == 0 || o.num_classes >= 2, "--num-classes must be at least 2");
+  return o;
+}
+
+}  // namespace ddl

@@ -1,0 +1,54 @@
+// Everything ddl_train can be told, parsed from the command line and optionally a config file
+// (--config, "key = value" lines with the long option names; the command line wins).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ddl {
+
+struct TrainOptions {
+  // model
+  std::string model = "seed_cnn";
+  int num_classes = 0;  // 0: the training set's class count
+  // data
+  std::string train_path, val_path;
+  double val_fraction = 0.0;
+  std::string normalize = "scale";  // scale | meanstd
+  std::vector<float> mean, stddev;   // empty: the training set's statistics
+  bool random_flip = false;
+  int random_crop_padding = 0;
+  // training
+  int epochs = 10;
+  int batch_size = 64;
+  std::string optimizer = "adam";
+  float lr = 1e-3f;
+  std::string lr_schedule = "constant";
+  float warmup_epochs = 0.0f;
+  float lr_step_epochs = 30.0f;
+  float lr_gamma = 0.1f;
+  float momentum = 0.9f;
+  bool nesterov = false;
+  float weight_decay = 0.0f;
+  float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_epsilon = 1e-7f;
+  std::uint64_t seed = 1;
+  // system
+  int threads = 0;  // 0: this node's cores shared among its ranks
+  // output
+  std::string checkpoint_dir;
+  std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5
+  std::string metrics_path;
+  std::string progress = "auto";  // auto | always | never
+  bool profile = false;
+
+  // The settings that define the run (not where it writes), "key = value" a line: stored in checkpoints
+  // and fingerprinted to check that every rank was started the same way.
+  std::string describe() const;
+};
+
+// Returns nullopt after printing --help. Throws InputError on bad options.
+std::optional<TrainOptions> parse_train_options(int argc, char** argv);
+
+}  // namespace ddl

@@ -1,0 +1,41 @@
+#include "models/registry.hpp"
+
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace ddl {
+namespace {
+
+using Factory = std::unique_ptr<Model> (*)(const ModelConfig&);
+
+const std::vector<std::pair<std::string, Factory>>& table() {
+  static const std::vector<std::pair<std::string, Factory>> models = {
+      {"seed_cnn", &seed_cnn},
+      {"seed_cnn_bn", &seed_cnn_bn},
+  };
+  return models;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, Context& ctx) {
+  if (config.num_classes < 2) throw InputError("a model needs at least 2 classes");
+  for (const auto& [n, factory] : table())
+    if (n == name) {
+      auto model = factory(config);
+      model->finalize(ctx);
+      return model;
+    }
+  std::string known;
+  for (const auto& [n, f] : table()) known += (known.empty() ? "" : ", ") + n;
+  throw InputError("unknown model '" + name + "' (known: " + known + ")");
+}
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const auto& [n, f] : table()) names.push_back(n);
+  return names;
+}
+
+}  // namespace ddl
