@@ -103,7 +103,9 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
                                               strides, padding, padding),
         ctx.engine(), fwd_pd);
     bwd_data_ = dnnl::convolution_backward_data(bd_pd);
-    bwd_data_weights_ = Relayout(ctx, user_weights_.get_desc(), bd_pd.weights_desc());
+    // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
+    reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
+    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, user_weights_.get_desc(), bd_pd.weights_desc());
     bwd_data_diff_dst_ = Relayout(ctx, dst_md, bd_pd.diff_dst_desc());
     diff_src_ = Tensor(src_md, ctx.engine());
     if (bd_pd.diff_src_desc() != src_md) {
@@ -146,7 +148,7 @@ const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
   if (!bwd_data_) return diff_src_;
   const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.memory();
   bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_(ctx, *grad)},
-                                    {DNNL_ARG_WEIGHTS, bwd_data_weights_(ctx, user_weights_)},
+                                    {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(user_weights_) : bwd_data_weights_(ctx, user_weights_)},
                                     {DNNL_ARG_DIFF_SRC, out}});
   if (diff_src_to_input_layout_) (*diff_src_to_input_layout_)(ctx, diff_src_raw_.memory(), diff_src_.memory());
   return diff_src_;

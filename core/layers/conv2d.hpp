@@ -52,6 +52,7 @@ class Conv2d : public Layer {
   std::optional<Copy> diff_weights_to_user_;
   Tensor diff_weights_;
   std::optional<dnnl::convolution_backward_data> bwd_data_;
+  bool reuse_forward_weights_ = false;
   Relayout bwd_data_weights_, bwd_data_diff_dst_;
   Tensor diff_src_raw_, diff_src_;
   std::optional<Copy> diff_src_to_input_layout_;

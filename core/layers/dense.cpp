@@ -80,7 +80,9 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
     dnnl::inner_product_backward_data::primitive_desc bd_pd(
         dnnl::inner_product_backward_data::desc(src_md, weights_any, dst_md), ctx.engine(), fwd_pd);
     bwd_data_ = dnnl::inner_product_backward_data(bd_pd);
-    bwd_data_weights_ = Relayout(ctx, user_weights_.get_desc(), bd_pd.weights_desc());
+    // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
+    reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
+    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, user_weights_.get_desc(), bd_pd.weights_desc());
     diff_src_ = Tensor(src_md, ctx.engine());
   }
   return dst_md;
@@ -114,7 +116,7 @@ const Tensor& Dense::backward(Context& ctx, const Tensor& diff_dst) {
   if (diff_weights_to_user_) (*diff_weights_to_user_)(ctx, diff_weights_.memory(), user_diff_weights_);
   if (bwd_data_)
     bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, *grad},
-                                      {DNNL_ARG_WEIGHTS, bwd_data_weights_(ctx, user_weights_)},
+                                      {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(user_weights_) : bwd_data_weights_(ctx, user_weights_)},
                                       {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
   return diff_src_;
 }

@@ -44,6 +44,7 @@ class Dense : public Layer {
   std::optional<Copy> diff_weights_to_user_;
   Tensor diff_weights_;
   std::optional<dnnl::inner_product_backward_data> bwd_data_;
+  bool reuse_forward_weights_ = false;
   Relayout bwd_data_weights_;
   Tensor diff_src_;
 };

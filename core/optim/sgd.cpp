@@ -26,18 +26,21 @@ class Sgd : public Optimizer {
 
   void step(std::span<float> params, std::span<const float> grads, float lr) override {
     const std::size_t n = params.size();
-    float* p = params.data();
-    const float* gr = grads.data();
+    float* __restrict p = params.data();
+    const float* __restrict gr = grads.data();
     const float wd = opt_.weight_decay, mu = opt_.momentum;
     if (mu == 0) {
+#pragma omp parallel for simd schedule(static)
       for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (gr[i] + wd * p[i]);
       return;
     }
-    float* v = velocity_.data();
+    float* __restrict v = velocity_.data();
+    const bool nesterov = opt_.nesterov;
+#pragma omp parallel for simd schedule(static)
     for (std::size_t i = 0; i < n; ++i) {
       const float g = gr[i] + wd * p[i];
       v[i] = mu * v[i] + g;
-      p[i] -= lr * (opt_.nesterov ? g + mu * v[i] : v[i]);
+      p[i] -= lr * (nesterov ? g + mu * v[i] : v[i]);
     }
   }
 
