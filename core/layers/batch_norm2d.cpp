@@ -70,7 +70,7 @@ const Tensor& BatchNorm2d::forward(Context& ctx, const Tensor& src) {
                                 {DNNL_ARG_MEAN, running_mean_mem_},
                                 {DNNL_ARG_VARIANCE, running_var_mem_},
                                 {DNNL_ARG_SCALE, scale_},
-                                {DNNL_ARG_SHIFT, shift_},
+                                {DNNL_ARG_SHIFT, shift_},  // oneDNN 2.6 requires it with use_shift
                                 {DNNL_ARG_DST, dst_.memory()}});
     return dst_;
   }
@@ -96,6 +96,7 @@ const Tensor& BatchNorm2d::backward(Context& ctx, const Tensor& diff_dst) {
                                {DNNL_ARG_VARIANCE, variance_.memory()},
                                {DNNL_ARG_DIFF_DST, diff_dst.memory()},
                                {DNNL_ARG_SCALE, scale_},
+                               {DNNL_ARG_SHIFT, shift_},  // oneDNN 2.6 requires it with use_shift
                                {DNNL_ARG_DIFF_SRC, diff_src_.memory()},
                                {DNNL_ARG_DIFF_SCALE, diff_scale_},
                                {DNNL_ARG_DIFF_SHIFT, diff_shift_}});

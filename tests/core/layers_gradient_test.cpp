@@ -1,0 +1,175 @@
+// Every layer's backward against central finite differences, including padding and stride edge cases.
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "core/layers/batch_norm2d.hpp"
+#include "core/layers/conv2d.hpp"
+#include "core/layers/dense.hpp"
+#include "core/layers/dropout.hpp"
+#include "core/layers/flatten.hpp"
+#include "core/layers/pool2d.hpp"
+#include "core/layers/relu.hpp"
+#include "tests/core/gradient_check.hpp"
+
+namespace ddl {
+namespace {
+
+using test::check_gradients;
+using test::GradientCheckOptions;
+
+TEST(Conv2dGradient, Same3x3WithBias) {
+  Conv2d conv({.in_channels = 3, .out_channels = 5, .kernel = 3, .stride = 1, .padding = 1});
+  check_gradients(conv, {2, 3, 6, 6});
+}
+
+TEST(Conv2dGradient, Stride2NoPaddingOddSize) {
+  Conv2d conv({.in_channels = 4, .out_channels = 6, .kernel = 3, .stride = 2, .padding = 0});
+  check_gradients(conv, {2, 4, 7, 7});
+}
+
+TEST(Conv2dGradient, LargePaddingNoBias) {
+  Conv2d conv({.in_channels = 2, .out_channels = 3, .kernel = 5, .stride = 1, .padding = 2, .bias = false});
+  check_gradients(conv, {1, 2, 5, 5});
+}
+
+TEST(Conv2dGradient, Stride2Padding1Kernel1x1Blocked) {
+  // 17 output channels: oneDNN pads blocked layouts to 16-multiples; padding must not leak into gradients.
+  Conv2d conv({.in_channels = 16, .out_channels = 17, .kernel = 1, .stride = 2, .padding = 0});
+  check_gradients(conv, {2, 16, 5, 5});
+}
+
+TEST(Conv2dGradient, FusedRelu) {
+  Conv2d conv({.in_channels = 3, .out_channels = 4, .kernel = 3, .stride = 1, .padding = 1, .relu = true});
+  check_gradients(conv, {2, 3, 5, 5}, {.step = 1e-3f, .abs_tolerance = 5e-3f});
+}
+
+TEST(Conv2dShape, OutputSizeFollowsFormula) {
+  Context ctx;
+  Conv2d conv({.in_channels = 3, .out_channels = 8, .kernel = 3, .stride = 2, .padding = 1});
+  AlignedBuffer<float> p(8 * 3 * 9 + 8), g(8 * 3 * 9 + 8);
+  conv.bind({{p.span().subspan(0, 216), g.span().subspan(0, 216)}, {p.span().subspan(216, 8), g.span().subspan(216, 8)}},
+            ctx);
+  EXPECT_EQ(conv.setup(ctx, plain_desc({1, 3, 9, 9}), Mode::train, true).dims(), (dims_t{1, 8, 5, 5}));
+  EXPECT_THROW(conv.setup(ctx, plain_desc({1, 4, 9, 9}), Mode::train, true), InputError);
+}
+
+TEST(DenseGradient, WithBias) {
+  Dense dense({.in_features = 12, .out_features = 7});
+  check_gradients(dense, {3, 12});
+}
+
+TEST(DenseGradient, FusedReluNoBias) {
+  Dense dense({.in_features = 20, .out_features = 33, .bias = false, .relu = true});
+  check_gradients(dense, {4, 20}, {.step = 1e-3f, .abs_tolerance = 5e-3f});
+}
+
+TEST(ReluGradient, AwayFromTheKink) {
+  Relu relu;
+  check_gradients(relu, {2, 3, 4, 4}, {.step = 1e-3f});
+}
+
+TEST(MaxPoolGradient, Kernel2Stride2) {
+  Pool2d pool({.kind = PoolKind::max, .kernel = 2, .stride = 2});
+  check_gradients(pool, {2, 3, 6, 6}, {.step = 1e-3f});
+}
+
+TEST(MaxPoolGradient, OverlappingWindowsWithPadding) {
+  Pool2d pool({.kind = PoolKind::max, .kernel = 3, .stride = 2, .padding = 1});
+  check_gradients(pool, {1, 2, 7, 7}, {.step = 1e-3f});
+}
+
+TEST(AvgPoolGradient, IncludePadding) {
+  Pool2d pool({.kind = PoolKind::avg_include_padding, .kernel = 3, .stride = 2, .padding = 1});
+  check_gradients(pool, {2, 3, 5, 5});
+}
+
+TEST(AvgPoolGradient, ExcludePadding) {
+  Pool2d pool({.kind = PoolKind::avg_exclude_padding, .kernel = 3, .stride = 1, .padding = 1});
+  check_gradients(pool, {1, 2, 4, 4});
+}
+
+TEST(GlobalAvgPoolGradient, WholePlane) {
+  Pool2d pool({.kind = PoolKind::global_avg});
+  check_gradients(pool, {2, 5, 3, 4});
+}
+
+TEST(FlattenGradient, FromPlain) {
+  Flatten flatten;
+  check_gradients(flatten, {2, 3, 4, 5});
+}
+
+TEST(DropoutGradient, MaskIsAppliedInBackward) {
+  Dropout dropout(0.4f, 11);
+  check_gradients(dropout, {4, 3, 5, 5});
+}
+
+TEST(BatchNorm2dGradient, TrainingStatistics) {
+  BatchNorm2d bn({.channels = 3});
+  check_gradients(bn, {4, 3, 3, 3}, {.step = 1e-2f, .abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f});
+}
+
+}  // namespace
+}  // namespace ddl
+
+namespace ddl {
+namespace {
+
+// A ReLU whose backward is off by a factor: the checker must catch it, or it proves nothing.
+class WrongRelu : public Relu {
+ public:
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override {
+    Tensor& out = const_cast<Tensor&>(Relu::backward(ctx, diff_dst));
+    for (std::size_t i = 0; i < out.bytes() / sizeof(float); ++i) out.data()[i] *= 1.1f;
+    return out;
+  }
+};
+
+TEST(GradientChecker, DetectsAWrongBackward) {
+  WrongRelu wrong;
+  EXPECT_GT(check_gradients(wrong, {1, 2, 3, 3}, {.step = 1e-3f, .report = false}), 0u);
+  Relu right;
+  EXPECT_EQ(check_gradients(right, {1, 2, 3, 3}, {.step = 1e-3f}), 0u);
+}
+
+TEST(BatchNorm2d, RunningStatisticsFollowPyTorch) {
+  Context ctx;
+  BatchNorm2d bn({.channels = 1, .momentum = 0.1f});
+  AlignedBuffer<float> p(2), g(2);
+  p[0] = 1.0f;  // gamma
+  bn.bind({{p.span().subspan(0, 1), g.span().subspan(0, 1)}, {p.span().subspan(1, 1), g.span().subspan(1, 1)}}, ctx);
+  bn.setup(ctx, plain_desc({4, 1, 1, 1}), Mode::train, true);
+  Tensor x = test::from_plain(ctx, {1, 2, 3, 6}, plain_desc({4, 1, 1, 1}));
+  bn.forward(ctx, x);
+  auto state = bn.state();
+  // batch mean 3, biased var 3.5, unbiased 14/3
+  EXPECT_NEAR(state[0].floats[0], 0.1f * 3.0f, 1e-6);
+  EXPECT_NEAR(state[1].floats[0], 0.9f + 0.1f * 14.0f / 3.0f, 1e-5);
+  // Inference uses the running statistics: y = (x - 0.3) / sqrt(running_var + eps).
+  bn.setup(ctx, plain_desc({4, 1, 1, 1}), Mode::infer, false);
+  auto y = test::to_plain(ctx, bn.forward(ctx, x));
+  EXPECT_NEAR(y[3], (6.0f - 0.3f) / std::sqrt(state[1].floats[0] + 1e-5f), 1e-5);
+}
+
+TEST(Dropout, InferenceIsIdentityAndTrainingKeepsTheExpectation) {
+  Context ctx;
+  Dropout dropout(0.25f, 3);
+  const dims_t dims = {8, 4, 16, 16};
+  std::vector<float> ones(product(dims), 1.0f);
+  dropout.setup(ctx, plain_desc(dims), Mode::infer, true);
+  EXPECT_EQ(test::to_plain(ctx, dropout.forward(ctx, test::from_plain(ctx, ones, plain_desc(dims)))), ones);
+  dropout.setup(ctx, plain_desc(dims), Mode::train, true);
+  Tensor x = test::from_plain(ctx, ones, plain_desc(dims));
+  auto y = test::to_plain(ctx, dropout.forward(ctx, x));
+  double sum = 0;
+  std::size_t zeros = 0;
+  for (float v : y) {
+    sum += v;
+    zeros += v == 0.0f;
+    if (v != 0.0f) EXPECT_FLOAT_EQ(v, 1.0f / 0.75f);
+  }
+  EXPECT_NEAR(static_cast<double>(zeros) / y.size(), 0.25, 0.02);
+  EXPECT_NEAR(sum / y.size(), 1.0, 0.03);
+}
+
+}  // namespace
+}  // namespace ddl

@@ -1,0 +1,167 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/layers/conv2d.hpp"
+#include "core/layers/dense.hpp"
+#include "core/layers/flatten.hpp"
+#include "core/layers/pool2d.hpp"
+#include "core/layers/softmax_cross_entropy.hpp"
+#include "core/optim/optimizer.hpp"
+#include "models/registry.hpp"
+#include "tests/core/tensor_util.hpp"
+
+namespace ddl {
+namespace {
+
+TEST(SeedCnn, HasThePapersParameterCountAndShapes) {
+  Context ctx;
+  auto model = make_model("seed_cnn", {.num_classes = 10}, ctx);
+  EXPECT_EQ(model->param_count(), 282250u);
+  const std::string summary = model->summary(ctx);
+  EXPECT_NE(summary.find("[32x32x32]"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("[64x8x8]"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("[4096]"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("total parameters: 282250"), std::string::npos) << summary;
+}
+
+TEST(ModelRegistry, UnknownNameIsAnInputError) {
+  Context ctx;
+  EXPECT_THROW(make_model("resnet9000", {}, ctx), InputError);
+}
+
+TEST(Initializer, GlorotUniformBoundsAndSpread) {
+  Context ctx;
+  auto model = make_model("seed_cnn", {}, ctx);
+  model->initialize(42);
+  const auto& conv2 = model->param_entries()[2];  // 2.weight: 64x32x3x3
+  ASSERT_EQ(conv2.name, "2.weight");
+  const double limit = std::sqrt(6.0 / (32 * 9 + 64 * 9));
+  double sum = 0, sq = 0;
+  for (std::size_t i = 0; i < conv2.size; ++i) {
+    const double v = model->params()[conv2.offset + i];
+    ASSERT_LE(std::abs(v), limit);
+    sum += v;
+    sq += v * v;
+  }
+  EXPECT_NEAR(sum / conv2.size, 0.0, 0.01);
+  EXPECT_NEAR(sq / conv2.size, limit * limit / 3, 0.05 * limit * limit);
+  const auto& bias = model->param_entries()[3];
+  for (std::size_t i = 0; i < bias.size; ++i) EXPECT_EQ(model->params()[bias.offset + i], 0.0f);
+}
+
+TEST(Initializer, SameSeedSameBitsOtherSeedOtherBits) {
+  Context ctx;
+  auto a = make_model("seed_cnn", {}, ctx), b = make_model("seed_cnn", {}, ctx), c = make_model("seed_cnn", {}, ctx);
+  a->initialize(7);
+  b->initialize(7);
+  c->initialize(8);
+  EXPECT_EQ(std::memcmp(a->params().data(), b->params().data(), a->param_count() * 4), 0);
+  EXPECT_NE(std::memcmp(a->params().data(), c->params().data(), a->param_count() * 4), 0);
+}
+
+// A few steps of training on fixed random data; returns the parameters.
+std::vector<float> train_steps(const std::string& name, std::uint64_t seed, int steps) {
+  Context ctx;
+  auto model = make_model(name, {.num_classes = 10, .seed = seed}, ctx);
+  model->initialize(seed);
+  auto adam = make_adam(model->param_count(), {});
+  SoftmaxCrossEntropy loss;
+  const dims_t dims = {16, 3, 32, 32};
+  Tensor x = test::from_plain(ctx, test::random_values(product(dims), 3, 0, 1), plain_desc(dims));
+  std::vector<std::int32_t> labels(16);
+  for (int i = 0; i < 16; ++i) labels[i] = i % 10;
+  for (int s = 0; s < steps; ++s) {
+    loss.forward(ctx, model->forward(ctx, x, Mode::train), labels);
+    model->backward(ctx, loss.backward());
+    adam->step(model->params(), model->grads(), 1e-3f);
+  }
+  return {model->params().begin(), model->params().end()};
+}
+
+TEST(Determinism, SameSeedSameBitsAfterTraining) {
+  for (const char* name : {"seed_cnn", "seed_cnn_bn"}) {
+    const auto a = train_steps(name, 5, 3), b = train_steps(name, 5, 3);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << name;
+    const auto start = train_steps(name, 5, 0);
+    EXPECT_NE(std::memcmp(a.data(), start.data(), a.size() * sizeof(float)), 0) << name << " did not train";
+  }
+}
+
+TEST(Training, LossFallsOnAFixedBatch) {
+  Context ctx;
+  auto model = make_model("seed_cnn", {}, ctx);
+  model->initialize(1);
+  auto adam = make_adam(model->param_count(), {});
+  SoftmaxCrossEntropy loss;
+  const dims_t dims = {32, 3, 32, 32};
+  Tensor x = test::from_plain(ctx, test::random_values(product(dims), 9, 0, 1), plain_desc(dims));
+  std::vector<std::int32_t> labels(32);
+  for (int i = 0; i < 32; ++i) labels[i] = (i * 7) % 10;
+  double first = 0, last = 0;
+  for (int s = 0; s < 30; ++s) {
+    const auto sums = loss.forward(ctx, model->forward(ctx, x, Mode::train), labels);
+    (s == 0 ? first : last) = sums.loss / 32;
+    model->backward(ctx, loss.backward());
+    adam->step(model->params(), model->grads(), 1e-3f);
+  }
+  EXPECT_NEAR(first, std::log(10.0), 0.3);
+  EXPECT_LT(last, 0.5 * first);
+}
+
+// The model chains layers through oneDNN's blocked layouts and slices of the flat buffers: check the
+// whole chain's parameter gradients against finite differences of the real loss.
+TEST(ModelGradient, WholeNetworkMatchesFiniteDifferences) {
+  Context ctx;
+  Model model("tiny", {3, 6, 6}, 4);
+  model.add(std::make_unique<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 17, .kernel = 3, .padding = 1}));
+  model.add(std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::avg_include_padding, .kernel = 2, .stride = 2}));
+  model.add(std::make_unique<Flatten>());
+  model.add(std::make_unique<Dense>(DenseOptions{.in_features = 17 * 9, .out_features = 4}));
+  model.finalize(ctx);
+  model.initialize(3);
+  SoftmaxCrossEntropy loss;
+  const dims_t dims = {2, 3, 6, 6};
+  Tensor x = test::from_plain(ctx, test::random_values(product(dims), 4), plain_desc(dims));
+  std::vector<std::int32_t> labels = {1, 3};
+  loss.forward(ctx, model.forward(ctx, x, Mode::train), labels);
+  model.backward(ctx, loss.backward());
+  const std::vector<float> analytic(model.grads().begin(), model.grads().end());
+  auto value = [&] { return loss.forward(ctx, model.forward(ctx, x, Mode::train), labels).loss / 2; };
+  for (std::size_t i = 0; i < model.param_count(); i += 37) {
+    float& p = model.params()[i];
+    const float original = p;
+    p = original + 1e-2f;
+    const double up = value();
+    p = original - 1e-2f;
+    const double down = value();
+    p = original;
+    EXPECT_NEAR(analytic[i], (up - down) / 2e-2, 2e-3 + 2e-2 * std::abs(analytic[i])) << "param " << i;
+  }
+}
+
+TEST(ModelGradient, GradientsReadyHookCoversEveryParameterOnce) {
+  Context ctx;
+  auto model = make_model("seed_cnn", {}, ctx);
+  model->initialize(1);
+  std::vector<int> seen(model->param_count(), 0);
+  std::vector<std::size_t> order;
+  model->on_gradients_ready = [&](std::size_t offset, std::size_t count) {
+    order.push_back(offset);
+    for (std::size_t i = offset; i < offset + count; ++i) ++seen[i];
+  };
+  SoftmaxCrossEntropy loss;
+  Tensor x = test::from_plain(ctx, test::random_values(3 * 32 * 32 * 2, 1, 0, 1), plain_desc({2, 3, 32, 32}));
+  std::vector<std::int32_t> labels = {0, 1};
+  loss.forward(ctx, model->forward(ctx, x, Mode::train), labels);
+  model->backward(ctx, loss.backward());
+  for (int s : seen) ASSERT_EQ(s, 1);
+  ASSERT_EQ(order.size(), 4u);  // two convolutions and two dense layers, last first
+  EXPECT_GT(order.front(), order.back());
+}
+
+}  // namespace
+}  // namespace ddl
