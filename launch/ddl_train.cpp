@@ -191,6 +191,8 @@ int train(Run& run, const Communicator& world) {
   std::size_t train_steps = 0;
   for (auto epoch = static_cast<int>(run.state.epochs_done); epoch < o.epochs; ++epoch) {
     auto indices = training_indices(run.train_subset.size(), o.seed, epoch, world.rank(), world.size(), o.batch_size);
+    if (o.steps_per_epoch > 0)
+      indices.resize(std::min(indices.size(), static_cast<std::size_t>(o.steps_per_epoch) * o.batch_size));
     const std::size_t steps = indices.size() / o.batch_size;
     run.train_loader->start(select(run.train_subset, indices), true, o.seed, epoch);
     ProgressBar progress(epoch + 1, o.epochs);

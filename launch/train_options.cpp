@@ -38,7 +38,7 @@ std::string TrainOptions::describe() const {
   std::ostringstream s;
   s << "model = " << model << "\nnum-classes = " << num_classes << "\ntrain = " << train_path << "\nval = " << val_path
     << "\nval-fraction = " << val_fraction << "\nnormalize = " << normalize << "\nrandom-flip = " << random_flip
-    << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
+    << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size << "\nsteps-per-epoch = " << steps_per_epoch
     << "\noptimizer = " << optimizer << "\nlr = " << lr << "\nlr-schedule = " << lr_schedule
     << "\nwarmup-epochs = " << warmup_epochs << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma
     << "\nmomentum = " << momentum << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay
@@ -69,6 +69,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   po::options_description training("Training");
   training.add_options()("epochs", po::value(&o.epochs)->default_value(o.epochs), "epochs to train (in all, counting resumed ones)")(
       "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "images per step per rank")(
+      "steps-per-epoch", po::value(&o.steps_per_epoch)->default_value(0), "cap on steps per epoch (0: the whole set; for quick runs)")(
       "optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "adam | sgd")(
       "lr", po::value(&o.lr)->default_value(o.lr), "base learning rate")(
       "lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | step | cosine")(
@@ -116,6 +117,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(!o.train_path.empty(), "--train is required (an .h5 dataset from 'ddl_data import')");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.batch_size >= 1, "--batch-size must be at least 1");
+  require(o.steps_per_epoch >= 0, "--steps-per-epoch must be >= 0");
   require(o.lr > 0, "--lr must be positive");
   require(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction must be in [0, 1)");
   require(o.val_path.empty() || o.val_fraction == 0, "give --val or --val-fraction, not both");

@@ -23,6 +23,7 @@ struct TrainOptions {
   // training
   int epochs = 10;
   int batch_size = 64;
+  int steps_per_epoch = 0;  // 0: the whole training set
   std::string optimizer = "adam";
   float lr = 1e-3f;
   std::string lr_schedule = "constant";

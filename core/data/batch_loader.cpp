@@ -62,6 +62,7 @@ const Batch* BatchLoader::next() {
 }
 
 void BatchLoader::produce() {
+  h5::silence_errors_on_this_thread();
   try {
     for (std::size_t b = 0; b < total_batches_; ++b) {
       {

@@ -7,8 +7,6 @@
 namespace ddl::h5 {
 namespace {
 
-void silence_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-
 Handle scalar_space() { return Handle(check_id(H5Screate(H5S_SCALAR), "H5Screate", "scalar")); }
 
 Handle vector_space(hsize_t n) { return Handle(check_id(H5Screate_simple(1, &n, nullptr), "H5Screate_simple", "")); }
@@ -70,8 +68,10 @@ template <> hid_t native_type<std::int64_t>() { return H5T_NATIVE_INT64; }
 template <> hid_t native_type<std::uint64_t>() { return H5T_NATIVE_UINT64; }
 template <> hid_t native_type<std::uint8_t>() { return H5T_NATIVE_UINT8; }
 
+void silence_errors_on_this_thread() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
 Handle open_file(const std::string& path) {
-  silence_hdf5();
+  silence_errors_on_this_thread();
   if (!std::filesystem::exists(path)) throw InputError(path + ": no such file");
   if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file (corrupt or wrong format)");
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -80,7 +80,7 @@ Handle open_file(const std::string& path) {
 }
 
 Handle create_file(const std::string& path) {
-  silence_hdf5();
+  silence_errors_on_this_thread();
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (id < 0) throw InputError(path + ": cannot create file (directory missing or not writable?)");
   return Handle(id);

@@ -1,0 +1,133 @@
+// Importers: image folders of PNG and JPEG files, the CIFAR binary formats, and their bad inputs.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/data/cifar_binary.hpp"
+#include "core/data/image_decode.hpp"
+#include "core/data/image_folder.hpp"
+#include "core/error.hpp"
+#include "tests/data/fixtures.hpp"
+
+namespace ddl {
+namespace {
+
+using test::pattern;
+using test::TempDir;
+namespace fs = std::filesystem;
+
+TEST(ImageFolder, ClassesSortedFilesSortedPixelsExact) {
+  TempDir dir;
+  for (const char* c : {"zebra", "ant"}) fs::create_directories(dir / c);
+  test::write_png(dir / "zebra/b.png", 3, 4, 2);
+  test::write_png(dir / "zebra/a.png", 3, 4, 1);
+  test::write_png(dir / "ant/x.png", 3, 4, 0);
+  std::ofstream(dir / "ant/readme.txt") << "not an image";
+  const ImageSet set = import_image_folder(dir.path().string(), 2);
+  EXPECT_EQ(set.class_names, (std::vector<std::string>{"ant", "zebra"}));
+  EXPECT_EQ(set.labels, (std::vector<std::int32_t>{0, 1, 1}));
+  EXPECT_EQ(set.height, 3);
+  EXPECT_EQ(set.width, 4);
+  // Files in order ant/x (seed 0), zebra/a (1), zebra/b (2): PNG is lossless.
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(set.pixels[i * set.image_bytes() + (2 * 4 + 3) * 3 + 1], pattern(i, 2, 3, 1));
+}
+
+TEST(ImageFolder, JpegDecodes) {
+  TempDir dir;
+  fs::create_directories(dir / "grey");
+  test::write_jpeg(dir / "grey/1.jpg", 8, 8);
+  const ImageSet set = import_image_folder(dir.path().string(), 1);
+  ASSERT_EQ(set.size(), 1u);
+  for (auto v : set.pixels) EXPECT_NEAR(v, 128, 2);
+}
+
+TEST(ImageFolder, DifferentSizesAreNamed) {
+  TempDir dir;
+  fs::create_directories(dir / "a");
+  test::write_png(dir / "a/1.png", 4, 4, 0);
+  test::write_png(dir / "a/2.png", 5, 4, 0);
+  try {
+    import_image_folder(dir.path().string(), 2);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("2.png: image is 5x4, the others 4x4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ImageFolder, CorruptJpegIsNamed) {
+  TempDir dir;
+  fs::create_directories(dir / "a");
+  test::write_jpeg(dir / "a/good.jpg", 8, 8);
+  test::write_jpeg(dir / "a/zbad.jpg", 8, 8);
+  fs::resize_file(dir / "a/zbad.jpg", 40);
+  try {
+    import_image_folder(dir.path().string(), 2);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("zbad.jpg: corrupt JPEG"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ImageFolder, NotAnImageAndNoClasses) {
+  TempDir dir;
+  EXPECT_THROW(import_image_folder(dir.path().string(), 1), InputError);
+  EXPECT_THROW(import_image_folder(dir / "missing", 1), InputError);
+  std::ofstream(dir / "fake.jpg") << "hello";
+  EXPECT_THROW(decode_image(dir / "fake.jpg"), InputError);
+}
+
+// One CIFAR record: label byte(s), then R, G and B planes of 1024 bytes.
+void append_record(std::ofstream& out, std::vector<std::uint8_t> labels, std::uint8_t base) {
+  for (auto l : labels) out.put(static_cast<char>(l));
+  for (int c = 0; c < 3; ++c)
+    for (int p = 0; p < 1024; ++p) out.put(static_cast<char>(base + c * 10 + p % 7));
+}
+
+TEST(CifarBinary, Cifar10RecordsBecomeHwcImages) {
+  TempDir dir;
+  {
+    std::ofstream a(dir / "data_batch_1.bin", std::ios::binary), b(dir / "data_batch_2.bin", std::ios::binary);
+    append_record(a, {3}, 0);
+    append_record(a, {9}, 100);
+    append_record(b, {0}, 50);
+    std::ofstream(dir / "test_batch.bin", std::ios::binary) << "ignored";
+    std::ofstream meta(dir / "batches.meta.txt");
+    for (const char* n : {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"})
+      meta << n << "\n";
+  }
+  const ImageSet set = import_cifar_binary({dir.path().string()}, CifarVariant::cifar10);
+  ASSERT_EQ(set.size(), 3u);
+  EXPECT_EQ(set.labels, (std::vector<std::int32_t>{3, 9, 0}));
+  EXPECT_EQ(set.class_names[3], "cat");
+  // Pixel p = 8 of image 1: R = 100 + 8 % 7, G = 110 + 1, B = 120 + 1.
+  EXPECT_EQ(set.pixels[1 * 3072 + 8 * 3 + 0], 101);
+  EXPECT_EQ(set.pixels[1 * 3072 + 8 * 3 + 1], 111);
+  EXPECT_EQ(set.pixels[1 * 3072 + 8 * 3 + 2], 121);
+}
+
+TEST(CifarBinary, Cifar100UsesTheFineLabel) {
+  TempDir dir;
+  {
+    std::ofstream a(dir / "train.bin", std::ios::binary);
+    append_record(a, {4, 77}, 0);
+  }
+  const ImageSet set = import_cifar_binary({dir / "train.bin"}, CifarVariant::cifar100);
+  EXPECT_EQ(set.labels, (std::vector<std::int32_t>{77}));
+  EXPECT_EQ(set.class_names.size(), 100u);
+}
+
+TEST(CifarBinary, BadSizesAndLabelsAreRejected) {
+  TempDir dir;
+  std::ofstream(dir / "short.bin", std::ios::binary) << "abc";
+  EXPECT_THROW(import_cifar_binary({dir / "short.bin"}, CifarVariant::cifar10), InputError);
+  {
+    std::ofstream a(dir / "label.bin", std::ios::binary);
+    append_record(a, {12}, 0);
+  }
+  EXPECT_THROW(import_cifar_binary({dir / "label.bin"}, CifarVariant::cifar10), InputError);
+  EXPECT_THROW(import_cifar_binary({dir / "missing"}, CifarVariant::cifar10), InputError);
+}
+
+}  // namespace
+}  // namespace ddl

@@ -1,0 +1,167 @@
+// ddl_data and ddl_train as users run them: on the sample data the repository ships, with and without
+// mpirun, resuming, and failing cleanly on bad input.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "core/data/dataset_writer.hpp"
+#include "core/data/hdf5.hpp"
+#include "tests/data/fixtures.hpp"
+#include "tests/launch/process.hpp"
+
+namespace ddl {
+namespace {
+
+using test::run_process;
+
+const std::string kTrain = DDL_TRAIN_EXE;
+const std::string kData = DDL_DATA_EXE;
+const std::string kMpirun = std::string(MPIEXEC_EXE) + " --oversubscribe";
+const std::string kSample = DDL_SAMPLE_TARBALL;
+
+class DdlTrain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    dir_ = new test::TempDir();
+    const auto untar = run_process("tar xzf " + kSample + " -C " + dir_->path().string(), dir_->path().string());
+    ASSERT_EQ(untar.exit_code, 0) << untar.err;
+    const auto import = run_process(kData + " import --from " + (*dir_ / "cifar10_sample") + " --output " +
+                                        (*dir_ / "sample.h5") + " --val-fraction 0.2 --seed 1",
+                                    dir_->path().string());
+    ASSERT_EQ(import.exit_code, 0) << import.err;
+    ASSERT_NE(import.out.find("imported 6000 images (32x32x3, 10 classes)"), std::string::npos) << import.out;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  std::string train_args(const std::string& extra) const {
+    return " --train " + (*dir_ / "sample.h5") + " --val " + (*dir_ / "sample_val.h5") + " --progress never " + extra;
+  }
+  test::ProcessResult run(const std::string& command) { return run_process(command, scratch_.path().string()); }
+  std::vector<float> params(const std::string& checkpoint) {
+    h5::Handle f = h5::open_file(checkpoint);
+    return h5::read_dataset<float>(f, "params", checkpoint);
+  }
+
+  static test::TempDir* dir_;
+  test::TempDir scratch_;
+};
+test::TempDir* DdlTrain::dir_ = nullptr;
+
+TEST_F(DdlTrain, DataInfoDescribesTheSample) {
+  const auto r = run(kData + " info " + (*dir_ / "sample.h5"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("images 4800, shape 32x32x3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("airplane"), std::string::npos) << r.out;
+}
+
+TEST_F(DdlTrain, LearnsAndWritesMetricsAndCheckpoints) {
+  const std::string ckpt = scratch_ / "ckpt", metrics = scratch_ / "m.csv";
+  const auto r = run(kTrain + train_args("--epochs 2 --checkpoint-dir " + ckpt + " --metrics " + metrics));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("total parameters: 282250"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epoch 2/2"), std::string::npos) << r.out;
+  const auto pos = r.out.find("final validation accuracy ");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  EXPECT_GT(std::stod(r.out.substr(pos + 26)), 0.25) << "2 epochs on the sample should beat chance (0.10) clearly";
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/last.h5"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/best.h5"));
+  std::ifstream in(metrics);
+  std::string header, line1, line2;
+  std::getline(in, header);
+  std::getline(in, line1);
+  std::getline(in, line2);
+  EXPECT_EQ(header.rfind("epoch,train_loss,train_accuracy,val_loss,val_accuracy", 0), 0u);
+  EXPECT_EQ(line2.rfind("2,", 0), 0u) << line2;
+}
+
+TEST_F(DdlTrain, ResumeContinuesExactly) {
+  const std::string straight = scratch_ / "straight", split = scratch_ / "split";
+  const std::string opts = "--epochs 4 --model seed_cnn_bn --random-flip --random-crop-padding 2 --threads 2 ";
+  ASSERT_EQ(run(kTrain + train_args(opts + "--checkpoint-dir " + straight)).exit_code, 0);
+  auto first = run(kTrain + train_args("--epochs 2 --model seed_cnn_bn --random-flip --random-crop-padding 2 --threads 2 "
+                                       "--checkpoint-dir " + split));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  auto second = run(kTrain + train_args(opts + "--checkpoint-dir " + split + " --resume auto"));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_NE(second.out.find("resumed from"), std::string::npos);
+  EXPECT_EQ(second.out.find("epoch 1/4"), std::string::npos) << "resumed run repeated epoch 1";
+  const auto a = params(straight + "/last.h5"), b = params(split + "/last.h5");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "2 + 2 epochs differ from 4 epochs";
+}
+
+TEST_F(DdlTrain, SameResultWithAndWithoutMpirun) {
+  const std::string plain = scratch_ / "plain", mpi = scratch_ / "mpi";
+  ASSERT_EQ(run(kTrain + train_args("--epochs 1 --threads 1 --checkpoint-dir " + plain)).exit_code, 0);
+  const auto r = run(kMpirun + " -np 1 " + kTrain + train_args("--epochs 1 --threads 1 --checkpoint-dir " + mpi));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(params(plain + "/last.h5"), params(mpi + "/last.h5"));
+}
+
+TEST_F(DdlTrain, TwoRanksMatchOneRankWithTheGlobalBatch) {
+  // Plain SGD: 2 ranks x batch 32 average their gradients into the step of 1 rank x batch 64; only the
+  // order of float sums differs (oneDNN's reductions over 32 vs 64 images).
+  for (int steps : {1, 8}) {
+    const std::string one = scratch_ / ("one" + std::to_string(steps)), two = scratch_ / ("two" + std::to_string(steps));
+    const std::string sgd = "--epochs 1 --optimizer sgd --momentum 0 --lr 0.05 --threads 1 --steps-per-epoch " +
+                            std::to_string(steps) + " ";
+    ASSERT_EQ(run(kTrain + train_args(sgd + "--batch-size 64 --checkpoint-dir " + one)).exit_code, 0);
+    const auto r = run(kMpirun + " -np 2 " + kTrain + train_args(sgd + "--batch-size 32 --checkpoint-dir " + two));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("ranks 2"), std::string::npos);
+    EXPECT_NE(r.out.find("global 64"), std::string::npos);
+    const auto a = params(one + "/last.h5"), b = params(two + "/last.h5");
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+    std::cout << steps << " steps: largest parameter difference " << worst << "\n";
+    EXPECT_LT(worst, 1e-5) << "after " << steps << " steps";
+  }
+}
+
+// One line on stderr naming the problem, exit code 2, quickly.
+void expect_clean_error(const test::ProcessResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(test::count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 20.0);
+}
+
+TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {
+  expect_clean_error(run(kTrain + " --epochs 1"), "--train is required");
+  expect_clean_error(run(kTrain + " --train " + (scratch_ / "missing.h5")), "missing.h5: no such file");
+  expect_clean_error(run(kTrain + train_args("--optimizer rmsprop")), "--optimizer must be adam or sgd");
+  expect_clean_error(run(kTrain + train_args("--batch-size zero")), "batch-size");
+  expect_clean_error(run(kTrain + train_args("--model nonet")), "unknown model 'nonet'");
+  expect_clean_error(run(kTrain + train_args("--bogus-option 1")), "bogus-option");
+  std::ofstream(scratch_ / "corrupt.h5") << "garbage";
+  expect_clean_error(run(kTrain + " --train " + (scratch_ / "corrupt.h5")), "not an HDF5 file");
+  write_image_dataset(test::pattern_set(8, 16, 16, 2), scratch_ / "small.h5", 1);
+  expect_clean_error(run(kTrain + " --train " + (scratch_ / "small.h5")),
+                     "model seed_cnn takes 32x32x3 images, " + (scratch_ / "small.h5") + " holds 16x16x3");
+  expect_clean_error(run(kTrain + train_args("--resume " + (scratch_ / "nothing.h5"))), "nothing.h5: no such file");
+}
+
+TEST_F(DdlTrain, BadInputStopsEveryRank) {
+  const auto r = run(kMpirun + " -np 2 " + kTrain + " --train " + (scratch_ / "missing.h5"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("ddl_train: error (rank 0): "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ddl_train: error (rank 1): "), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST_F(DdlTrain, DataToolRejectsBadInput) {
+  auto r = run(kData);
+  EXPECT_EQ(r.exit_code, 2);
+  r = run(kData + " import --from " + (scratch_ / "nowhere") + " --output " + (scratch_ / "x.h5"));
+  expect_clean_error(r, "nowhere");
+  r = run(kData + " info " + (scratch_ / "nothing.h5"));
+  expect_clean_error(r, "nothing.h5: no such file");
+}
+
+}  // namespace
+}  // namespace ddl
