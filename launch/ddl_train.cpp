@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <numeric>
@@ -184,7 +185,11 @@ int train(Run& run, const Communicator& world) {
   Trainer trainer(run.ctx, *run.model, *run.optimizer, run.schedule, group);
   std::optional<MetricsLog> metrics;
   if (lead && !o.metrics_path.empty()) metrics.emplace(o.metrics_path, !run.resume_path.empty());
-  const bool bar = lead && (o.progress == "always" || (o.progress == "auto" && isatty(STDOUT_FILENO)));
+  // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
+  // mpirun "auto" cannot tell and stays with plain lines; --progress always forces the bar.
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  const bool bar =
+      lead && (o.progress == "always" || (o.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
 
   PassMetrics last_val;
   double train_seconds = 0;
