@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "models/registry.hpp"
 
 namespace ddl {
 namespace po = boost::program_options;
@@ -55,12 +56,14 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   po::options_description general("General");
   general.add_options()("help,h", "print this help")("config", po::value(&config), "read options from this file (key = value lines)");
   po::options_description model("Model");
-  model.add_options()("model", po::value(&o.model)->default_value(o.model), "seed_cnn | seed_cnn_bn")(
+  std::string names;
+  for (const auto& n : model_names()) names += (names.empty() ? "" : " | ") + n;
+  model.add_options()("model", po::value(&o.model)->default_value(o.model), names.c_str())(
       "num-classes", po::value(&o.num_classes)->default_value(0), "classes (0: the training set's)");
   po::options_description data("Data");
   data.add_options()("train", po::value(&o.train_path), "training set (.h5 from ddl_data import; a shard or the base name)")(
       "val", po::value(&o.val_path), "validation set (.h5)")(
-      "val-fraction", po::value(&o.val_fraction)->default_value(0.0), "hold out this fraction of --train for validation")(
+      "val-fraction", po::value(&o.val_fraction)->default_value(0.0, "0"), "hold out this fraction of --train for validation")(
       "normalize", po::value(&o.normalize)->default_value(o.normalize), "scale (pixel/255) | meanstd")(
       "mean", po::value(&mean), "per-channel means for meanstd, e.g. 0.485,0.456,0.406 (default: the training set's)")(
       "std", po::value(&stddev), "per-channel standard deviations for meanstd")(
@@ -71,17 +74,17 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "images per step per rank")(
       "steps-per-epoch", po::value(&o.steps_per_epoch)->default_value(0), "cap on steps per epoch (0: the whole set; for quick runs)")(
       "optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "adam | sgd")(
-      "lr", po::value(&o.lr)->default_value(o.lr), "base learning rate")(
+      "lr", po::value(&o.lr)->default_value(o.lr, "0.001"), "base learning rate")(
       "lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | step | cosine")(
-      "warmup-epochs", po::value(&o.warmup_epochs)->default_value(0.0f), "linear warm-up length in epochs")(
-      "lr-step-epochs", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs), "step schedule: epochs between decays")(
-      "lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma), "step schedule: decay factor")(
-      "momentum", po::value(&o.momentum)->default_value(o.momentum), "sgd momentum")(
+      "warmup-epochs", po::value(&o.warmup_epochs)->default_value(0.0f, "0"), "linear warm-up length in epochs")(
+      "lr-step-epochs", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs, "30"), "step schedule: epochs between decays")(
+      "lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma, "0.1"), "step schedule: decay factor")(
+      "momentum", po::value(&o.momentum)->default_value(o.momentum, "0.9"), "sgd momentum")(
       "nesterov", po::bool_switch(&o.nesterov), "sgd: Nesterov momentum")(
-      "weight-decay", po::value(&o.weight_decay)->default_value(0.0f), "L2 weight decay")(
-      "adam-beta1", po::value(&o.adam_beta1)->default_value(o.adam_beta1), "adam beta1")(
-      "adam-beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2), "adam beta2")(
-      "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon), "adam epsilon (Keras 1e-7)")(
+      "weight-decay", po::value(&o.weight_decay)->default_value(0.0f, "0"), "L2 weight decay")(
+      "adam-beta1", po::value(&o.adam_beta1)->default_value(o.adam_beta1, "0.9"), "adam beta1")(
+      "adam-beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2, "0.999"), "adam beta2")(
+      "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, "1e-07"), "adam epsilon (Keras 1e-7)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation, shuffling, augmentation, dropout");
   po::options_description system("System");
   system.add_options()("threads", po::value(&o.threads)->default_value(0), "compute threads per rank (0: the node's cores / its ranks)");

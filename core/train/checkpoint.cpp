@@ -55,8 +55,9 @@ void read_states(const h5::Handle& group, const std::vector<StateView>& states, 
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state) {
-  const std::string tmp = path + ".tmp";
+namespace {
+
+void write_checkpoint_file(const std::string& tmp, Model& model, Optimizer& optimizer, const TrainingState& state) {
   {
     h5::Handle file = h5::create_file(tmp);
     h5::write_attribute(file, "ddl_format", std::string(kMagic));
@@ -75,6 +76,19 @@ void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
     h5::flush(file, tmp);
   }
   fsync_path(tmp);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state) {
+  const std::string tmp = path + ".tmp";
+  try {
+    write_checkpoint_file(tmp, model, optimizer, state);
+  } catch (...) {
+    std::error_code ignored;  // a half-written temporary (full disk, say) is of no use to anyone
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());

@@ -51,6 +51,14 @@ class DdlTrain : public ::testing::Test {
 };
 test::TempDir* DdlTrain::dir_ = nullptr;
 
+// One line on stderr naming the problem, exit code 2, quickly.
+void expect_clean_error(const test::ProcessResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(test::count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 20.0);
+}
+
 TEST_F(DdlTrain, DataInfoDescribesTheSample) {
   const auto r = run(kData + " info " + (*dir_ / "sample.h5"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -76,6 +84,17 @@ TEST_F(DdlTrain, LearnsAndWritesMetricsAndCheckpoints) {
   std::getline(in, line2);
   EXPECT_EQ(header.rfind("epoch,train_loss,train_accuracy,val_loss,val_accuracy", 0), 0u);
   EXPECT_EQ(line2.rfind("2,", 0), 0u) << line2;
+}
+
+TEST_F(DdlTrain, ConfigFileSetsOptionsAndTheCommandLineWins) {
+  std::ofstream(scratch_ / "run.cfg") << "# a comment\nepochs = 1\nbatch-size = 16\nsteps-per-epoch = 3\noptimizer = sgd\n";
+  const auto r = run(kTrain + train_args("--config " + (scratch_ / "run.cfg") + " --batch-size 8"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("batch 8 per rank"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("optimizer sgd"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epoch 1/1"), std::string::npos) << r.out;
+  std::ofstream(scratch_ / "bad.cfg") << "epochz = 3\n";
+  expect_clean_error(run(kTrain + train_args("--config " + (scratch_ / "bad.cfg"))), "epochz");
 }
 
 TEST_F(DdlTrain, ResumeContinuesExactly) {
@@ -121,14 +140,6 @@ TEST_F(DdlTrain, TwoRanksMatchOneRankWithTheGlobalBatch) {
     std::cout << steps << " steps: largest parameter difference " << worst << "\n";
     EXPECT_LT(worst, 1e-5) << "after " << steps << " steps";
   }
-}
-
-// One line on stderr naming the problem, exit code 2, quickly.
-void expect_clean_error(const test::ProcessResult& r, const std::string& needle) {
-  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_EQ(test::count_lines(r.err), 1u) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-  EXPECT_LT(r.seconds, 20.0);
 }
 
 TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {

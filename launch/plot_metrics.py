@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Draws the learning curves of a ddl_train metrics file (CSV or JSON lines) into a PNG.
+
+usage: python3 launch/plot_metrics.py METRICS.csv|.jsonl [OUT.png]
+Needs matplotlib (Debian: apt-get install python3-matplotlib).
+"""
+import csv
+import json
+import sys
+
+
+def read_metrics(path):
+    with open(path) as f:
+        if path.endswith((".jsonl", ".json")):
+            return [json.loads(line) for line in f if line.strip()]
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    path = sys.argv[1]
+    out = sys.argv[2] if len(sys.argv) > 2 else path.rsplit(".", 1)[0] + ".png"
+    rows = read_metrics(path)
+    if not rows:
+        sys.exit(f"plot_metrics: {path} holds no epochs")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = [r["epoch"] for r in rows]
+    fig, (loss, acc) = plt.subplots(1, 2, figsize=(10, 4))
+    loss.plot(epochs, [r["train_loss"] for r in rows], "o-", label="train")
+    loss.plot(epochs, [r["val_loss"] for r in rows], "o-", label="validation")
+    loss.set(xlabel="epoch", ylabel="loss", title="loss")
+    acc.plot(epochs, [r["train_accuracy"] for r in rows], "o-", label="train")
+    acc.plot(epochs, [r["val_accuracy"] for r in rows], "o-", label="validation")
+    acc.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
+    for ax in (loss, acc):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    print(f"plot_metrics: wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
