@@ -21,10 +21,8 @@ std::vector<ParamSpec> BatchNorm2d::param_specs() const {
 
 void BatchNorm2d::bind(const std::vector<ParamView>& views, Context& ctx) {
   memory::desc md({opt_.channels}, dt::f32, tag::x);
-  scale_ = memory(md, ctx.engine(), views[0].value.data());
-  diff_scale_ = memory(md, ctx.engine(), views[0].grad.data());
-  shift_ = memory(md, ctx.engine(), views[1].value.data());
-  diff_shift_ = memory(md, ctx.engine(), views[1].grad.data());
+  scale_ = ParamMemory(views[0], md, ctx.engine());
+  shift_ = ParamMemory(views[1], md, ctx.engine());
   running_mean_mem_ = memory(md, ctx.engine(), running_mean_.data());
   running_var_mem_ = memory(md, ctx.engine(), running_var_.data());
 }
@@ -69,16 +67,16 @@ const Tensor& BatchNorm2d::forward(Context& ctx, const Tensor& src) {
     fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()},
                                 {DNNL_ARG_MEAN, running_mean_mem_},
                                 {DNNL_ARG_VARIANCE, running_var_mem_},
-                                {DNNL_ARG_SCALE, scale_},
-                                {DNNL_ARG_SHIFT, shift_},  // oneDNN 2.6 requires it with use_shift
+                                {DNNL_ARG_SCALE, scale_.value},
+                                {DNNL_ARG_SHIFT, shift_.value},  // oneDNN 2.6 requires it with use_shift
                                 {DNNL_ARG_DST, dst_.memory()}});
     return dst_;
   }
   fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()},
                               {DNNL_ARG_MEAN, mean_.memory()},
                               {DNNL_ARG_VARIANCE, variance_.memory()},
-                              {DNNL_ARG_SCALE, scale_},
-                              {DNNL_ARG_SHIFT, shift_},
+                              {DNNL_ARG_SCALE, scale_.value},
+                              {DNNL_ARG_SHIFT, shift_.value},
                               {DNNL_ARG_DST, dst_.memory()}});
   const float m = opt_.momentum;
   const float unbias = reduced_count_ > 1 ? static_cast<float>(reduced_count_) / (reduced_count_ - 1) : 1.0f;
@@ -95,11 +93,11 @@ const Tensor& BatchNorm2d::backward(Context& ctx, const Tensor& diff_dst) {
                                {DNNL_ARG_MEAN, mean_.memory()},
                                {DNNL_ARG_VARIANCE, variance_.memory()},
                                {DNNL_ARG_DIFF_DST, diff_dst.memory()},
-                               {DNNL_ARG_SCALE, scale_},
-                               {DNNL_ARG_SHIFT, shift_},  // oneDNN 2.6 requires it with use_shift
+                               {DNNL_ARG_SCALE, scale_.value},
+                               {DNNL_ARG_SHIFT, shift_.value},  // oneDNN 2.6 requires it with use_shift
                                {DNNL_ARG_DIFF_SRC, diff_src_.memory()},
-                               {DNNL_ARG_DIFF_SCALE, diff_scale_},
-                               {DNNL_ARG_DIFF_SHIFT, diff_shift_}});
+                               {DNNL_ARG_DIFF_SCALE, scale_.grad},
+                               {DNNL_ARG_DIFF_SHIFT, shift_.grad}});
   return diff_src_;
 }
 

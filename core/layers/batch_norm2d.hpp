@@ -31,7 +31,7 @@ class BatchNorm2d : public Layer {
 
  private:
   BatchNorm2dOptions opt_;
-  dnnl::memory scale_, shift_, diff_scale_, diff_shift_;
+  ParamMemory scale_, shift_;
   AlignedBuffer<float> running_mean_, running_var_;
   Mode mode_ = Mode::train;
   std::size_t reduced_count_ = 0;

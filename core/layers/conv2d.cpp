@@ -26,14 +26,8 @@ std::vector<ParamSpec> Conv2d::param_specs() const {
 }
 
 void Conv2d::bind(const std::vector<ParamView>& views, Context& ctx) {
-  memory::desc weights_md(weights_dims_, dt::f32, tag::oihw);
-  user_weights_ = memory(weights_md, ctx.engine(), views[0].value.data());
-  user_diff_weights_ = memory(weights_md, ctx.engine(), views[0].grad.data());
-  if (opt_.bias) {
-    memory::desc bias_md({opt_.out_channels}, dt::f32, tag::x);
-    user_bias_ = memory(bias_md, ctx.engine(), views[1].value.data());
-    user_diff_bias_ = memory(bias_md, ctx.engine(), views[1].grad.data());
-  }
+  weights_ = ParamMemory(views[0], memory::desc(weights_dims_, dt::f32, tag::oihw), ctx.engine());
+  if (opt_.bias) bias_ = ParamMemory(views[1], memory::desc({opt_.out_channels}, dt::f32, tag::x), ctx.engine());
 }
 
 memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
@@ -57,30 +51,15 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   dnnl::convolution_forward::desc fwd_desc(prop, dnnl::algorithm::convolution_direct, src_any, weights_any, bias_md,
                                            dst_any, strides, padding, padding);
-  dnnl::primitive_attr attr;
-  if (opt_.relu) {
-    dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-    attr.set_post_ops(ops);
-  }
-  dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, attr, ctx.engine());
+  dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, relu_post_op(opt_.relu), ctx.engine());
   fwd_ = dnnl::convolution_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, fwd_pd.src_desc());
-  fwd_weights_ = Relayout(ctx, user_weights_.get_desc(), fwd_pd.weights_desc());
+  fwd_weights_ = Relayout(ctx, weights_.value.get_desc(), fwd_pd.weights_desc());
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   if (mode == Mode::infer) return dst_.desc();
 
   const memory::desc& dst_md = fwd_pd.dst_desc();
-  relu_bwd_.reset();
-  if (opt_.relu) {
-    auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
-    dnnl::eltwise_forward::primitive_desc hint(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, dst_md, 0.0f, 0.0f), ctx.engine());
-    dnnl::eltwise_backward::primitive_desc pd(dnnl::eltwise_backward::desc(alg, dst_md, dst_md, 0.0f, 0.0f),
-                                              ctx.engine(), hint);
-    relu_bwd_ = dnnl::eltwise_backward(pd);
-    diff_pre_relu_ = Tensor(dst_md, ctx.engine());
-  }
+  relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md) : FusedReluBackward();
 
   dnnl::convolution_backward_weights::primitive_desc bw_pd(
       dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, weights_any, bias_md,
@@ -90,9 +69,9 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   bwd_weights_src_ = Relayout(ctx, fwd_pd.src_desc(), bw_pd.src_desc());
   bwd_weights_diff_dst_ = Relayout(ctx, dst_md, bw_pd.diff_dst_desc());
   diff_weights_to_user_.reset();
-  if (bw_pd.diff_weights_desc() != user_diff_weights_.get_desc()) {
+  if (bw_pd.diff_weights_desc() != weights_.grad.get_desc()) {
     diff_weights_ = Tensor(bw_pd.diff_weights_desc(), ctx.engine());
-    diff_weights_to_user_ = Copy(ctx, bw_pd.diff_weights_desc(), user_diff_weights_.get_desc());
+    diff_weights_to_user_ = Copy(ctx, bw_pd.diff_weights_desc(), weights_.grad.get_desc());
   }
 
   bwd_data_.reset();
@@ -105,7 +84,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
     bwd_data_ = dnnl::convolution_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
-    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, user_weights_.get_desc(), bd_pd.weights_desc());
+    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value.get_desc(), bd_pd.weights_desc());
     bwd_data_diff_dst_ = Relayout(ctx, dst_md, bd_pd.diff_dst_desc());
     diff_src_ = Tensor(src_md, ctx.engine());
     if (bd_pd.diff_src_desc() != src_md) {
@@ -119,36 +98,30 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
 const Tensor& Conv2d::forward(Context& ctx, const Tensor& src) {
   src_ = &src;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, fwd_src_(ctx, src.memory())},
-                                       {DNNL_ARG_WEIGHTS, fwd_weights_(ctx, user_weights_)},
+                                       {DNNL_ARG_WEIGHTS, fwd_weights_(ctx, weights_.value)},
                                        {DNNL_ARG_DST, dst_.memory()}};
-  if (opt_.bias) args.insert({DNNL_ARG_BIAS, user_bias_});
+  if (opt_.bias) args.insert({DNNL_ARG_BIAS, bias_.value});
   fwd_.execute(ctx.stream(), args);
   return dst_;
 }
 
 const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
   if (mode_ != Mode::train) throw Error(describe() + ": backward called on a layer set up for inference");
-  const memory* grad = &diff_dst.memory();
-  if (relu_bwd_) {
-    relu_bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, dst_.memory()},
-                                      {DNNL_ARG_DIFF_DST, diff_dst.memory()},
-                                      {DNNL_ARG_DIFF_SRC, diff_pre_relu_.memory()}});
-    grad = &diff_pre_relu_.memory();
-  }
+  const memory& grad = relu_backward_(ctx, dst_.memory(), diff_dst.memory());
   // The forward's reordered source, if there was one, is still in fwd_src_'s buffer.
   const memory& fwd_src = fwd_src_.last(src_->memory());
   std::unordered_map<int, memory> wargs{
       {DNNL_ARG_SRC, bwd_weights_src_(ctx, fwd_src)},
-      {DNNL_ARG_DIFF_DST, bwd_weights_diff_dst_(ctx, *grad)},
-      {DNNL_ARG_DIFF_WEIGHTS, diff_weights_to_user_ ? diff_weights_.memory() : user_diff_weights_}};
-  if (opt_.bias) wargs.insert({DNNL_ARG_DIFF_BIAS, user_diff_bias_});
+      {DNNL_ARG_DIFF_DST, bwd_weights_diff_dst_(ctx, grad)},
+      {DNNL_ARG_DIFF_WEIGHTS, diff_weights_to_user_ ? diff_weights_.memory() : weights_.grad}};
+  if (opt_.bias) wargs.insert({DNNL_ARG_DIFF_BIAS, bias_.grad});
   bwd_weights_.execute(ctx.stream(), wargs);
-  if (diff_weights_to_user_) (*diff_weights_to_user_)(ctx, diff_weights_.memory(), user_diff_weights_);
+  if (diff_weights_to_user_) (*diff_weights_to_user_)(ctx, diff_weights_.memory(), weights_.grad);
 
   if (!bwd_data_) return diff_src_;
   const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.memory();
-  bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_(ctx, *grad)},
-                                    {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(user_weights_) : bwd_data_weights_(ctx, user_weights_)},
+  bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_(ctx, grad)},
+                                    {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value) : bwd_data_weights_(ctx, weights_.value)},
                                     {DNNL_ARG_DIFF_SRC, out}});
   if (diff_src_to_input_layout_) (*diff_src_to_input_layout_)(ctx, diff_src_raw_.memory(), diff_src_.memory());
   return diff_src_;

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "core/layers/fused_relu.hpp"
 #include "core/layers/layer.hpp"
 #include "core/layers/relayout.hpp"
 
@@ -36,7 +37,7 @@ class Conv2d : public Layer {
  private:
   Conv2dOptions opt_;
   dims_t weights_dims_;
-  dnnl::memory user_weights_, user_diff_weights_, user_bias_, user_diff_bias_;
+  ParamMemory weights_, bias_;
   bool need_diff_src_ = false;
   Mode mode_ = Mode::train;
 
@@ -45,8 +46,7 @@ class Conv2d : public Layer {
   Tensor dst_;
   const Tensor* src_ = nullptr;
 
-  std::optional<dnnl::eltwise_backward> relu_bwd_;
-  Tensor diff_pre_relu_;
+  FusedReluBackward relu_backward_;
   dnnl::convolution_backward_weights bwd_weights_;
   Relayout bwd_weights_src_, bwd_weights_diff_dst_;
   std::optional<Copy> diff_weights_to_user_;

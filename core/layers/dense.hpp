@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "core/layers/fused_relu.hpp"
 #include "core/layers/layer.hpp"
 #include "core/layers/relayout.hpp"
 
@@ -30,7 +31,7 @@ class Dense : public Layer {
 
  private:
   DenseOptions opt_;
-  dnnl::memory user_weights_, user_diff_weights_, user_bias_, user_diff_bias_;
+  ParamMemory weights_, bias_;
   Mode mode_ = Mode::train;
 
   dnnl::inner_product_forward fwd_;
@@ -38,8 +39,7 @@ class Dense : public Layer {
   Tensor dst_;
   const Tensor* src_ = nullptr;
 
-  std::optional<dnnl::eltwise_backward> relu_bwd_;
-  Tensor diff_pre_relu_;
+  FusedReluBackward relu_backward_;
   dnnl::inner_product_backward_weights bwd_weights_;
   std::optional<Copy> diff_weights_to_user_;
   Tensor diff_weights_;

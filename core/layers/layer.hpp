@@ -42,6 +42,14 @@ struct StateView {
   std::span<std::uint64_t> words;
 };
 
+// oneDNN memories over a parameter's value and gradient slices, in the parameter's plain layout.
+struct ParamMemory {
+  dnnl::memory value, grad;
+  ParamMemory() = default;
+  ParamMemory(const ParamView& view, const dnnl::memory::desc& md, const dnnl::engine& engine)
+      : value(md, engine, view.value.data()), grad(md, engine, view.grad.data()) {}
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
