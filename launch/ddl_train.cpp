@@ -75,17 +75,16 @@ void build(Run& run, const Communicator& world) {
   run.threads = o.threads > 0 ? o.threads : default_threads(world);
   omp_set_num_threads(run.threads);
 
+  const ImageDataset train(o.train_path);
   Preprocessing prep;
   prep.random_flip = o.random_flip;
   prep.random_crop_padding = o.random_crop_padding;
-  run.train_loader.emplace(o.train_path, prep, static_cast<std::size_t>(o.batch_size), run.ctx);
-  const ImageDataset& train = run.train_loader->dataset();
   if (o.normalize == "meanstd") {
     prep.normalize_mean_std = true;
     prep.mean = o.mean.empty() ? std::vector<float>(train.channel_mean().begin(), train.channel_mean().end()) : o.mean;
     prep.stddev = o.stddev.empty() ? std::vector<float>(train.channel_std().begin(), train.channel_std().end()) : o.stddev;
-    run.train_loader.emplace(o.train_path, prep, static_cast<std::size_t>(o.batch_size), run.ctx);
   }
+  run.train_loader.emplace(o.train_path, prep, static_cast<std::size_t>(o.batch_size), run.ctx);
 
   // Validation: a separate file, or a seeded fraction held out of the training file.
   std::vector<std::size_t> all(train.size());

@@ -9,9 +9,9 @@ namespace ddl {
 
 BatchLoader::BatchLoader(const std::string& path, const Preprocessing& prep, std::size_t batch_size, Context& ctx,
                          std::size_t prefetch)
-    : dataset_info_(path), reader_(path), prep_(prep), batch_size_(batch_size), ctx_(ctx), slots_(prefetch + 1) {
+    : reader_(path), prep_(prep), batch_size_(batch_size), ctx_(ctx), slots_(prefetch + 1) {
   if (batch_size == 0) throw InputError("batch size must be positive");
-  const auto channels = static_cast<std::size_t>(dataset_info_.channels());
+  const auto channels = static_cast<std::size_t>(reader_.channels());
   if (prep_.normalize_mean_std && (prep_.mean.size() != channels || prep_.stddev.size() != channels))
     throw InputError(path + ": mean/std normalisation needs " + std::to_string(channels) + " values each");
   for (float s : prep_.stddev)
@@ -33,7 +33,7 @@ void BatchLoader::stop() {
 void BatchLoader::start(std::vector<std::size_t> indices, bool augment, std::uint64_t seed, std::uint64_t epoch) {
   stop();
   for (auto i : indices)
-    if (i >= dataset_info_.size()) throw Error("BatchLoader: index " + std::to_string(i) + " out of range");
+    if (i >= reader_.size()) throw Error("BatchLoader: index " + std::to_string(i) + " out of range");
   indices_ = std::move(indices);
   augment_ = augment;
   seed_ = seed;

@@ -40,7 +40,8 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  const ImageDataset& dataset() const { return dataset_info_; }
+  // Sizes, labels and class names: fixed at open, so safe to read while the producer reads pixels.
+  const ImageDataset& dataset() const { return reader_; }
 
   // Begins a pass over `indices` in order (the last batch may be smaller). augment applies the random
   // transforms (training); epoch and seed select their draws.
@@ -53,8 +54,7 @@ class BatchLoader {
   void stop();
   void fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index);
 
-  ImageDataset dataset_info_;  // for the consumer: sizes, labels, names
-  ImageDataset reader_;        // used only by the producer thread
+  ImageDataset reader_;  // read() only on the producer thread
   Preprocessing prep_;
   std::size_t batch_size_;
   Context& ctx_;
