@@ -165,7 +165,9 @@ TEST(Dropout, InferenceIsIdentityAndTrainingKeepsTheExpectation) {
   for (float v : y) {
     sum += v;
     zeros += v == 0.0f;
-    if (v != 0.0f) EXPECT_FLOAT_EQ(v, 1.0f / 0.75f);
+    if (v != 0.0f) {
+      EXPECT_FLOAT_EQ(v, 1.0f / 0.75f);
+    }
   }
   EXPECT_NEAR(static_cast<double>(zeros) / y.size(), 0.25, 0.02);
   EXPECT_NEAR(sum / y.size(), 1.0, 0.03);

@@ -80,7 +80,7 @@ TEST_F(LoaderTest, MeanStdNormalisation) {
 }
 
 TEST_F(LoaderTest, FlipAndCropAreSeededAndOnlyWhenAugmenting) {
-  Preprocessing prep{.random_flip = true, .random_crop_padding = 1};
+  Preprocessing prep{.mean = {}, .stddev = {}, .random_flip = true, .random_crop_padding = 1};
   BatchLoader loader(path_, prep, 10, ctx_);
   std::vector<std::size_t> all(10);
   std::iota(all.begin(), all.end(), 0);
