@@ -1,0 +1,238 @@
+#include "comm/allreduce.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "comm/bf16.hpp"
+#include "comm/mpi_error.hpp"
+#include "core/error.hpp"
+
+namespace ddl {
+namespace {
+
+// Outstanding non-blocking requests; any still pending when an error unwinds are cancelled and freed.
+class Requests {
+ public:
+  ~Requests() {
+    for (auto& r : requests_)
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+  }
+  MPI_Request* add() { return &requests_.emplace_back(MPI_REQUEST_NULL); }
+  std::vector<MPI_Request>& all() { return requests_; }
+
+ private:
+  std::vector<MPI_Request> requests_;
+};
+
+int modulo(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
+  if (name == "ring") return AllreduceAlgorithm::ring;
+  if (name == "hier") return AllreduceAlgorithm::hierarchical;
+  if (name == "mpi") return AllreduceAlgorithm::mpi;
+  throw InputError("--allreduce must be ring, hier or mpi, not '" + name + "'");
+}
+
+std::string to_string(AllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::ring: return "ring";
+    case AllreduceAlgorithm::hierarchical: return "hier";
+    case AllreduceAlgorithm::mpi: return "mpi";
+  }
+  return "?";
+}
+
+// The node-local half of the hierarchical all-reduce: one shared-memory window per rank of the node.
+class Allreducer::SharedNode {
+ public:
+  explicit SharedNode(const Communicator& comm)
+      : local_(comm.split_shared()), leaders_(comm.split(local_.rank() == 0 ? 0 : 1, comm.rank())) {}
+  ~SharedNode() { free_window(); }
+
+  const Communicator& local() const { return local_; }
+  // Leaders of all nodes; meaningful only on local rank 0.
+  const Communicator& leaders() const { return leaders_; }
+  // Every local rank's window, at least `count` floats each. Collective over the node.
+  std::vector<float*>& windows(std::size_t count) {
+    if (count > capacity_) {
+      free_window();
+      capacity_ = std::max<std::size_t>(count, 1024);
+      float* mine = nullptr;
+      check_mpi(MPI_Win_allocate_shared(static_cast<MPI_Aint>(capacity_ * sizeof(float)), sizeof(float), MPI_INFO_NULL,
+                                        local_.get(), &mine, &window_),
+                "MPI_Win_allocate_shared");
+      check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_), "MPI_Win_lock_all");
+      bases_.assign(static_cast<std::size_t>(local_.size()), nullptr);
+      for (int r = 0; r < local_.size(); ++r) {
+        MPI_Aint size = 0;
+        int unit = 0;
+        check_mpi(MPI_Win_shared_query(window_, r, &size, &unit, &bases_[r]), "MPI_Win_shared_query");
+      }
+    }
+    return bases_;
+  }
+  // Makes every local rank's writes so far visible to the others.
+  void sync() {
+    check_mpi(MPI_Win_sync(window_), "MPI_Win_sync");
+    local_.barrier();
+    check_mpi(MPI_Win_sync(window_), "MPI_Win_sync");
+  }
+
+ private:
+  void free_window() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (window_ != MPI_WIN_NULL && !finalized) {
+      MPI_Win_unlock_all(window_);
+      MPI_Win_free(&window_);
+    }
+    window_ = MPI_WIN_NULL;
+    capacity_ = 0;
+  }
+
+  Communicator local_, leaders_;
+  MPI_Win window_ = MPI_WIN_NULL;
+  std::size_t capacity_ = 0;
+  std::vector<float*> bases_;
+};
+
+Allreducer::Allreducer(const Communicator& comm, const AllreduceOptions& options) : comm_(comm), options_(options) {
+  if (options_.chunk_bytes < 64) throw InputError("all-reduce chunk size must be at least 64 bytes");
+  if (options_.algorithm == AllreduceAlgorithm::hierarchical) node_ = std::make_unique<SharedNode>(comm);
+}
+
+Allreducer::~Allreducer() = default;
+
+void Allreducer::run(std::span<float> data, ReduceOp op) {
+  if (comm_.size() > 1 && !data.empty()) {
+    switch (options_.algorithm) {
+      case AllreduceAlgorithm::ring: ring(comm_, data); break;
+      case AllreduceAlgorithm::hierarchical: hierarchical(data); break;
+      case AllreduceAlgorithm::mpi: comm_.allreduce_sum(data); break;
+    }
+  }
+  if (op == ReduceOp::average && comm_.size() > 1) {
+    const float scale = 1.0f / static_cast<float>(comm_.size());
+    for (auto& v : data) v *= scale;
+  }
+}
+
+void Allreducer::ring(const Communicator& comm, std::span<float> data) {
+  const int n = comm.size(), rank = comm.rank();
+  if (n == 1 || data.empty()) return;
+  const std::size_t count = data.size();
+  auto begin = [&](int segment) { return count * static_cast<std::size_t>(segment) / n; };
+  std::size_t largest = 0;
+  for (int s = 0; s < n; ++s) largest = std::max(largest, begin(s + 1) - begin(s));
+  const bool bf16 = options_.wire == WireType::bf16;
+  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(
+                                                         options_.chunk_bytes / (bf16 ? 2 : 4), INT_MAX / 4));
+  recv_f32_.resize(bf16 ? 0 : largest);
+  send_wire_.resize(bf16 ? largest : 0);
+  recv_wire_.resize(bf16 ? largest : 0);
+  const int right = modulo(rank + 1, n), left = modulo(rank - 1, n);
+  const MPI_Datatype type = bf16 ? MPI_UINT16_T : MPI_FLOAT;
+
+  // Steps 0 .. n-2 reduce-scatter (received chunks are added), steps n-1 .. 2n-3 all-gather (copied).
+  for (int step = 0; step < 2 * n - 2; ++step) {
+    const bool reduce = step < n - 1;
+    const int k = reduce ? step : step - (n - 1);
+    const int send_segment = reduce ? modulo(rank - k, n) : modulo(rank + 1 - k, n);
+    const int recv_segment = reduce ? modulo(rank - k - 1, n) : modulo(rank - k, n);
+    float* send = data.data() + begin(send_segment);
+    const std::size_t send_count = begin(send_segment + 1) - begin(send_segment);
+    float* recv_into = data.data() + begin(recv_segment);
+    const std::size_t recv_count = begin(recv_segment + 1) - begin(recv_segment);
+
+    if (bf16) {
+      // The segment this rank finished reducing leaves as bf16: keep the same rounding here, so that
+      // every replica ends with identical values.
+      if (step == n - 1)
+        for (std::size_t i = 0; i < send_count; ++i) send[i] = from_bf16(to_bf16(send[i]));
+      for (std::size_t i = 0; i < send_count; ++i) send_wire_[i] = to_bf16(send[i]);
+    }
+    // The copy phase with an f32 wire receives straight into place.
+    void* recv_buffer = bf16 ? static_cast<void*>(recv_wire_.data())
+                             : reduce ? static_cast<void*>(recv_f32_.data()) : static_cast<void*>(recv_into);
+    const std::size_t element = bf16 ? 2 : 4;
+
+    Requests recvs, sends;
+    for (std::size_t off = 0; off < recv_count; off += chunk)
+      check_mpi(MPI_Irecv(static_cast<char*>(recv_buffer) + off * element, static_cast<int>(std::min(chunk, recv_count - off)),
+                          type, left, step, comm.get(), recvs.add()),
+                "MPI_Irecv");
+    const void* send_buffer = bf16 ? static_cast<const void*>(send_wire_.data()) : static_cast<const void*>(send);
+    for (std::size_t off = 0; off < send_count; off += chunk)
+      check_mpi(MPI_Isend(static_cast<const char*>(send_buffer) + off * element,
+                          static_cast<int>(std::min(chunk, send_count - off)), type, right, step, comm.get(), sends.add()),
+                "MPI_Isend");
+    // Reduce (or unpack) each chunk as it arrives while the later ones are still in flight.
+    auto& pending = recvs.all();
+    for (std::size_t done = 0; done < pending.size(); ++done) {
+      int index = MPI_UNDEFINED;
+      check_mpi(MPI_Waitany(static_cast<int>(pending.size()), pending.data(), &index, MPI_STATUS_IGNORE), "MPI_Waitany");
+      const std::size_t off = static_cast<std::size_t>(index) * chunk, len = std::min(chunk, recv_count - off);
+      float* out = recv_into + off;
+      if (bf16) {
+        const std::uint16_t* in = recv_wire_.data() + off;
+        if (reduce)
+          for (std::size_t i = 0; i < len; ++i) out[i] += from_bf16(in[i]);
+        else
+          for (std::size_t i = 0; i < len; ++i) out[i] = from_bf16(in[i]);
+      } else if (reduce) {
+        const float* in = recv_f32_.data() + off;
+        for (std::size_t i = 0; i < len; ++i) out[i] += in[i];
+      }
+    }
+    auto& outgoing = sends.all();
+    check_mpi(MPI_Waitall(static_cast<int>(outgoing.size()), outgoing.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
+}
+
+void Allreducer::hierarchical(std::span<float> data) {
+  const Communicator& local = node_->local();
+  const std::size_t count = data.size();
+  const int l = local.size(), me = local.rank();
+  auto slice = [&](int r) { return std::pair{count * r / l, count * (r + 1) / l}; };
+  // Each window holds this rank's input in [0, count) and the node's sums of its slice in [count, 2 count).
+  std::vector<float*>& windows = node_->windows(2 * count);
+  std::memcpy(windows[me], data.data(), count * sizeof(float));
+  node_->sync();
+  const auto [begin, end] = slice(me);
+  float* sums = windows[me] + count;
+  std::memcpy(sums + begin, windows[0] + begin, (end - begin) * sizeof(float));
+  for (int r = 1; r < l; ++r) {  // in rank order, so every run sums in the same order
+    const float* in = windows[r];
+    for (std::size_t i = begin; i < end; ++i) sums[i] += in[i];
+  }
+  node_->sync();
+  auto gather_slices = [&] {
+    for (int r = 0; r < l; ++r) {
+      const auto [b, e] = slice(r);
+      std::memcpy(data.data() + b, windows[r] + count + b, (e - b) * sizeof(float));
+    }
+  };
+  if (comm_.size() == l) {
+    gather_slices();  // one node: the result is the node's sums
+  } else {
+    // Several nodes: the leaders run the ring on their nodes' sums and share the result.
+    if (me == 0) {
+      gather_slices();
+      ring(node_->leaders(), data);
+      std::memcpy(windows[0] + count, data.data(), count * sizeof(float));
+    }
+    node_->sync();
+    if (me != 0) std::memcpy(data.data(), windows[0] + count, count * sizeof(float));
+  }
+  node_->sync();  // nobody rewrites its window while others still read it
+}
+
+}  // namespace ddl

@@ -1,0 +1,66 @@
+// All-reduce of float buffers across a communicator, three ways:
+//  - ring: the project's own reduce-scatter then all-gather around a ring of ranks (Patarasuk & Yuan);
+//    each step's segment is cut into chunks sent and received with non-blocking calls, and every chunk is
+//    reduced as soon as it arrives, so large buffers stream. Optionally the wire carries bf16 while the
+//    sums stay f32 (half the bytes; error bounded in bf16_wire_error_bound below).
+//  - hierarchical: ranks of one node reduce through MPI-3 shared memory (each rank sums its slice straight
+//    from its neighbours' buffers), one leader per node runs the ring across nodes, and the result is
+//    shared back through the same memory.
+//  - mpi: MPI_Allreduce, for comparison and as a fallback.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+
+namespace ddl {
+
+enum class AllreduceAlgorithm { ring, hierarchical, mpi };
+enum class ReduceOp { sum, average };
+enum class WireType { f32, bf16 };
+
+AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);
+std::string to_string(AllreduceAlgorithm algorithm);
+
+struct AllreduceOptions {
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::ring;
+  WireType wire = WireType::f32;
+  std::size_t chunk_bytes = 256 * 1024;  // pipelining grain of the ring
+};
+
+// Relative error bound of a bf16-wire sum over `ranks` ranks: every partial sum is rounded to bf16
+// (8 significant bits: unit round-off 2^-8 with round-to-nearest) once per hop, ranks - 1 hops in the
+// reduce-scatter and one for the all-gather; the error is relative to sum |x_i|.
+inline double bf16_wire_error_bound(int ranks) { return ranks * std::ldexp(1.0, -8) * 1.01; }
+
+class Allreducer {
+ public:
+  // The communicator must outlive the reducer. Collective: every rank of `comm` constructs one.
+  Allreducer(const Communicator& comm, const AllreduceOptions& options);
+  ~Allreducer();
+  Allreducer(const Allreducer&) = delete;
+  Allreducer& operator=(const Allreducer&) = delete;
+
+  // In place; every rank passes the same count. Collective.
+  void run(std::span<float> data, ReduceOp op);
+  const AllreduceOptions& options() const { return options_; }
+
+ private:
+  class SharedNode;
+  void ring(const Communicator& comm, std::span<float> data);
+  void hierarchical(std::span<float> data);
+
+  const Communicator& comm_;
+  AllreduceOptions options_;
+  std::vector<std::uint16_t> send_wire_, recv_wire_;
+  std::vector<float> recv_f32_;
+  std::unique_ptr<SharedNode> node_;  // hierarchical only
+};
+
+}  // namespace ddl
