@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <exception>
 
 #include "comm/bf16.hpp"
 #include "comm/mpi_error.hpp"
@@ -90,7 +91,9 @@ class Allreducer::SharedNode {
   void free_window() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (window_ != MPI_WIN_NULL && !finalized) {
+    // MPI_Win_free is collective: while an error unwinds this rank, the others are not coming, and the
+    // job is about to be aborted anyway, so the window is left to the process's exit.
+    if (window_ != MPI_WIN_NULL && !finalized && std::uncaught_exceptions() == 0) {
       MPI_Win_unlock_all(window_);
       MPI_Win_free(&window_);
     }

@@ -82,6 +82,12 @@ void Communicator::allreduce_sum(std::span<double> values) const {
   });
 }
 
+void Communicator::allreduce_max(std::span<double> values) const {
+  in_pieces(values, [&](double* p, int n) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_MAX, comm_), "MPI_Allreduce");
+  });
+}
+
 std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
   std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
   check_mpi(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_), "MPI_Allgather");

@@ -35,6 +35,7 @@ class Communicator {
   // In-place sums with MPI_Allreduce.
   void allreduce_sum(std::span<float> values) const;
   void allreduce_sum(std::span<double> values) const;
+  void allreduce_max(std::span<double> values) const;
   std::vector<std::uint64_t> allgather(std::uint64_t value) const;
   // True on every rank when `flag` is true on at least one.
   bool any(bool flag) const;

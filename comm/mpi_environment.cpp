@@ -5,12 +5,14 @@
 #include <cstdlib>
 
 #include "comm/mpi_error.hpp"
+#include "core/error.hpp"
 
 namespace ddl {
 
 MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   int provided = 0;
-  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+  if (provided < MPI_THREAD_SERIALIZED) throw Error("this MPI library cannot be called from more than one thread");
 }
 
 MpiEnvironment::~MpiEnvironment() {

@@ -1,5 +1,6 @@
-// Owns MPI's lifetime for a process: initialises it (with MPI_THREAD_FUNNELED: only the main thread
-// calls MPI) and finalises it on destruction. One per executable, created first in main. Works when the
+// Owns MPI's lifetime for a process: initialises it with MPI_THREAD_SERIALIZED (the gradient reducer's
+// communication thread and the main thread call MPI, never at the same time) and finalises it on
+// destruction. One per executable, created first in main. Works when the
 // program is started without mpirun too (an MPI singleton of one rank).
 #pragma once
 

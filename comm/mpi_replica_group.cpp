@@ -1,15 +1,34 @@
 #include "comm/mpi_replica_group.hpp"
 
+#include <chrono>
+#include <utility>
+
 #include "core/error.hpp"
 
 namespace ddl {
 
+MpiReplicaGroup::MpiReplicaGroup(const Communicator& comm, const AllreduceOptions& allreduce, std::size_t bucket_bytes)
+    : comm_(comm), allreducer_(comm, allreduce) {
+  if (bucket_bytes > 0 && comm.size() > 1) overlapped_.emplace(allreducer_, bucket_bytes);
+}
+
+void MpiReplicaGroup::gradients_ready(std::span<float> gradients, std::size_t offset, std::size_t count) {
+  if (overlapped_) overlapped_->ready(gradients, offset, count);
+}
+
 void MpiReplicaGroup::average(std::span<float> gradients) {
   if (comm_.size() == 1) return;
-  comm_.allreduce_sum(gradients);
-  const float scale = 1.0f / static_cast<float>(comm_.size());
-  for (auto& g : gradients) g *= scale;
+  stats_.bytes += static_cast<double>(gradients.size_bytes());
+  if (overlapped_) {
+    stats_.wait_seconds += overlapped_->finish(gradients);
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  allreducer_.run(gradients, ReduceOp::average);
+  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+ReplicaGroup::CommStats MpiReplicaGroup::take_stats() { return std::exchange(stats_, {}); }
 
 void MpiReplicaGroup::check_same(const std::string& what, std::uint64_t fingerprint) {
   const auto all = comm_.allgather(fingerprint);

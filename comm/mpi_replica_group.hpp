@@ -1,6 +1,11 @@
-// The replica group of a data-parallel run over MPI. For now gradients are averaged with MPI_Allreduce;
-// the project's own ring all-reduce replaces it in the data-parallel work.
+// The replica group of a data-parallel run over MPI: gradients are averaged with the chosen all-reduce,
+// in buckets overlapped with backward (bucket_bytes > 0) or in one piece after it (bucket_bytes = 0).
 #pragma once
+
+#include <optional>
+
+#include "comm/allreduce.hpp"
+#include "comm/gradient_reducer.hpp"
 
 #include "comm/communicator.hpp"
 #include "core/train/replica_group.hpp"
@@ -9,17 +14,22 @@ namespace ddl {
 
 class MpiReplicaGroup : public ReplicaGroup {
  public:
-  explicit MpiReplicaGroup(const Communicator& comm) : comm_(comm) {}
+  MpiReplicaGroup(const Communicator& comm, const AllreduceOptions& allreduce, std::size_t bucket_bytes);
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   void broadcast(std::span<float> values, int root) override { comm_.broadcast(values, root); }
+  void gradients_ready(std::span<float> gradients, std::size_t offset, std::size_t count) override;
   void average(std::span<float> gradients) override;
+  CommStats take_stats() override;
   void sum(std::span<double> values) override { comm_.allreduce_sum(values); }
   void check_same(const std::string& what, std::uint64_t fingerprint) override;
 
  private:
   const Communicator& comm_;
+  Allreducer allreducer_;
+  std::optional<GradientReducer> overlapped_;  // when bucketing
+  CommStats stats_;
 };
 
 }  // namespace ddl

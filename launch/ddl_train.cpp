@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "comm/allreduce.hpp"
 #include "comm/communicator.hpp"
 #include "comm/mpi_environment.hpp"
 #include "comm/mpi_replica_group.hpp"
@@ -130,7 +131,8 @@ void build(Run& run, const Communicator& world) {
     run.optimizer = make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
   else
     run.optimizer = make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
-  run.schedule = {parse_lr_policy(o.lr_schedule), o.lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma,
+  const float lr = o.scale_lr ? o.lr * static_cast<float>(world.size()) : o.lr;
+  run.schedule = {parse_lr_policy(o.lr_schedule), lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma,
                   static_cast<float>(o.epochs)};
 
   run.state = {o.model, 0, -1.0, o.seed, o.describe()};
@@ -164,7 +166,10 @@ void print_profile(const Profiler& profiler, double train_seconds, std::size_t s
 int train(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   const bool lead = world.rank() == 0;
-  MpiReplicaGroup group(world);
+  MpiReplicaGroup group(world,
+                        {parse_allreduce_algorithm(o.allreduce),
+                         o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
+                        static_cast<std::size_t>(o.bucket_mb * (1 << 20)));
   group.check_same("the configuration (options, model)", fnv1a(o.describe() + run.model->name()) ^ run.model->param_count());
   group.broadcast(run.model->params(), 0);
 
@@ -174,6 +179,12 @@ int train(Run& run, const Communicator& world) {
                 world.size(), run.threads, o.batch_size, o.batch_size * world.size(), run.train_subset.size(),
                 run.val_subset.size());
     std::printf("optimizer %s, schedule %s\n", run.optimizer->describe().c_str(), run.schedule.describe().c_str());
+    if (world.size() > 1 && o.bucket_mb > 0)
+      std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", o.allreduce.c_str(),
+                  o.allreduce_wire.c_str(), o.bucket_mb);
+    else if (world.size() > 1)
+      std::printf("gradients: %s all-reduce, %s wire, one piece after backward\n", o.allreduce.c_str(),
+                  o.allreduce_wire.c_str());
     if (!run.resume_path.empty())
       std::printf("resumed from %s after epoch %llu\n", run.resume_path.c_str(),
                   static_cast<unsigned long long>(run.state.epochs_done));
@@ -200,10 +211,15 @@ int train(Run& run, const Communicator& world) {
     const std::size_t steps = indices.size() / o.batch_size;
     run.train_loader->start(select(run.train_subset, indices), true, o.seed, epoch);
     ProgressBar progress(epoch + 1, o.epochs);
+    group.take_stats();
     const PassMetrics tr = trainer.train_epoch(*run.train_loader, epoch, steps,
                                                bar ? [&](const StepProgress& p) { progress.update(p); }
                                                    : std::function<void(const StepProgress&)>());
     if (bar) progress.finish();
+    // The slowest rank's wait is what the step pays for communication.
+    const auto comm = group.take_stats();
+    double waits[1] = {comm.wait_seconds};
+    world.allreduce_max(waits);
     train_seconds += tr.seconds;
     train_steps += steps;
     PassMetrics val;
@@ -220,8 +236,12 @@ int train(Run& run, const Communicator& world) {
     if (!lead) continue;
     std::printf("epoch %d/%d  train loss %.4f acc %.4f", epoch + 1, o.epochs, tr.loss, tr.accuracy);
     if (run.val_loader) std::printf("  val loss %.4f acc %.4f", val.loss, val.accuracy);
-    std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB\n", tr.seconds, tr.images_per_second(),
+    std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB", tr.seconds, tr.images_per_second(),
                 trainer.last_lr(), peak_mb);
+    if (world.size() > 1)
+      std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * waits[0] / tr.seconds,
+                  comm.bytes / static_cast<double>(std::max<std::size_t>(steps, 1)) / (1 << 20));
+    std::printf("\n");
     std::fflush(stdout);
     if (metrics)
       metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),

@@ -44,7 +44,8 @@ std::string TrainOptions::describe() const {
     << "\nwarmup-epochs = " << warmup_epochs << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma
     << "\nmomentum = " << momentum << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay
     << "\nadam-beta1 = " << adam_beta1 << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon
-    << "\nseed = " << seed << "\n";
+    << "\nseed = " << seed << "\nallreduce = " << allreduce << "\nallreduce-wire = " << allreduce_wire
+    << "\nbucket-mb = " << bucket_mb << "\nscale-lr = " << scale_lr << "\n";
   for (float m : mean) s << "mean += " << m << "\n";
   for (float d : stddev) s << "std += " << d << "\n";
   return s.str();
@@ -87,7 +88,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, "1e-07"), "adam epsilon (Keras 1e-7)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation, shuffling, augmentation, dropout");
   po::options_description system("System");
-  system.add_options()("threads", po::value(&o.threads)->default_value(0), "compute threads per rank (0: the node's cores / its ranks)");
+  system.add_options()("threads", po::value(&o.threads)->default_value(0), "compute threads per rank (0: the node's cores / its ranks)")(
+      "allreduce", po::value(&o.allreduce)->default_value(o.allreduce), "gradient all-reduce: ring | hier (shared memory in a node, ring across) | mpi")(
+      "allreduce-wire", po::value(&o.allreduce_wire)->default_value(o.allreduce_wire), "f32 | bf16 (ring: half the bytes, sums in f32)")(
+      "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"), "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
+      "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)");
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
@@ -128,6 +133,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.normalize == "scale" || o.normalize == "meanstd", "--normalize must be scale or meanstd");
   require(o.progress == "auto" || o.progress == "always" || o.progress == "never", "--progress must be auto, always or never");
   require(o.threads >= 0, "--threads must be >= 0");
+  require(o.allreduce == "ring" || o.allreduce == "hier" || o.allreduce == "mpi", "--allreduce must be ring, hier or mpi");
+  require(o.allreduce_wire == "f32" || o.allreduce_wire == "bf16", "--allreduce-wire must be f32 or bf16");
+  require(o.allreduce_wire == "f32" || o.allreduce == "ring", "--allreduce-wire bf16 needs --allreduce ring");
+  require(o.bucket_mb >= 0, "--bucket-mb must be >= 0");
   require(o.resume != "auto" || !o.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
   require(o.num_classes == 0 || o.num_classes >= 2, "--num-classes must be at least 2");
   return o;

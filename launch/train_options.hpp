@@ -37,6 +37,10 @@ struct TrainOptions {
   std::uint64_t seed = 1;
   // system
   int threads = 0;  // 0: this node's cores shared among its ranks
+  std::string allreduce = "hier";  // ring | hier | mpi
+  std::string allreduce_wire = "f32";  // f32 | bf16 (ring only)
+  double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
+  bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
   // output
   std::string checkpoint_dir;
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5

@@ -16,8 +16,17 @@ class ReplicaGroup {
   virtual int size() const = 0;
   // Makes every replica's values equal to the root's.
   virtual void broadcast(std::span<float> values, int root) = 0;
-  // Replaces each replica's gradients by their mean over the group.
+  // During backward: gradients[offset, offset + count) are final for this step (the model reports layers
+  // last first), so an implementation may start averaging them while backward goes on.
+  virtual void gradients_ready(std::span<float> /*gradients*/, std::size_t /*offset*/, std::size_t /*count*/) {}
+  // After backward: replaces each replica's gradients by their mean over the group.
   virtual void average(std::span<float> gradients) = 0;
+  // Seconds spent waiting for gradient communication, and bytes all-reduced, since the last call.
+  struct CommStats {
+    double wait_seconds = 0;
+    double bytes = 0;
+  };
+  virtual CommStats take_stats() { return {}; }
   // Sums metric counters over the group (loss sums, hit counts, image counts).
   virtual void sum(std::span<double> values) = 0;
   // Throws, naming the replicas that differ, unless every replica passes the same fingerprint.

@@ -8,7 +8,13 @@
 namespace ddl {
 
 Trainer::Trainer(Context& ctx, Model& model, Optimizer& optimizer, const LrSchedule& schedule, ReplicaGroup& group)
-    : ctx_(ctx), model_(model), optimizer_(optimizer), schedule_(schedule), group_(group) {}
+    : ctx_(ctx), model_(model), optimizer_(optimizer), schedule_(schedule), group_(group) {
+  model_.on_gradients_ready = [this](std::size_t offset, std::size_t count) {
+    group_.gradients_ready(model_.grads(), offset, count);
+  };
+}
+
+Trainer::~Trainer() { model_.on_gradients_ready = nullptr; }
 
 PassMetrics Trainer::reduce(double loss_sum, double correct, double images, double seconds) {
   double sums[3] = {loss_sum, correct, images};

@@ -30,7 +30,11 @@ struct StepProgress {
 
 class Trainer {
  public:
+  // Subscribes the replica group to the model's gradients-ready hook for its lifetime.
   Trainer(Context& ctx, Model& model, Optimizer& optimizer, const LrSchedule& schedule, ReplicaGroup& group);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Trains one epoch over the loader's pass; `epoch` counts from 0 and places the learning rate.
   PassMetrics train_epoch(BatchLoader& loader, std::size_t epoch, std::size_t steps,

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "comm/allreduce.hpp"
+#include "comm/gradient_reducer.hpp"
+#include "core/error.hpp"
 #include "comm/mpi_environment.hpp"
 
 namespace ddl {
@@ -76,6 +78,29 @@ TEST(Allreduce, Bf16WireActuallyRounds) {
   EXPECT_EQ(a[0], 1.0f + 1.0f / 1024);
   EXPECT_NE(b[0], a[0]);
   EXPECT_NEAR(b[0], a[0], bf16_wire_error_bound(comm.size()) * a[0]);
+}
+
+TEST(GradientReducer, FusesReadyRangesIntoBucketsAndAverages) {
+  Communicator comm;
+  Allreducer reducer(comm, {AllreduceAlgorithm::ring, WireType::f32, 4096});
+  GradientReducer buckets(reducer, 1000 * sizeof(float));
+  // Five "layers" of 300, 10, 900, 50 and 2000 values, reported last first as backward would.
+  const std::vector<std::size_t> bounds = {0, 300, 310, 1210, 1260, 3260};
+  for (int step = 0; step < 2; ++step) {
+    std::vector<float> grads = rank_data(3260, comm.rank() + step), expected = grads;
+    comm.allreduce_sum(expected);
+    for (int layer = 4; layer >= 0; --layer)
+      buckets.ready(grads, bounds[layer], bounds[layer + 1] - bounds[layer]);
+    buckets.finish(grads);
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      ASSERT_NEAR(grads[i], expected[i] / comm.size(), 1e-5) << "element " << i;
+    // [1260, 3260) reaches 1000 values alone; the four earlier ranges reach it together only when the
+    // first layer's arrives, so they go as one second bucket and finish() has nothing left to send.
+    EXPECT_EQ(buckets.buckets_last_step(), 2u);
+  }
+  std::vector<float> grads(10);
+  buckets.ready(grads, 5, 5);
+  EXPECT_THROW(buckets.ready(grads, 0, 3), Error);  // does not end where the previous range began
 }
 
 }  // namespace

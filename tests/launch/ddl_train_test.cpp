@@ -121,24 +121,34 @@ TEST_F(DdlTrain, SameResultWithAndWithoutMpirun) {
   EXPECT_EQ(params(plain + "/last.h5"), params(mpi + "/last.h5"));
 }
 
-TEST_F(DdlTrain, TwoRanksMatchOneRankWithTheGlobalBatch) {
-  // Plain SGD: 2 ranks x batch 32 average their gradients into the step of 1 rank x batch 64; only the
-  // order of float sums differs (oneDNN's reductions over 32 vs 64 images).
-  for (int steps : {1, 8}) {
-    const std::string one = scratch_ / ("one" + std::to_string(steps)), two = scratch_ / ("two" + std::to_string(steps));
-    const std::string sgd = "--epochs 1 --optimizer sgd --momentum 0 --lr 0.05 --threads 1 --steps-per-epoch " +
-                            std::to_string(steps) + " ";
-    ASSERT_EQ(run(kTrain + train_args(sgd + "--batch-size 64 --checkpoint-dir " + one)).exit_code, 0);
-    const auto r = run(kMpirun + " -np 2 " + kTrain + train_args(sgd + "--batch-size 32 --checkpoint-dir " + two));
+TEST_F(DdlTrain, RanksMatchOneRankWithTheGlobalBatch) {
+  // Plain SGD: N ranks x batch 64/N average their gradients into the step of 1 rank x batch 64; only the
+  // order of float sums differs (oneDNN's reductions over fewer images, the all-reduce's order).
+  const std::string sgd = "--epochs 1 --optimizer sgd --momentum 0 --lr 0.05 --threads 1 --steps-per-epoch 8 ";
+  const std::string one = scratch_ / "one";
+  ASSERT_EQ(run(kTrain + train_args(sgd + "--batch-size 64 --checkpoint-dir " + one)).exit_code, 0);
+  const auto a = params(one + "/last.h5");
+  struct Layout {
+    int ranks;
+    std::string allreduce;
+  };
+  const Layout layouts[] = {{2, "--allreduce hier"}, {4, "--allreduce ring --bucket-mb 0.05"},
+                           {4, "--allreduce mpi --bucket-mb 0"}};
+  for (const Layout& l : layouts) {
+    const std::string dir = scratch_ / ("layout" + std::to_string(&l - &layouts[0]));
+    const auto r = run(kMpirun + " -np " + std::to_string(l.ranks) + " " + kTrain +
+                       train_args(sgd + l.allreduce + " --batch-size " + std::to_string(64 / l.ranks) +
+                                  " --checkpoint-dir " + dir));
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find("ranks 2"), std::string::npos);
+    EXPECT_NE(r.out.find("ranks " + std::to_string(l.ranks)), std::string::npos);
     EXPECT_NE(r.out.find("global 64"), std::string::npos);
-    const auto a = params(one + "/last.h5"), b = params(two + "/last.h5");
+    EXPECT_NE(r.out.find("MB all-reduced/step"), std::string::npos) << r.out;
+    const auto b = params(dir + "/last.h5");
     ASSERT_EQ(a.size(), b.size());
     double worst = 0;
     for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
-    std::cout << steps << " steps: largest parameter difference " << worst << "\n";
-    EXPECT_LT(worst, 1e-5) << "after " << steps << " steps";
+    std::cout << l.ranks << " ranks, " << l.allreduce << ": largest parameter difference " << worst << "\n";
+    EXPECT_LT(worst, 1e-5) << l.ranks << " ranks, " << l.allreduce;
   }
 }
 
@@ -163,6 +173,27 @@ TEST_F(DdlTrain, BadInputStopsEveryRank) {
   EXPECT_NE(r.err.find("ddl_train: error (rank 0): "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("ddl_train: error (rank 1): "), std::string::npos) << r.err;
   EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST_F(DdlTrain, ARankFailingDuringTrainingStopsTheJob) {
+  // Only rank 0 writes checkpoints: a checkpoint it cannot write fails rank 0 alone after epoch 1 while
+  // rank 1 goes on into epoch 2's all-reduce. The job must end promptly with rank 0's message.
+  const std::string ckpt = scratch_ / "ckpt";
+  std::filesystem::create_directories(ckpt + "/last.h5.tmp/occupied");
+  const auto r = run("timeout 60 " + kMpirun + " -np 2 " + kTrain + train_args("--epochs 5 --checkpoint-dir " + ckpt));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "the job hung";
+  EXPECT_NE(r.err.find("ddl_train: error (rank 0): " + ckpt + "/last.h5.tmp: cannot create file"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out.find("epoch 2/5"), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST_F(DdlTrain, MismatchedConfigurationsAreNamed) {
+  const auto r = run(kMpirun + " -np 2 sh -c '" + kTrain + train_args("--epochs 1 --seed $OMPI_COMM_WORLD_RANK") + "'");
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("the configuration (options, model) differs between rank 0 and rank(s) 1"), std::string::npos)
+      << r.err;
 }
 
 TEST_F(DdlTrain, DataToolRejectsBadInput) {

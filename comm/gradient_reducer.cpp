@@ -1,0 +1,90 @@
+#include "comm/gradient_reducer.hpp"
+
+#include <chrono>
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+GradientReducer::GradientReducer(Allreducer& allreducer, std::size_t bucket_bytes)
+    : allreducer_(allreducer), bucket_elements_(std::max<std::size_t>(1, bucket_bytes / sizeof(float))) {
+  worker_ = std::thread([this] { work(); });
+}
+
+GradientReducer::~GradientReducer() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void GradientReducer::ready(std::span<float> gradients, std::size_t offset, std::size_t count) {
+  if (!step_open_) {
+    step_open_ = true;
+    pending_begin_ = pending_end_ = offset + count;
+    buckets_ = 0;
+  }
+  if (offset + count != pending_begin_)
+    throw Error("gradient reducer: gradient ranges must arrive last layer first and contiguous");
+  pending_begin_ = offset;
+  if (pending_end_ - pending_begin_ >= bucket_elements_) {
+    enqueue(gradients.subspan(pending_begin_, pending_end_ - pending_begin_));
+    pending_end_ = pending_begin_;
+  }
+}
+
+double GradientReducer::finish(std::span<float> gradients) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!step_open_) {
+    enqueue(gradients);  // no layer reported: reduce everything now
+  } else if (pending_end_ > pending_begin_) {
+    enqueue(gradients.subspan(pending_begin_, pending_end_ - pending_begin_));
+  }
+  if (step_open_ && pending_begin_ != 0)
+    throw Error("gradient reducer: backward reported gradients down to offset " + std::to_string(pending_begin_) +
+                ", not 0");
+  step_open_ = false;
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return (queue_.empty() && in_flight_ == 0) || error_; });
+  if (error_) std::rethrow_exception(error_);
+  buckets_last_step_ = buckets_;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void GradientReducer::enqueue(std::span<float> bucket) {
+  ++buckets_;
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(bucket);
+  }
+  cv_.notify_all();
+}
+
+void GradientReducer::work() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    const std::span<float> bucket = queue_.front();
+    queue_.pop_front();
+    if (error_) continue;  // the step has failed; finish() reports it
+    ++in_flight_;
+    lock.unlock();
+    try {
+      allreducer_.run(bucket, ReduceOp::average);
+    } catch (...) {
+      lock.lock();
+      error_ = std::current_exception();
+      --in_flight_;
+      cv_.notify_all();
+      continue;
+    }
+    lock.lock();
+    --in_flight_;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace ddl

@@ -1,0 +1,55 @@
+// Averages a model's flat gradient buffer across replicas in fused buckets, overlapped with backward
+// (after Horovod's fusion buffer and Flashlight's coalescing reducer). The model reports each layer's
+// gradient range as soon as it is complete, last layer first; ranges are fused into buckets of at least
+// `bucket_bytes`, and each full bucket is all-reduced on a communication thread while backward goes on
+// with the earlier layers. finish() sends the rest and waits for every bucket.
+//
+// MPI is called only from the communication thread between the first ready range and finish(), so the
+// process needs MPI_THREAD_SERIALIZED, not MULTIPLE.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <span>
+#include <thread>
+
+#include "comm/allreduce.hpp"
+
+namespace ddl {
+
+class GradientReducer {
+ public:
+  GradientReducer(Allreducer& allreducer, std::size_t bucket_bytes);
+  ~GradientReducer();
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
+
+  // Called from backward with consecutive ranges, in decreasing offset order, ending the previous one.
+  void ready(std::span<float> gradients, std::size_t offset, std::size_t count);
+  // Reduces what is left and blocks until every bucket of this step is averaged. Returns the seconds spent
+  // waiting for communication here.
+  double finish(std::span<float> gradients);
+  std::size_t buckets_last_step() const { return buckets_last_step_; }
+
+ private:
+  void enqueue(std::span<float> bucket);
+  void work();
+
+  Allreducer& allreducer_;
+  std::size_t bucket_elements_;
+  std::size_t pending_begin_ = 0, pending_end_ = 0;  // ready but not yet sent: [begin, end)
+  bool step_open_ = false;
+  std::size_t buckets_ = 0, buckets_last_step_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::span<float>> queue_;
+  std::size_t in_flight_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;
+};
+
+}  // namespace ddl
