@@ -20,10 +20,11 @@ int main(int argc, char** argv) {
   const int n = comm.size();
   std::vector<std::unique_ptr<Allreducer>> reducers;
   for (auto a : {AllreduceAlgorithm::ring, AllreduceAlgorithm::hierarchical, AllreduceAlgorithm::mpi})
-    reducers.push_back(std::make_unique<Allreducer>(comm, AllreduceOptions{a, a == AllreduceAlgorithm::ring ? wire : WireType::f32}));
+    reducers.push_back(
+        std::make_unique<Allreducer>(comm, AllreduceOptions{a, a == AllreduceAlgorithm::ring ? wire : WireType::f32}));
   if (comm.rank() == 0)
-    std::printf("ranks %d, wire %s; bus bandwidth GB/s\n%12s %10s %10s %10s\n", n, wire == WireType::bf16 ? "bf16" : "f32",
-                "bytes", "ring", "hier", "mpi");
+    std::printf("ranks %d, wire %s; bus bandwidth GB/s\n%12s %10s %10s %10s\n", n,
+                wire == WireType::bf16 ? "bf16" : "f32", "bytes", "ring", "hier", "mpi");
   for (std::size_t bytes = 4096; bytes <= max_bytes; bytes *= 4) {
     std::vector<float> data(bytes / sizeof(float), 1.0f);
     double gbs[3];

@@ -55,26 +55,40 @@ int main(int argc, char** argv) {
                   std::vector<Timed>& backward) {
     const memory::dims src_d = {N, ic, hw, hw}, w_d = {oc, ic, 3, 3}, b_d = {oc}, dst_d = {N, oc, hw, hw};
     const memory::dims st = {1, 1}, pad = {1, 1};
-    convolution_forward::primitive_desc fpd(
-        {prop_kind::forward_training, algorithm::convolution_direct, src.get_desc(), any(w_d), any(b_d), any(dst_d), st,
-         pad, pad},
-        relu_attr, eng);
+    convolution_forward::primitive_desc fpd({prop_kind::forward_training, algorithm::convolution_direct, src.get_desc(),
+                                             any(w_d), any(b_d), any(dst_d), st, pad, pad},
+                                            relu_attr, eng);
     memory w(fpd.weights_desc(), eng), b(fpd.bias_desc(), eng), dst(fpd.dst_desc(), eng);
-    add(name, false, convolution_forward(fpd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
+    add(name, false, convolution_forward(fpd),
+        {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
     Conv c{dst, memory(fpd.dst_desc(), eng)};
     memory diff_pre(fpd.dst_desc(), eng);
     eltwise_forward::primitive_desc hint({prop_kind::forward_training, relu_bwd, fpd.dst_desc(), 0.f, 0.f}, eng);
     eltwise_backward::primitive_desc rpd({relu_bwd, fpd.dst_desc(), fpd.dst_desc(), 0.f, 0.f}, eng, hint);
-    backward.push_back({name, true, [p = eltwise_backward(rpd), a = args_t{{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, c.diff_dst}, {DNNL_ARG_DIFF_SRC, diff_pre}}, &s] { p.execute(s, a); }});
+    backward.push_back(
+        {name, true,
+         [p = eltwise_backward(rpd),
+          a = args_t{{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, c.diff_dst}, {DNNL_ARG_DIFF_SRC, diff_pre}},
+          &s] { p.execute(s, a); }});
     convolution_backward_weights::primitive_desc wpd(
         {algorithm::convolution_direct, src.get_desc(), any(w_d), any(b_d), fpd.dst_desc(), st, pad, pad}, eng, fpd);
     memory dw(wpd.diff_weights_desc(), eng), db(wpd.diff_bias_desc(), eng);
-    backward.push_back({name, true, [p = convolution_backward_weights(wpd), a = args_t{{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, diff_pre}, {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}}, &s] { p.execute(s, a); }});
+    backward.push_back({name, true,
+                        [p = convolution_backward_weights(wpd),
+                         a = args_t{{DNNL_ARG_SRC, src},
+                                    {DNNL_ARG_DIFF_DST, diff_pre},
+                                    {DNNL_ARG_DIFF_WEIGHTS, dw},
+                                    {DNNL_ARG_DIFF_BIAS, db}},
+                         &s] { p.execute(s, a); }});
     if (diff_src) {
       convolution_backward_data::primitive_desc dpd(
           {algorithm::convolution_direct, src.get_desc(), any(w_d), fpd.dst_desc(), st, pad, pad}, eng, fpd);
       memory wd = dpd.weights_desc() == fpd.weights_desc() ? w : memory(dpd.weights_desc(), eng);
-      backward.push_back({name, true, [p = convolution_backward_data(dpd), a = args_t{{DNNL_ARG_DIFF_DST, diff_pre}, {DNNL_ARG_WEIGHTS, wd}, {DNNL_ARG_DIFF_SRC, diff_src}}, &s] { p.execute(s, a); }});
+      backward.push_back(
+          {name, true,
+           [p = convolution_backward_data(dpd),
+            a = args_t{{DNNL_ARG_DIFF_DST, diff_pre}, {DNNL_ARG_WEIGHTS, wd}, {DNNL_ARG_DIFF_SRC, diff_src}},
+            &s] { p.execute(s, a); }});
     }
     return c;
   };
@@ -84,11 +98,17 @@ int main(int argc, char** argv) {
   auto pool = [&](const char* name, memory src, memory diff_src, std::vector<Timed>& backward) {
     memory::dims d = src.get_desc().dims();
     const memory::dims dst_d = {d[0], d[1], d[2] / 2, d[3] / 2}, k = {2, 2}, pad = {0, 0};
-    pooling_forward::primitive_desc fpd({prop_kind::forward_training, algorithm::pooling_max, src.get_desc(), any(dst_d), k, k, pad, pad}, eng);
+    pooling_forward::primitive_desc fpd(
+        {prop_kind::forward_training, algorithm::pooling_max, src.get_desc(), any(dst_d), k, k, pad, pad}, eng);
     memory dst(fpd.dst_desc(), eng), ws(fpd.workspace_desc(), eng), diff_dst(fpd.dst_desc(), eng);
     add(name, false, pooling_forward(fpd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}, {DNNL_ARG_WORKSPACE, ws}});
-    pooling_backward::primitive_desc bpd({algorithm::pooling_max, src.get_desc(), fpd.dst_desc(), k, k, pad, pad}, eng, fpd);
-    backward.push_back({name, true, [p = pooling_backward(bpd), a = args_t{{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WORKSPACE, ws}, {DNNL_ARG_DIFF_SRC, diff_src}}, &s] { p.execute(s, a); }});
+    pooling_backward::primitive_desc bpd({algorithm::pooling_max, src.get_desc(), fpd.dst_desc(), k, k, pad, pad}, eng,
+                                         fpd);
+    backward.push_back(
+        {name, true,
+         [p = pooling_backward(bpd),
+          a = args_t{{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WORKSPACE, ws}, {DNNL_ARG_DIFF_SRC, diff_src}},
+          &s] { p.execute(s, a); }});
     return Pool{dst, diff_dst};
   };
   struct Dense {
@@ -101,22 +121,35 @@ int main(int argc, char** argv) {
     inner_product_forward::primitive_desc fpd({prop_kind::forward_training, src.get_desc(), any(w_d), any(b_d), dst_md},
                                               relu ? relu_attr : primitive_attr(), eng);
     memory w(fpd.weights_desc(), eng), b(fpd.bias_desc(), eng), dst(dst_md, eng);
-    add(name, false, inner_product_forward(fpd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
+    add(name, false, inner_product_forward(fpd),
+        {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
     Dense d{dst, memory(dst_md, eng)};
     memory grad = d.diff_dst;
     if (relu) {
       memory pre(dst_md, eng);
       eltwise_forward::primitive_desc hint({prop_kind::forward_training, relu_bwd, dst_md, 0.f, 0.f}, eng);
       eltwise_backward::primitive_desc rpd({relu_bwd, dst_md, dst_md, 0.f, 0.f}, eng, hint);
-      backward.push_back({name, true, [p = eltwise_backward(rpd), a = args_t{{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, d.diff_dst}, {DNNL_ARG_DIFF_SRC, pre}}, &s] { p.execute(s, a); }});
+      backward.push_back({name, true,
+                          [p = eltwise_backward(rpd),
+                           a = args_t{{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, d.diff_dst}, {DNNL_ARG_DIFF_SRC, pre}},
+                           &s] { p.execute(s, a); }});
       grad = pre;
     }
     inner_product_backward_weights::primitive_desc wpd({src.get_desc(), any(w_d), any(b_d), dst_md}, eng, fpd);
     memory dw(wpd.diff_weights_desc(), eng), db(wpd.diff_bias_desc(), eng);
-    backward.push_back({name, true, [p = inner_product_backward_weights(wpd), a = args_t{{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, grad}, {DNNL_ARG_DIFF_WEIGHTS, dw}, {DNNL_ARG_DIFF_BIAS, db}}, &s] { p.execute(s, a); }});
+    backward.push_back({name, true,
+                        [p = inner_product_backward_weights(wpd),
+                         a = args_t{{DNNL_ARG_SRC, src},
+                                    {DNNL_ARG_DIFF_DST, grad},
+                                    {DNNL_ARG_DIFF_WEIGHTS, dw},
+                                    {DNNL_ARG_DIFF_BIAS, db}},
+                         &s] { p.execute(s, a); }});
     inner_product_backward_data::primitive_desc dpd({src.get_desc(), any(w_d), dst_md}, eng, fpd);
     memory wd = dpd.weights_desc() == fpd.weights_desc() ? w : memory(dpd.weights_desc(), eng);
-    backward.push_back({name, true, [p = inner_product_backward_data(dpd), a = args_t{{DNNL_ARG_DIFF_DST, grad}, {DNNL_ARG_WEIGHTS, wd}, {DNNL_ARG_DIFF_SRC, diff_src}}, &s] { p.execute(s, a); }});
+    backward.push_back({name, true,
+                        [p = inner_product_backward_data(dpd),
+                         a = args_t{{DNNL_ARG_DIFF_DST, grad}, {DNNL_ARG_WEIGHTS, wd}, {DNNL_ARG_DIFF_SRC, diff_src}},
+                         &s] { p.execute(s, a); }});
     return d;
   };
 
@@ -131,7 +164,9 @@ int main(int argc, char** argv) {
   memory flat_4d({{N, 64, 8, 8}, dt::f32, tag::nchw}, eng, flat.get_data_handle());
   memory diff_flat_4d({{N, 64, 8, 8}, dt::f32, tag::nchw}, eng, diff_flat.get_data_handle());
   add("flatten", false, reorder(p2.dst, flat_4d), {{DNNL_ARG_FROM, p2.dst}, {DNNL_ARG_TO, flat_4d}});
-  bwd[4].push_back({"flatten", true, [p = reorder(diff_flat_4d, p2.diff_dst), a = args_t{{DNNL_ARG_FROM, diff_flat_4d}, {DNNL_ARG_TO, p2.diff_dst}}, &s] { p.execute(s, a); }});
+  bwd[4].push_back({"flatten", true,
+                    [p = reorder(diff_flat_4d, p2.diff_dst),
+                     a = args_t{{DNNL_ARG_FROM, diff_flat_4d}, {DNNL_ARG_TO, p2.diff_dst}}, &s] { p.execute(s, a); }});
   Dense d1 = dense("dense1", flat, diff_flat, 4096, 64, true, bwd[5]);
   dense("dense2", d1.dst, d1.diff_dst, 64, 10, false, bwd[6]);
   for (int l = 6; l >= 0; --l)

@@ -35,18 +35,14 @@ int modulo(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace
 
-AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
-  if (name == "ring") return AllreduceAlgorithm::ring;
-  if (name == "hier") return AllreduceAlgorithm::hierarchical;
-  if (name == "mpi") return AllreduceAlgorithm::mpi;
-  throw InputError("--allreduce must be ring, hier or mpi, not '" + name + "'");
-}
-
 std::string to_string(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
-    case AllreduceAlgorithm::ring: return "ring";
-    case AllreduceAlgorithm::hierarchical: return "hier";
-    case AllreduceAlgorithm::mpi: return "mpi";
+    case AllreduceAlgorithm::ring:
+      return "ring";
+    case AllreduceAlgorithm::hierarchical:
+      return "hier";
+    case AllreduceAlgorithm::mpi:
+      return "mpi";
   }
   return "?";
 }
@@ -117,9 +113,15 @@ Allreducer::~Allreducer() = default;
 void Allreducer::run(std::span<float> data, ReduceOp op) {
   if (comm_.size() > 1 && !data.empty()) {
     switch (options_.algorithm) {
-      case AllreduceAlgorithm::ring: ring(comm_, data); break;
-      case AllreduceAlgorithm::hierarchical: hierarchical(data); break;
-      case AllreduceAlgorithm::mpi: comm_.allreduce_sum(data); break;
+      case AllreduceAlgorithm::ring:
+        ring(comm_, data);
+        break;
+      case AllreduceAlgorithm::hierarchical:
+        hierarchical(data);
+        break;
+      case AllreduceAlgorithm::mpi:
+        comm_.allreduce_sum(data);
+        break;
     }
   }
   if (op == ReduceOp::average && comm_.size() > 1) {
@@ -136,8 +138,8 @@ void Allreducer::ring(const Communicator& comm, std::span<float> data) {
   std::size_t largest = 0;
   for (int s = 0; s < n; ++s) largest = std::max(largest, begin(s + 1) - begin(s));
   const bool bf16 = options_.wire == WireType::bf16;
-  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(
-                                                         options_.chunk_bytes / (bf16 ? 2 : 4), INT_MAX / 4));
+  const std::size_t chunk =
+      std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_bytes / (bf16 ? 2 : 4), INT_MAX / 4));
   recv_f32_.resize(bf16 ? 0 : largest);
   send_wire_.resize(bf16 ? largest : 0);
   recv_wire_.resize(bf16 ? largest : 0);
@@ -163,25 +165,29 @@ void Allreducer::ring(const Communicator& comm, std::span<float> data) {
       for (std::size_t i = 0; i < send_count; ++i) send_wire_[i] = to_bf16(send[i]);
     }
     // The copy phase with an f32 wire receives straight into place.
-    void* recv_buffer = bf16 ? static_cast<void*>(recv_wire_.data())
-                             : reduce ? static_cast<void*>(recv_f32_.data()) : static_cast<void*>(recv_into);
+    void* recv_buffer = bf16     ? static_cast<void*>(recv_wire_.data())
+                        : reduce ? static_cast<void*>(recv_f32_.data())
+                                 : static_cast<void*>(recv_into);
     const std::size_t element = bf16 ? 2 : 4;
 
     Requests recvs, sends;
     for (std::size_t off = 0; off < recv_count; off += chunk)
-      check_mpi(MPI_Irecv(static_cast<char*>(recv_buffer) + off * element, static_cast<int>(std::min(chunk, recv_count - off)),
-                          type, left, step, comm.get(), recvs.add()),
-                "MPI_Irecv");
+      check_mpi(
+          MPI_Irecv(static_cast<char*>(recv_buffer) + off * element,
+                    static_cast<int>(std::min(chunk, recv_count - off)), type, left, step, comm.get(), recvs.add()),
+          "MPI_Irecv");
     const void* send_buffer = bf16 ? static_cast<const void*>(send_wire_.data()) : static_cast<const void*>(send);
     for (std::size_t off = 0; off < send_count; off += chunk)
-      check_mpi(MPI_Isend(static_cast<const char*>(send_buffer) + off * element,
-                          static_cast<int>(std::min(chunk, send_count - off)), type, right, step, comm.get(), sends.add()),
-                "MPI_Isend");
+      check_mpi(
+          MPI_Isend(static_cast<const char*>(send_buffer) + off * element,
+                    static_cast<int>(std::min(chunk, send_count - off)), type, right, step, comm.get(), sends.add()),
+          "MPI_Isend");
     // Reduce (or unpack) each chunk as it arrives while the later ones are still in flight.
     auto& pending = recvs.all();
     for (std::size_t done = 0; done < pending.size(); ++done) {
       int index = MPI_UNDEFINED;
-      check_mpi(MPI_Waitany(static_cast<int>(pending.size()), pending.data(), &index, MPI_STATUS_IGNORE), "MPI_Waitany");
+      check_mpi(MPI_Waitany(static_cast<int>(pending.size()), pending.data(), &index, MPI_STATUS_IGNORE),
+                "MPI_Waitany");
       const std::size_t off = static_cast<std::size_t>(index) * chunk, len = std::min(chunk, recv_count - off);
       float* out = recv_into + off;
       if (bf16) {

@@ -25,7 +25,6 @@ enum class AllreduceAlgorithm { ring, hierarchical, mpi };
 enum class ReduceOp { sum, average };
 enum class WireType { f32, bf16 };
 
-AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);
 std::string to_string(AllreduceAlgorithm algorithm);
 
 struct AllreduceOptions {

@@ -15,8 +15,12 @@ void initialize_param(const ParamSpec& spec, std::span<float> values, std::uint6
     if (spec.fan_in == 0) throw Error("initializer: parameter " + spec.name + " has no fan-in");
   };
   switch (spec.init) {
-    case Init::zeros: std::fill(values.begin(), values.end(), 0.0f); break;
-    case Init::ones: std::fill(values.begin(), values.end(), 1.0f); break;
+    case Init::zeros:
+      std::fill(values.begin(), values.end(), 0.0f);
+      break;
+    case Init::ones:
+      std::fill(values.begin(), values.end(), 1.0f);
+      break;
     case Init::glorot_uniform: {
       needs_fans();
       const float limit = static_cast<float>(std::sqrt(6.0 / (fan_in + fan_out)));

@@ -9,9 +9,12 @@ Tensor::Tensor(const dnnl::memory::desc& md, const dnnl::engine& engine)
 
 DataType Tensor::data_type() const {
   switch (md_.data_type()) {
-    case dt::f32: return DataType::f32;
-    case dt::bf16: return DataType::bf16;
-    default: throw Error("tensor: unsupported data type");
+    case dt::f32:
+      return DataType::f32;
+    case dt::bf16:
+      return DataType::bf16;
+    default:
+      throw Error("tensor: unsupported data type");
   }
 }
 
@@ -25,7 +28,10 @@ std::size_t product(const dims_t& dims) {
 
 std::string to_string(const dims_t& dims) {
   std::string s = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "x" : "") + std::to_string(dims[i]);
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += 'x';
+    s += std::to_string(dims[i]);
+  }
   return s + "]";
 }
 

@@ -51,8 +51,8 @@ int run_import(const std::vector<std::string>& args) {
   double val_fraction = 0.0;
   std::uint64_t seed = 1;
   po::options_description opts("ddl_data import");
-  opts.add_options()("help,h", "print this help")(
-      "from", po::value(&inputs)->multitoken(), "an image-folder root (<class>/<image>), or CIFAR binary files/dirs")(
+  opts.add_options()("help,h", "print this help")("from", po::value(&inputs)->multitoken(),
+                                                  "an image-folder root (<class>/<image>), or CIFAR binary files/dirs")(
       "format", po::value(&format)->default_value(format), "auto | folder | cifar10 | cifar100")(
       "output", po::value(&output), "dataset to write (.h5); with --shards K, <stem>-0000i-of-0000K.h5")(
       "shards", po::value(&shards)->default_value(1), "number of shard files")(
@@ -100,9 +100,11 @@ int run_import(const std::vector<std::string>& args) {
                      " images holds out nothing");
   }
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("imported %zu images (%dx%dx%d, %zu classes) in %.2f s (decoding %.2f s, %d threads): %zu train, %zu validation\n",
-              set.size(), set.height, set.width, set.channels, set.class_names.size(), total_s, decode_s, threads,
-              train.size(), val.size());
+  std::printf(
+      "imported %zu images (%dx%dx%d, %zu classes) in %.2f s (decoding %.2f s, %d threads): %zu train, %zu "
+      "validation\n",
+      set.size(), set.height, set.width, set.channels, set.class_names.size(), total_s, decode_s, threads, train.size(),
+      val.size());
   for (const auto& f : written) std::printf("  wrote %s\n", f.c_str());
   return 0;
 }

@@ -83,7 +83,8 @@ void build(Run& run, const Communicator& world) {
   if (o.normalize == "meanstd") {
     prep.normalize_mean_std = true;
     prep.mean = o.mean.empty() ? std::vector<float>(train.channel_mean().begin(), train.channel_mean().end()) : o.mean;
-    prep.stddev = o.stddev.empty() ? std::vector<float>(train.channel_std().begin(), train.channel_std().end()) : o.stddev;
+    prep.stddev =
+        o.stddev.empty() ? std::vector<float>(train.channel_std().begin(), train.channel_std().end()) : o.stddev;
   }
   run.train_loader.emplace(o.train_path, prep, static_cast<std::size_t>(o.batch_size), run.ctx);
 
@@ -132,8 +133,7 @@ void build(Run& run, const Communicator& world) {
   else
     run.optimizer = make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
   const float lr = o.scale_lr ? o.lr * static_cast<float>(world.size()) : o.lr;
-  run.schedule = {parse_lr_policy(o.lr_schedule), lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma,
-                  static_cast<float>(o.epochs)};
+  run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
   run.state = {o.model, 0, -1.0, o.seed, o.describe()};
   run.resume_path = o.resume == "auto" ? (std::filesystem::path(o.checkpoint_dir) / "last.h5").string() : o.resume;
@@ -166,11 +166,10 @@ void print_profile(const Profiler& profiler, double train_seconds, std::size_t s
 int train(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   const bool lead = world.rank() == 0;
-  MpiReplicaGroup group(world,
-                        {parse_allreduce_algorithm(o.allreduce),
-                         o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
+  MpiReplicaGroup group(world, {o.allreduce_algorithm, o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
                         static_cast<std::size_t>(o.bucket_mb * (1 << 20)));
-  group.check_same("the configuration (options, model)", fnv1a(o.describe() + run.model->name()) ^ run.model->param_count());
+  group.check_same("the configuration (options, model)",
+                   fnv1a(o.describe() + run.model->name()) ^ run.model->param_count());
   group.broadcast(run.model->params(), 0);
 
   if (lead) {
@@ -198,8 +197,7 @@ int train(Run& run, const Communicator& world) {
   // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
   // mpirun "auto" cannot tell and stays with plain lines; --progress always forces the bar.
   const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-  const bool bar =
-      lead && (o.progress == "always" || (o.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
+  const bool bar = lead && (o.progress == "always" || (o.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
 
   PassMetrics last_val;
   double train_seconds = 0;
@@ -212,9 +210,9 @@ int train(Run& run, const Communicator& world) {
     run.train_loader->start(select(run.train_subset, indices), true, o.seed, epoch);
     ProgressBar progress(epoch + 1, o.epochs);
     group.take_stats();
-    const PassMetrics tr = trainer.train_epoch(*run.train_loader, epoch, steps,
-                                               bar ? [&](const StepProgress& p) { progress.update(p); }
-                                                   : std::function<void(const StepProgress&)>());
+    const PassMetrics tr = trainer.train_epoch(
+        *run.train_loader, epoch, steps,
+        bar ? [&](const StepProgress& p) { progress.update(p); } : std::function<void(const StepProgress&)>());
     if (bar) progress.finish();
     // The slowest rank's wait is what the step pays for communication.
     const auto comm = group.take_stats();
@@ -224,8 +222,9 @@ int train(Run& run, const Communicator& world) {
     train_steps += steps;
     PassMetrics val;
     if (run.val_loader) {
-      run.val_loader->start(select(run.val_subset, evaluation_indices(run.val_subset.size(), world.rank(), world.size())),
-                            false, o.seed, epoch);
+      run.val_loader->start(
+          select(run.val_subset, evaluation_indices(run.val_subset.size(), world.rank(), world.size())), false, o.seed,
+          epoch);
       val = trainer.evaluate(*run.val_loader);
       last_val = val;
     }
@@ -305,8 +304,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (world->any(setup_error != nullptr)) {
-      if (setup_error)
-        report(&*world, describe_exception(setup_error));
+      if (setup_error) report(&*world, describe_exception(setup_error));
       return 2;
     }
     return train(*run, *world);

@@ -39,13 +39,14 @@ std::string TrainOptions::describe() const {
   std::ostringstream s;
   s << "model = " << model << "\nnum-classes = " << num_classes << "\ntrain = " << train_path << "\nval = " << val_path
     << "\nval-fraction = " << val_fraction << "\nnormalize = " << normalize << "\nrandom-flip = " << random_flip
-    << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size << "\nsteps-per-epoch = " << steps_per_epoch
-    << "\noptimizer = " << optimizer << "\nlr = " << lr << "\nlr-schedule = " << lr_schedule
-    << "\nwarmup-epochs = " << warmup_epochs << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma
-    << "\nmomentum = " << momentum << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay
-    << "\nadam-beta1 = " << adam_beta1 << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon
-    << "\nseed = " << seed << "\nallreduce = " << allreduce << "\nallreduce-wire = " << allreduce_wire
-    << "\nbucket-mb = " << bucket_mb << "\nscale-lr = " << scale_lr << "\n";
+    << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
+    << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr
+    << "\nlr-schedule = " << lr_schedule << "\nwarmup-epochs = " << warmup_epochs
+    << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nmomentum = " << momentum
+    << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
+    << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed
+    << "\nallreduce = " << allreduce << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
+    << "\nscale-lr = " << scale_lr << "\n";
   for (float m : mean) s << "mean += " << m << "\n";
   for (float d : stddev) s << "std += " << d << "\n";
   return s.str();
@@ -55,31 +56,38 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   TrainOptions o;
   std::string config, mean, stddev;
   po::options_description general("General");
-  general.add_options()("help,h", "print this help")("config", po::value(&config), "read options from this file (key = value lines)");
+  general.add_options()("help,h", "print this help")("config", po::value(&config),
+                                                     "read options from this file (key = value lines)");
   po::options_description model("Model");
   std::string names;
   for (const auto& n : model_names()) names += (names.empty() ? "" : " | ") + n;
   model.add_options()("model", po::value(&o.model)->default_value(o.model), names.c_str())(
       "num-classes", po::value(&o.num_classes)->default_value(0), "classes (0: the training set's)");
   po::options_description data("Data");
-  data.add_options()("train", po::value(&o.train_path), "training set (.h5 from ddl_data import; a shard or the base name)")(
-      "val", po::value(&o.val_path), "validation set (.h5)")(
-      "val-fraction", po::value(&o.val_fraction)->default_value(0.0, "0"), "hold out this fraction of --train for validation")(
+  data.add_options()("train", po::value(&o.train_path),
+                     "training set (.h5 from ddl_data import; a shard or the base name)")(
+      "val", po::value(&o.val_path), "validation set (.h5)")("val-fraction",
+                                                             po::value(&o.val_fraction)->default_value(0.0, "0"),
+                                                             "hold out this fraction of --train for validation")(
       "normalize", po::value(&o.normalize)->default_value(o.normalize), "scale (pixel/255) | meanstd")(
       "mean", po::value(&mean), "per-channel means for meanstd, e.g. 0.485,0.456,0.406 (default: the training set's)")(
       "std", po::value(&stddev), "per-channel standard deviations for meanstd")(
       "random-flip", po::bool_switch(&o.random_flip), "augment: random horizontal flips")(
-      "random-crop-padding", po::value(&o.random_crop_padding)->default_value(0), "augment: random crops after zero padding by this many pixels");
+      "random-crop-padding", po::value(&o.random_crop_padding)->default_value(0),
+      "augment: random crops after zero padding by this many pixels");
   po::options_description training("Training");
-  training.add_options()("epochs", po::value(&o.epochs)->default_value(o.epochs), "epochs to train (in all, counting resumed ones)")(
+  training.add_options()("epochs", po::value(&o.epochs)->default_value(o.epochs),
+                         "epochs to train (in all, counting resumed ones)")(
       "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "images per step per rank")(
-      "steps-per-epoch", po::value(&o.steps_per_epoch)->default_value(0), "cap on steps per epoch (0: the whole set; for quick runs)")(
+      "steps-per-epoch", po::value(&o.steps_per_epoch)->default_value(0),
+      "cap on steps per epoch (0: the whole set; for quick runs)")(
       "optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "adam | sgd")(
       "lr", po::value(&o.lr)->default_value(o.lr, "0.001"), "base learning rate")(
       "lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | step | cosine")(
       "warmup-epochs", po::value(&o.warmup_epochs)->default_value(0.0f, "0"), "linear warm-up length in epochs")(
-      "lr-step-epochs", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs, "30"), "step schedule: epochs between decays")(
-      "lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma, "0.1"), "step schedule: decay factor")(
+      "lr-step-epochs", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs, "30"),
+      "step schedule: epochs between decays")("lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma, "0.1"),
+                                              "step schedule: decay factor")(
       "momentum", po::value(&o.momentum)->default_value(o.momentum, "0.9"), "sgd momentum")(
       "nesterov", po::bool_switch(&o.nesterov), "sgd: Nesterov momentum")(
       "weight-decay", po::value(&o.weight_decay)->default_value(0.0f, "0"), "L2 weight decay")(
@@ -88,19 +96,25 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, "1e-07"), "adam epsilon (Keras 1e-7)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation, shuffling, augmentation, dropout");
   po::options_description system("System");
-  system.add_options()("threads", po::value(&o.threads)->default_value(0), "compute threads per rank (0: the node's cores / its ranks)")(
-      "allreduce", po::value(&o.allreduce)->default_value(o.allreduce), "gradient all-reduce: ring | hier (shared memory in a node, ring across) | mpi")(
-      "allreduce-wire", po::value(&o.allreduce_wire)->default_value(o.allreduce_wire), "f32 | bf16 (ring: half the bytes, sums in f32)")(
-      "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"), "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
+  system.add_options()("threads", po::value(&o.threads)->default_value(0),
+                       "compute threads per rank (0: the node's cores / its ranks)")(
+      "allreduce", po::value(&o.allreduce)->default_value(o.allreduce),
+      "gradient all-reduce: ring | hier (shared memory in a node, ring across) | mpi")(
+      "allreduce-wire", po::value(&o.allreduce_wire)->default_value(o.allreduce_wire),
+      "f32 | bf16 (ring: half the bytes, sums in f32)")(
+      "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"),
+      "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
       "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)");
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
       "metrics", po::value(&o.metrics_path), "per-epoch figures to this file (.csv, or .jsonl for JSON lines)")(
-      "progress", po::value(&o.progress)->default_value(o.progress), "progress bar: auto (on a terminal, not under mpirun) | always | never")(
+      "progress", po::value(&o.progress)->default_value(o.progress),
+      "progress bar: auto (on a terminal, not under mpirun) | always | never")(
       "profile", po::bool_switch(&o.profile), "print per-layer forward/backward times");
 
-  po::options_description all("ddl_train: train a model on an HDF5 image dataset (run under mpirun for data parallelism)");
+  po::options_description all(
+      "ddl_train: train a model on an HDF5 image dataset (run under mpirun for data parallelism)");
   all.add(general).add(model).add(data).add(training).add(system).add(output);
   po::variables_map vm;
   try {
@@ -131,9 +145,25 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.val_path.empty() || o.val_fraction == 0, "give --val or --val-fraction, not both");
   require(o.optimizer == "adam" || o.optimizer == "sgd", "--optimizer must be adam or sgd");
   require(o.normalize == "scale" || o.normalize == "meanstd", "--normalize must be scale or meanstd");
-  require(o.progress == "auto" || o.progress == "always" || o.progress == "never", "--progress must be auto, always or never");
+  require(o.progress == "auto" || o.progress == "always" || o.progress == "never",
+          "--progress must be auto, always or never");
   require(o.threads >= 0, "--threads must be >= 0");
-  require(o.allreduce == "ring" || o.allreduce == "hier" || o.allreduce == "mpi", "--allreduce must be ring, hier or mpi");
+  if (o.allreduce == "ring")
+    o.allreduce_algorithm = AllreduceAlgorithm::ring;
+  else if (o.allreduce == "hier")
+    o.allreduce_algorithm = AllreduceAlgorithm::hierarchical;
+  else if (o.allreduce == "mpi")
+    o.allreduce_algorithm = AllreduceAlgorithm::mpi;
+  else
+    throw InputError("--allreduce must be ring, hier or mpi, not '" + o.allreduce + "'");
+  if (o.lr_schedule == "constant")
+    o.lr_policy = LrPolicy::constant;
+  else if (o.lr_schedule == "step")
+    o.lr_policy = LrPolicy::step;
+  else if (o.lr_schedule == "cosine")
+    o.lr_policy = LrPolicy::cosine;
+  else
+    throw InputError("--lr-schedule must be constant, step or cosine, not '" + o.lr_schedule + "'");
   require(o.allreduce_wire == "f32" || o.allreduce_wire == "bf16", "--allreduce-wire must be f32 or bf16");
   require(o.allreduce_wire == "f32" || o.allreduce == "ring", "--allreduce-wire bf16 needs --allreduce ring");
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0");

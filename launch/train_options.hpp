@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/allreduce.hpp"
+#include "core/optim/lr_schedule.hpp"
+
 namespace ddl {
 
 struct TrainOptions {
@@ -17,7 +20,7 @@ struct TrainOptions {
   std::string train_path, val_path;
   double val_fraction = 0.0;
   std::string normalize = "scale";  // scale | meanstd
-  std::vector<float> mean, stddev;   // empty: the training set's statistics
+  std::vector<float> mean, stddev;  // empty: the training set's statistics
   bool random_flip = false;
   int random_crop_padding = 0;
   // training
@@ -27,6 +30,7 @@ struct TrainOptions {
   std::string optimizer = "adam";
   float lr = 1e-3f;
   std::string lr_schedule = "constant";
+  LrPolicy lr_policy = LrPolicy::constant;  // lr_schedule, parsed
   float warmup_epochs = 0.0f;
   float lr_step_epochs = 30.0f;
   float lr_gamma = 0.1f;
@@ -36,9 +40,10 @@ struct TrainOptions {
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_epsilon = 1e-7f;
   std::uint64_t seed = 1;
   // system
-  int threads = 0;  // 0: this node's cores shared among its ranks
+  int threads = 0;                 // 0: this node's cores shared among its ranks
   std::string allreduce = "hier";  // ring | hier | mpi
-  std::string allreduce_wire = "f32";  // f32 | bf16 (ring only)
+  AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::hierarchical;  // allreduce, parsed
+  std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
   bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
   // output

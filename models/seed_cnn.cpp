@@ -12,9 +12,11 @@ namespace ddl {
 
 std::unique_ptr<Model> seed_cnn(const ModelConfig& config) {
   auto m = std::make_unique<Model>("seed_cnn", dims_t{3, 32, 32}, config.num_classes);
-  m->add(std::make_unique<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 32, .kernel = 3, .padding = 1, .relu = true}));
+  m->add(std::make_unique<Conv2d>(
+      Conv2dOptions{.in_channels = 3, .out_channels = 32, .kernel = 3, .padding = 1, .relu = true}));
   m->add(std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2}));
-  m->add(std::make_unique<Conv2d>(Conv2dOptions{.in_channels = 32, .out_channels = 64, .kernel = 3, .padding = 1, .relu = true}));
+  m->add(std::make_unique<Conv2d>(
+      Conv2dOptions{.in_channels = 32, .out_channels = 64, .kernel = 3, .padding = 1, .relu = true}));
   m->add(std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2}));
   m->add(std::make_unique<Flatten>());
   m->add(std::make_unique<Dense>(DenseOptions{.in_features = 64 * 8 * 8, .out_features = 64, .relu = true}));

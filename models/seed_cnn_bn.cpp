@@ -23,7 +23,8 @@ std::unique_ptr<Model> seed_cnn_bn(const ModelConfig& config) {
     m->add(std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2}));
   }
   m->add(std::make_unique<Flatten>());
-  m->add(std::make_unique<Dense>(DenseOptions{.in_features = 64 * 8 * 8, .out_features = 64, .relu = true, .init = Init::he_uniform}));
+  m->add(std::make_unique<Dense>(
+      DenseOptions{.in_features = 64 * 8 * 8, .out_features = 64, .relu = true, .init = Init::he_uniform}));
   m->add(std::make_unique<Dropout>(0.3f, config.seed));
   m->add(std::make_unique<Dense>(DenseOptions{.in_features = 64, .out_features = config.num_classes}));
   return m;

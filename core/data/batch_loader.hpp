@@ -20,7 +20,7 @@ namespace ddl {
 
 struct Preprocessing {
   bool normalize_mean_std = false;  // false: pixel / 255
-  std::vector<float> mean, stddev;   // per channel, in pixel/255 units; used with normalize_mean_std
+  std::vector<float> mean, stddev;  // per channel, in pixel/255 units; used with normalize_mean_std
   bool random_flip = false;
   int random_crop_padding = 0;  // 0: no crop
 };

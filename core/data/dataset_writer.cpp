@@ -40,8 +40,8 @@ std::vector<double> channel_statistics(const ImageSet& set, bool want_std) {
   return out;
 }
 
-void write_shard(const ImageSet& set, const std::string& path, int index, int count, std::size_t begin,
-                 std::size_t end, const std::vector<double>& mean, const std::vector<double>& stddev) {
+void write_shard(const ImageSet& set, const std::string& path, int index, int count, std::size_t begin, std::size_t end,
+                 const std::vector<double>& mean, const std::vector<double>& stddev) {
   namespace fmt = dataset_format;
   const std::string tmp = path + ".tmp";
   {
@@ -57,9 +57,9 @@ void write_shard(const ImageSet& set, const std::string& path, int index, int co
     h5::Handle space(h5::check_id(H5Screate_simple(4, shape.data(), nullptr), "H5Screate_simple", tmp));
     h5::Handle props(h5::check_id(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", tmp));
     if (n > 0) h5::check(H5Pset_chunk(props.get(), 4, chunk.data()), "H5Pset_chunk", tmp);
-    h5::Handle images(h5::check_id(H5Dcreate2(file.get(), fmt::kImages, H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT,
-                                              props.get(), H5P_DEFAULT),
-                                   "cannot create images dataset", tmp));
+    h5::Handle images(h5::check_id(
+        H5Dcreate2(file.get(), fmt::kImages, H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT),
+        "cannot create images dataset", tmp));
     if (n > 0)
       h5::check(H5Dwrite(images.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                          set.pixels.data() + begin * set.image_bytes()),
@@ -87,7 +87,8 @@ std::vector<std::string> write_image_dataset(const ImageSet& set, const std::str
   if (shards < 1) throw InputError("shard count must be at least 1");
   if (set.size() == 0) throw InputError("refusing to write an empty dataset to " + path);
   if (static_cast<std::size_t>(shards) > set.size())
-    throw InputError("cannot split " + std::to_string(set.size()) + " images into " + std::to_string(shards) + " shards");
+    throw InputError("cannot split " + std::to_string(set.size()) + " images into " + std::to_string(shards) +
+                     " shards");
   const auto mean = channel_statistics(set, false), stddev = channel_statistics(set, true);
   std::vector<std::string> written;
   for (int i = 0; i < shards; ++i) {

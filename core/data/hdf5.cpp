@@ -41,14 +41,29 @@ Handle& Handle::operator=(Handle&& o) noexcept {
 Handle::~Handle() {
   if (id_ < 0) return;
   switch (H5Iget_type(id_)) {
-    case H5I_FILE: H5Fclose(id_); break;
-    case H5I_GROUP: H5Gclose(id_); break;
-    case H5I_DATASET: H5Dclose(id_); break;
-    case H5I_DATASPACE: H5Sclose(id_); break;
-    case H5I_DATATYPE: H5Tclose(id_); break;
-    case H5I_ATTR: H5Aclose(id_); break;
-    case H5I_GENPROP_LST: H5Pclose(id_); break;
-    default: break;
+    case H5I_FILE:
+      H5Fclose(id_);
+      break;
+    case H5I_GROUP:
+      H5Gclose(id_);
+      break;
+    case H5I_DATASET:
+      H5Dclose(id_);
+      break;
+    case H5I_DATASPACE:
+      H5Sclose(id_);
+      break;
+    case H5I_DATATYPE:
+      H5Tclose(id_);
+      break;
+    case H5I_ATTR:
+      H5Aclose(id_);
+      break;
+    case H5I_GENPROP_LST:
+      H5Pclose(id_);
+      break;
+    default:
+      break;
   }
 }
 
@@ -61,12 +76,30 @@ hid_t check_id(hid_t id, const std::string& what, const std::string& context) {
   return id;
 }
 
-template <> hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
-template <> hid_t native_type<double>() { return H5T_NATIVE_DOUBLE; }
-template <> hid_t native_type<std::int32_t>() { return H5T_NATIVE_INT32; }
-template <> hid_t native_type<std::int64_t>() { return H5T_NATIVE_INT64; }
-template <> hid_t native_type<std::uint64_t>() { return H5T_NATIVE_UINT64; }
-template <> hid_t native_type<std::uint8_t>() { return H5T_NATIVE_UINT8; }
+template <>
+hid_t native_type<float>() {
+  return H5T_NATIVE_FLOAT;
+}
+template <>
+hid_t native_type<double>() {
+  return H5T_NATIVE_DOUBLE;
+}
+template <>
+hid_t native_type<std::int32_t>() {
+  return H5T_NATIVE_INT32;
+}
+template <>
+hid_t native_type<std::int64_t>() {
+  return H5T_NATIVE_INT64;
+}
+template <>
+hid_t native_type<std::uint64_t>() {
+  return H5T_NATIVE_UINT64;
+}
+template <>
+hid_t native_type<std::uint8_t>() {
+  return H5T_NATIVE_UINT8;
+}
 
 void silence_errors_on_this_thread() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
@@ -109,11 +142,11 @@ std::vector<hsize_t> dataset_shape(const Handle& dataset, const std::string& con
 template <typename T>
 void write_dataset(const Handle& loc, const std::string& name, std::span<const T> data,
                    const std::vector<hsize_t>& shape) {
-  Handle space(check_id(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr), "H5Screate_simple",
-                        name));
-  Handle ds(check_id(H5Dcreate2(loc.get(), name.c_str(), native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                                H5P_DEFAULT),
-                     "cannot create dataset", name));
+  Handle space(
+      check_id(H5Screate_simple(static_cast<int>(shape.size()), shape.data(), nullptr), "H5Screate_simple", name));
+  Handle ds(check_id(
+      H5Dcreate2(loc.get(), name.c_str(), native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      "cannot create dataset", name));
   if (!data.empty())
     check(H5Dwrite(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), "cannot write dataset",
           name);
@@ -125,8 +158,9 @@ std::vector<T> read_dataset(const Handle& loc, const std::string& name, const st
   std::size_t n = 1;
   for (auto d : dataset_shape(ds, context)) n *= d;
   std::vector<T> out(n);
-  if (n) check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
-               "cannot read dataset " + name, context);
+  if (n)
+    check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), "cannot read dataset " + name,
+          context);
   return out;
 }
 
@@ -138,13 +172,14 @@ void read_dataset_into(const Handle& loc, const std::string& name, std::span<T> 
   if (n != out.size())
     throw InputError(context + ": dataset '" + name + "' has " + std::to_string(n) + " values, expected " +
                      std::to_string(out.size()));
-  if (n) check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
-               "cannot read dataset " + name, context);
+  if (n)
+    check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), "cannot read dataset " + name,
+          context);
 }
 
-#define DDL_H5_INSTANTIATE(T)                                                                                     \
+#define DDL_H5_INSTANTIATE(T)                                                                                         \
   template void write_dataset<T>(const Handle&, const std::string&, std::span<const T>, const std::vector<hsize_t>&); \
-  template std::vector<T> read_dataset<T>(const Handle&, const std::string&, const std::string&);                  \
+  template std::vector<T> read_dataset<T>(const Handle&, const std::string&, const std::string&);                     \
   template void read_dataset_into<T>(const Handle&, const std::string&, std::span<T>, const std::string&);
 DDL_H5_INSTANTIATE(float)
 DDL_H5_INSTANTIATE(std::int32_t)

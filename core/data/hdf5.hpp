@@ -32,7 +32,7 @@ class Handle {
 // HDF5 keeps its error-printing switch per thread: every thread that calls HDF5 turns it off first.
 void silence_errors_on_this_thread();
 
-Handle open_file(const std::string& path);  // read-only
+Handle open_file(const std::string& path);    // read-only
 Handle create_file(const std::string& path);  // truncates
 void flush(const Handle& file, const std::string& path);
 bool exists(const Handle& loc, const std::string& name);

@@ -70,7 +70,8 @@ ImageDataset::ImageDataset(const std::string& path) : files_(dataset_files(path)
       throw InputError(f + ": images must be [N, H, W, C], found " + std::to_string(shape.size()) + " dimensions");
     auto labels = h5::read_dataset<std::int32_t>(shard.file, fmt::kLabels, f);
     if (labels.size() != shape[0])
-      throw InputError(f + ": " + std::to_string(shape[0]) + " images but " + std::to_string(labels.size()) + " labels");
+      throw InputError(f + ": " + std::to_string(shape[0]) + " images but " + std::to_string(labels.size()) +
+                       " labels");
     auto names = h5::read_strings_attribute(shard.file, "class_names", f);
     if (s == 0) {
       height_ = static_cast<int>(shape[1]);

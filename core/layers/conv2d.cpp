@@ -121,7 +121,8 @@ const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
   if (!bwd_data_) return diff_src_;
   const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.memory();
   bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_(ctx, grad)},
-                                    {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value) : bwd_data_weights_(ctx, weights_.value)},
+                                    {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value)
+                                                                              : bwd_data_weights_(ctx, weights_.value)},
                                     {DNNL_ARG_DIFF_SRC, out}});
   if (diff_src_to_input_layout_) (*diff_src_to_input_layout_)(ctx, diff_src_raw_.memory(), diff_src_.memory());
   return diff_src_;

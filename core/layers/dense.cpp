@@ -16,8 +16,11 @@ std::string Dense::describe() const {
 }
 
 std::vector<ParamSpec> Dense::param_specs() const {
-  std::vector<ParamSpec> specs{{"weight", {opt_.out_features, opt_.in_features}, opt_.init,
-                                static_cast<std::size_t>(opt_.in_features), static_cast<std::size_t>(opt_.out_features)}};
+  std::vector<ParamSpec> specs{{"weight",
+                                {opt_.out_features, opt_.in_features},
+                                opt_.init,
+                                static_cast<std::size_t>(opt_.in_features),
+                                static_cast<std::size_t>(opt_.out_features)}};
   if (opt_.bias) specs.push_back({"bias", {opt_.out_features}, Init::zeros});
   return specs;
 }
@@ -40,7 +43,8 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
 
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   dnnl::inner_product_forward::primitive_desc fwd_pd(
-      dnnl::inner_product_forward::desc(prop, src_md, weights_any, bias_md, dst_md), relu_post_op(opt_.relu), ctx.engine());
+      dnnl::inner_product_forward::desc(prop, src_md, weights_any, bias_md, dst_md), relu_post_op(opt_.relu),
+      ctx.engine());
   fwd_ = dnnl::inner_product_forward(fwd_pd);
   fwd_weights_ = Relayout(ctx, weights_.value.get_desc(), fwd_pd.weights_desc());
   dst_ = Tensor(dst_md, ctx.engine());
@@ -89,9 +93,11 @@ const Tensor& Dense::backward(Context& ctx, const Tensor& diff_dst) {
   bwd_weights_.execute(ctx.stream(), wargs);
   if (diff_weights_to_user_) (*diff_weights_to_user_)(ctx, diff_weights_.memory(), weights_.grad);
   if (bwd_data_)
-    bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, grad},
-                                      {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value) : bwd_data_weights_(ctx, weights_.value)},
-                                      {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
+    bwd_data_->execute(ctx.stream(),
+                       {{DNNL_ARG_DIFF_DST, grad},
+                        {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value)
+                                                                  : bwd_data_weights_(ctx, weights_.value)},
+                        {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
   return diff_src_;
 }
 

@@ -64,8 +64,7 @@ class Layer {
   // Builds the primitives for this input descriptor and mode, returns the output descriptor. The input
   // layout is what the previous layer produced; the output layout is this layer's (or oneDNN's) choice.
   // need_diff_src is false for the first layer: no gradient w.r.t. the input images is computed.
-  virtual dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode,
-                                   bool need_diff_src) = 0;
+  virtual dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) = 0;
   // src must stay alive until backward.
   virtual const Tensor& forward(Context& ctx, const Tensor& src) = 0;
   // diff_dst has the layout of this layer's output; returns diff_src in the layout of its input (empty

@@ -49,8 +49,8 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
     dnnl::pooling_backward::primitive_desc bwd_pd(
-        dnnl::pooling_backward::desc(alg, src_md, fwd_pd.dst_desc(), strides, kernel, padding, padding),
-        ctx.engine(), fwd_pd);
+        dnnl::pooling_backward::desc(alg, src_md, fwd_pd.dst_desc(), strides, kernel, padding, padding), ctx.engine(),
+        fwd_pd);
     if (bwd_pd.diff_src_desc() != src_md || bwd_pd.diff_dst_desc() != fwd_pd.dst_desc())
       throw Error(describe() + ": oneDNN chose unexpected backward layouts");
     bwd_ = dnnl::pooling_backward(bwd_pd);

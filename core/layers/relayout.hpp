@@ -28,7 +28,6 @@ class Relayout {
   }
   // What the last call returned, without reordering again (the source must be unchanged since).
   const dnnl::memory& last(const dnnl::memory& from) const { return reorder_ ? buffer_.memory() : from; }
-  bool needed() const { return reorder_.has_value(); }
 
  private:
   std::optional<dnnl::reorder> reorder_;

@@ -11,7 +11,7 @@
 namespace ddl {
 
 struct LossSums {
-  double loss = 0.0;       // summed over the batch
+  double loss = 0.0;        // summed over the batch
   std::size_t correct = 0;  // top-1 hits
   std::size_t count = 0;
 };

@@ -4,15 +4,16 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/error.hpp"
-
 namespace ddl {
 
 float LrSchedule::at(double epoch) const {
   double lr = base_lr;
   switch (policy) {
-    case LrPolicy::constant: break;
-    case LrPolicy::step: lr *= std::pow(static_cast<double>(gamma), std::floor(epoch / step_epochs)); break;
+    case LrPolicy::constant:
+      break;
+    case LrPolicy::step:
+      lr *= std::pow(static_cast<double>(gamma), std::floor(epoch / step_epochs));
+      break;
     case LrPolicy::cosine: {
       const double t = std::min(1.0, epoch / static_cast<double>(total_epochs));
       lr *= 0.5 * (1.0 + std::cos(M_PI * t));
@@ -28,13 +29,6 @@ std::string LrSchedule::describe() const {
   char buf[128];
   std::snprintf(buf, sizeof buf, "%s lr=%g warmup=%g epochs", names[static_cast<int>(policy)], base_lr, warmup_epochs);
   return buf;
-}
-
-LrPolicy parse_lr_policy(const std::string& name) {
-  if (name == "constant") return LrPolicy::constant;
-  if (name == "step") return LrPolicy::step;
-  if (name == "cosine") return LrPolicy::cosine;
-  throw InputError("unknown learning-rate schedule '" + name + "' (constant, step, cosine)");
 }
 
 }  // namespace ddl

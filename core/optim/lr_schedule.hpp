@@ -20,6 +20,4 @@ struct LrSchedule {
   std::string describe() const;
 };
 
-LrPolicy parse_lr_policy(const std::string& name);
-
 }  // namespace ddl

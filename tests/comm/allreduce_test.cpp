@@ -8,8 +8,8 @@
 
 #include "comm/allreduce.hpp"
 #include "comm/gradient_reducer.hpp"
-#include "core/error.hpp"
 #include "comm/mpi_environment.hpp"
+#include "core/error.hpp"
 
 namespace ddl {
 namespace {
@@ -20,9 +20,7 @@ std::vector<float> rank_data(std::size_t n, int rank) {
   return v;
 }
 
-std::vector<std::size_t> sizes(int ranks) {
-  return {0, 1, 7, static_cast<std::size_t>(ranks - 1), 1000003};
-}
+std::vector<std::size_t> sizes(int ranks) { return {0, 1, 7, static_cast<std::size_t>(ranks - 1), 1000003}; }
 
 struct Case {
   AllreduceAlgorithm algorithm;
@@ -89,8 +87,7 @@ TEST(GradientReducer, FusesReadyRangesIntoBucketsAndAverages) {
   for (int step = 0; step < 2; ++step) {
     std::vector<float> grads = rank_data(3260, comm.rank() + step), expected = grads;
     comm.allreduce_sum(expected);
-    for (int layer = 4; layer >= 0; --layer)
-      buckets.ready(grads, bounds[layer], bounds[layer + 1] - bounds[layer]);
+    for (int layer = 4; layer >= 0; --layer) buckets.ready(grads, bounds[layer], bounds[layer + 1] - bounds[layer]);
     buckets.finish(grads);
     for (std::size_t i = 0; i < grads.size(); ++i)
       ASSERT_NEAR(grads[i], expected[i] / comm.size(), 1e-5) << "element " << i;

@@ -44,7 +44,7 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
   }
   auto sa = adam->state(), sb = other_adam->state();
   EXPECT_TRUE(std::equal(sa[1].floats.begin(), sa[1].floats.end(), sb[1].floats.begin()));  // Adam's v
-  EXPECT_EQ(sb[2].words[0], 1u);                                                             // step count
+  EXPECT_EQ(sb[2].words[0], 1u);                                                            // step count
 }
 
 TEST(Checkpoint, RefusesAnotherModelsCheckpoint) {

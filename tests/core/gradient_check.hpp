@@ -28,7 +28,7 @@ struct GradientCheckOptions {
 
 // Returns the number of mismatching elements.
 inline std::size_t check_gradients(Layer& layer, const dims_t& input_dims, const GradientCheckOptions& opt = {},
-                            std::uint64_t seed = 7) {
+                                   std::uint64_t seed = 7) {
   Context ctx;
   std::size_t total = 0;
   const auto specs = layer.param_specs();
@@ -84,7 +84,8 @@ inline std::size_t check_gradients(Layer& layer, const dims_t& input_dims, const
   const std::vector<float> analytic_params(grads.data(), grads.data() + total);
 
   std::size_t mismatches = 0;
-  auto compare = [&](std::vector<float>& values, float* live, const std::vector<float>& analytic, const std::string& what) {
+  auto compare = [&](std::vector<float>& values, float* live, const std::vector<float>& analytic,
+                     const std::string& what) {
     const std::size_t n = values.size();
     const std::size_t stride = std::max<std::size_t>(1, n / opt.samples);
     for (std::size_t i = (seed % stride); i < n; i += stride) {

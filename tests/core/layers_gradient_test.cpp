@@ -47,8 +47,9 @@ TEST(Conv2dShape, OutputSizeFollowsFormula) {
   Context ctx;
   Conv2d conv({.in_channels = 3, .out_channels = 8, .kernel = 3, .stride = 2, .padding = 1});
   AlignedBuffer<float> p(8 * 3 * 9 + 8), g(8 * 3 * 9 + 8);
-  conv.bind({{p.span().subspan(0, 216), g.span().subspan(0, 216)}, {p.span().subspan(216, 8), g.span().subspan(216, 8)}},
-            ctx);
+  conv.bind(
+      {{p.span().subspan(0, 216), g.span().subspan(0, 216)}, {p.span().subspan(216, 8), g.span().subspan(216, 8)}},
+      ctx);
   EXPECT_EQ(conv.setup(ctx, plain_desc({1, 3, 9, 9}), Mode::train, true).dims(), (dims_t{1, 8, 5, 5}));
   EXPECT_THROW(conv.setup(ctx, plain_desc({1, 4, 9, 9}), Mode::train, true), InputError);
 }

@@ -45,8 +45,7 @@ TEST(ImageDataset, RoundTripKeepsPixelsLabelsNamesAndStatistics) {
   for (std::size_t k = 0; k < idx.size(); ++k)
     for (int y = 0; y < 4; ++y)
       for (int x = 0; x < 5; ++x)
-        for (int c = 0; c < 3; ++c)
-          ASSERT_EQ(px[k * ds.image_bytes() + (y * 5 + x) * 3 + c], pattern(idx[k], y, x, c));
+        for (int c = 0; c < 3; ++c) ASSERT_EQ(px[k * ds.image_bytes() + (y * 5 + x) * 3 + c], pattern(idx[k], y, x, c));
   double mean0 = 0;
   for (std::size_t i = 0; i < set.pixels.size(); i += 3) mean0 += set.pixels[i] / 255.0;
   EXPECT_NEAR(ds.channel_mean()[0], mean0 / (set.pixels.size() / 3), 1e-9);

@@ -2,9 +2,9 @@
 // written with libpng / libjpeg.
 #pragma once
 
+#include <jpeglib.h>
 #include <png.h>
 #include <stdio.h>
-#include <jpeglib.h>
 
 #include <filesystem>
 #include <random>

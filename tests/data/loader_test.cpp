@@ -117,7 +117,7 @@ TEST_F(LoaderTest, ReadErrorsReachTheConsumer) {
   // A shard truncated after opening: the background read fails and next() rethrows it.
   std::filesystem::resize_file(dir_ / "l-00001-of-00002.h5", 100);
   loader.start({9, 8}, false, 1, 0);
-  EXPECT_THROW(while (loader.next()) {}, Error);
+  EXPECT_THROW(while (loader.next()){}, Error);
 }
 
 }  // namespace

@@ -87,7 +87,8 @@ TEST_F(DdlTrain, LearnsAndWritesMetricsAndCheckpoints) {
 }
 
 TEST_F(DdlTrain, ConfigFileSetsOptionsAndTheCommandLineWins) {
-  std::ofstream(scratch_ / "run.cfg") << "# a comment\nepochs = 1\nbatch-size = 16\nsteps-per-epoch = 3\noptimizer = sgd\n";
+  std::ofstream(scratch_ / "run.cfg")
+      << "# a comment\nepochs = 1\nbatch-size = 16\nsteps-per-epoch = 3\noptimizer = sgd\n";
   const auto r = run(kTrain + train_args("--config " + (scratch_ / "run.cfg") + " --batch-size 8"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("batch 8 per rank"), std::string::npos) << r.out;
@@ -101,8 +102,10 @@ TEST_F(DdlTrain, ResumeContinuesExactly) {
   const std::string straight = scratch_ / "straight", split = scratch_ / "split";
   const std::string opts = "--epochs 4 --model seed_cnn_bn --random-flip --random-crop-padding 2 --threads 2 ";
   ASSERT_EQ(run(kTrain + train_args(opts + "--checkpoint-dir " + straight)).exit_code, 0);
-  auto first = run(kTrain + train_args("--epochs 2 --model seed_cnn_bn --random-flip --random-crop-padding 2 --threads 2 "
-                                       "--checkpoint-dir " + split));
+  auto first =
+      run(kTrain + train_args("--epochs 2 --model seed_cnn_bn --random-flip --random-crop-padding 2 --threads 2 "
+                              "--checkpoint-dir " +
+                              split));
   ASSERT_EQ(first.exit_code, 0) << first.err;
   auto second = run(kTrain + train_args(opts + "--checkpoint-dir " + split + " --resume auto"));
   ASSERT_EQ(second.exit_code, 0) << second.err;
@@ -132,13 +135,13 @@ TEST_F(DdlTrain, RanksMatchOneRankWithTheGlobalBatch) {
     int ranks;
     std::string allreduce;
   };
-  const Layout layouts[] = {{2, "--allreduce hier"}, {4, "--allreduce ring --bucket-mb 0.05"},
-                           {4, "--allreduce mpi --bucket-mb 0"}};
+  const Layout layouts[] = {
+      {2, "--allreduce hier"}, {4, "--allreduce ring --bucket-mb 0.05"}, {4, "--allreduce mpi --bucket-mb 0"}};
   for (const Layout& l : layouts) {
     const std::string dir = scratch_ / ("layout" + std::to_string(&l - &layouts[0]));
-    const auto r = run(kMpirun + " -np " + std::to_string(l.ranks) + " " + kTrain +
-                       train_args(sgd + l.allreduce + " --batch-size " + std::to_string(64 / l.ranks) +
-                                  " --checkpoint-dir " + dir));
+    const auto r = run(
+        kMpirun + " -np " + std::to_string(l.ranks) + " " + kTrain +
+        train_args(sgd + l.allreduce + " --batch-size " + std::to_string(64 / l.ranks) + " --checkpoint-dir " + dir));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("ranks " + std::to_string(l.ranks)), std::string::npos);
     EXPECT_NE(r.out.find("global 64"), std::string::npos);
