@@ -178,6 +178,18 @@ TEST_F(DdlTrain, BadInputStopsEveryRank) {
   EXPECT_LT(r.seconds, 30.0);
 }
 
+TEST_F(DdlTrain, TrainsFromShardFilesOnSeveralRanks) {
+  const auto import = run(kData + " import --from " + (*dir_ / "cifar10_sample") + " --output " + (scratch_ / "s.h5") +
+                          " --shards 3 --seed 1");
+  ASSERT_EQ(import.exit_code, 0) << import.err;
+  EXPECT_NE(import.out.find("s-00002-of-00003.h5"), std::string::npos) << import.out;
+  const auto r = run(kMpirun + " -np 2 " + kTrain + " --train " + (scratch_ / "s-00001-of-00003.h5") +
+                     " --val-fraction 0.1 --epochs 1 --steps-per-epoch 5 --progress never");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("5400 training / 600 validation images"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("final validation accuracy"), std::string::npos) << r.out;
+}
+
 TEST_F(DdlTrain, ARankFailingDuringTrainingStopsTheJob) {
   // Only rank 0 writes checkpoints: a checkpoint it cannot write fails rank 0 alone after epoch 1 while
   // rank 1 goes on into epoch 2's all-reduce. The job must end promptly with rank 0's message.
