@@ -152,29 +152,39 @@ void write_dataset(const Handle& loc, const std::string& name, std::span<const T
           name);
 }
 
+namespace {
+
+std::size_t element_count(const Handle& dataset, const std::string& context) {
+  std::size_t n = 1;
+  for (auto d : dataset_shape(dataset, context)) n *= d;
+  return n;
+}
+
+template <typename T>
+void read_whole(const Handle& dataset, std::span<T> out, const std::string& name, const std::string& context) {
+  if (!out.empty())
+    check(H5Dread(dataset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+          "cannot read dataset " + name, context);
+}
+
+}  // namespace
+
 template <typename T>
 std::vector<T> read_dataset(const Handle& loc, const std::string& name, const std::string& context) {
   Handle ds = open_dataset(loc, name, context);
-  std::size_t n = 1;
-  for (auto d : dataset_shape(ds, context)) n *= d;
-  std::vector<T> out(n);
-  if (n)
-    check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), "cannot read dataset " + name,
-          context);
+  std::vector<T> out(element_count(ds, context));
+  read_whole(ds, std::span<T>(out), name, context);
   return out;
 }
 
 template <typename T>
 void read_dataset_into(const Handle& loc, const std::string& name, std::span<T> out, const std::string& context) {
   Handle ds = open_dataset(loc, name, context);
-  std::size_t n = 1;
-  for (auto d : dataset_shape(ds, context)) n *= d;
+  const std::size_t n = element_count(ds, context);
   if (n != out.size())
     throw InputError(context + ": dataset '" + name + "' has " + std::to_string(n) + " values, expected " +
                      std::to_string(out.size()));
-  if (n)
-    check(H5Dread(ds.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), "cannot read dataset " + name,
-          context);
+  read_whole(ds, out, name, context);
 }
 
 #define DDL_H5_INSTANTIATE(T)                                                                                         \
