@@ -49,6 +49,16 @@ int default_threads(const Communicator& world) {
   return allowed > 0 ? std::min(allowed, share) : share;
 }
 
+std::vector<std::size_t> every_index(std::size_t n) {
+  std::vector<std::size_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+std::string image_shape(const ImageDataset& ds) {
+  return std::to_string(ds.height()) + "x" + std::to_string(ds.width()) + "x" + std::to_string(ds.channels());
+}
+
 template <typename T>
 std::vector<T> select(const std::vector<T>& from, const std::vector<std::size_t>& positions) {
   std::vector<T> out;
@@ -89,9 +99,7 @@ void build(Run& run, const Communicator& world) {
   run.train_loader.emplace(o.train_path, prep, static_cast<std::size_t>(o.batch_size), run.ctx);
 
   // Validation: a separate file, or a seeded fraction held out of the training file.
-  std::vector<std::size_t> all(train.size());
-  std::iota(all.begin(), all.end(), 0);
-  run.train_subset = all;
+  run.train_subset = every_index(train.size());
   Preprocessing eval_prep = prep;
   eval_prep.random_flip = false;
   eval_prep.random_crop_padding = 0;
@@ -99,13 +107,10 @@ void build(Run& run, const Communicator& world) {
     run.val_loader.emplace(o.val_path, eval_prep, static_cast<std::size_t>(o.batch_size), run.ctx);
     const ImageDataset& val = run.val_loader->dataset();
     if (val.height() != train.height() || val.width() != train.width() || val.channels() != train.channels())
-      throw InputError(o.val_path + ": images are " + std::to_string(val.height()) + "x" + std::to_string(val.width()) +
-                       "x" + std::to_string(val.channels()) + ", the training set's " + std::to_string(train.height()) +
-                       "x" + std::to_string(train.width()) + "x" + std::to_string(train.channels()));
+      throw InputError(o.val_path + ": images are " + image_shape(val) + ", the training set's " + image_shape(train));
     if (val.class_names() != train.class_names())
       throw InputError(o.val_path + ": class names differ from the training set's");
-    run.val_subset.resize(val.size());
-    std::iota(run.val_subset.begin(), run.val_subset.end(), 0);
+    run.val_subset = every_index(val.size());
   } else if (o.val_fraction > 0) {
     const auto order = epoch_permutation(train.size(), o.seed ^ 0x7a11d, 0);
     const auto n_val = static_cast<std::size_t>(o.val_fraction * static_cast<double>(train.size()));
@@ -123,8 +128,7 @@ void build(Run& run, const Communicator& world) {
   const dims_t& in = run.model->input_shape();
   if (train.channels() != in[0] || train.height() != in[1] || train.width() != in[2])
     throw InputError("model " + o.model + " takes " + std::to_string(in[1]) + "x" + std::to_string(in[2]) + "x" +
-                     std::to_string(in[0]) + " images, " + o.train_path + " holds " + std::to_string(train.height()) +
-                     "x" + std::to_string(train.width()) + "x" + std::to_string(train.channels()));
+                     std::to_string(in[0]) + " images, " + o.train_path + " holds " + image_shape(train));
   run.model->initialize(o.seed);
 
   const auto n = run.model->param_count();
