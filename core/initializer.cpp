@@ -39,6 +39,9 @@ void initialize_param(const ParamSpec& spec, std::span<float> values, std::uint6
       for (auto& v : values) v = stddev * rng.normal();
       break;
     }
+    case Init::normal_002:
+      for (auto& v : values) v = 0.02f * rng.normal();
+      break;
   }
 }
 

@@ -14,6 +14,7 @@ class Dropout : public Layer {
   Dropout(float p, std::uint64_t seed);
 
   std::string describe() const override;
+  float probability() const { return p_; }
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;

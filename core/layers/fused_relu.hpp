@@ -37,6 +37,11 @@ class FusedReluBackward {
                        {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_pre_.memory()}});
     return diff_pre_.memory();
   }
+  const Tensor& operator()(Context& ctx, const Tensor& dst, const Tensor& diff_dst) {
+    if (!backward_) return diff_dst;
+    (*this)(ctx, dst.memory(), diff_dst.memory());
+    return diff_pre_;
+  }
 
  private:
   std::optional<dnnl::eltwise_backward> backward_;

@@ -17,7 +17,8 @@ namespace ddl {
 
 enum class Mode { train, infer };
 
-enum class Init { glorot_uniform, he_uniform, he_normal, zeros, ones };
+// normal_002: N(0, 0.02^2), the transformers' choice for embeddings.
+enum class Init { glorot_uniform, he_uniform, he_normal, normal_002, zeros, ones };
 
 // One parameter array, in its plain user layout (conv weights OIHW, dense weights OI, vectors X).
 struct ParamSpec {

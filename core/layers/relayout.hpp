@@ -26,6 +26,11 @@ class Relayout {
     reorder_->execute(ctx.stream(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, buffer_.memory()}});
     return buffer_.memory();
   }
+  const Tensor& operator()(Context& ctx, const Tensor& from) {
+    if (!reorder_) return from;
+    reorder_->execute(ctx.stream(), {{DNNL_ARG_FROM, from.memory()}, {DNNL_ARG_TO, buffer_.memory()}});
+    return buffer_;
+  }
   // What the last call returned, without reordering again (the source must be unchanged since).
   const dnnl::memory& last(const dnnl::memory& from) const { return reorder_ ? buffer_.memory() : from; }
 

@@ -1,0 +1,104 @@
+#include "core/layers/attention.hpp"
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/layers/linear.hpp"
+
+namespace ddl {
+
+using memory = dnnl::memory;
+
+ScaledDotProductAttention::ScaledDotProductAttention(int dim, int heads, float dropout, std::uint64_t seed)
+    : dim_(dim), heads_(heads), dropout_(dropout, seed) {
+  if (dim <= 0 || heads <= 0 || dim % heads != 0)
+    throw InputError("attention: width " + std::to_string(dim) + " is not a positive multiple of " +
+                     std::to_string(heads) + " heads");
+}
+
+std::string ScaledDotProductAttention::describe() const {
+  return "attention " + std::to_string(heads_) + " heads x " + std::to_string(dim_ / heads_);
+}
+
+memory::desc ScaledDotProductAttention::setup(Context& ctx, const memory::desc& src_md, Mode mode,
+                                              bool need_diff_src) {
+  const dims_t in = src_md.dims();
+  if (in.size() != 3 || in[2] != 3 * dim_)
+    throw InputError(describe() + ": expects input [N, T, " + std::to_string(3 * dim_) + "], got " + to_string(in));
+  if (src_md != plain_desc(in)) throw Error(describe() + ": expects a plain input (a linear layer's output)");
+  mode_ = mode;
+  const memory::dim n = in[0], t = in[1], h = heads_, d = dim_ / heads_, D = dim_;
+  packed_part_md_ = memory::desc({n, h, t, d}, dt::f32, dims_t{t * 3 * D, d, 3 * D, 1});
+  out_heads_md_ = memory::desc({n, h, t, d}, dt::f32, dims_t{t * D, d, D, 1});
+  const memory::desc scores_md = plain_desc({n, h, t, t});
+  const bool train = mode == Mode::train;
+  scores_ = BatchedMatmul(ctx, packed_part_md_, BatchedMatmul::transposed(packed_part_md_), scores_md,
+                          1.0f / std::sqrt(static_cast<float>(d)), train);
+  mix_ = BatchedMatmul(ctx, scores_md, packed_part_md_, out_heads_md_, 1.0f, train);
+  weights_ = Tensor(scores_md, ctx.engine());
+  const auto prop = train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+  dnnl::softmax_forward::primitive_desc softmax_pd(dnnl::softmax_forward::desc(prop, scores_md, 3), ctx.engine());
+  softmax_ = dnnl::softmax_forward(softmax_pd);
+  use_dropout_ = train && dropout_.probability() > 0.0f;
+  if (use_dropout_) dropout_.setup(ctx, scores_md, mode, true);
+  dst_ = Tensor(plain_desc({n, t, D}), ctx.engine());
+  softmax_backward_.reset();
+  if (train) {
+    softmax_backward_ = dnnl::softmax_backward(dnnl::softmax_backward::primitive_desc(
+        dnnl::softmax_backward::desc(scores_md, scores_md, 3), ctx.engine(), softmax_pd));
+    diff_weights_ = Tensor(scores_md, ctx.engine());
+    // Backward writes every element of the packed gradient (the Q, K and V parts), needed or not: the K
+    // and V parts are the attention's real output towards the projection's weights.
+    diff_src_ = Tensor(src_md, ctx.engine());
+  }
+  (void)need_diff_src;
+  return dst_.desc();
+}
+
+memory ScaledDotProductAttention::part(Context& ctx, const Tensor& packed, int which) const {
+  return memory(packed_part_md_, ctx.engine(), const_cast<float*>(packed.data()) + which * dim_);
+}
+
+memory ScaledDotProductAttention::heads_of(Context& ctx, const Tensor& out) const {
+  return memory(out_heads_md_, ctx.engine(), const_cast<float*>(out.data()));
+}
+
+const Tensor& ScaledDotProductAttention::forward(Context& ctx, const Tensor& src) {
+  src_ = &src;
+  const memory q = part(ctx, src, 0), k = part(ctx, src, 1), v = part(ctx, src, 2);
+  const memory k_t(BatchedMatmul::transposed(packed_part_md_), ctx.engine(), k.get_data_handle());
+  scores_.forward(ctx, q, k_t, weights_.memory());
+  softmax_.execute(ctx.stream(), {{DNNL_ARG_SRC, weights_.memory()}, {DNNL_ARG_DST, weights_.memory()}});
+  probs_ = use_dropout_ ? &dropout_.forward(ctx, weights_) : &weights_;
+  mix_.forward(ctx, probs_->memory(), v, heads_of(ctx, dst_));
+  return dst_;
+}
+
+const Tensor& ScaledDotProductAttention::backward(Context& ctx, const Tensor& diff_dst) {
+  if (mode_ != Mode::train) throw Error(describe() + ": backward called on a layer set up for inference");
+  const memory q = part(ctx, *src_, 0), k = part(ctx, *src_, 1), v = part(ctx, *src_, 2);
+  const memory dq = part(ctx, diff_src_, 0), dk = part(ctx, diff_src_, 1), dv = part(ctx, diff_src_, 2);
+  // dP = dO V^T and dV = P^T dO, then back through dropout and softmax to dS.
+  mix_.backward(ctx, probs_->memory(), v, heads_of(ctx, diff_dst), diff_weights_.memory(), dv);
+  const Tensor& diff_probs = use_dropout_ ? dropout_.backward(ctx, diff_weights_) : diff_weights_;
+  softmax_backward_->execute(ctx.stream(), {{DNNL_ARG_DST, weights_.memory()},
+                                            {DNNL_ARG_DIFF_DST, diff_probs.memory()},
+                                            {DNNL_ARG_DIFF_SRC, diff_weights_.memory()}});
+  const Tensor& diff_scores = diff_weights_;
+  // dQ = dS K / sqrt(d) and dK^T = Q^T dS / sqrt(d), the latter written through K's transposed view.
+  const memory k_t(BatchedMatmul::transposed(packed_part_md_), ctx.engine(), k.get_data_handle());
+  const memory dk_t(BatchedMatmul::transposed(packed_part_md_), ctx.engine(), dk.get_data_handle());
+  scores_.backward(ctx, q, k_t, diff_scores.memory(), dq, dk_t);
+  return diff_src_;
+}
+
+std::unique_ptr<Sequential> multi_head_self_attention(int dim, int heads, float dropout, std::uint64_t seed) {
+  auto s = std::make_unique<Sequential>("self-attention " + std::to_string(dim) + ", " + std::to_string(heads) +
+                                        " heads");
+  s->emplace<Linear>(LinearOptions{.in_features = dim, .out_features = 3 * dim});
+  s->emplace<ScaledDotProductAttention>(dim, heads, dropout, seed);
+  s->emplace<Linear>(LinearOptions{.in_features = dim, .out_features = dim});
+  return s;
+}
+
+}  // namespace ddl

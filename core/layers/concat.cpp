@@ -1,0 +1,100 @@
+#include "core/layers/concat.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+Concat::Concat(std::string name, std::vector<Sequential> branches)
+    : name_(std::move(name)), branches_(std::move(branches)) {
+  if (branches_.size() < 2) throw Error("concat " + name_ + ": needs at least two branches");
+}
+
+std::vector<ParamSpec> Concat::param_specs() const {
+  std::vector<ParamSpec> all;
+  for (std::size_t b = 0; b < branches_.size(); ++b)
+    for (auto s : branches_[b].param_specs()) {
+      s.name = std::to_string(b) + "." + s.name;
+      all.push_back(std::move(s));
+    }
+  return all;
+}
+
+void Concat::bind(const std::vector<ParamView>& views, Context& ctx) {
+  std::size_t next = 0;
+  for (auto& branch : branches_) {
+    const std::size_t n = branch.param_specs().size();
+    branch.bind(std::vector<ParamView>(views.begin() + next, views.begin() + next + n), ctx);
+    next += n;
+  }
+}
+
+dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
+  need_diff_src_ = mode == Mode::train && need_diff_src;
+  std::vector<dnnl::memory::desc> outs;
+  for (auto& branch : branches_) outs.push_back(branch.setup(ctx, src, mode, need_diff_src));
+  dims_t dst_dims = outs[0].dims();
+  dst_dims[1] = 0;
+  for (const auto& md : outs) {
+    dims_t d = md.dims();
+    d[1] = 0;
+    if (d != dst_dims || md.dims()[1] <= 0)
+      throw Error(name_ + ": branch outputs differ beyond axis 1: " + to_string(outs[0].dims()) + " vs " +
+                  to_string(md.dims()));
+  }
+  for (const auto& md : outs) dst_dims[1] += md.dims()[1];
+  const dnnl::memory::desc dst_md = plain_desc(dst_dims);
+  concat_ = dnnl::concat(dnnl::concat::primitive_desc(dst_md, 1, outs, ctx.engine()));
+  dst_ = Tensor(dst_md, ctx.engine());
+  if (mode == Mode::infer) return dst_md;
+
+  slice_mds_.clear();
+  slice_to_branch_.clear();
+  branch_grads_.clear();
+  dims_t offsets(dst_dims.size(), 0);
+  for (const auto& md : outs) {
+    slice_mds_.push_back(dst_md.submemory_desc(md.dims(), offsets));
+    slice_to_branch_.emplace_back(ctx, slice_mds_.back(), md);
+    branch_grads_.emplace_back(md, ctx.engine());
+    offsets[1] += md.dims()[1];
+  }
+  sum_diffs_.reset();
+  if (need_diff_src_) {
+    sum_diffs_ = dnnl::sum(dnnl::sum::primitive_desc(src, std::vector<float>(branches_.size(), 1.0f),
+                                                     std::vector<dnnl::memory::desc>(branches_.size(), src),
+                                                     ctx.engine()));
+    diff_src_ = Tensor(src, ctx.engine());
+  }
+  return dst_md;
+}
+
+const Tensor& Concat::forward(Context& ctx, const Tensor& src) {
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DST, dst_.memory()}};
+  for (std::size_t b = 0; b < branches_.size(); ++b)
+    args.insert({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(b), branches_[b].forward(ctx, src).memory()});
+  concat_.execute(ctx.stream(), args);
+  return dst_;
+}
+
+const Tensor& Concat::backward(Context& ctx, const Tensor& diff_dst) {
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DST, diff_src_.memory()}};
+  for (std::size_t b = 0; b < branches_.size(); ++b) {
+    const dnnl::memory slice(slice_mds_[b], ctx.engine(), const_cast<float*>(diff_dst.data()));
+    slice_to_branch_[b](ctx, slice, branch_grads_[b].memory());
+    const Tensor& diff = branches_[b].backward(ctx, branch_grads_[b]);
+    args.insert({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(b), diff.memory()});
+  }
+  if (sum_diffs_) sum_diffs_->execute(ctx.stream(), args);
+  return diff_src_;
+}
+
+std::vector<StateView> Concat::state() {
+  std::vector<StateView> all;
+  for (std::size_t b = 0; b < branches_.size(); ++b)
+    for (auto s : branches_[b].state()) {
+      s.name = std::to_string(b) + "." + s.name;
+      all.push_back(s);
+    }
+  return all;
+}
+
+}  // namespace ddl

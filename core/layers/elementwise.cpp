@@ -1,0 +1,72 @@
+#include "core/layers/elementwise.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+namespace {
+dnnl::prop_kind forward_kind(Mode mode) {
+  return mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+}
+}  // namespace
+
+dnnl::memory::desc Gelu::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
+  const auto alg = dnnl::algorithm::eltwise_gelu_erf;
+  dnnl::eltwise_forward::primitive_desc fwd_pd(dnnl::eltwise_forward::desc(forward_kind(mode), alg, src_md),
+                                               ctx.engine());
+  fwd_ = dnnl::eltwise_forward(fwd_pd);
+  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  bwd_.reset();
+  if (mode == Mode::train && need_diff_src) {
+    bwd_ = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
+        dnnl::eltwise_backward::desc(alg, src_md, src_md), ctx.engine(), fwd_pd));
+    diff_src_ = Tensor(src_md, ctx.engine());
+  }
+  return dst_.desc();
+}
+
+const Tensor& Gelu::forward(Context& ctx, const Tensor& src) {
+  src_ = &src;
+  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst_.memory()}});
+  return dst_;
+}
+
+const Tensor& Gelu::backward(Context& ctx, const Tensor& diff_dst) {
+  if (bwd_)
+    bwd_->execute(ctx.stream(), {{DNNL_ARG_SRC, src_->memory()},
+                                 {DNNL_ARG_DIFF_DST, diff_dst.memory()},
+                                 {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
+  return diff_src_;
+}
+
+dnnl::memory::desc Softmax::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
+  const int ndims = static_cast<int>(src_md.dims().size());
+  if (axis_ < 0 || axis_ >= ndims)
+    throw InputError(describe() + ": input " + to_string(src_md.dims()) + " has no such axis");
+  dnnl::softmax_forward::primitive_desc fwd_pd(dnnl::softmax_forward::desc(forward_kind(mode), src_md, axis_),
+                                               ctx.engine());
+  fwd_ = dnnl::softmax_forward(fwd_pd);
+  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  bwd_.reset();
+  if (mode == Mode::train && need_diff_src) {
+    bwd_ = dnnl::softmax_backward(dnnl::softmax_backward::primitive_desc(
+        dnnl::softmax_backward::desc(dst_.desc(), dst_.desc(), axis_), ctx.engine(), fwd_pd));
+    diff_src_ = Tensor(dst_.desc(), ctx.engine());
+  }
+  return dst_.desc();
+}
+
+const Tensor& Softmax::forward(Context& ctx, const Tensor& src) {
+  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst_.memory()}});
+  return dst_;
+}
+
+const Tensor& Softmax::backward(Context& ctx, const Tensor& diff_dst) {
+  if (bwd_)
+    bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, dst_.memory()},
+                                 {DNNL_ARG_DIFF_DST, diff_dst.memory()},
+                                 {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
+  return diff_src_;
+}
+
+}  // namespace ddl

@@ -1,0 +1,41 @@
+// GELU (the exact, erf-based form that PyTorch's nn.GELU and ViT use) and softmax over one axis, each a
+// oneDNN forward/backward pair that keeps the input's layout.
+#pragma once
+
+#include <optional>
+
+#include "core/layers/layer.hpp"
+
+namespace ddl {
+
+class Gelu : public Layer {
+ public:
+  std::string describe() const override { return "gelu"; }
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+
+ private:
+  dnnl::eltwise_forward fwd_;
+  std::optional<dnnl::eltwise_backward> bwd_;
+  Tensor dst_, diff_src_;
+  const Tensor* src_ = nullptr;
+};
+
+// softmax(x)_i = exp(x_i) / sum_j exp(x_j) along `axis`; backward from the saved output.
+class Softmax : public Layer {
+ public:
+  explicit Softmax(int axis) : axis_(axis) {}
+  std::string describe() const override { return "softmax axis " + std::to_string(axis_); }
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+
+ private:
+  int axis_;
+  dnnl::softmax_forward fwd_;
+  std::optional<dnnl::softmax_backward> bwd_;
+  Tensor dst_, diff_src_;
+};
+
+}  // namespace ddl

@@ -1,0 +1,73 @@
+#include "core/layers/layer_norm.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+using memory = dnnl::memory;
+using flags = dnnl::normalization_flags;
+
+LayerNorm::LayerNorm(const LayerNormOptions& options) : opt_(options) {
+  if (opt_.features <= 0) throw InputError("layer_norm: features must be positive");
+}
+
+std::vector<ParamSpec> LayerNorm::param_specs() const {
+  return {{"gamma", {opt_.features}, Init::ones}, {"beta", {opt_.features}, Init::zeros}};
+}
+
+void LayerNorm::bind(const std::vector<ParamView>& views, Context& ctx) {
+  memory::desc md({opt_.features}, dt::f32, tag::x);
+  scale_ = ParamMemory(views[0], md, ctx.engine());
+  shift_ = ParamMemory(views[1], md, ctx.engine());
+}
+
+memory::desc LayerNorm::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool /*need_diff_src*/) {
+  const dims_t in = src_md.dims();
+  if (in.size() < 2 || in.back() != opt_.features)
+    throw InputError(describe() + ": expects input [..., " + std::to_string(opt_.features) + "], got " +
+                     to_string(in));
+  mode_ = mode;
+  const auto f = flags::use_scale | flags::use_shift;
+  const auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+  dnnl::layer_normalization_forward::primitive_desc fwd_pd(
+      dnnl::layer_normalization_forward::desc(prop, src_md, opt_.epsilon, f), ctx.engine());
+  fwd_ = dnnl::layer_normalization_forward(fwd_pd);
+  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
+  variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
+  bwd_.reset();
+  if (mode == Mode::infer) return dst_.desc();
+  dnnl::layer_normalization_backward::primitive_desc bwd_pd(
+      dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, f),
+      ctx.engine(), fwd_pd);
+  bwd_ = dnnl::layer_normalization_backward(bwd_pd);
+  diff_src_ = Tensor(bwd_pd.diff_src_desc(), ctx.engine());
+  return dst_.desc();
+}
+
+const Tensor& LayerNorm::forward(Context& ctx, const Tensor& src) {
+  src_ = &src;
+  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()},
+                              {DNNL_ARG_SCALE, scale_.value},
+                              {DNNL_ARG_SHIFT, shift_.value},
+                              {DNNL_ARG_MEAN, mean_.memory()},
+                              {DNNL_ARG_VARIANCE, variance_.memory()},
+                              {DNNL_ARG_DST, dst_.memory()}});
+  return dst_;
+}
+
+const Tensor& LayerNorm::backward(Context& ctx, const Tensor& diff_dst) {
+  if (!bwd_) throw Error(describe() + ": backward called on a layer set up for inference");
+  bwd_->execute(ctx.stream(), {{DNNL_ARG_SRC, src_->memory()},
+                               {DNNL_ARG_DIFF_DST, diff_dst.memory()},
+                               {DNNL_ARG_SCALE, scale_.value},
+                               {DNNL_ARG_SHIFT, shift_.value},
+                               {DNNL_ARG_MEAN, mean_.memory()},
+                               {DNNL_ARG_VARIANCE, variance_.memory()},
+                               {DNNL_ARG_DIFF_SRC, diff_src_.memory()},
+                               {DNNL_ARG_DIFF_SCALE, scale_.grad},
+                               {DNNL_ARG_DIFF_SHIFT, shift_.grad}});
+  return diff_src_;
+}
+
+}  // namespace ddl

@@ -1,0 +1,79 @@
+#include "core/layers/linear.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+using memory = dnnl::memory;
+
+Linear::Linear(const LinearOptions& options) : opt_(options) {
+  if (opt_.in_features <= 0 || opt_.out_features <= 0) throw InputError("linear: feature counts must be positive");
+}
+
+std::string Linear::describe() const {
+  return "linear " + std::to_string(opt_.in_features) + "->" + std::to_string(opt_.out_features);
+}
+
+std::vector<ParamSpec> Linear::param_specs() const {
+  std::vector<ParamSpec> specs{{"weight",
+                                {opt_.out_features, opt_.in_features},
+                                opt_.init,
+                                static_cast<std::size_t>(opt_.in_features),
+                                static_cast<std::size_t>(opt_.out_features)}};
+  if (opt_.bias) specs.push_back({"bias", {opt_.out_features}, Init::zeros});
+  return specs;
+}
+
+void Linear::bind(const std::vector<ParamView>& views, Context& ctx) {
+  const memory::dim in = opt_.in_features, out = opt_.out_features;
+  weights_t_ = ParamMemory(views[0], memory::desc({in, out}, dt::f32, dims_t{1, in}), ctx.engine());
+  if (opt_.bias) bias_ = ParamMemory(views[1], memory::desc({1, out}, dt::f32, tag::ab), ctx.engine());
+}
+
+memory::desc Linear::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
+  const dims_t in = src_md.dims();
+  if (in.size() < 2 || in.back() != opt_.in_features)
+    throw InputError(describe() + ": expects input [..., " + std::to_string(opt_.in_features) + "], got " +
+                     to_string(in));
+  mode_ = mode;
+  need_diff_src_ = mode == Mode::train && need_diff_src;
+  const memory::dim rows = static_cast<memory::dim>(product(in)) / in.back();
+  rows_md_ = plain_desc({rows, opt_.in_features});
+  out_rows_md_ = plain_desc({rows, opt_.out_features});
+  to_plain_ = Relayout(ctx, src_md, plain_desc(in));
+  matmul_ = BatchedMatmul(ctx, rows_md_, weights_t_.value.get_desc(), out_rows_md_, 1.0f, mode == Mode::train,
+                          opt_.bias ? bias_.value.get_desc() : memory::desc());
+  dims_t out = in;
+  out.back() = opt_.out_features;
+  dst_ = Tensor(plain_desc(out), ctx.engine());
+  if (need_diff_src_) {
+    diff_src_ = Tensor(plain_desc(in), ctx.engine());
+    diff_to_src_layout_ = Relayout(ctx, plain_desc(in), src_md);
+  }
+  bias_grad_.reset();
+  if (mode == Mode::train && opt_.bias)
+    bias_grad_ = dnnl::reduction(dnnl::reduction::primitive_desc(
+        dnnl::reduction::desc(dnnl::algorithm::reduction_sum, out_rows_md_, bias_.grad.get_desc(), 0.0f, 0.0f),
+        ctx.engine()));
+  return dst_.desc();
+}
+
+const Tensor& Linear::forward(Context& ctx, const Tensor& src) {
+  src_ = &to_plain_(ctx, src);
+  const memory x(rows_md_, ctx.engine(), const_cast<float*>(src_->data()));
+  const memory y(out_rows_md_, ctx.engine(), dst_.data());
+  matmul_.forward(ctx, x, weights_t_.value, y, opt_.bias ? bias_.value : memory());
+  return dst_;
+}
+
+const Tensor& Linear::backward(Context& ctx, const Tensor& diff_dst) {
+  if (mode_ != Mode::train) throw Error(describe() + ": backward called on a layer set up for inference");
+  const memory x(rows_md_, ctx.engine(), const_cast<float*>(src_->data()));
+  const memory dy(out_rows_md_, ctx.engine(), const_cast<float*>(diff_dst.data()));
+  const memory dx = need_diff_src_ ? memory(rows_md_, ctx.engine(), diff_src_.data()) : memory();
+  matmul_.backward(ctx, x, weights_t_.value, dy, dx, weights_t_.grad);
+  if (bias_grad_) bias_grad_->execute(ctx.stream(), {{DNNL_ARG_SRC, dy}, {DNNL_ARG_DST, bias_.grad}});
+  return need_diff_src_ ? diff_to_src_layout_(ctx, diff_src_) : diff_src_;
+}
+
+}  // namespace ddl

@@ -1,0 +1,89 @@
+#include "core/layers/residual.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+Residual::Residual(std::string name, Sequential body, Sequential shortcut, bool relu)
+    : name_(std::move(name)), body_(std::move(body)), shortcut_(std::move(shortcut)), relu_(relu) {
+  if (body_.empty()) throw Error("residual " + name_ + ": empty body");
+}
+
+std::vector<ParamSpec> Residual::param_specs() const {
+  std::vector<ParamSpec> all;
+  for (auto s : body_.param_specs()) {
+    s.name = "body." + s.name;
+    all.push_back(std::move(s));
+  }
+  for (auto s : shortcut_.param_specs()) {
+    s.name = "shortcut." + s.name;
+    all.push_back(std::move(s));
+  }
+  return all;
+}
+
+void Residual::bind(const std::vector<ParamView>& views, Context& ctx) {
+  const std::size_t n = body_.param_specs().size();
+  body_.bind(std::vector<ParamView>(views.begin(), views.begin() + n), ctx);
+  shortcut_.bind(std::vector<ParamView>(views.begin() + n, views.end()), ctx);
+}
+
+dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
+  need_diff_src_ = mode == Mode::train && need_diff_src;
+  const dnnl::memory::desc body_md = body_.setup(ctx, src, mode, need_diff_src);
+  const dnnl::memory::desc short_md = identity() ? src : shortcut_.setup(ctx, src, mode, need_diff_src);
+  if (body_md.dims() != short_md.dims())
+    throw Error(name_ + ": body gives " + to_string(body_md.dims()) + " but the shortcut " +
+                to_string(short_md.dims()));
+  shortcut_to_dst_ = Relayout(ctx, short_md, body_md);
+  dnnl::binary::primitive_desc pd(dnnl::binary::desc(dnnl::algorithm::binary_add, body_md, body_md, body_md),
+                                  relu_post_op(relu_), ctx.engine());
+  add_ = dnnl::binary(pd);
+  dst_ = Tensor(body_md, ctx.engine());
+  if (mode == Mode::infer) return body_md;
+
+  relu_backward_ = relu_ ? FusedReluBackward(ctx, body_md) : FusedReluBackward();
+  diff_to_shortcut_ = Relayout(ctx, body_md, short_md);
+  add_diffs_.reset();
+  if (need_diff_src_) {
+    add_diffs_ = dnnl::binary(dnnl::binary::primitive_desc(
+        dnnl::binary::desc(dnnl::algorithm::binary_add, src, src, src), ctx.engine()));
+    diff_src_ = Tensor(src, ctx.engine());
+  }
+  return body_md;
+}
+
+const Tensor& Residual::forward(Context& ctx, const Tensor& src) {
+  const Tensor& body = body_.forward(ctx, src);
+  const Tensor& shortcut = shortcut_to_dst_(ctx, identity() ? src : shortcut_.forward(ctx, src));
+  add_.execute(ctx.stream(),
+               {{DNNL_ARG_SRC_0, body.memory()}, {DNNL_ARG_SRC_1, shortcut.memory()}, {DNNL_ARG_DST, dst_.memory()}});
+  return dst_;
+}
+
+const Tensor& Residual::backward(Context& ctx, const Tensor& diff_dst) {
+  const Tensor& grad = relu_backward_(ctx, dst_, diff_dst);
+  const Tensor& grad_for_shortcut = diff_to_shortcut_(ctx, grad);
+  const Tensor& diff_body = body_.backward(ctx, grad);
+  const Tensor& diff_shortcut = identity() ? grad_for_shortcut : shortcut_.backward(ctx, grad_for_shortcut);
+  if (add_diffs_)
+    add_diffs_->execute(ctx.stream(), {{DNNL_ARG_SRC_0, diff_body.memory()},
+                                       {DNNL_ARG_SRC_1, diff_shortcut.memory()},
+                                       {DNNL_ARG_DST, diff_src_.memory()}});
+  return diff_src_;
+}
+
+std::vector<StateView> Residual::state() {
+  std::vector<StateView> all;
+  for (auto s : body_.state()) {
+    s.name = "body." + s.name;
+    all.push_back(s);
+  }
+  for (auto s : shortcut_.state()) {
+    s.name = "shortcut." + s.name;
+    all.push_back(s);
+  }
+  return all;
+}
+
+}  // namespace ddl

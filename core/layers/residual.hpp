@@ -1,0 +1,43 @@
+// A residual block: dst = body(src) + shortcut(src), optionally followed by a ReLU (ResNet's blocks) fused
+// into the addition. An empty shortcut is the identity. The block is one layer, so a model cut into
+// pipeline stages never separates a block's two paths.
+#pragma once
+
+#include <optional>
+
+#include "core/layers/fused_relu.hpp"
+#include "core/layers/relayout.hpp"
+#include "core/layers/sequential.hpp"
+
+namespace ddl {
+
+class Residual : public Layer {
+ public:
+  Residual(std::string name, Sequential body, Sequential shortcut = Sequential(), bool relu = false);
+
+  std::string describe() const override { return name_; }
+  std::vector<ParamSpec> param_specs() const override;
+  void bind(const std::vector<ParamView>& views, Context& ctx) override;
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  std::vector<StateView> state() override;
+
+ private:
+  bool identity() const { return shortcut_.empty(); }
+
+  std::string name_;
+  Sequential body_, shortcut_;
+  bool relu_;
+  bool need_diff_src_ = false;
+
+  dnnl::binary add_;
+  Relayout shortcut_to_dst_;  // the shortcut's output (or the input itself) in the body's output layout
+  Tensor dst_;
+  FusedReluBackward relu_backward_;
+  Relayout diff_to_shortcut_;  // the gradient in the layout the shortcut's output (or the input) has
+  std::optional<dnnl::binary> add_diffs_;
+  Tensor diff_src_;
+};
+
+}  // namespace ddl

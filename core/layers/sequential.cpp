@@ -1,0 +1,62 @@
+#include "core/layers/sequential.hpp"
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+std::string Sequential::describe() const {
+  if (!name_.empty()) return name_;
+  std::string s;
+  for (const auto& l : layers_) s += (s.empty() ? "" : ", ") + l->describe();
+  return "[" + s + "]";
+}
+
+std::vector<ParamSpec> Sequential::param_specs() const {
+  std::vector<ParamSpec> all;
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for (auto spec : layers_[i]->param_specs()) {
+      spec.name = std::to_string(i) + "." + spec.name;
+      all.push_back(std::move(spec));
+    }
+  return all;
+}
+
+void Sequential::bind(const std::vector<ParamView>& views, Context& ctx) {
+  std::size_t next = 0;
+  for (auto& l : layers_) {
+    const std::size_t n = l->param_specs().size();
+    l->bind(std::vector<ParamView>(views.begin() + next, views.begin() + next + n), ctx);
+    next += n;
+  }
+}
+
+dnnl::memory::desc Sequential::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
+  if (layers_.empty()) throw Error("sequential " + name_ + ": no layers");
+  dnnl::memory::desc md = src;
+  for (std::size_t i = 0; i < layers_.size(); ++i) md = layers_[i]->setup(ctx, md, mode, need_diff_src || i > 0);
+  return md;
+}
+
+const Tensor& Sequential::forward(Context& ctx, const Tensor& src) {
+  const Tensor* x = &src;
+  for (auto& l : layers_) x = &l->forward(ctx, *x);
+  return *x;
+}
+
+const Tensor& Sequential::backward(Context& ctx, const Tensor& diff_dst) {
+  const Tensor* g = &diff_dst;
+  for (std::size_t i = layers_.size(); i-- > 0;) g = &layers_[i]->backward(ctx, *g);
+  return *g;
+}
+
+std::vector<StateView> Sequential::state() {
+  std::vector<StateView> all;
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    for (auto s : layers_[i]->state()) {
+      s.name = std::to_string(i) + "." + s.name;
+      all.push_back(s);
+    }
+  return all;
+}
+
+}  // namespace ddl

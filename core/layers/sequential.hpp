@@ -1,0 +1,41 @@
+// Layers run one after another, seen from outside as one layer: the body of a residual block, a branch
+// of a concatenation. Parameters and state keep the children's order, named "<child>.<name>".
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/layers/layer.hpp"
+
+namespace ddl {
+
+class Sequential : public Layer {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::string name) : name_(std::move(name)) {}
+
+  Sequential& add(std::unique_ptr<Layer> layer) {
+    layers_.push_back(std::move(layer));
+    return *this;
+  }
+  template <typename L, typename... Args>
+  Sequential& emplace(Args&&... args) {
+    return add(std::make_unique<L>(std::forward<Args>(args)...));
+  }
+  bool empty() const { return layers_.empty(); }
+
+  // The name given, or the children's descriptions joined.
+  std::string describe() const override;
+  std::vector<ParamSpec> param_specs() const override;
+  void bind(const std::vector<ParamView>& views, Context& ctx) override;
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  std::vector<StateView> state() override;
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+}  // namespace ddl

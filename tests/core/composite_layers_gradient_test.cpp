@@ -1,0 +1,183 @@
+// Finite-difference checks of the blocks and transformer layers: residual, concat, linear, layer norm,
+// GELU, softmax, batched matmul, attention and the token layers.
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "core/layers/attention.hpp"
+#include "core/layers/batch_norm2d.hpp"
+#include "core/layers/concat.hpp"
+#include "core/layers/conv2d.hpp"
+#include "core/layers/elementwise.hpp"
+#include "core/layers/layer_norm.hpp"
+#include "core/layers/linear.hpp"
+#include "core/layers/pool2d.hpp"
+#include "core/layers/relu.hpp"
+#include "core/layers/residual.hpp"
+#include "core/layers/tokens.hpp"
+#include "tests/core/gradient_check.hpp"
+
+namespace ddl {
+namespace {
+
+using test::check_gradients;
+using test::GradientCheckOptions;
+
+// ReLUs make the loss piecewise linear: a small step keeps both sides of the difference on one piece.
+const GradientCheckOptions kPiecewise = {.step = 1e-3f, .abs_tolerance = 5e-3f};
+
+Sequential conv_body(int in, int out, int stride, bool relu) {
+  Sequential s;
+  s.emplace<Conv2d>(Conv2dOptions{.in_channels = in, .out_channels = out, .kernel = 3, .stride = stride,
+                                  .padding = 1, .relu = relu});
+  return s;
+}
+
+TEST(ResidualGradient, IdentityShortcutWithReluAfterTheSum) {
+  Sequential body = conv_body(4, 4, 1, true);
+  body.emplace<Conv2d>(Conv2dOptions{.in_channels = 4, .out_channels = 4, .kernel = 3, .padding = 1});
+  Residual block("block", std::move(body), Sequential(), true);
+  check_gradients(block, {2, 4, 5, 5}, kPiecewise);
+}
+
+TEST(ResidualGradient, ProjectionShortcutWithStride) {
+  Sequential shortcut;
+  shortcut.emplace<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 5, .kernel = 1, .stride = 2});
+  shortcut.emplace<BatchNorm2d>(BatchNorm2dOptions{.channels = 5});
+  Residual block("down", conv_body(3, 5, 2, false), std::move(shortcut));
+  check_gradients(block, {4, 3, 6, 6}, {.abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f});
+}
+
+TEST(ResidualGradient, ShapeMismatchIsAnError) {
+  Context ctx;
+  Residual block("bad", conv_body(3, 5, 2, false));
+  AlignedBuffer<float> p(5 * 3 * 9 + 5), g(5 * 3 * 9 + 5);
+  block.bind({{p.span().subspan(0, 135), g.span().subspan(0, 135)}, {p.span().subspan(135), g.span().subspan(135)}},
+             ctx);
+  EXPECT_THROW(block.setup(ctx, plain_desc({1, 3, 6, 6}), Mode::train, true), Error);
+}
+
+TEST(ConcatGradient, ThreeBranchesAlongChannels) {
+  std::vector<Sequential> branches;
+  branches.push_back(conv_body(3, 4, 1, false));
+  branches.emplace_back().emplace<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 2, .kernel = 1});
+  branches.emplace_back().emplace<Pool2d>(Pool2dOptions{.kind = PoolKind::avg_exclude_padding, .kernel = 3,
+                                                        .stride = 1, .padding = 1});
+  Concat concat("mixed", std::move(branches));
+  check_gradients(concat, {2, 3, 5, 5});
+}
+
+TEST(LinearGradient, TokensWithBias) {
+  Linear linear({.in_features = 6, .out_features = 5});
+  check_gradients(linear, {2, 4, 6});
+}
+
+TEST(LinearGradient, BatchNoBias) {
+  Linear linear({.in_features = 9, .out_features = 3, .bias = false});
+  check_gradients(linear, {5, 9});
+}
+
+TEST(LinearGradient, AfterABlockedConvolutionOutput) {
+  Sequential s = conv_body(3, 16, 1, false);  // 16 channels: oneDNN picks a blocked layout here
+  s.emplace<Linear>(LinearOptions{.in_features = 4, .out_features = 3});
+  check_gradients(s, {2, 3, 4, 4});
+}
+
+TEST(LayerNormGradient, LastAxis) {
+  LayerNorm norm({.features = 8});
+  check_gradients(norm, {2, 3, 8}, {.abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f});
+}
+
+TEST(GeluGradient, Exact) {
+  Gelu gelu;
+  check_gradients(gelu, {2, 5, 7}, {.step = 1e-3f});
+}
+
+TEST(SoftmaxGradient, MiddleAndLastAxis) {
+  Softmax middle(1), last(2);
+  check_gradients(middle, {2, 5, 3});
+  check_gradients(last, {3, 2, 6});
+}
+
+// A batched matmul as a layer for the checker: input A [B, M, K] times a parameter B [B, K, N].
+class MatmulProbe : public Layer {
+ public:
+  std::string describe() const override { return "batched matmul probe"; }
+  std::vector<ParamSpec> param_specs() const override { return {{"b", {3, 4, 5}, Init::zeros}}; }
+  void bind(const std::vector<ParamView>& views, Context& ctx) override {
+    b_ = ParamMemory(views[0], plain_desc({3, 4, 5}), ctx.engine());
+  }
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode, bool) override {
+    dst_ = Tensor(plain_desc({3, 2, 5}), ctx.engine());
+    diff_src_ = Tensor(src, ctx.engine());
+    op_ = BatchedMatmul(ctx, src, b_.value.get_desc(), dst_.desc(), 0.5f, true);
+    return dst_.desc();
+  }
+  const Tensor& forward(Context& ctx, const Tensor& src) override {
+    src_ = &src;
+    op_.forward(ctx, src.memory(), b_.value, dst_.memory());
+    return dst_;
+  }
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override {
+    op_.backward(ctx, src_->memory(), b_.value, diff_dst.memory(), diff_src_.memory(), b_.grad);
+    return diff_src_;
+  }
+
+ private:
+  ParamMemory b_;
+  BatchedMatmul op_;
+  Tensor dst_, diff_src_;
+  const Tensor* src_ = nullptr;
+};
+
+TEST(BatchedMatmulGradient, BothOperandsScaled) {
+  MatmulProbe probe;
+  check_gradients(probe, {3, 2, 4});
+}
+
+TEST(AttentionGradient, TwoHeadsNoDropout) {
+  ScaledDotProductAttention attention(8, 2, 0.0f, 1);
+  check_gradients(attention, {2, 5, 24});
+}
+
+TEST(AttentionGradient, WithAttentionDropout) {
+  ScaledDotProductAttention attention(6, 3, 0.3f, 5);
+  check_gradients(attention, {2, 4, 18});
+}
+
+TEST(AttentionGradient, MultiHeadSelfAttentionWithProjections) {
+  auto mhsa = multi_head_self_attention(8, 4, 0.0f, 1);
+  check_gradients(*mhsa, {2, 3, 8});
+}
+
+TEST(AttentionOutput, OneHeadEqualsTheFormula) {
+  // T = 2, D = 1: softmax over the two scores q_i k_j, weights times v.
+  Context ctx;
+  ScaledDotProductAttention attention(1, 1, 0.0f, 1);
+  attention.setup(ctx, plain_desc({1, 2, 3}), Mode::infer, false);
+  const std::vector<float> qkv = {1.0f, 2.0f, 10.0f, 0.5f, -1.0f, 20.0f};  // token 0: q k v, token 1: q k v
+  auto out = test::to_plain(ctx, attention.forward(ctx, test::from_plain(ctx, qkv, plain_desc({1, 2, 3}))));
+  for (int i = 0; i < 2; ++i) {
+    const float q = qkv[i * 3], s0 = q * 2.0f, s1 = q * -1.0f;
+    const float w0 = std::exp(s0) / (std::exp(s0) + std::exp(s1));
+    EXPECT_NEAR(out[i], w0 * 10.0f + (1 - w0) * 20.0f, 1e-4);
+  }
+}
+
+TEST(TokensGradient, ImageToTokensFromABlockedLayout) {
+  Sequential s = conv_body(3, 16, 2, false);
+  s.emplace<ImageToTokens>();
+  check_gradients(s, {2, 3, 4, 4});
+}
+
+TEST(TokensGradient, ClassTokenAndPosition) {
+  ClassTokenAndPosition embed(4, 3);
+  check_gradients(embed, {2, 4, 3});
+}
+
+TEST(TokensGradient, TakeClassToken) {
+  TakeClassToken take;
+  check_gradients(take, {3, 4, 5});
+}
+
+}  // namespace
+}  // namespace ddl
