@@ -12,7 +12,11 @@ using Factory = std::unique_ptr<Model> (*)(const ModelConfig&);
 const std::vector<std::pair<std::string, Factory>>& table() {
   static const std::vector<std::pair<std::string, Factory>> models = {
       {"seed_cnn", &seed_cnn},
-      {"seed_cnn_bn", &seed_cnn_bn},
+      {"seed_cnn_bn", &seed_cnn_bn},       {"alexnet", &alexnet},   {"alexnet_cifar", &alexnet_cifar},
+      {"vgg16", &vgg16},                   {"vgg16_cifar", &vgg16_cifar},
+      {"resnet18", &resnet18},             {"resnet18_cifar", &resnet18_cifar},
+      {"resnet50", &resnet50},             {"resnet50_cifar", &resnet50_cifar},
+      {"vit_b16", &vit_b16},               {"vit_tiny", &vit_tiny},
   };
   return models;
 }

@@ -8,14 +8,33 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "core/error.hpp"
 #include "core/model.hpp"
 
 namespace ddl {
 
+// What a user may change about a model; 0 (or a negative dropout) keeps the model's own value.
 struct ModelConfig {
   int num_classes = 10;
   std::uint64_t seed = 0;  // for layers that draw random numbers (dropout)
+  int image_size = 0;      // input height = width
+  float dropout = -1.0f;   // classifier dropout of the CNNs; attention and MLP dropout of the transformers
+  // Vision transformers only.
+  int patch_size = 0;
+  int depth = 0;  // encoder blocks
+  int width = 0;  // hidden size D (the MLP is 4 D wide)
+  int heads = 0;
 };
+
+// The value a model uses: the user's when given, the model's own otherwise.
+inline int chosen(int user, int model_default) { return user > 0 ? user : model_default; }
+inline float chosen_dropout(const ModelConfig& c, float model_default) {
+  return c.dropout >= 0.0f ? c.dropout : model_default;
+}
+// A distinct generator seed for the k-th random layer of a model.
+inline std::uint64_t layer_seed(const ModelConfig& c, std::uint64_t k) {
+  return c.seed ^ (0x9E3779B97F4A7C15ull * (k + 1));
+}
 
 // Builds, finalizes and returns the model; parameters are not initialised yet (Model::initialize).
 std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, Context& ctx);
@@ -24,5 +43,15 @@ std::vector<std::string> model_names();
 // Definitions, one per file.
 std::unique_ptr<Model> seed_cnn(const ModelConfig& config);
 std::unique_ptr<Model> seed_cnn_bn(const ModelConfig& config);
+std::unique_ptr<Model> alexnet(const ModelConfig& config);
+std::unique_ptr<Model> alexnet_cifar(const ModelConfig& config);
+std::unique_ptr<Model> vgg16(const ModelConfig& config);
+std::unique_ptr<Model> vgg16_cifar(const ModelConfig& config);
+std::unique_ptr<Model> resnet18(const ModelConfig& config);
+std::unique_ptr<Model> resnet18_cifar(const ModelConfig& config);
+std::unique_ptr<Model> resnet50(const ModelConfig& config);
+std::unique_ptr<Model> resnet50_cifar(const ModelConfig& config);
+std::unique_ptr<Model> vit_b16(const ModelConfig& config);
+std::unique_ptr<Model> vit_tiny(const ModelConfig& config);
 
 }  // namespace ddl

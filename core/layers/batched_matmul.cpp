@@ -1,20 +1,48 @@
 #include "core/layers/batched_matmul.hpp"
 
 #include <numeric>
+#include <string>
 
 #include "core/error.hpp"
 
 namespace ddl {
-namespace {
 
-dnnl::matmul make_matmul(Context& ctx, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
-                         const dnnl::memory::desc& c, float alpha, const dnnl::memory::desc& bias = {}) {
+BatchedMatmul::Product::Product(Context& ctx, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+                                const dnnl::memory::desc& c, float alpha, const dnnl::memory::desc& bias) {
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, bias, c), attr, ctx.engine()));
+  // Try the operands as given first, then with plain copies of A, B, C, in rising order of copying.
+  for (int copies = 0; copies < 8; ++copies) {
+    const dnnl::memory::desc ma = copies & 1 ? plain_desc(a.dims()) : a;
+    const dnnl::memory::desc mb = copies & 2 ? plain_desc(b.dims()) : b;
+    const dnnl::memory::desc mc = copies & 4 ? plain_desc(c.dims()) : c;
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ma, mb, bias, mc), attr, ctx.engine());
+    if (std::string(pd.impl_info_str()).starts_with("ref")) continue;
+    matmul_ = dnnl::matmul(pd);
+    a_ = Relayout(ctx, a, ma);
+    b_ = Relayout(ctx, b, mb);
+    c_.reset();
+    if (mc != c) {
+      c_buffer_ = Tensor(mc, ctx.engine());
+      c_ = Copy(ctx, mc, c);
+    }
+    return;
+  }
+  // Only the reference kernel exists for this problem: copying would not help it.
+  matmul_ = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, bias, c), attr, ctx.engine()));
+  a_ = Relayout();
+  b_ = Relayout();
+  c_.reset();
 }
 
-}  // namespace
+void BatchedMatmul::Product::operator()(Context& ctx, const dnnl::memory& a, const dnnl::memory& b,
+                                        const dnnl::memory& c, const dnnl::memory& bias) {
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, a_(ctx, a)}, {DNNL_ARG_WEIGHTS, b_(ctx, b)}, {DNNL_ARG_DST, c_ ? c_buffer_.memory() : c}};
+  if (bias) args.insert({DNNL_ARG_BIAS, bias});
+  matmul_.execute(ctx.stream(), args);
+  if (c_) (*c_)(ctx, c_buffer_.memory(), c);
+}
 
 dnnl::memory::desc BatchedMatmul::transposed(const dnnl::memory::desc& md) {
   std::vector<int> perm(md.dims().size());
@@ -33,17 +61,15 @@ BatchedMatmul::BatchedMatmul(Context& ctx, const dnnl::memory::desc& a, const dn
       !std::equal(da.begin(), da.end() - 2, dc.begin()))
     throw Error("batched matmul: shapes " + to_string(da) + " @ " + to_string(db) + " -> " + to_string(dc) +
                 " do not agree");
-  fwd_ = make_matmul(ctx, a, b, c, alpha, bias);
+  fwd_ = Product(ctx, a, b, c, alpha, bias);
   if (!with_backward) return;
-  bwd_a_ = make_matmul(ctx, c, transposed(b), a, alpha);
-  bwd_b_ = make_matmul(ctx, transposed(a), c, b, alpha);
+  bwd_a_ = Product(ctx, c, transposed(b), a, alpha);
+  bwd_b_ = Product(ctx, transposed(a), c, b, alpha);
 }
 
 void BatchedMatmul::forward(Context& ctx, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& c,
                             const dnnl::memory& bias) {
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-  if (bias) args.insert({DNNL_ARG_BIAS, bias});
-  fwd_.execute(ctx.stream(), args);
+  fwd_(ctx, a, b, c, bias);
 }
 
 void BatchedMatmul::backward(Context& ctx, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& dc,
@@ -53,8 +79,8 @@ void BatchedMatmul::backward(Context& ctx, const dnnl::memory& a, const dnnl::me
   auto view = [&](const dnnl::memory& m) {
     return dnnl::memory(transposed(m.get_desc()), m.get_engine(), m.get_data_handle());
   };
-  if (da) bwd_a_->execute(ctx.stream(), {{DNNL_ARG_SRC, dc}, {DNNL_ARG_WEIGHTS, view(b)}, {DNNL_ARG_DST, da}});
-  if (db) bwd_b_->execute(ctx.stream(), {{DNNL_ARG_SRC, view(a)}, {DNNL_ARG_WEIGHTS, dc}, {DNNL_ARG_DST, db}});
+  if (da) (*bwd_a_)(ctx, dc, view(b), da);
+  if (db) (*bwd_b_)(ctx, view(a), dc, db);
 }
 
 }  // namespace ddl

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "core/context.hpp"
+#include "core/layers/relayout.hpp"
 #include "core/tensor.hpp"
 
 namespace ddl {
@@ -28,8 +29,26 @@ class BatchedMatmul {
   static dnnl::memory::desc transposed(const dnnl::memory::desc& md);
 
  private:
-  dnnl::matmul fwd_;
-  std::optional<dnnl::matmul> bwd_a_, bwd_b_;
+  // One product C = alpha A B. oneDNN's fast kernels refuse some strides (a transposed left operand or
+  // result: the weight gradient X^T dY written as W^T); such an operand goes through a plain buffer,
+  // since a memory-bound copy costs far less than the reference kernel that would run otherwise.
+  class Product {
+   public:
+    Product() = default;
+    Product(Context& ctx, const dnnl::memory::desc& a, const dnnl::memory::desc& b, const dnnl::memory::desc& c,
+            float alpha, const dnnl::memory::desc& bias = {});
+    void operator()(Context& ctx, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& c,
+                    const dnnl::memory& bias = {});
+
+   private:
+    dnnl::matmul matmul_;
+    Relayout a_, b_;
+    std::optional<Copy> c_;
+    Tensor c_buffer_;
+  };
+
+  Product fwd_;
+  std::optional<Product> bwd_a_, bwd_b_;
 };
 
 }  // namespace ddl

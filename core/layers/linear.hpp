@@ -3,8 +3,6 @@
 // the plain tensors a transformer passes around; the weight's transpose is a strided view, not a copy.
 #pragma once
 
-#include <optional>
-
 #include "core/layers/batched_matmul.hpp"
 #include "core/layers/layer.hpp"
 #include "core/layers/relayout.hpp"
@@ -30,6 +28,8 @@ class Linear : public Layer {
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
 
  private:
+  void sum_rows(const float* dy, float* out) const;
+
   LinearOptions opt_;
   ParamMemory weights_t_, bias_;  // weights seen as [I, O] (the transpose of the stored OI)
   bool need_diff_src_ = false;
@@ -40,7 +40,6 @@ class Linear : public Layer {
   dnnl::memory::desc rows_md_, out_rows_md_;  // input and output seen as [rows, features]
   Tensor dst_, diff_src_;
   const Tensor* src_ = nullptr;
-  std::optional<dnnl::reduction> bias_grad_;
 };
 
 }  // namespace ddl
