@@ -1,6 +1,6 @@
 // ddl_data: imports images into ddl's HDF5 dataset format and describes datasets.
 //   ddl_data import --from DIR [--format folder|cifar10|cifar100] --output OUT.h5 [--shards K]
-//                   [--val-fraction F --seed S [--val-output VAL.h5]] [--threads N]
+//                   [--val-fraction F --seed S [--val-output VAL.h5]] [--threads N] [--resize S]
 //   ddl_data info FILE.h5
 #include <boost/program_options.hpp>
 
@@ -14,6 +14,7 @@
 #include "core/data/dataset_writer.hpp"
 #include "core/data/image_dataset.hpp"
 #include "core/data/image_folder.hpp"
+#include "core/data/image_resize.hpp"
 #include "core/error.hpp"
 
 namespace ddl {
@@ -44,10 +45,24 @@ std::string detect_format(const std::vector<std::string>& inputs) {
   throw InputError(inputs[0] + ": cannot tell the format; pass --format folder|cifar10|cifar100");
 }
 
+// Every image scaled to size x size (CIFAR's are square, so nothing is cropped).
+ImageSet resized(const ImageSet& set, int size) {
+  ImageSet out = set;
+  out.height = out.width = size;
+  out.pixels.resize(set.size() * out.image_bytes());
+  const CropBox whole = center_square(set.height, set.width);
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    const auto img = resize_image(set.pixels.data() + i * set.image_bytes(), set.height, set.width, set.channels,
+                                  whole, size, size);
+    std::copy(img.begin(), img.end(), out.pixels.begin() + static_cast<std::ptrdiff_t>(i * out.image_bytes()));
+  }
+  return out;
+}
+
 int run_import(const std::vector<std::string>& args) {
   std::vector<std::string> inputs;
   std::string format = "auto", output, val_output;
-  int shards = 1, threads = 0;
+  int shards = 1, threads = 0, resize = 0;
   double val_fraction = 0.0;
   std::uint64_t seed = 1;
   po::options_description opts("ddl_data import");
@@ -59,7 +74,9 @@ int run_import(const std::vector<std::string>& args) {
       "val-fraction", po::value(&val_fraction)->default_value(0.0), "hold out this random fraction in a separate file")(
       "val-output", po::value(&val_output), "where the held-out part goes (default <stem>_val.h5)")(
       "seed", po::value(&seed)->default_value(seed), "seed of the shuffle and the split")(
-      "threads", po::value(&threads)->default_value(0), "decoding threads (0: all cores)");
+      "threads", po::value(&threads)->default_value(0), "decoding threads (0: all cores)")(
+      "resize", po::value(&resize)->default_value(0),
+      "scale each image's shorter side to S and keep the centre S x S (0: keep the images' own size)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(opts).run(), vm);
@@ -72,6 +89,7 @@ int run_import(const std::vector<std::string>& args) {
     return 0;
   }
   if (inputs.empty() || output.empty()) throw InputError("import needs --from and --output");
+  if (resize < 0) throw InputError("--resize must be positive (or 0 to keep the size)");
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (format == "auto") format = detect_format(inputs);
 
@@ -79,9 +97,10 @@ int run_import(const std::vector<std::string>& args) {
   ImageSet set;
   if (format == "folder") {
     if (inputs.size() != 1) throw InputError("--format folder takes one root directory");
-    set = import_image_folder(inputs[0], threads);
+    set = import_image_folder(inputs[0], threads, resize);
   } else if (format == "cifar10" || format == "cifar100") {
     set = import_cifar_binary(inputs, format == "cifar10" ? CifarVariant::cifar10 : CifarVariant::cifar100);
+    if (resize > 0) set = resized(set, resize);
   } else {
     throw InputError("--format must be auto, folder, cifar10 or cifar100");
   }

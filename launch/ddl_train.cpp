@@ -87,10 +87,37 @@ void build(Run& run, const Communicator& world) {
   omp_set_num_threads(run.threads);
 
   const ImageDataset train(o.train_path);
+  const ModelConfig config{.num_classes = o.num_classes > 0 ? o.num_classes : static_cast<int>(train.num_classes()),
+                           .seed = o.seed,
+                           .image_size = o.image_size,
+                           .dropout = o.dropout,
+                           .patch_size = o.patch_size,
+                           .depth = o.depth,
+                           .width = o.width,
+                           .heads = o.heads};
+  if (static_cast<std::size_t>(config.num_classes) < train.num_classes())
+    throw InputError(o.train_path + " has " + std::to_string(train.num_classes()) + " classes but --num-classes is " +
+                     std::to_string(config.num_classes));
+  run.model = make_model(o.model, config, run.ctx);
+  const dims_t& in = run.model->input_shape();
+  if (train.channels() != in[0])
+    throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
+                     " holds " + image_shape(train));
+  run.model->initialize(o.seed);
+
+  // Images of another size than the model's input are resampled by the loader.
   Preprocessing prep;
+  prep.out_height = static_cast<int>(in[1]);
+  prep.out_width = static_cast<int>(in[2]);
   prep.random_flip = o.random_flip;
   prep.random_crop_padding = o.random_crop_padding;
-  if (o.normalize == "meanstd") {
+  prep.random_resized_crop = o.random_resized_crop;
+  if (o.normalize == "imagenet") {
+    // seeds/002's (and torchvision's) ImageNet statistics.
+    prep.normalize_mean_std = true;
+    prep.mean = {0.485f, 0.456f, 0.406f};
+    prep.stddev = {0.229f, 0.224f, 0.225f};
+  } else if (o.normalize == "meanstd") {
     prep.normalize_mean_std = true;
     prep.mean = o.mean.empty() ? std::vector<float>(train.channel_mean().begin(), train.channel_mean().end()) : o.mean;
     prep.stddev =
@@ -103,6 +130,7 @@ void build(Run& run, const Communicator& world) {
   Preprocessing eval_prep = prep;
   eval_prep.random_flip = false;
   eval_prep.random_crop_padding = 0;
+  eval_prep.random_resized_crop = false;
   if (!o.val_path.empty()) {
     run.val_loader.emplace(o.val_path, eval_prep, static_cast<std::size_t>(o.batch_size), run.ctx);
     const ImageDataset& val = run.val_loader->dataset();
@@ -120,16 +148,6 @@ void build(Run& run, const Communicator& world) {
     run.val_loader.emplace(o.train_path, eval_prep, static_cast<std::size_t>(o.batch_size), run.ctx);
   }
 
-  ModelConfig config{o.num_classes > 0 ? o.num_classes : static_cast<int>(train.num_classes()), o.seed};
-  if (static_cast<std::size_t>(config.num_classes) < train.num_classes())
-    throw InputError(o.train_path + " has " + std::to_string(train.num_classes()) + " classes but --num-classes is " +
-                     std::to_string(config.num_classes));
-  run.model = make_model(o.model, config, run.ctx);
-  const dims_t& in = run.model->input_shape();
-  if (train.channels() != in[0] || train.height() != in[1] || train.width() != in[2])
-    throw InputError("model " + o.model + " takes " + std::to_string(in[1]) + "x" + std::to_string(in[2]) + "x" +
-                     std::to_string(in[0]) + " images, " + o.train_path + " holds " + image_shape(train));
-  run.model->initialize(o.seed);
 
   const auto n = run.model->param_count();
   if (o.optimizer == "adam")

@@ -37,7 +37,9 @@ void require(bool ok, const std::string& message) {
 
 std::string TrainOptions::describe() const {
   std::ostringstream s;
-  s << "model = " << model << "\nnum-classes = " << num_classes << "\ntrain = " << train_path << "\nval = " << val_path
+  s << "model = " << model << "\nnum-classes = " << num_classes << "\nimage-size = " << image_size
+    << "\ndropout = " << dropout << "\npatch-size = " << patch_size << "\ndepth = " << depth << "\nwidth = " << width
+    << "\nheads = " << heads << "\nrandom-resized-crop = " << random_resized_crop << "\ntrain = " << train_path << "\nval = " << val_path
     << "\nval-fraction = " << val_fraction << "\nnormalize = " << normalize << "\nrandom-flip = " << random_flip
     << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
     << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr
@@ -62,17 +64,27 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   std::string names;
   for (const auto& n : model_names()) names += (names.empty() ? "" : " | ") + n;
   model.add_options()("model", po::value(&o.model)->default_value(o.model), names.c_str())(
-      "num-classes", po::value(&o.num_classes)->default_value(0), "classes (0: the training set's)");
+      "num-classes", po::value(&o.num_classes)->default_value(0), "classes (0: the training set's)")(
+      "image-size", po::value(&o.image_size)->default_value(0),
+      "input height = width (0: the model's own; images are resampled to it)")(
+      "dropout", po::value(&o.dropout)->default_value(-1.0f, "model's"),
+      "dropout probability (CNN classifiers; transformer attention and MLP)")(
+      "patch-size", po::value(&o.patch_size)->default_value(0), "vit: patch size (0: the model's)")(
+      "depth", po::value(&o.depth)->default_value(0), "vit: encoder blocks (0: the model's)")(
+      "width", po::value(&o.width)->default_value(0), "vit: hidden size (0: the model's)")(
+      "heads", po::value(&o.heads)->default_value(0), "vit: attention heads (0: the model's)");
   po::options_description data("Data");
   data.add_options()("train", po::value(&o.train_path),
                      "training set (.h5 from ddl_data import; a shard or the base name)")(
       "val", po::value(&o.val_path), "validation set (.h5)")("val-fraction",
                                                              po::value(&o.val_fraction)->default_value(0.0, "0"),
                                                              "hold out this fraction of --train for validation")(
-      "normalize", po::value(&o.normalize)->default_value(o.normalize), "scale (pixel/255) | meanstd")(
+      "normalize", po::value(&o.normalize)->default_value(o.normalize), "scale (pixel/255) | meanstd | imagenet (meanstd with ImageNet's mean and std)")(
       "mean", po::value(&mean), "per-channel means for meanstd, e.g. 0.485,0.456,0.406 (default: the training set's)")(
       "std", po::value(&stddev), "per-channel standard deviations for meanstd")(
       "random-flip", po::bool_switch(&o.random_flip), "augment: random horizontal flips")(
+      "random-resized-crop", po::bool_switch(&o.random_resized_crop),
+      "augment: torchvision's random-resized-crop (area 8-100%, aspect 3/4-4/3) to the model's input size")(
       "random-crop-padding", po::value(&o.random_crop_padding)->default_value(0),
       "augment: random crops after zero padding by this many pixels");
   po::options_description training("Training");
@@ -144,7 +156,13 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction must be in [0, 1)");
   require(o.val_path.empty() || o.val_fraction == 0, "give --val or --val-fraction, not both");
   require(o.optimizer == "adam" || o.optimizer == "sgd", "--optimizer must be adam or sgd");
-  require(o.normalize == "scale" || o.normalize == "meanstd", "--normalize must be scale or meanstd");
+  require(o.normalize == "scale" || o.normalize == "meanstd" || o.normalize == "imagenet",
+          "--normalize must be scale, meanstd or imagenet");
+  require(o.normalize != "imagenet" || (o.mean.empty() && o.stddev.empty()),
+          "--normalize imagenet fixes the mean and std; give --mean/--std with meanstd instead");
+  require(o.image_size >= 0 && o.patch_size >= 0 && o.depth >= 0 && o.width >= 0 && o.heads >= 0,
+          "--image-size, --patch-size, --depth, --width and --heads must be >= 0");
+  require(o.dropout < 1.0f, "--dropout must be below 1");
   require(o.progress == "auto" || o.progress == "always" || o.progress == "never",
           "--progress must be auto, always or never");
   require(o.threads >= 0, "--threads must be >= 0");

@@ -16,13 +16,17 @@ struct TrainOptions {
   // model
   std::string model = "seed_cnn";
   int num_classes = 0;  // 0: the training set's class count
+  int image_size = 0;   // 0 here and below: the model's own value
+  float dropout = -1.0f;
+  int patch_size = 0, depth = 0, width = 0, heads = 0;  // vision transformers
   // data
   std::string train_path, val_path;
   double val_fraction = 0.0;
-  std::string normalize = "scale";  // scale | meanstd
+  std::string normalize = "scale";  // scale | meanstd | imagenet
   std::vector<float> mean, stddev;  // empty: the training set's statistics
   bool random_flip = false;
   int random_crop_padding = 0;
+  bool random_resized_crop = false;
   // training
   int epochs = 10;
   int batch_size = 64;

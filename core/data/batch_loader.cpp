@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/data/image_resize.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 
@@ -17,6 +18,7 @@ BatchLoader::BatchLoader(const std::string& path, const Preprocessing& prep, std
   for (float s : prep_.stddev)
     if (!(s > 0)) throw InputError("normalisation standard deviations must be positive");
   if (prep_.random_crop_padding < 0) throw InputError("random crop padding must be non-negative");
+  if (prep_.out_height < 0 || prep_.out_width < 0) throw InputError("image output size must be positive");
 }
 
 BatchLoader::~BatchLoader() { stop(); }
@@ -87,8 +89,9 @@ void BatchLoader::produce() {
 
 void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index) {
   const int h = reader_.height(), w = reader_.width(), c = reader_.channels();
-  const std::size_t n = indices.size(), plane = static_cast<std::size_t>(h) * w;
-  const dims_t dims = {static_cast<dnnl::memory::dim>(n), c, h, w};
+  const int oh = out_height(), ow = out_width();
+  const std::size_t n = indices.size(), plane = static_cast<std::size_t>(oh) * ow;
+  const dims_t dims = {static_cast<dnnl::memory::dim>(n), c, oh, ow};
   if (batch.images.empty() || batch.images.dims() != dims) batch.images = Tensor(plain_desc(dims), ctx_.engine());
   pixels_.resize(n * reader_.image_bytes());
   reader_.read(indices, pixels_);
@@ -103,23 +106,34 @@ void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::
       shift[k] = -prep_.mean[k] / prep_.stddev[k];
     }
   Rng rng = Rng::derived(seed_, 0xa09 + epoch_, batch_index);
-  const int pad = augment_ ? prep_.random_crop_padding : 0;
+  const bool resample_box = (augment_ && prep_.random_resized_crop) || oh != h || ow != w;
+  const int pad = augment_ && !resample_box ? prep_.random_crop_padding : 0;
   float* out = batch.images.data();
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint8_t* img = pixels_.data() + i * reader_.image_bytes();
     const bool flip = augment_ && prep_.random_flip && rng.uniform() < 0.5f;
+    float* o = out + i * c * plane;
+    if (resample_box) {
+      const CropBox box = augment_ && prep_.random_resized_crop
+                              ? random_resized_crop(h, w, rng)
+                              : CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)};
+      resample(img, h, w, c, box, oh, ow, [&](int y, int x, int k, float v) {
+        o[k * plane + static_cast<std::size_t>(y) * ow + (flip ? ow - 1 - x : x)] = v * scale[k] + shift[k];
+      });
+      continue;
+    }
     // Crop offset in [-pad, pad]: output (y, x) reads input (y + dy, x + dx); outside reads a zero pixel.
     const int dy = pad ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
     const int dx = pad ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
     for (int k = 0; k < c; ++k) {
-      float* o = out + (i * c + k) * plane;
+      float* ok = o + k * plane;
       for (int y = 0; y < h; ++y) {
         const int sy = y + dy;
         for (int x = 0; x < w; ++x) {
           const int sx = (flip ? w - 1 - x : x) + dx;
           const bool inside = sy >= 0 && sy < h && sx >= 0 && sx < w;
           const float v = inside ? img[(static_cast<std::size_t>(sy) * w + sx) * c + k] : 0.0f;
-          o[y * w + x] = v * scale[k] + shift[k];
+          ok[y * w + x] = v * scale[k] + shift[k];
         }
       }
     }

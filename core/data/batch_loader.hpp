@@ -1,7 +1,9 @@
 // Reads batches of images from an ImageDataset on a background thread, ahead of the training step, and
 // turns them into the network's input: float NCHW, scaled to [0, 1] or normalised by per-channel mean
 // and standard deviation, optionally augmented (random horizontal flip, random crop from a zero-padded
-// image). Augmentation draws from (seed, epoch, batch), so batches do not depend on thread timing.
+// image, or torchvision's random-resized-crop). Images are resampled (bilinear) when the network wants
+// another size than the stored one. Augmentation draws from (seed, epoch, batch), so batches do not depend
+// on thread timing.
 #pragma once
 
 #include <condition_variable>
@@ -23,6 +25,8 @@ struct Preprocessing {
   std::vector<float> mean, stddev;  // per channel, in pixel/255 units; used with normalize_mean_std
   bool random_flip = false;
   int random_crop_padding = 0;  // 0: no crop
+  bool random_resized_crop = false;
+  int out_height = 0, out_width = 0;  // 0: the stored size
 };
 
 struct Batch {
@@ -53,6 +57,8 @@ class BatchLoader {
   void produce();
   void stop();
   void fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index);
+  int out_height() const { return prep_.out_height > 0 ? prep_.out_height : reader_.height(); }
+  int out_width() const { return prep_.out_width > 0 ? prep_.out_width : reader_.width(); }
 
   ImageDataset reader_;  // read() only on the producer thread
   Preprocessing prep_;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/data/image_decode.hpp"
+#include "core/data/image_resize.hpp"
 #include "core/error.hpp"
 
 namespace ddl {
@@ -24,7 +25,7 @@ bool is_image(const fs::path& p) {
 
 }  // namespace
 
-ImageSet import_image_folder(const std::string& root, int threads) {
+ImageSet import_image_folder(const std::string& root, int threads, int resize) {
   if (!fs::is_directory(root)) throw InputError(root + ": not a directory");
   ImageSet set;
   std::vector<std::string> files;
@@ -42,10 +43,15 @@ ImageSet import_image_folder(const std::string& root, int threads) {
   }
   if (files.empty()) throw InputError(root + ": no .jpg, .jpeg or .png files under its class directories");
 
-  // The first image fixes the size; the workers check every other image against it.
-  const DecodedImage first = decode_image(files[0]);
-  set.height = first.height;
-  set.width = first.width;
+  // The first image fixes the size (unless resizing); the workers check every other image against it.
+  if (resize < 0) throw InputError("--resize must be positive");
+  if (resize > 0) {
+    set.height = set.width = resize;
+  } else {
+    const DecodedImage first = decode_image(files[0]);
+    set.height = first.height;
+    set.width = first.width;
+  }
   set.channels = 3;
   set.pixels.resize(files.size() * set.image_bytes());
 
@@ -56,6 +62,11 @@ ImageSet import_image_folder(const std::string& root, int threads) {
     for (std::size_t i; (i = next.fetch_add(1)) < files.size();) {
       try {
         DecodedImage img = decode_image(files[i]);
+        if (resize > 0) {
+          img.rgb = resize_image(img.rgb.data(), img.height, img.width, 3, center_square(img.height, img.width),
+                                 resize, resize);
+          img.height = img.width = resize;
+        }
         if (img.height != set.height || img.width != set.width)
           throw InputError(files[i] + ": image is " + std::to_string(img.height) + "x" + std::to_string(img.width) +
                            ", the others " + std::to_string(set.height) + "x" + std::to_string(set.width));

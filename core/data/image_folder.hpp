@@ -1,6 +1,7 @@
 // Imports an image-folder tree, <root>/<class>/<file>.jpg|.jpeg|.png, as torchvision's ImageFolder reads
 // it: classes are the sub-directories in sorted order (label = position), files sorted within each.
-// Decoding runs on `threads` workers. All images must have the same size.
+// Decoding runs on `threads` workers. With resize = 0 all images must have the same size; with resize = S
+// each is scaled (shorter side to S) and centre-cropped to S x S, so sizes may differ.
 #pragma once
 
 #include <string>
@@ -9,6 +10,6 @@
 
 namespace ddl {
 
-ImageSet import_image_folder(const std::string& root, int threads);
+ImageSet import_image_folder(const std::string& root, int threads, int resize = 0);
 
 }  // namespace ddl
