@@ -6,6 +6,7 @@
 #include "core/data/cifar_binary.hpp"
 #include "core/data/image_decode.hpp"
 #include "core/data/image_folder.hpp"
+#include "core/data/image_resize.hpp"
 #include "core/error.hpp"
 #include "tests/data/fixtures.hpp"
 
@@ -53,6 +54,46 @@ TEST(ImageFolder, DifferentSizesAreNamed) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("2.png: image is 5x4, the others 4x4"), std::string::npos) << e.what();
   }
+}
+
+TEST(ImageFolder, ResizeMakesEverySizeOneSquare) {
+  TempDir dir;
+  fs::create_directories(dir / "a");
+  test::write_png(dir / "a/1.png", 4, 4, 0);
+  test::write_png(dir / "a/2.png", 5, 8, 0);
+  const ImageSet set = import_image_folder(dir.path().string(), 2, 3);
+  ASSERT_EQ(set.size(), 2u);
+  EXPECT_EQ(set.height, 3);
+  EXPECT_EQ(set.width, 3);
+  EXPECT_EQ(set.pixels.size(), 2u * 27u);
+  EXPECT_THROW(import_image_folder(dir.path().string(), 2, -1), InputError);
+}
+
+TEST(ImageResize, CentreSquareAndCropBoxes) {
+  const CropBox c = center_square(4, 10);
+  EXPECT_FLOAT_EQ(c.top, 0);
+  EXPECT_FLOAT_EQ(c.left, 3);
+  EXPECT_FLOAT_EQ(c.height, 4);
+  EXPECT_FLOAT_EQ(c.width, 4);
+  Rng rng(3);
+  for (int i = 0; i < 200; ++i) {
+    const CropBox b = random_resized_crop(32, 48, rng);
+    EXPECT_GE(b.top, 0);
+    EXPECT_GE(b.left, 0);
+    EXPECT_LE(b.top + b.height, 32);
+    EXPECT_LE(b.left + b.width, 48);
+    EXPECT_GE(b.height * b.width, 0.07f * 32 * 48);
+    const float ratio = b.width / b.height;
+    EXPECT_GE(ratio, 0.7f);
+    EXPECT_LE(ratio, 1.45f);
+  }
+}
+
+TEST(ImageResize, ConstantStaysConstantAndSameSizeIsACopy) {
+  std::vector<std::uint8_t> flat(5 * 7 * 3, 77);
+  for (auto v : resize_image(flat.data(), 5, 7, 3, {1.5f, 2.0f, 3.0f, 2.5f}, 9, 4)) EXPECT_EQ(v, 77);
+  const ImageSet set = test::pattern_set(1, 5, 7, 1);
+  EXPECT_EQ(resize_image(set.pixels.data(), 5, 7, 3, {0, 0, 5, 7}, 5, 7), set.pixels);
 }
 
 TEST(ImageFolder, CorruptJpegIsNamed) {

@@ -111,6 +111,52 @@ TEST_F(LoaderTest, FlipAndCropAreSeededAndOnlyWhenAugmenting) {
   EXPECT_TRUE(found);
 }
 
+// Stored 3x4, delivered 6x8: the pattern is linear in y and x, so bilinear resampling must reproduce it
+// at every output pixel's centre (clamped to the image at the borders).
+TEST_F(LoaderTest, ResamplesToTheRequestedSize) {
+  BatchLoader loader(path_, {.out_height = 6, .out_width = 8}, 2, ctx_);
+  loader.start({0}, false, 1, 0);
+  const Batch* b = loader.next();
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(b->images.dims(), (dims_t{1, 3, 6, 8}));
+  for (int y = 0; y < 6; ++y)
+    for (int x = 0; x < 8; ++x) {
+      const float sy = std::clamp((y + 0.5f) / 2 - 0.5f, 0.0f, 2.0f), sx = std::clamp((x + 0.5f) / 2 - 0.5f, 0.0f, 3.0f);
+      EXPECT_NEAR(b->images.data()[2 * 48 + y * 8 + x], (pattern(0, 0, 0, 2) + sy + sx) / 255.0f, 1e-5) << y << "," << x;
+    }
+}
+
+TEST_F(LoaderTest, RandomResizedCropIsSeededStaysInRangeAndOnlyWhenAugmenting) {
+  Preprocessing prep{.random_resized_crop = true, .out_height = 6, .out_width = 8};
+  BatchLoader loader(path_, prep, 10, ctx_);
+  std::vector<std::size_t> all(10);
+  std::iota(all.begin(), all.end(), 0);
+  auto pass = [&](bool augment, std::uint64_t epoch) {
+    loader.start(all, augment, 5, epoch);
+    const Batch* b = loader.next();
+    EXPECT_EQ(b->images.dims(), (dims_t{10, 3, 6, 8}));
+    return std::vector<float>(b->images.data(), b->images.data() + b->images.elements());
+  };
+  BatchLoader resize_only(path_, {.out_height = 6, .out_width = 8}, 10, ctx_);
+  resize_only.start(all, true, 5, 0);
+  const Batch* r = resize_only.next();
+  const std::vector<float> resized(r->images.data(), r->images.data() + r->images.elements());
+  const auto plain = pass(false, 0), a = pass(true, 0), again = pass(true, 0), other = pass(true, 1);
+  EXPECT_EQ(plain, resized);
+  EXPECT_EQ(a, again);
+  EXPECT_NE(a, plain);
+  EXPECT_NE(a, other);
+  // A crop only ever shows pixel values its image has (between its smallest and largest).
+  for (int i = 0; i < 10; ++i) {
+    const float lo = pattern(i, 0, 0, 0) / 255.0f, hi = pattern(i, 2, 3, 0) / 255.0f;
+    if (hi < lo) continue;  // the pattern wrapped around 255 for this image
+    for (int p = 0; p < 48; ++p) {
+      EXPECT_GE(a[i * 144 + p], lo - 1e-6f);
+      EXPECT_LE(a[i * 144 + p], hi + 1e-6f);
+    }
+  }
+}
+
 TEST_F(LoaderTest, ReadErrorsReachTheConsumer) {
   BatchLoader loader(path_, {}, 2, ctx_);
   EXPECT_THROW(loader.start({0, 10}, false, 1, 0), Error);

@@ -116,6 +116,33 @@ TEST_F(DdlTrain, ResumeContinuesExactly) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "2 + 2 epochs differ from 4 epochs";
 }
 
+TEST_F(DdlTrain, VisionTransformerShapeAndAugmentationOptions) {
+  const auto r = run(kTrain + train_args("--model vit_tiny --image-size 48 --patch-size 8 --depth 1 --width 32 "
+                                         "--heads 2 --random-resized-crop --random-flip --normalize imagenet "
+                                         "--epochs 1 --steps-per-epoch 4 --batch-size 16"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("37 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epoch 1/1"), std::string::npos) << r.out;
+  expect_clean_error(run(kTrain + train_args("--model vit_tiny --image-size 50")), "multiple of the patch size");
+}
+
+// BatchNorm running statistics inside residual blocks travel through the checkpoint: the resumed run
+// ends with the same parameters and the same validation accuracy (evaluated with those statistics).
+TEST_F(DdlTrain, ResNetResumesExactly) {
+  const std::string straight = scratch_ / "rs", split = scratch_ / "rp";
+  const std::string opts = "--model resnet18_cifar --image-size 16 --batch-size 8 --steps-per-epoch 3 --threads 2 ";
+  const auto full = run(kTrain + train_args(opts + "--epochs 2 --checkpoint-dir " + straight));
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  ASSERT_EQ(run(kTrain + train_args(opts + "--epochs 1 --checkpoint-dir " + split)).exit_code, 0);
+  const auto resumed = run(kTrain + train_args(opts + "--epochs 2 --resume auto --checkpoint-dir " + split));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto a = params(straight + "/last.h5"), b = params(split + "/last.h5");
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  auto accuracy = [](const std::string& out) { return out.substr(out.find("final validation accuracy")); };
+  EXPECT_EQ(accuracy(full.out), accuracy(resumed.out));
+}
+
 TEST_F(DdlTrain, SameResultWithAndWithoutMpirun) {
   const std::string plain = scratch_ / "plain", mpi = scratch_ / "mpi";
   ASSERT_EQ(run(kTrain + train_args("--epochs 1 --threads 1 --checkpoint-dir " + plain)).exit_code, 0);
