@@ -147,6 +147,10 @@ void build(Run& run, const Communicator& world) {
     run.train_subset.assign(order.begin() + n_val, order.end());
     run.val_loader.emplace(o.train_path, eval_prep, static_cast<std::size_t>(o.batch_size), run.ctx);
   }
+  const std::size_t global_batch = static_cast<std::size_t>(o.batch_size) * static_cast<std::size_t>(world.size());
+  if (run.train_subset.size() < global_batch)
+    throw InputError("the training set has " + std::to_string(run.train_subset.size()) +
+                     " images, fewer than one global batch of " + std::to_string(global_batch));
 
 
   const auto n = run.model->param_count();
@@ -199,6 +203,11 @@ int train(Run& run, const Communicator& world) {
     std::printf("ranks %d, threads per rank %d, batch %d per rank (global %d), %zu training / %zu validation images\n",
                 world.size(), run.threads, o.batch_size, o.batch_size * world.size(), run.train_subset.size(),
                 run.val_subset.size());
+    const ImageDataset& data = run.train_loader->dataset();
+    const dims_t& in = run.model->input_shape();
+    if (data.height() != in[1] || data.width() != in[2])
+      std::printf("%s images resampled to %ldx%ld (bilinear)\n", image_shape(data).c_str(), static_cast<long>(in[1]),
+                  static_cast<long>(in[2]));
     std::printf("optimizer %s, schedule %s\n", run.optimizer->describe().c_str(), run.schedule.describe().c_str());
     if (world.size() > 1 && o.bucket_mb > 0)
       std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", o.allreduce.c_str(),

@@ -4,14 +4,13 @@
 //   resnet50: bottleneck blocks [3, 4, 6, 3] (1x1, 3x3, 1x1 with 4x expansion), 25,557,032 parameters.
 // The ImageNet stem is a 7x7/2 convolution and a 3x3/2 max-pool (224x224 input); the CIFAR stem
 // (the *_cifar models, 32x32 input) is one 3x3/1 convolution and no pool. Every convolution is followed
-// by BatchNorm; a block's shortcut is the identity, or a 1x1 convolution + BatchNorm where the shape changes;
+// by BatchNorm (ReLU fused into it where one follows); a block's shortcut is the identity, or a 1x1 convolution + BatchNorm where the shape changes;
 // the ReLU after the sum is fused into it. Global average pooling, then one dense layer.
 #include "core/layers/batch_norm2d.hpp"
 #include "core/layers/conv2d.hpp"
 #include "core/layers/dense.hpp"
 #include "core/layers/flatten.hpp"
 #include "core/layers/pool2d.hpp"
-#include "core/layers/relu.hpp"
 #include "core/layers/residual.hpp"
 #include "models/registry.hpp"
 
@@ -24,8 +23,7 @@ enum class Stem { imagenet, cifar };
 void conv_bn(Sequential& s, int in, int out, int kernel, int stride, bool relu) {
   s.emplace<Conv2d>(Conv2dOptions{.in_channels = in, .out_channels = out, .kernel = kernel, .stride = stride,
                                   .padding = kernel / 2, .bias = false, .init = Init::he_normal});
-  s.emplace<BatchNorm2d>(BatchNorm2dOptions{.channels = out});
-  if (relu) s.emplace<Relu>();
+  s.emplace<BatchNorm2d>(BatchNorm2dOptions{.channels = out, .relu = relu});
 }
 
 std::unique_ptr<Layer> block(Block kind, int in, int width, int stride) {

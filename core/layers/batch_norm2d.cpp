@@ -13,7 +13,9 @@ BatchNorm2d::BatchNorm2d(const BatchNorm2dOptions& options)
   for (std::size_t i = 0; i < running_var_.size(); ++i) running_var_[i] = 1.0f;
 }
 
-std::string BatchNorm2d::describe() const { return "batch_norm2d " + std::to_string(opt_.channels); }
+std::string BatchNorm2d::describe() const {
+  return "batch_norm2d " + std::to_string(opt_.channels) + (opt_.relu ? " +relu" : "");
+}
 
 std::vector<ParamSpec> BatchNorm2d::param_specs() const {
   return {{"gamma", {opt_.channels}, Init::ones}, {"beta", {opt_.channels}, Init::zeros}};
@@ -34,7 +36,7 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
                      to_string(in));
   mode_ = mode;
   reduced_count_ = static_cast<std::size_t>(in[0] * in[2] * in[3]);
-  const auto base = flags::use_scale | flags::use_shift;
+  const auto base = flags::use_scale | flags::use_shift | (opt_.relu ? flags::fuse_norm_relu : flags::none);
   if (mode == Mode::infer) {
     dnnl::batch_normalization_forward::primitive_desc pd(
         dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, src_md, opt_.epsilon,
@@ -52,6 +54,7 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
   variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
+  workspace_ = opt_.relu ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
   // Backward always yields diff_src; it is cheap next to the convolutions around it.
   dnnl::batch_normalization_backward::primitive_desc bwd_pd(
       dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, base),
@@ -72,12 +75,11 @@ const Tensor& BatchNorm2d::forward(Context& ctx, const Tensor& src) {
                                 {DNNL_ARG_DST, dst_.memory()}});
     return dst_;
   }
-  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()},
-                              {DNNL_ARG_MEAN, mean_.memory()},
-                              {DNNL_ARG_VARIANCE, variance_.memory()},
-                              {DNNL_ARG_SCALE, scale_.value},
-                              {DNNL_ARG_SHIFT, shift_.value},
-                              {DNNL_ARG_DST, dst_.memory()}});
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.memory()},       {DNNL_ARG_MEAN, mean_.memory()},
+                                             {DNNL_ARG_VARIANCE, variance_.memory()}, {DNNL_ARG_SCALE, scale_.value},
+                                             {DNNL_ARG_SHIFT, shift_.value},          {DNNL_ARG_DST, dst_.memory()}};
+  if (opt_.relu) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
+  fwd_.execute(ctx.stream(), args);
   const float m = opt_.momentum;
   const float unbias = reduced_count_ > 1 ? static_cast<float>(reduced_count_) / (reduced_count_ - 1) : 1.0f;
   for (int c = 0; c < opt_.channels; ++c) {
@@ -89,15 +91,17 @@ const Tensor& BatchNorm2d::forward(Context& ctx, const Tensor& src) {
 
 const Tensor& BatchNorm2d::backward(Context& ctx, const Tensor& diff_dst) {
   if (!bwd_) throw Error(describe() + ": backward called on a layer set up for inference");
-  bwd_->execute(ctx.stream(), {{DNNL_ARG_SRC, src_->memory()},
-                               {DNNL_ARG_MEAN, mean_.memory()},
-                               {DNNL_ARG_VARIANCE, variance_.memory()},
-                               {DNNL_ARG_DIFF_DST, diff_dst.memory()},
-                               {DNNL_ARG_SCALE, scale_.value},
-                               {DNNL_ARG_SHIFT, shift_.value},  // oneDNN 2.6 requires it with use_shift
-                               {DNNL_ARG_DIFF_SRC, diff_src_.memory()},
-                               {DNNL_ARG_DIFF_SCALE, scale_.grad},
-                               {DNNL_ARG_DIFF_SHIFT, shift_.grad}});
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_->memory()},
+                                             {DNNL_ARG_MEAN, mean_.memory()},
+                                             {DNNL_ARG_VARIANCE, variance_.memory()},
+                                             {DNNL_ARG_DIFF_DST, diff_dst.memory()},
+                                             {DNNL_ARG_SCALE, scale_.value},
+                                             {DNNL_ARG_SHIFT, shift_.value},  // oneDNN 2.6 requires it with use_shift
+                                             {DNNL_ARG_DIFF_SRC, diff_src_.memory()},
+                                             {DNNL_ARG_DIFF_SCALE, scale_.grad},
+                                             {DNNL_ARG_DIFF_SHIFT, shift_.grad}};
+  if (opt_.relu) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
+  bwd_->execute(ctx.stream(), args);
   return diff_src_;
 }
 

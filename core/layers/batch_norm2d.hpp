@@ -2,6 +2,8 @@
 //   y = gamma * (x - mean) / sqrt(var + eps) + beta.
 // Training uses the batch's statistics and updates running ones as PyTorch does (momentum 0.1, unbiased
 // variance); inference uses the running statistics. Those are state, saved in checkpoints.
+// An optional ReLU is fused (oneDNN's fuse_norm_relu: a bit mask in the workspace drives its backward), which
+// saves a ReLU layer's output and gradient buffers, a third of a ResNet's activation memory.
 #pragma once
 
 #include <optional>
@@ -15,6 +17,7 @@ struct BatchNorm2dOptions {
   int channels = 0;
   float epsilon = 1e-5f;
   float momentum = 0.1f;
+  bool relu = false;
 };
 
 class BatchNorm2d : public Layer {
@@ -38,7 +41,7 @@ class BatchNorm2d : public Layer {
 
   dnnl::batch_normalization_forward fwd_;
   std::optional<dnnl::batch_normalization_backward> bwd_;
-  Tensor dst_, mean_, variance_, diff_src_;
+  Tensor dst_, mean_, variance_, workspace_, diff_src_;
   dnnl::memory running_mean_mem_, running_var_mem_;
   const Tensor* src_ = nullptr;
 };

@@ -19,10 +19,18 @@ inline dnnl::primitive_attr relu_post_op(bool relu) {
   return attr;
 }
 
+// The gradient it returns lives in the context's scratch block (valid until another layer's backward runs)
+// unless `keep` asks for a buffer of its own: a residual block's gradient must outlive its body's backward.
 class FusedReluBackward {
  public:
+  enum class Storage { scratch, keep };
   FusedReluBackward() = default;
-  explicit FusedReluBackward(Context& ctx, const dnnl::memory::desc& dst_md) : diff_pre_(dst_md, ctx.engine()) {
+  FusedReluBackward(Context& ctx, const dnnl::memory::desc& dst_md, Storage storage = Storage::scratch)
+      : md_(dst_md) {
+    if (storage == Storage::keep)
+      diff_pre_ = Tensor(dst_md, ctx.engine());
+    else
+      ctx.reserve_scratch(dst_md.get_size());
     const auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
     dnnl::eltwise_forward::primitive_desc hint(
         dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, dst_md, 0.0f, 0.0f), ctx.engine());
@@ -33,10 +41,11 @@ class FusedReluBackward {
   // The gradient before the ReLU, or diff_dst itself when no ReLU is fused.
   const dnnl::memory& operator()(Context& ctx, const dnnl::memory& dst, const dnnl::memory& diff_dst) {
     if (!backward_) return diff_dst;
-    backward_->execute(ctx.stream(),
-                       {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_pre_.memory()}});
-    return diff_pre_.memory();
+    out_ = diff_pre_.empty() ? dnnl::memory(md_, ctx.engine(), ctx.scratch()) : diff_pre_.memory();
+    backward_->execute(ctx.stream(), {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, out_}});
+    return out_;
   }
+  // Needs Storage::keep.
   const Tensor& operator()(Context& ctx, const Tensor& dst, const Tensor& diff_dst) {
     if (!backward_) return diff_dst;
     (*this)(ctx, dst.memory(), diff_dst.memory());
@@ -45,7 +54,9 @@ class FusedReluBackward {
 
  private:
   std::optional<dnnl::eltwise_backward> backward_;
+  dnnl::memory::desc md_;
   Tensor diff_pre_;
+  dnnl::memory out_;
 };
 
 }  // namespace ddl

@@ -42,7 +42,7 @@ dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, 
   dst_ = Tensor(body_md, ctx.engine());
   if (mode == Mode::infer) return body_md;
 
-  relu_backward_ = relu_ ? FusedReluBackward(ctx, body_md) : FusedReluBackward();
+  relu_backward_ = relu_ ? FusedReluBackward(ctx, body_md, FusedReluBackward::Storage::keep) : FusedReluBackward();
   diff_to_shortcut_ = Relayout(ctx, body_md, short_md);
   add_diffs_.reset();
   if (need_diff_src_) {

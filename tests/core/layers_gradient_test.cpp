@@ -109,6 +109,11 @@ TEST(BatchNorm2dGradient, TrainingStatistics) {
   check_gradients(bn, {4, 3, 3, 3}, {.step = 1e-2f, .abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f});
 }
 
+TEST(BatchNorm2dGradient, FusedRelu) {
+  BatchNorm2d bn({.channels = 3, .relu = true});
+  check_gradients(bn, {4, 3, 3, 3}, {.step = 1e-3f, .abs_tolerance = 5e-3f, .rel_tolerance = 3e-2f});
+}
+
 }  // namespace
 }  // namespace ddl
 

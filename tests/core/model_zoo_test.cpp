@@ -86,7 +86,7 @@ TEST(ResNet, BatchNormStatisticsOfEveryBlockAreCheckpointState) {
   // stem 1 + 8 blocks x 2 + 3 projection shortcuts = 20 BatchNorms, each a running mean and variance.
   EXPECT_EQ(state.size(), 40u);
   EXPECT_EQ(state.front().name, "0.1.running_mean");
-  EXPECT_EQ(state.back().name, "8.body.4.running_var");
+  EXPECT_EQ(state.back().name, "8.body.3.running_var");
 }
 
 TEST(VisionTransformer, ShapeOptionsAreHonouredAndCheckedAtBuild) {

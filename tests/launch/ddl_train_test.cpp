@@ -126,6 +126,13 @@ TEST_F(DdlTrain, VisionTransformerShapeAndAugmentationOptions) {
   expect_clean_error(run(kTrain + train_args("--model vit_tiny --image-size 50")), "multiple of the patch size");
 }
 
+TEST_F(DdlTrain, ImagesOfAnotherSizeAreResampledToTheModels) {
+  write_image_dataset(test::pattern_set(8, 16, 16, 2), scratch_ / "small.h5", 1);
+  const auto r = run(kTrain + " --train " + (scratch_ / "small.h5") + " --epochs 1 --batch-size 4 --progress never");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("16x16x3 images resampled to 32x32"), std::string::npos) << r.out;
+}
+
 // BatchNorm running statistics inside residual blocks travel through the checkpoint: the resumed run
 // ends with the same parameters and the same validation accuracy (evaluated with those statistics).
 TEST_F(DdlTrain, ResNetResumesExactly) {
@@ -193,7 +200,7 @@ TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {
   expect_clean_error(run(kTrain + " --train " + (scratch_ / "corrupt.h5")), "not an HDF5 file");
   write_image_dataset(test::pattern_set(8, 16, 16, 2), scratch_ / "small.h5", 1);
   expect_clean_error(run(kTrain + " --train " + (scratch_ / "small.h5")),
-                     "model seed_cnn takes 32x32x3 images, " + (scratch_ / "small.h5") + " holds 16x16x3");
+                     "the training set has 8 images, fewer than one global batch of 64");
   expect_clean_error(run(kTrain + train_args("--resume " + (scratch_ / "nothing.h5"))), "nothing.h5: no such file");
 }
 

@@ -1,0 +1,65 @@
+// One model's training step in isolation: random images, forward, loss, backward, SGD with momentum, on
+// `threads` OpenMP threads; prints seconds per step, images/s and peak memory, and with --profile each
+// top-level layer's share. The ddl half of bench/models_vs_pytorch.sh (bench/torch_model_step.py is the
+// other).
+//   model_step MODEL [batch=32] [steps=5] [threads=0: all] [--profile]
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "core/layers/softmax_cross_entropy.hpp"
+#include "core/optim/optimizer.hpp"
+#include "core/rng.hpp"
+#include "core/train/resources.hpp"
+#include "models/registry.hpp"
+
+int main(int argc, char** argv) {
+  using namespace ddl;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: model_step MODEL [batch=32] [steps=5] [threads=0] [--profile]\n");
+    return 2;
+  }
+  const std::string name = argv[1];
+  const int batch = argc > 2 ? std::atoi(argv[2]) : 32, steps = argc > 3 ? std::atoi(argv[3]) : 5;
+  const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
+  const bool profile = argc > 5 && std::strcmp(argv[5], "--profile") == 0;
+  if (threads > 0) omp_set_num_threads(threads);
+  try {
+    Context ctx;
+    auto model = make_model(name, {.num_classes = 1000, .seed = 1}, ctx);
+    model->initialize(1);
+    auto sgd = make_sgd(model->param_count(), {.momentum = 0.9f});
+    const dims_t& s = model->input_shape();
+    Tensor x(plain_desc({batch, s[0], s[1], s[2]}), ctx.engine());
+    Rng rng(2);
+    for (std::size_t i = 0; i < x.elements(); ++i) x.data()[i] = rng.normal();
+    std::vector<std::int32_t> labels(batch);
+    for (int i = 0; i < batch; ++i) labels[i] = static_cast<std::int32_t>(rng.below(1000));
+    SoftmaxCrossEntropy loss;
+    Profiler profiler;
+    auto step = [&] {
+      loss.forward(ctx, model->forward(ctx, x, Mode::train), labels);
+      model->backward(ctx, loss.backward());
+      sgd->step(model->params(), model->grads(), 0.01f);
+    };
+    step();  // set-up and first-touch of every buffer
+    if (profile) model->attach_profiler(&profiler);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+    std::printf("ddl %s batch %d threads %d: %.3f s/step, %.1f images/s, peak RSS %.0f MB, %zu parameters\n",
+                name.c_str(), batch, omp_get_max_threads(), seconds, batch / seconds,
+                static_cast<double>(peak_resident_bytes()) / (1 << 20), model->param_count());
+    if (profile)
+      for (const auto& e : profiler.entries())
+        std::printf("  %-40s fwd %8.1f ms  bwd %8.1f ms  %5.1f%%\n", e.layer.c_str(), 1e3 * e.forward_s / steps,
+                    1e3 * e.backward_s / steps, 100.0 * (e.forward_s + e.backward_s) / (seconds * steps));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "model_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
