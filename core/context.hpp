@@ -1,6 +1,6 @@
-// The per-process compute context: the one oneDNN CPU engine and stream every layer runs on, and a
-// scratch block for buffers that live only inside one layer's backward call (a fused ReLU's gradient),
-// shared by all layers instead of one such buffer each. Passed explicitly; there is no global instance.
+// The per-process compute context: the one oneDNN CPU engine and stream every layer runs on, a scratch
+// block for buffers that live only inside one layer's backward call (a fused ReLU's gradient), and the
+// pool that gradients passed between layers are leased from. Passed explicitly; there is no global one.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -8,6 +8,8 @@
 #include <cstddef>
 
 #include "core/aligned_buffer.hpp"
+#include "core/buffer_pool.hpp"
+#include "core/tensor.hpp"
 
 namespace ddl {
 
@@ -26,7 +28,15 @@ class Context {
   }
   void* scratch() { return scratch_.data(); }
 
+  // A tensor whose storage comes from the pool; give_back returns it (and leaves `t` empty).
+  Tensor lease(const dnnl::memory::desc& md) { return Tensor(md, engine_, pool_.take(md.get_size())); }
+  void give_back(Tensor& t) {
+    pool_.give(t.release_storage());
+    t = Tensor();
+  }
+
  private:
+  BufferPool pool_;
   AlignedBuffer<std::byte> scratch_;
   dnnl::engine engine_;
   dnnl::stream stream_;

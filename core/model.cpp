@@ -90,10 +90,12 @@ void Model::backward(Context& ctx, const Tensor& diff_logits) {
   for (std::size_t i = layers_.size(); i-- > 0;) {
     auto t0 = Profiler::clock::now();
     g = &layers_[i]->backward(ctx, *g);
+    if (i + 1 < layers_.size()) layers_[i + 1]->release_gradient(ctx);  // consumed by layer i
     if (profiler_) profiler_->add_backward(i, Profiler::clock::now() - t0);
     const std::size_t begin = layer_param_begin_[i], end = layer_param_begin_[i + 1];
     if (on_gradients_ready && end > begin) on_gradients_ready(begin, end - begin);
   }
+  if (!layers_.empty()) layers_[0]->release_gradient(ctx);
 }
 
 std::vector<StateView> Model::state() {

@@ -7,6 +7,11 @@ namespace ddl {
 Tensor::Tensor(const dnnl::memory::desc& md, const dnnl::engine& engine)
     : md_(md), storage_(md.get_size()), memory_(md, engine, storage_.data()) {}
 
+Tensor::Tensor(const dnnl::memory::desc& md, const dnnl::engine& engine, AlignedBuffer<std::byte> storage)
+    : md_(md), storage_(std::move(storage)), memory_(md, engine, storage_.data()) {
+  if (storage_.size() < md.get_size()) throw Error("tensor: storage smaller than its descriptor");
+}
+
 DataType Tensor::data_type() const {
   switch (md_.data_type()) {
     case dt::f32:

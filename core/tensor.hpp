@@ -21,6 +21,9 @@ class Tensor {
  public:
   Tensor() = default;
   Tensor(const dnnl::memory::desc& md, const dnnl::engine& engine);
+  // Over storage handed in (at least md.get_size() bytes), e.g. from a BufferPool.
+  Tensor(const dnnl::memory::desc& md, const dnnl::engine& engine, AlignedBuffer<std::byte> storage);
+  AlignedBuffer<std::byte> release_storage() { return std::move(storage_); }
 
   const dnnl::memory::desc& desc() const { return md_; }
   const dnnl::memory& memory() const { return memory_; }

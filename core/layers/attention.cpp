@@ -46,10 +46,9 @@ memory::desc ScaledDotProductAttention::setup(Context& ctx, const memory::desc& 
   if (train) {
     softmax_backward_ = dnnl::softmax_backward(dnnl::softmax_backward::primitive_desc(
         dnnl::softmax_backward::desc(scores_md, scores_md, 3), ctx.engine(), softmax_pd));
-    diff_weights_ = Tensor(scores_md, ctx.engine());
     // Backward writes every element of the packed gradient (the Q, K and V parts), needed or not: the K
     // and V parts are the attention's real output towards the projection's weights.
-    diff_src_ = Tensor(src_md, ctx.engine());
+    diff_src_.reset(src_md);
   }
   (void)need_diff_src;
   return dst_.desc();
@@ -77,19 +76,24 @@ const Tensor& ScaledDotProductAttention::forward(Context& ctx, const Tensor& src
 const Tensor& ScaledDotProductAttention::backward(Context& ctx, const Tensor& diff_dst) {
   if (mode_ != Mode::train) throw Error(describe() + ": backward called on a layer set up for inference");
   const memory q = part(ctx, *src_, 0), k = part(ctx, *src_, 1), v = part(ctx, *src_, 2);
-  const memory dq = part(ctx, diff_src_, 0), dk = part(ctx, diff_src_, 1), dv = part(ctx, diff_src_, 2);
+  const Tensor& diff_src = diff_src_.get(ctx);
+  const memory dq = part(ctx, diff_src, 0), dk = part(ctx, diff_src, 1), dv = part(ctx, diff_src, 2);
+  // The [N, H, T, T] gradient is needed only here: leased, given back at the end.
+  Tensor diff_weights = ctx.lease(weights_.desc());
   // dP = dO V^T and dV = P^T dO, then back through dropout and softmax to dS.
-  mix_.backward(ctx, probs_->memory(), v, heads_of(ctx, diff_dst), diff_weights_.memory(), dv);
-  const Tensor& diff_probs = use_dropout_ ? dropout_.backward(ctx, diff_weights_) : diff_weights_;
+  mix_.backward(ctx, probs_->memory(), v, heads_of(ctx, diff_dst), diff_weights.memory(), dv);
+  const Tensor& diff_probs = use_dropout_ ? dropout_.backward(ctx, diff_weights) : diff_weights;
   softmax_backward_->execute(ctx.stream(), {{DNNL_ARG_DST, weights_.memory()},
                                             {DNNL_ARG_DIFF_DST, diff_probs.memory()},
-                                            {DNNL_ARG_DIFF_SRC, diff_weights_.memory()}});
-  const Tensor& diff_scores = diff_weights_;
+                                            {DNNL_ARG_DIFF_SRC, diff_weights.memory()}});
+  if (use_dropout_) dropout_.release_gradient(ctx);
+  const Tensor& diff_scores = diff_weights;
   // dQ = dS K / sqrt(d) and dK^T = Q^T dS / sqrt(d), the latter written through K's transposed view.
   const memory k_t(BatchedMatmul::transposed(packed_part_md_), ctx.engine(), k.get_data_handle());
   const memory dk_t(BatchedMatmul::transposed(packed_part_md_), ctx.engine(), dk.get_data_handle());
   scores_.backward(ctx, q, k_t, diff_scores.memory(), dq, dk_t);
-  return diff_src_;
+  ctx.give_back(diff_weights);
+  return diff_src;
 }
 
 std::unique_ptr<Sequential> multi_head_self_attention(int dim, int heads, float dropout, std::uint64_t seed) {

@@ -38,7 +38,7 @@ class ScaledDotProductAttention : public Layer {
   std::optional<dnnl::softmax_backward> softmax_backward_;
   Dropout dropout_;
   bool use_dropout_ = false;
-  Tensor weights_, diff_weights_, dst_, diff_src_;
+  Tensor weights_, dst_;
   const Tensor* src_ = nullptr;
   const Tensor* probs_ = nullptr;  // the P that multiplied V: after dropout, when there is one
 };

@@ -60,7 +60,7 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
       dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, base),
       ctx.engine(), fwd_pd);
   bwd_ = dnnl::batch_normalization_backward(bwd_pd);
-  diff_src_ = Tensor(bwd_pd.diff_src_desc(), ctx.engine());
+  diff_src_.reset(bwd_pd.diff_src_desc());
   return dst_.desc();
 }
 
@@ -97,12 +97,12 @@ const Tensor& BatchNorm2d::backward(Context& ctx, const Tensor& diff_dst) {
                                              {DNNL_ARG_DIFF_DST, diff_dst.memory()},
                                              {DNNL_ARG_SCALE, scale_.value},
                                              {DNNL_ARG_SHIFT, shift_.value},  // oneDNN 2.6 requires it with use_shift
-                                             {DNNL_ARG_DIFF_SRC, diff_src_.memory()},
+                                             {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()},
                                              {DNNL_ARG_DIFF_SCALE, scale_.grad},
                                              {DNNL_ARG_DIFF_SHIFT, shift_.grad}};
   if (opt_.relu) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
   bwd_->execute(ctx.stream(), args);
-  return diff_src_;
+  return diff_src_.current();
 }
 
 std::vector<StateView> BatchNorm2d::state() {

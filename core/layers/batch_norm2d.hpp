@@ -41,7 +41,7 @@ class BatchNorm2d : public Layer {
 
   dnnl::batch_normalization_forward fwd_;
   std::optional<dnnl::batch_normalization_backward> bwd_;
-  Tensor dst_, mean_, variance_, workspace_, diff_src_;
+  Tensor dst_, mean_, variance_, workspace_;
   dnnl::memory running_mean_mem_, running_var_mem_;
   const Tensor* src_ = nullptr;
 };

@@ -62,7 +62,7 @@ dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mo
     sum_diffs_ = dnnl::sum(dnnl::sum::primitive_desc(src, std::vector<float>(branches_.size(), 1.0f),
                                                      std::vector<dnnl::memory::desc>(branches_.size(), src),
                                                      ctx.engine()));
-    diff_src_ = Tensor(src, ctx.engine());
+    diff_src_.reset(src);
   }
   return dst_md;
 }
@@ -76,15 +76,19 @@ const Tensor& Concat::forward(Context& ctx, const Tensor& src) {
 }
 
 const Tensor& Concat::backward(Context& ctx, const Tensor& diff_dst) {
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DST, diff_src_.memory()}};
+  std::unordered_map<int, dnnl::memory> args;
   for (std::size_t b = 0; b < branches_.size(); ++b) {
     const dnnl::memory slice(slice_mds_[b], ctx.engine(), const_cast<float*>(diff_dst.data()));
     slice_to_branch_[b](ctx, slice, branch_grads_[b].memory());
     const Tensor& diff = branches_[b].backward(ctx, branch_grads_[b]);
     args.insert({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(b), diff.memory()});
   }
-  if (sum_diffs_) sum_diffs_->execute(ctx.stream(), args);
-  return diff_src_;
+  if (sum_diffs_) {
+    args.insert({DNNL_ARG_DST, diff_src_.get(ctx).memory()});
+    sum_diffs_->execute(ctx.stream(), args);
+  }
+  for (auto& branch : branches_) branch.release_gradient(ctx);
+  return diff_src_.current();
 }
 
 std::vector<StateView> Concat::state() {

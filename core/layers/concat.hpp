@@ -33,7 +33,6 @@ class Concat : public Layer {
   std::vector<Copy> slice_to_branch_;
   std::vector<Tensor> branch_grads_;
   std::optional<dnnl::sum> sum_diffs_;
-  Tensor diff_src_;
 };
 
 }  // namespace ddl

@@ -86,7 +86,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
     if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value.get_desc(), bd_pd.weights_desc());
     bwd_data_diff_dst_ = Relayout(ctx, dst_md, bd_pd.diff_dst_desc());
-    diff_src_ = Tensor(src_md, ctx.engine());
+    diff_src_.reset(src_md);
     if (bd_pd.diff_src_desc() != src_md) {
       diff_src_raw_ = Tensor(bd_pd.diff_src_desc(), ctx.engine());
       diff_src_to_input_layout_ = Copy(ctx, bd_pd.diff_src_desc(), src_md);
@@ -118,14 +118,14 @@ const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
   bwd_weights_.execute(ctx.stream(), wargs);
   if (diff_weights_to_user_) (*diff_weights_to_user_)(ctx, diff_weights_.memory(), weights_.grad);
 
-  if (!bwd_data_) return diff_src_;
-  const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.memory();
+  if (!bwd_data_) return diff_src_.current();
+  const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.get(ctx).memory();
   bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_(ctx, grad)},
                                     {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value)
                                                                               : bwd_data_weights_(ctx, weights_.value)},
                                     {DNNL_ARG_DIFF_SRC, out}});
-  if (diff_src_to_input_layout_) (*diff_src_to_input_layout_)(ctx, diff_src_raw_.memory(), diff_src_.memory());
-  return diff_src_;
+  if (diff_src_to_input_layout_) (*diff_src_to_input_layout_)(ctx, diff_src_raw_.memory(), diff_src_.get(ctx).memory());
+  return diff_src_.current();
 }
 
 }  // namespace ddl

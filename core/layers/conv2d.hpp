@@ -54,7 +54,7 @@ class Conv2d : public Layer {
   std::optional<dnnl::convolution_backward_data> bwd_data_;
   bool reuse_forward_weights_ = false;
   Relayout bwd_data_weights_, bwd_data_diff_dst_;
-  Tensor diff_src_raw_, diff_src_;
+  Tensor diff_src_raw_;
   std::optional<Copy> diff_src_to_input_layout_;
 };
 

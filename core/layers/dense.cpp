@@ -67,7 +67,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
     if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value.get_desc(), bd_pd.weights_desc());
-    diff_src_ = Tensor(src_md, ctx.engine());
+    diff_src_.reset(src_md);
   }
   return dst_md;
 }
@@ -97,8 +97,8 @@ const Tensor& Dense::backward(Context& ctx, const Tensor& diff_dst) {
                        {{DNNL_ARG_DIFF_DST, grad},
                         {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value)
                                                                   : bwd_data_weights_(ctx, weights_.value)},
-                        {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
-  return diff_src_;
+                        {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}});
+  return diff_src_.current();
 }
 
 }  // namespace ddl

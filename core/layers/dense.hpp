@@ -46,7 +46,6 @@ class Dense : public Layer {
   std::optional<dnnl::inner_product_backward_data> bwd_data_;
   bool reuse_forward_weights_ = false;
   Relayout bwd_data_weights_;
-  Tensor diff_src_;
 };
 
 }  // namespace ddl

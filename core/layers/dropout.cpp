@@ -23,7 +23,7 @@ dnnl::memory::desc Dropout::setup(Context& ctx, const dnnl::memory::desc& src_md
   if (mode == Mode::train) {
     // Element-wise, so it works on the storage of any layout, padding included (zeros stay zero).
     mask_ = AlignedBuffer<float>(src_md.get_size() / sizeof(float));
-    if (need_diff_src) diff_src_ = Tensor(src_md, ctx.engine());
+    if (need_diff_src) diff_src_.reset(src_md);
   }
   return src_md;
 }
@@ -46,18 +46,18 @@ const Tensor& Dropout::forward(Context&, const Tensor& src) {
   return dst_;
 }
 
-const Tensor& Dropout::backward(Context&, const Tensor& diff_dst) {
+const Tensor& Dropout::backward(Context& ctx, const Tensor& diff_dst) {
   if (mode_ != Mode::train) throw Error("dropout: backward called on a layer set up for inference");
-  if (!need_diff_src_) return diff_src_;
+  if (!need_diff_src_) return diff_src_.current();
   const std::size_t n = diff_dst.bytes() / sizeof(float);
   const float* dy = diff_dst.data();
-  float* dx = diff_src_.data();
+  float* dx = diff_src_.get(ctx).data();
   if (p_ == 0.0f) {
     std::copy(dy, dy + n, dx);
   } else {
     for (std::size_t i = 0; i < n; ++i) dx[i] = dy[i] * mask_[i];
   }
-  return diff_src_;
+  return diff_src_.current();
 }
 
 std::vector<StateView> Dropout::state() { return {{"rng", {}, std::span<std::uint64_t>(rng_state_)}}; }

@@ -27,7 +27,7 @@ class Dropout : public Layer {
   Mode mode_ = Mode::train;
   bool need_diff_src_ = false;
   AlignedBuffer<float> mask_;
-  Tensor dst_, diff_src_;
+  Tensor dst_;
 };
 
 }  // namespace ddl

@@ -20,7 +20,7 @@ dnnl::memory::desc Gelu::setup(Context& ctx, const dnnl::memory::desc& src_md, M
   if (mode == Mode::train && need_diff_src) {
     bwd_ = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
         dnnl::eltwise_backward::desc(alg, src_md, src_md), ctx.engine(), fwd_pd));
-    diff_src_ = Tensor(src_md, ctx.engine());
+    diff_src_.reset(src_md);
   }
   return dst_.desc();
 }
@@ -35,8 +35,8 @@ const Tensor& Gelu::backward(Context& ctx, const Tensor& diff_dst) {
   if (bwd_)
     bwd_->execute(ctx.stream(), {{DNNL_ARG_SRC, src_->memory()},
                                  {DNNL_ARG_DIFF_DST, diff_dst.memory()},
-                                 {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
-  return diff_src_;
+                                 {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}});
+  return diff_src_.current();
 }
 
 dnnl::memory::desc Softmax::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
@@ -51,7 +51,7 @@ dnnl::memory::desc Softmax::setup(Context& ctx, const dnnl::memory::desc& src_md
   if (mode == Mode::train && need_diff_src) {
     bwd_ = dnnl::softmax_backward(dnnl::softmax_backward::primitive_desc(
         dnnl::softmax_backward::desc(dst_.desc(), dst_.desc(), axis_), ctx.engine(), fwd_pd));
-    diff_src_ = Tensor(dst_.desc(), ctx.engine());
+    diff_src_.reset(dst_.desc());
   }
   return dst_.desc();
 }
@@ -65,8 +65,8 @@ const Tensor& Softmax::backward(Context& ctx, const Tensor& diff_dst) {
   if (bwd_)
     bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, dst_.memory()},
                                  {DNNL_ARG_DIFF_DST, diff_dst.memory()},
-                                 {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
-  return diff_src_;
+                                 {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}});
+  return diff_src_.current();
 }
 
 }  // namespace ddl

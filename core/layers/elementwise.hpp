@@ -18,7 +18,7 @@ class Gelu : public Layer {
  private:
   dnnl::eltwise_forward fwd_;
   std::optional<dnnl::eltwise_backward> bwd_;
-  Tensor dst_, diff_src_;
+  Tensor dst_;
   const Tensor* src_ = nullptr;
 };
 
@@ -35,7 +35,7 @@ class Softmax : public Layer {
   int axis_;
   dnnl::softmax_forward fwd_;
   std::optional<dnnl::softmax_backward> bwd_;
-  Tensor dst_, diff_src_;
+  Tensor dst_;
 };
 
 }  // namespace ddl

@@ -16,7 +16,7 @@ dnnl::memory::desc Flatten::setup(Context& ctx, const dnnl::memory::desc& src_md
   to_plain_ = Copy(ctx, src_md, src_plain);
   need_diff_src_ = mode == Mode::train && need_diff_src;
   if (need_diff_src_) {
-    diff_src_ = Tensor(src_md, ctx.engine());
+    diff_src_.reset(src_md);
     to_src_layout_ = Copy(ctx, src_plain, src_md);
   }
   return dst_.desc();
@@ -28,10 +28,10 @@ const Tensor& Flatten::forward(Context& ctx, const Tensor& src) {
 }
 
 const Tensor& Flatten::backward(Context& ctx, const Tensor& diff_dst) {
-  if (!need_diff_src_) return diff_src_;
+  if (!need_diff_src_) return diff_src_.current();
   dnnl::memory diff_dst_plain(plain_desc(src_md_.dims()), ctx.engine(), const_cast<float*>(diff_dst.data()));
-  (*to_src_layout_)(ctx, diff_dst_plain, diff_src_.memory());
-  return diff_src_;
+  (*to_src_layout_)(ctx, diff_dst_plain, diff_src_.get(ctx).memory());
+  return diff_src_.current();
 }
 
 }  // namespace ddl

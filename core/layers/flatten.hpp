@@ -20,7 +20,7 @@ class Flatten : public Layer {
  private:
   dnnl::memory::desc src_md_;
   std::optional<Copy> to_plain_, to_src_layout_;
-  Tensor dst_, diff_src_;
+  Tensor dst_;
   dnnl::memory dst_as_plain_src_;
   bool need_diff_src_ = false;
 };

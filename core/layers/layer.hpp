@@ -51,8 +51,35 @@ struct ParamMemory {
       : value(md, engine, view.value.data()), grad(md, engine, view.grad.data()) {}
 };
 
+// The input gradient a layer's backward returns: leased from the context's pool when backward writes it,
+// given back when the caller has consumed it (Layer::release_gradient), so only the gradients alive
+// together occupy memory.
+class LeasedTensor {
+ public:
+  // At set-up: the descriptor, or an empty one when no gradient is needed.
+  void reset(const dnnl::memory::desc& md) {
+    md_ = md;
+    tensor_ = Tensor();
+  }
+  Tensor& get(Context& ctx) {
+    if (tensor_.empty()) tensor_ = ctx.lease(md_);
+    return tensor_;
+  }
+  const Tensor& current() const { return tensor_; }
+  void give_back(Context& ctx) {
+    if (!tensor_.empty()) ctx.give_back(tensor_);
+  }
+
+ private:
+  dnnl::memory::desc md_;
+  Tensor tensor_;
+};
+
 class Layer {
  public:
+  Layer() = default;
+  Layer(Layer&&) = default;
+  Layer& operator=(Layer&&) = default;
   virtual ~Layer() = default;
 
   // One line for the model summary, e.g. "conv2d 3->32 k3 s1 p1 +relu".
@@ -73,6 +100,12 @@ class Layer {
   virtual const Tensor& backward(Context& ctx, const Tensor& diff_dst) = 0;
 
   virtual std::vector<StateView> state() { return {}; }
+
+  // The caller of backward is done with the gradient it returned: its storage goes back to the pool.
+  virtual void release_gradient(Context& ctx) { diff_src_.give_back(ctx); }
+
+ protected:
+  LeasedTensor diff_src_;
 };
 
 }  // namespace ddl

@@ -41,7 +41,7 @@ memory::desc LayerNorm::setup(Context& ctx, const memory::desc& src_md, Mode mod
       dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, f),
       ctx.engine(), fwd_pd);
   bwd_ = dnnl::layer_normalization_backward(bwd_pd);
-  diff_src_ = Tensor(bwd_pd.diff_src_desc(), ctx.engine());
+  diff_src_.reset(bwd_pd.diff_src_desc());
   return dst_.desc();
 }
 
@@ -64,10 +64,10 @@ const Tensor& LayerNorm::backward(Context& ctx, const Tensor& diff_dst) {
                                {DNNL_ARG_SHIFT, shift_.value},
                                {DNNL_ARG_MEAN, mean_.memory()},
                                {DNNL_ARG_VARIANCE, variance_.memory()},
-                               {DNNL_ARG_DIFF_SRC, diff_src_.memory()},
+                               {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()},
                                {DNNL_ARG_DIFF_SCALE, scale_.grad},
                                {DNNL_ARG_DIFF_SHIFT, shift_.grad}});
-  return diff_src_;
+  return diff_src_.current();
 }
 
 }  // namespace ddl

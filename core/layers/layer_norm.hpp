@@ -31,7 +31,7 @@ class LayerNorm : public Layer {
   Mode mode_ = Mode::train;
   dnnl::layer_normalization_forward fwd_;
   std::optional<dnnl::layer_normalization_backward> bwd_;
-  Tensor dst_, mean_, variance_, diff_src_;
+  Tensor dst_, mean_, variance_;
   const Tensor* src_ = nullptr;
 };
 

@@ -62,7 +62,7 @@ memory::desc Linear::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   out.back() = opt_.out_features;
   dst_ = Tensor(plain_desc(out), ctx.engine());
   if (need_diff_src_) {
-    diff_src_ = Tensor(plain_desc(in), ctx.engine());
+    diff_src_.reset(plain_desc(in));
     diff_to_src_layout_ = Relayout(ctx, plain_desc(in), src_md);
   }
   return dst_.desc();
@@ -80,10 +80,10 @@ const Tensor& Linear::backward(Context& ctx, const Tensor& diff_dst) {
   if (mode_ != Mode::train) throw Error(describe() + ": backward called on a layer set up for inference");
   const memory x(rows_md_, ctx.engine(), const_cast<float*>(src_->data()));
   const memory dy(out_rows_md_, ctx.engine(), const_cast<float*>(diff_dst.data()));
-  const memory dx = need_diff_src_ ? memory(rows_md_, ctx.engine(), diff_src_.data()) : memory();
+  const memory dx = need_diff_src_ ? memory(rows_md_, ctx.engine(), diff_src_.get(ctx).data()) : memory();
   matmul_.backward(ctx, x, weights_t_.value, dy, dx, weights_t_.grad);
   if (opt_.bias) sum_rows(diff_dst.data(), static_cast<float*>(bias_.grad.get_data_handle()));
-  return need_diff_src_ ? diff_to_src_layout_(ctx, diff_src_) : diff_src_;
+  return need_diff_src_ ? diff_to_src_layout_(ctx, diff_src_.get(ctx)) : diff_src_.current();
 }
 
 }  // namespace ddl

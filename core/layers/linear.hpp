@@ -38,7 +38,7 @@ class Linear : public Layer {
   Relayout to_plain_, diff_to_src_layout_;
   BatchedMatmul matmul_;
   dnnl::memory::desc rows_md_, out_rows_md_;  // input and output seen as [rows, features]
-  Tensor dst_, diff_src_;
+  Tensor dst_;
   const Tensor* src_ = nullptr;
 };
 

@@ -54,7 +54,7 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
     if (bwd_pd.diff_src_desc() != src_md || bwd_pd.diff_dst_desc() != fwd_pd.dst_desc())
       throw Error(describe() + ": oneDNN chose unexpected backward layouts");
     bwd_ = dnnl::pooling_backward(bwd_pd);
-    diff_src_ = Tensor(src_md, ctx.engine());
+    diff_src_.reset(src_md);
   }
   return dst_.desc();
 }
@@ -67,11 +67,11 @@ const Tensor& Pool2d::forward(Context& ctx, const Tensor& src) {
 }
 
 const Tensor& Pool2d::backward(Context& ctx, const Tensor& diff_dst) {
-  if (!bwd_) return diff_src_;
-  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, diff_dst.memory()}, {DNNL_ARG_DIFF_SRC, diff_src_.memory()}};
+  if (!bwd_) return diff_src_.current();
+  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, diff_dst.memory()}, {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}};
   if (!workspace_.empty()) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
   bwd_->execute(ctx.stream(), args);
-  return diff_src_;
+  return diff_src_.current();
 }
 
 }  // namespace ddl

@@ -31,7 +31,7 @@ class Pool2d : public Layer {
   Pool2dOptions opt_;
   dnnl::pooling_forward fwd_;
   std::optional<dnnl::pooling_backward> bwd_;
-  Tensor dst_, workspace_, diff_src_;
+  Tensor dst_, workspace_;
 };
 
 }  // namespace ddl

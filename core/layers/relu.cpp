@@ -14,7 +14,7 @@ dnnl::memory::desc Relu::setup(Context& ctx, const dnnl::memory::desc& src_md, M
     dnnl::eltwise_backward::primitive_desc bwd_pd(dnnl::eltwise_backward::desc(alg, src_md, src_md, 0.0f, 0.0f),
                                                   ctx.engine(), fwd_pd);
     bwd_ = dnnl::eltwise_backward(bwd_pd);
-    diff_src_ = Tensor(src_md, ctx.engine());
+    diff_src_.reset(src_md);
   }
   return dst_.desc();
 }
@@ -28,8 +28,8 @@ const Tensor& Relu::backward(Context& ctx, const Tensor& diff_dst) {
   if (bwd_)
     bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, dst_.memory()},
                                  {DNNL_ARG_DIFF_DST, diff_dst.memory()},
-                                 {DNNL_ARG_DIFF_SRC, diff_src_.memory()}});
-  return diff_src_;
+                                 {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}});
+  return diff_src_.current();
 }
 
 }  // namespace ddl

@@ -18,7 +18,7 @@ class Relu : public Layer {
  private:
   dnnl::eltwise_forward fwd_;
   std::optional<dnnl::eltwise_backward> bwd_;
-  Tensor dst_, diff_src_;
+  Tensor dst_;
 };
 
 }  // namespace ddl

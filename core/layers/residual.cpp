@@ -48,7 +48,7 @@ dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, 
   if (need_diff_src_) {
     add_diffs_ = dnnl::binary(dnnl::binary::primitive_desc(
         dnnl::binary::desc(dnnl::algorithm::binary_add, src, src, src), ctx.engine()));
-    diff_src_ = Tensor(src, ctx.engine());
+    diff_src_.reset(src);
   }
   return body_md;
 }
@@ -69,8 +69,10 @@ const Tensor& Residual::backward(Context& ctx, const Tensor& diff_dst) {
   if (add_diffs_)
     add_diffs_->execute(ctx.stream(), {{DNNL_ARG_SRC_0, diff_body.memory()},
                                        {DNNL_ARG_SRC_1, diff_shortcut.memory()},
-                                       {DNNL_ARG_DST, diff_src_.memory()}});
-  return diff_src_;
+                                       {DNNL_ARG_DST, diff_src_.get(ctx).memory()}});
+  body_.release_gradient(ctx);
+  if (!identity()) shortcut_.release_gradient(ctx);
+  return diff_src_.current();
 }
 
 std::vector<StateView> Residual::state() {

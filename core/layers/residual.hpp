@@ -37,7 +37,6 @@ class Residual : public Layer {
   FusedReluBackward relu_backward_;
   Relayout diff_to_shortcut_;  // the gradient in the layout the shortcut's output (or the input) has
   std::optional<dnnl::binary> add_diffs_;
-  Tensor diff_src_;
 };
 
 }  // namespace ddl

@@ -45,8 +45,15 @@ const Tensor& Sequential::forward(Context& ctx, const Tensor& src) {
 
 const Tensor& Sequential::backward(Context& ctx, const Tensor& diff_dst) {
   const Tensor* g = &diff_dst;
-  for (std::size_t i = layers_.size(); i-- > 0;) g = &layers_[i]->backward(ctx, *g);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    g = &layers_[i]->backward(ctx, *g);
+    if (i + 1 < layers_.size()) layers_[i + 1]->release_gradient(ctx);  // consumed by layer i
+  }
   return *g;
+}
+
+void Sequential::release_gradient(Context& ctx) {
+  if (!layers_.empty()) layers_[0]->release_gradient(ctx);
 }
 
 std::vector<StateView> Sequential::state() {

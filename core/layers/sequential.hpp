@@ -32,6 +32,8 @@ class Sequential : public Layer {
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override;
+  // The gradient it returns is its first layer's.
+  void release_gradient(Context& ctx) override;
 
  private:
   std::string name_;

@@ -18,7 +18,7 @@ memory::desc ImageToTokens::setup(Context& ctx, const memory::desc& src_md, Mode
   to_image_.reset();
   if (mode == Mode::train && need_diff_src) {
     to_image_ = Copy(ctx, channels_last_, src_md);
-    diff_src_ = Tensor(src_md, ctx.engine());
+    diff_src_.reset(src_md);
   }
   return dst_.desc();
 }
@@ -30,8 +30,8 @@ const Tensor& ImageToTokens::forward(Context& ctx, const Tensor& src) {
 
 const Tensor& ImageToTokens::backward(Context& ctx, const Tensor& diff_dst) {
   if (to_image_)
-    (*to_image_)(ctx, memory(channels_last_, ctx.engine(), const_cast<float*>(diff_dst.data())), diff_src_.memory());
-  return diff_src_;
+    (*to_image_)(ctx, memory(channels_last_, ctx.engine(), const_cast<float*>(diff_dst.data())), diff_src_.get(ctx).memory());
+  return diff_src_.current();
 }
 
 std::string ClassTokenAndPosition::describe() const {
@@ -54,7 +54,7 @@ memory::desc ClassTokenAndPosition::setup(Context& ctx, const memory::desc& src_
                      std::to_string(dim_) + "], got " + to_string(in));
   need_diff_src_ = mode == Mode::train && need_diff_src;
   dst_ = Tensor(plain_desc({in[0], tokens_ + 1, dim_}), ctx.engine());
-  if (need_diff_src_) diff_src_ = Tensor(src_md, ctx.engine());
+  if (need_diff_src_) diff_src_.reset(src_md);
   return dst_.desc();
 }
 
@@ -71,17 +71,18 @@ const Tensor& ClassTokenAndPosition::forward(Context&, const Tensor& src) {
   return dst_;
 }
 
-const Tensor& ClassTokenAndPosition::backward(Context&, const Tensor& diff_dst) {
+const Tensor& ClassTokenAndPosition::backward(Context& ctx, const Tensor& diff_dst) {
   const std::size_t n = static_cast<std::size_t>(diff_dst.dims()[0]), t = tokens_, d = dim_;
   float* dpos = position_.grad.data();
+  float* dx = need_diff_src_ ? diff_src_.get(ctx).data() : nullptr;
   std::fill(position_.grad.begin(), position_.grad.end(), 0.0f);
   for (std::size_t i = 0; i < n; ++i) {
     const float* dy = diff_dst.data() + i * (t + 1) * d;
     for (std::size_t j = 0; j < (t + 1) * d; ++j) dpos[j] += dy[j];
-    if (need_diff_src_) std::memcpy(diff_src_.data() + i * t * d, dy + d, t * d * sizeof(float));
+    if (dx) std::memcpy(dx + i * t * d, dy + d, t * d * sizeof(float));
   }
   std::copy(dpos, dpos + d, class_token_.grad.begin());  // the class token's gradient is position 0's
-  return diff_src_;
+  return diff_src_.current();
 }
 
 memory::desc TakeClassToken::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
@@ -90,7 +91,7 @@ memory::desc TakeClassToken::setup(Context& ctx, const memory::desc& src_md, Mod
     throw InputError(describe() + ": expects plain tokens [N, T, D], got " + to_string(in_));
   need_diff_src_ = mode == Mode::train && need_diff_src;
   dst_ = Tensor(plain_desc({in_[0], in_[2]}), ctx.engine());
-  if (need_diff_src_) diff_src_ = Tensor(src_md, ctx.engine());  // zero outside token 0, and stays so
+  if (need_diff_src_) diff_src_.reset(src_md);
   return dst_.desc();
 }
 
@@ -100,12 +101,13 @@ const Tensor& TakeClassToken::forward(Context&, const Tensor& src) {
   return dst_;
 }
 
-const Tensor& TakeClassToken::backward(Context&, const Tensor& diff_dst) {
-  if (!need_diff_src_) return diff_src_;
+const Tensor& TakeClassToken::backward(Context& ctx, const Tensor& diff_dst) {
+  if (!need_diff_src_) return diff_src_.current();
   const std::size_t t = in_[1], d = in_[2];
-  for (memory::dim i = 0; i < in_[0]; ++i)
-    std::memcpy(diff_src_.data() + i * t * d, diff_dst.data() + i * d, d * sizeof(float));
-  return diff_src_;
+  float* dx = diff_src_.get(ctx).data();  // pooled storage: every token other than 0 is zeroed here
+  std::fill(dx, dx + in_[0] * t * d, 0.0f);
+  for (memory::dim i = 0; i < in_[0]; ++i) std::memcpy(dx + i * t * d, diff_dst.data() + i * d, d * sizeof(float));
+  return diff_src_.current();
 }
 
 }  // namespace ddl

@@ -23,7 +23,7 @@ class ImageToTokens : public Layer {
  private:
   dnnl::memory::desc channels_last_;  // [N, C, h, w] laid out as nhwc: the token tensor's own memory
   std::optional<Copy> to_tokens_, to_image_;
-  Tensor dst_, diff_src_;
+  Tensor dst_;
 };
 
 class ClassTokenAndPosition : public Layer {
@@ -41,7 +41,7 @@ class ClassTokenAndPosition : public Layer {
   int tokens_, dim_;
   ParamView class_token_, position_;
   bool need_diff_src_ = false;
-  Tensor dst_, diff_src_;
+  Tensor dst_;
 };
 
 class TakeClassToken : public Layer {
@@ -54,7 +54,7 @@ class TakeClassToken : public Layer {
  private:
   dims_t in_;
   bool need_diff_src_ = false;
-  Tensor dst_, diff_src_;
+  Tensor dst_;
 };
 
 }  // namespace ddl
