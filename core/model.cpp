@@ -100,11 +100,7 @@ void Model::backward(Context& ctx, const Tensor& diff_logits) {
 
 std::vector<StateView> Model::state() {
   std::vector<StateView> all;
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    for (auto s : layers_[i]->state()) {
-      s.name = std::to_string(i) + "." + s.name;
-      all.push_back(s);
-    }
+  for (std::size_t i = 0; i < layers_.size(); ++i) append_prefixed(all, layers_[i]->state(), std::to_string(i));
   return all;
 }
 

@@ -11,11 +11,7 @@ Concat::Concat(std::string name, std::vector<Sequential> branches)
 
 std::vector<ParamSpec> Concat::param_specs() const {
   std::vector<ParamSpec> all;
-  for (std::size_t b = 0; b < branches_.size(); ++b)
-    for (auto s : branches_[b].param_specs()) {
-      s.name = std::to_string(b) + "." + s.name;
-      all.push_back(std::move(s));
-    }
+  for (std::size_t b = 0; b < branches_.size(); ++b) append_prefixed(all, branches_[b].param_specs(), std::to_string(b));
   return all;
 }
 
@@ -93,11 +89,7 @@ const Tensor& Concat::backward(Context& ctx, const Tensor& diff_dst) {
 
 std::vector<StateView> Concat::state() {
   std::vector<StateView> all;
-  for (std::size_t b = 0; b < branches_.size(); ++b)
-    for (auto s : branches_[b].state()) {
-      s.name = std::to_string(b) + "." + s.name;
-      all.push_back(s);
-    }
+  for (std::size_t b = 0; b < branches_.size(); ++b) append_prefixed(all, branches_[b].state(), std::to_string(b));
   return all;
 }
 

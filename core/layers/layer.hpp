@@ -51,6 +51,16 @@ struct ParamMemory {
       : value(md, engine, view.value.data()), grad(md, engine, view.grad.data()) {}
 };
 
+// Appends a part's parameter specs or state views to `all`, each renamed "<prefix>.<name>": how blocks
+// and the model name what their layers hold.
+template <typename Named>
+void append_prefixed(std::vector<Named>& all, std::vector<Named> parts, const std::string& prefix) {
+  for (auto& part : parts) {
+    part.name = prefix + "." + part.name;
+    all.push_back(std::move(part));
+  }
+}
+
 // The input gradient a layer's backward returns: leased from the context's pool when backward writes it,
 // given back when the caller has consumed it (Layer::release_gradient), so only the gradients alive
 // together occupy memory.

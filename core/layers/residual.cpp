@@ -11,14 +11,8 @@ Residual::Residual(std::string name, Sequential body, Sequential shortcut, bool 
 
 std::vector<ParamSpec> Residual::param_specs() const {
   std::vector<ParamSpec> all;
-  for (auto s : body_.param_specs()) {
-    s.name = "body." + s.name;
-    all.push_back(std::move(s));
-  }
-  for (auto s : shortcut_.param_specs()) {
-    s.name = "shortcut." + s.name;
-    all.push_back(std::move(s));
-  }
+  append_prefixed(all, body_.param_specs(), "body");
+  append_prefixed(all, shortcut_.param_specs(), "shortcut");
   return all;
 }
 
@@ -77,14 +71,8 @@ const Tensor& Residual::backward(Context& ctx, const Tensor& diff_dst) {
 
 std::vector<StateView> Residual::state() {
   std::vector<StateView> all;
-  for (auto s : body_.state()) {
-    s.name = "body." + s.name;
-    all.push_back(s);
-  }
-  for (auto s : shortcut_.state()) {
-    s.name = "shortcut." + s.name;
-    all.push_back(s);
-  }
+  append_prefixed(all, body_.state(), "body");
+  append_prefixed(all, shortcut_.state(), "shortcut");
   return all;
 }
 

@@ -13,11 +13,7 @@ std::string Sequential::describe() const {
 
 std::vector<ParamSpec> Sequential::param_specs() const {
   std::vector<ParamSpec> all;
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    for (auto spec : layers_[i]->param_specs()) {
-      spec.name = std::to_string(i) + "." + spec.name;
-      all.push_back(std::move(spec));
-    }
+  for (std::size_t i = 0; i < layers_.size(); ++i) append_prefixed(all, layers_[i]->param_specs(), std::to_string(i));
   return all;
 }
 
@@ -58,11 +54,7 @@ void Sequential::release_gradient(Context& ctx) {
 
 std::vector<StateView> Sequential::state() {
   std::vector<StateView> all;
-  for (std::size_t i = 0; i < layers_.size(); ++i)
-    for (auto s : layers_[i]->state()) {
-      s.name = std::to_string(i) + "." + s.name;
-      all.push_back(s);
-    }
+  for (std::size_t i = 0; i < layers_.size(); ++i) append_prefixed(all, layers_[i]->state(), std::to_string(i));
   return all;
 }
 
