@@ -106,7 +106,8 @@ class Layer {
   // src must stay alive until backward.
   virtual const Tensor& forward(Context& ctx, const Tensor& src) = 0;
   // diff_dst has the layout of this layer's output; returns diff_src in the layout of its input (empty
-  // when need_diff_src was false). Writes (overwrites) this layer's parameter gradients.
+  // when need_diff_src was false), valid until release_gradient. Writes (overwrites) this layer's
+  // parameter gradients.
   virtual const Tensor& backward(Context& ctx, const Tensor& diff_dst) = 0;
 
   virtual std::vector<StateView> state() { return {}; }
