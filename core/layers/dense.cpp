@@ -38,14 +38,12 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   if (src_md != plain_desc(in)) throw Error(describe() + ": expects a plain [N, I] input");
   mode_ = mode;
   const memory::desc dst_md = plain_desc({in[0], opt_.out_features});
-  // The weights stay in their plain OI layout: a blocked copy would double a large layer's memory (VGG16's
-  // first dense layer holds 411 MB) and measured no faster, since a dense step is bound by reading them.
-  const memory::desc weights_md = weights_.value.get_desc();
+  const memory::desc weights_any({opt_.out_features, opt_.in_features}, dt::f32, tag::any);
   const memory::desc bias_md = opt_.bias ? bias_.value.get_desc() : memory::desc();
 
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   dnnl::inner_product_forward::primitive_desc fwd_pd(
-      dnnl::inner_product_forward::desc(prop, src_md, weights_md, bias_md, dst_md), relu_post_op(opt_.relu),
+      dnnl::inner_product_forward::desc(prop, src_md, weights_any, bias_md, dst_md), relu_post_op(opt_.relu),
       ctx.engine());
   fwd_ = dnnl::inner_product_forward(fwd_pd);
   fwd_weights_ = Relayout(ctx, weights_.value.get_desc(), fwd_pd.weights_desc());
@@ -54,7 +52,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
 
   relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md) : FusedReluBackward();
   dnnl::inner_product_backward_weights::primitive_desc bw_pd(
-      dnnl::inner_product_backward_weights::desc(src_md, weights_md, bias_md, dst_md), ctx.engine(), fwd_pd);
+      dnnl::inner_product_backward_weights::desc(src_md, weights_any, bias_md, dst_md), ctx.engine(), fwd_pd);
   bwd_weights_ = dnnl::inner_product_backward_weights(bw_pd);
   diff_weights_to_user_.reset();
   if (bw_pd.diff_weights_desc() != weights_.grad.get_desc()) {
@@ -64,7 +62,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   bwd_data_.reset();
   if (need_diff_src) {
     dnnl::inner_product_backward_data::primitive_desc bd_pd(
-        dnnl::inner_product_backward_data::desc(src_md, weights_md, dst_md), ctx.engine(), fwd_pd);
+        dnnl::inner_product_backward_data::desc(src_md, weights_any, dst_md), ctx.engine(), fwd_pd);
     bwd_data_ = dnnl::inner_product_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
