@@ -16,16 +16,12 @@ std::vector<ParamSpec> Concat::param_specs() const {
 }
 
 void Concat::bind(const std::vector<ParamView>& views, Context& ctx) {
-  std::size_t next = 0;
-  for (auto& branch : branches_) {
-    const std::size_t n = branch.param_specs().size();
-    branch.bind(std::vector<ParamView>(views.begin() + next, views.begin() + next + n), ctx);
-    next += n;
-  }
+  std::vector<Layer*> parts;
+  for (auto& branch : branches_) parts.push_back(&branch);
+  bind_in_order(parts, views, ctx);
 }
 
 dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
-  need_diff_src_ = mode == Mode::train && need_diff_src;
   std::vector<dnnl::memory::desc> outs;
   for (auto& branch : branches_) outs.push_back(branch.setup(ctx, src, mode, need_diff_src));
   dims_t dst_dims = outs[0].dims();
@@ -54,7 +50,7 @@ dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mo
     offsets[1] += md.dims()[1];
   }
   sum_diffs_.reset();
-  if (need_diff_src_) {
+  if (need_diff_src) {
     sum_diffs_ = dnnl::sum(dnnl::sum::primitive_desc(src, std::vector<float>(branches_.size(), 1.0f),
                                                      std::vector<dnnl::memory::desc>(branches_.size(), src),
                                                      ctx.engine()));

@@ -25,7 +25,6 @@ class Concat : public Layer {
  private:
   std::string name_;
   std::vector<Sequential> branches_;
-  bool need_diff_src_ = false;
 
   dnnl::concat concat_;
   Tensor dst_;

@@ -119,4 +119,14 @@ class Layer {
   LeasedTensor diff_src_;
 };
 
+// Binds each part of a block to its share of `views`, in order: a part takes as many views as it has specs.
+inline void bind_in_order(const std::vector<Layer*>& parts, const std::vector<ParamView>& views, Context& ctx) {
+  std::size_t next = 0;
+  for (Layer* part : parts) {
+    const std::size_t n = part->param_specs().size();
+    part->bind(std::vector<ParamView>(views.begin() + next, views.begin() + next + n), ctx);
+    next += n;
+  }
+}
+
 }  // namespace ddl

@@ -17,13 +17,10 @@ std::vector<ParamSpec> Residual::param_specs() const {
 }
 
 void Residual::bind(const std::vector<ParamView>& views, Context& ctx) {
-  const std::size_t n = body_.param_specs().size();
-  body_.bind(std::vector<ParamView>(views.begin(), views.begin() + n), ctx);
-  shortcut_.bind(std::vector<ParamView>(views.begin() + n, views.end()), ctx);
+  bind_in_order({&body_, &shortcut_}, views, ctx);
 }
 
 dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
-  need_diff_src_ = mode == Mode::train && need_diff_src;
   const dnnl::memory::desc body_md = body_.setup(ctx, src, mode, need_diff_src);
   const dnnl::memory::desc short_md = identity() ? src : shortcut_.setup(ctx, src, mode, need_diff_src);
   if (body_md.dims() != short_md.dims())
@@ -39,7 +36,7 @@ dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, 
   relu_backward_ = relu_ ? FusedReluBackward(ctx, body_md, FusedReluBackward::Storage::keep) : FusedReluBackward();
   diff_to_shortcut_ = Relayout(ctx, body_md, short_md);
   add_diffs_.reset();
-  if (need_diff_src_) {
+  if (need_diff_src) {
     add_diffs_ = dnnl::binary(dnnl::binary::primitive_desc(
         dnnl::binary::desc(dnnl::algorithm::binary_add, src, src, src), ctx.engine()));
     diff_src_.reset(src);

@@ -29,7 +29,6 @@ class Residual : public Layer {
   std::string name_;
   Sequential body_, shortcut_;
   bool relu_;
-  bool need_diff_src_ = false;
 
   dnnl::binary add_;
   Relayout shortcut_to_dst_;  // the shortcut's output (or the input itself) in the body's output layout

@@ -18,12 +18,9 @@ std::vector<ParamSpec> Sequential::param_specs() const {
 }
 
 void Sequential::bind(const std::vector<ParamView>& views, Context& ctx) {
-  std::size_t next = 0;
-  for (auto& l : layers_) {
-    const std::size_t n = l->param_specs().size();
-    l->bind(std::vector<ParamView>(views.begin() + next, views.begin() + next + n), ctx);
-    next += n;
-  }
+  std::vector<Layer*> parts;
+  for (auto& l : layers_) parts.push_back(l.get());
+  bind_in_order(parts, views, ctx);
 }
 
 dnnl::memory::desc Sequential::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
