@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "comm/mpi_error.hpp"
+#include "core/error.hpp"
 
 namespace ddl {
 namespace {
@@ -98,6 +99,14 @@ bool Communicator::any(bool flag) const {
   int value = flag ? 1 : 0;
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_LOR, comm_), "MPI_Allreduce");
   return value != 0;
+}
+
+void Communicator::check_same(const std::string& what, std::uint64_t fingerprint) const {
+  const auto all = allgather(fingerprint);
+  std::string differ;
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty()) throw InputError(what + " differs between rank 0 and rank(s) " + differ);
 }
 
 }  // namespace ddl

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace ddl {
@@ -39,6 +40,8 @@ class Communicator {
   std::vector<std::uint64_t> allgather(std::uint64_t value) const;
   // True on every rank when `flag` is true on at least one.
   bool any(bool flag) const;
+  // Throws InputError on every rank, naming the ranks that differ from rank 0, unless all pass the same value.
+  void check_same(const std::string& what, std::uint64_t fingerprint) const;
 
  private:
   struct Adopt {};

@@ -31,11 +31,7 @@ void MpiReplicaGroup::average(std::span<float> gradients) {
 ReplicaGroup::CommStats MpiReplicaGroup::take_stats() { return std::exchange(stats_, {}); }
 
 void MpiReplicaGroup::check_same(const std::string& what, std::uint64_t fingerprint) {
-  const auto all = comm_.allgather(fingerprint);
-  std::string differ;
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
-  if (!differ.empty()) throw InputError(what + " differs between rank 0 and rank(s) " + differ);
+  comm_.check_same(what, fingerprint);
 }
 
 }  // namespace ddl

@@ -18,25 +18,64 @@ void Model::add(std::unique_ptr<Layer> layer) {
   layers_.push_back(std::move(layer));
 }
 
-void Model::finalize(Context& ctx) {
+std::size_t Model::layer_param_count(std::size_t i) const {
+  std::size_t n = 0;
+  for (const auto& spec : layers_.at(i)->param_specs()) n += product(spec.dims);
+  return n;
+}
+
+void Model::keep_layers(std::size_t begin, std::size_t end) {
+  if (finalized_) throw Error("model " + name_ + ": keep_layers() after finalize()");
+  if (first_layer_ != 0 || whole_layers_ != 0) throw Error("model " + name_ + ": keep_layers() twice");
+  if (begin >= end || end > layers_.size())
+    throw InputError("model " + name_ + " has " + std::to_string(layers_.size()) + " layers, no range [" +
+                     std::to_string(begin) + ", " + std::to_string(end) + ")");
+  whole_layers_ = layers_.size();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const std::size_t n = layer_param_count(i);
+    whole_params_ += n;
+    if (i < begin) {
+      param_offset_ += n;
+      first_entry_ += layers_[i]->param_specs().size();
+    }
+  }
+  layers_.erase(layers_.begin() + static_cast<std::ptrdiff_t>(end), layers_.end());
+  layers_.erase(layers_.begin(), layers_.begin() + static_cast<std::ptrdiff_t>(begin));
+  first_layer_ = begin;
+}
+
+void Model::finalize(Context& ctx, Model* share) {
+  if (whole_layers_ == 0) whole_layers_ = layers_.size();
   std::size_t total = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     layer_param_begin_.push_back(total);
     for (const auto& spec : layers_[i]->param_specs()) {
       const std::size_t n = product(spec.dims);
-      entries_.push_back({i, std::to_string(i) + "." + spec.name, spec, total, n});
+      entries_.push_back({i, std::to_string(first_layer_ + i) + "." + spec.name, spec, total, n});
       total += n;
     }
   }
   layer_param_begin_.push_back(total);
-  params_ = AlignedBuffer<float>(total);
-  grads_ = AlignedBuffer<float>(total);
+  if (whole_params_ == 0) whole_params_ = total;
+  std::span<float>& params = params_view_;
+  std::span<float>& grads = grads_view_;
+  if (share) {
+    if (!share->finalized_ || share->param_count() != total || share->first_layer_ != first_layer_)
+      throw Error("model " + name_ + ": can share parameters only with a finalized copy of the same stage");
+    params = share->params_view_;
+    grads = share->grads_view_;
+  } else {
+    params_ = AlignedBuffer<float>(total);
+    grads_ = AlignedBuffer<float>(total);
+    params = params_.span();
+    grads = grads_.span();
+  }
   std::size_t e = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     std::vector<ParamView> views;
     for (; e < entries_.size() && entries_[e].layer == i; ++e)
-      views.push_back({params_.span().subspan(entries_[e].offset, entries_[e].size),
-                       grads_.span().subspan(entries_[e].offset, entries_[e].size)});
+      views.push_back({params.subspan(entries_[e].offset, entries_[e].size),
+                       grads.subspan(entries_[e].offset, entries_[e].size)});
     layers_[i]->bind(views, ctx);
   }
   finalized_ = true;
@@ -44,23 +83,25 @@ void Model::finalize(Context& ctx) {
 
 void Model::initialize(std::uint64_t seed) {
   for (std::size_t e = 0; e < entries_.size(); ++e)
-    initialize_param(entries_[e].spec, params_.span().subspan(entries_[e].offset, entries_[e].size), seed, e);
+    initialize_param(entries_[e].spec, params_view_.subspan(entries_[e].offset, entries_[e].size), seed,
+                     first_entry_ + e);
 }
 
 void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
   if (!finalized_) throw Error("model " + name_ + ": forward before finalize()");
   const dims_t d = input_md.dims();
-  if (d.size() != 4 || d[1] != input_shape_[0] || d[2] != input_shape_[1] || d[3] != input_shape_[2])
+  if (is_first_stage() &&
+      (d.size() != 4 || d[1] != input_shape_[0] || d[2] != input_shape_[1] || d[3] != input_shape_[2]))
     throw InputError("model " + name_ + " expects images [C, H, W] = " + to_string(input_shape_) + ", got a batch " +
                      to_string(d));
   output_mds_.clear();
   dnnl::memory::desc md = input_md;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    md = layers_[i]->setup(ctx, md, mode, i > 0);
+    md = layers_[i]->setup(ctx, md, mode, i > 0 || !is_first_stage());
     output_mds_.push_back(md);
   }
   const dims_t out = md.dims();
-  if (out.size() != 2 || out[1] != num_classes_)
+  if (is_last_stage() && (out.size() != 2 || out[1] != num_classes_))
     throw Error("model " + name_ + ": last layer gives " + to_string(out) + ", expected [N, " +
                 std::to_string(num_classes_) + "]");
   setup_md_ = input_md;
@@ -84,9 +125,9 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
   return *x;
 }
 
-void Model::backward(Context& ctx, const Tensor& diff_logits) {
+const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
   if (setup_mode_ != Mode::train) throw Error("model " + name_ + ": backward after an inference forward");
-  const Tensor* g = &diff_logits;
+  const Tensor* g = &diff_output;
   for (std::size_t i = layers_.size(); i-- > 0;) {
     auto t0 = Profiler::clock::now();
     g = &layers_[i]->backward(ctx, *g);
@@ -95,12 +136,18 @@ void Model::backward(Context& ctx, const Tensor& diff_logits) {
     const std::size_t begin = layer_param_begin_[i], end = layer_param_begin_[i + 1];
     if (on_gradients_ready && end > begin) on_gradients_ready(begin, end - begin);
   }
+  if (is_first_stage()) release_input_gradient(ctx);
+  return *g;
+}
+
+void Model::release_input_gradient(Context& ctx) {
   if (!layers_.empty()) layers_[0]->release_gradient(ctx);
 }
 
 std::vector<StateView> Model::state() {
   std::vector<StateView> all;
-  for (std::size_t i = 0; i < layers_.size(); ++i) append_prefixed(all, layers_[i]->state(), std::to_string(i));
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    append_prefixed(all, layers_[i]->state(), std::to_string(first_layer_ + i));
   return all;
 }
 
@@ -119,7 +166,7 @@ std::string Model::summary(Context& ctx) {
                   to_string(out).c_str(), n);
     s += line;
   }
-  std::snprintf(line, sizeof line, "  total parameters: %zu\n", params_.size());
+  std::snprintf(line, sizeof line, "  total parameters: %zu\n", param_count());
   s += line;
   output_mds_.clear();  // force a fresh set-up for the first real batch
   return s;

@@ -1,6 +1,11 @@
 // A model: an ordered list of layers plus the two flat buffers that hold every parameter and every
 // gradient, in layer order. Layers see slices of those buffers; optimizers and all-reduce see the
 // whole. The model sets its layers up again only when the input shape or the mode changes.
+//
+// A model may also be one stage of a pipeline: keep_layers() drops the layers outside a contiguous
+// range before finalize(). A stage names and initialises its parameters exactly as the whole model
+// would, so its flat buffer is the slice [param_offset(), param_offset() + param_count()) of the whole
+// model's, bit for bit.
 #pragma once
 
 #include <functional>
@@ -16,8 +21,8 @@ namespace ddl {
 
 // Where one parameter array lives in the flat buffers.
 struct ParamEntry {
-  std::size_t layer;
-  std::string name;  // "<layer index>.<param name>", e.g. "0.weight"
+  std::size_t layer;  // index in this model (or stage)
+  std::string name;   // "<layer index in the whole model>.<param name>", e.g. "0.weight"
   ParamSpec spec;
   std::size_t offset;
   std::size_t size;
@@ -29,27 +34,46 @@ class Model {
   Model(std::string name, dims_t input_shape, int num_classes);
 
   void add(std::unique_ptr<Layer> layer);
-  // Allocates the flat buffers and binds every layer to its slices; no layer may be added after.
-  void finalize(Context& ctx);
+  // Before finalize: keeps only layers [begin, end) of the whole model (a pipeline stage).
+  void keep_layers(std::size_t begin, std::size_t end);
+  // Allocates the flat buffers and binds every layer to its slices; no layer may be added after. With
+  // `share`, a finalized copy of the same model (or stage), binds to its buffers instead of allocating:
+  // the copies hold separate activations for micro-batches in flight over one set of parameters.
+  void finalize(Context& ctx, Model* share = nullptr);
   // Fills the parameters from the initialisers named in each ParamSpec; same seed, same bits.
   void initialize(std::uint64_t seed);
 
+  // input: a batch of images, or for a later pipeline stage the previous stage's output.
   const Tensor& forward(Context& ctx, const Tensor& input, Mode mode);
   // Runs every layer's backward from the last; after layer i, calls on_gradients_ready with the range of
-  // the flat gradient buffer that is now complete (a data-parallel reducer can start on it).
-  void backward(Context& ctx, const Tensor& diff_logits);
+  // the flat gradient buffer that is now complete (a data-parallel reducer can start on it). diff_output
+  // has the layout of the last forward's output. Returns the gradient of the input for a later pipeline
+  // stage (valid until release_input_gradient), an empty tensor for the first.
+  const Tensor& backward(Context& ctx, const Tensor& diff_output);
+  void release_input_gradient(Context& ctx);
   std::function<void(std::size_t offset, std::size_t count)> on_gradients_ready;
 
   const std::string& name() const { return name_; }
   const dims_t& input_shape() const { return input_shape_; }
   int num_classes() const { return num_classes_; }
   std::size_t num_layers() const { return layers_.size(); }
+  // Where this stage sits in the whole model (0, all layers, all parameters for a whole model).
+  std::size_t first_layer() const { return first_layer_; }
+  std::size_t whole_layer_count() const { return whole_layers_; }
+  std::size_t param_offset() const { return param_offset_; }
+  std::size_t whole_param_count() const { return whole_params_; }
+  bool is_first_stage() const { return first_layer_ == 0; }
+  bool is_last_stage() const { return first_layer_ + layers_.size() == whole_layers_; }
+  // Parameters of layer i, known before finalize.
+  std::size_t layer_param_count(std::size_t i) const;
+  // Output descriptors of the current set-up, one per layer.
+  const std::vector<dnnl::memory::desc>& output_descs() const { return output_mds_; }
   Layer& layer(std::size_t i) { return *layers_[i]; }
-  std::span<float> params() { return params_.span(); }
-  std::span<float> grads() { return grads_.span(); }
-  std::span<const float> params() const { return params_.span(); }
+  std::span<float> params() { return params_view_; }
+  std::span<float> grads() { return grads_view_; }
+  std::span<const float> params() const { return params_view_; }
   const std::vector<ParamEntry>& param_entries() const { return entries_; }
-  std::size_t param_count() const { return params_.size(); }
+  std::size_t param_count() const { return params_view_.size(); }
   // Every layer's non-trainable state, named "<layer index>.<name>".
   std::vector<StateView> state();
 
@@ -64,9 +88,12 @@ class Model {
   dims_t input_shape_;
   int num_classes_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::size_t first_layer_ = 0, whole_layers_ = 0;  // whole_layers_ is set by keep_layers or finalize
+  std::size_t first_entry_ = 0, param_offset_ = 0, whole_params_ = 0;
   std::vector<ParamEntry> entries_;
   std::vector<std::size_t> layer_param_begin_;  // flat offset of each layer's first parameter, plus the end
-  AlignedBuffer<float> params_, grads_;
+  AlignedBuffer<float> params_, grads_;  // empty when sharing another copy's
+  std::span<float> params_view_, grads_view_;
   bool finalized_ = false;
   dnnl::memory::desc setup_md_;
   Mode setup_mode_ = Mode::train;

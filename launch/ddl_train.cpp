@@ -1,7 +1,8 @@
-// ddl_train: trains a registered model on an HDF5 image dataset, on one process or, under mpirun, as
-// data-parallel replicas that average gradients every step. This file wires the pieces together and is
-// the error boundary: set-up errors are agreed on by all ranks and end every rank with exit code 2;
-// errors during training abort the whole job with the failing rank's message.
+// ddl_train: trains a registered model on an HDF5 image dataset, on one process or, under mpirun, as a
+// grid of ranks: D data-parallel replicas (averaging gradients every step) of an S-stage pipeline (each
+// stage a contiguous run of layers on its own rank). This file wires the pieces together and is the error
+// boundary: set-up errors are agreed on by all ranks and end every rank with exit code 2; errors during
+// training abort the whole job with the failing rank's message.
 #include <omp.h>
 #include <sched.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "comm/communicator.hpp"
 #include "comm/mpi_environment.hpp"
 #include "comm/mpi_replica_group.hpp"
+#include "comm/mpi_stage_link.hpp"
 #include "core/data/sampler.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -67,24 +69,138 @@ std::vector<T> select(const std::vector<T>& from, const std::vector<std::size_t>
   return out;
 }
 
+// World rank = replica * stages + stage: a replica's stages are neighbouring ranks, on one node when
+// the node has room for them.
+struct Grid {
+  int replicas = 1, stages = 1, replica = 0, stage = 0;
+  Grid(int ranks, int rank, int pipeline_stages) : stages(pipeline_stages) {
+    if (ranks % stages != 0)
+      throw InputError(std::to_string(ranks) + " ranks do not form a grid of replicas x " + std::to_string(stages) +
+                       " pipeline stages (the rank count must be a multiple of --pipeline-stages)");
+    replicas = ranks / stages;
+    replica = rank / stages;
+    stage = rank % stages;
+  }
+};
+
 // Everything a run holds, built before the first step.
 struct Run {
   TrainOptions options;
   std::string resume_path;
   Context ctx;
-  std::optional<BatchLoader> train_loader, val_loader;
-  std::vector<std::size_t> train_subset, val_subset;  // dataset indices used for training / validation
-  std::unique_ptr<Model> model;
+  Grid grid{1, 0, 1};
+  std::optional<Communicator> pipeline, stage_replicas;  // this replica's stages; this stage's replicas
+  std::vector<std::size_t> partition;                    // layers per stage
+  std::string partition_report;
+  std::optional<BatchLoader> train_loader, val_loader;   // on the first stage only
+  std::vector<std::size_t> train_subset, val_subset;     // dataset indices used for training / validation
+  std::unique_ptr<Model> model;                          // the whole model, or this rank's stage
+  std::vector<std::unique_ptr<Model>> model_copies;      // sharing its parameters: micro-batches in flight
   std::unique_ptr<Optimizer> optimizer;
   LrSchedule schedule;
   TrainingState state;
   int threads = 1;
 };
 
+LayerRange stage_range(const std::vector<std::size_t>& counts, int stage) {
+  LayerRange r;
+  for (int s = 0; s < stage; ++s) r.begin += counts[static_cast<std::size_t>(s)];
+  r.end = r.begin + counts[static_cast<std::size_t>(stage)];
+  return r;
+}
+
+// The default cut: each stage of an even cut runs a few micro-batch steps of its layers, the pipeline
+// gathers every layer's time and memory (parameters with their gradient, accumulator and optimizer
+// copies; outputs kept for the micro-batches in flight), and world rank 0's choice is everyone's.
+std::vector<std::size_t> measured_partition(Run& run, const ModelConfig& config, std::size_t layers,
+                                            const Communicator& world) {
+  const TrainOptions& o = run.options;
+  const int S = run.grid.stages, s = run.grid.stage;
+  std::vector<std::size_t> even(static_cast<std::size_t>(S), layers / static_cast<std::size_t>(S));
+  for (std::size_t i = 0; i < layers % static_cast<std::size_t>(S); ++i) ++even[i];
+  const LayerRange range = stage_range(even, s);
+  std::vector<double> figures(2 * layers, 0.0);  // time of each layer, then memory
+  {
+    auto probe = make_model(o.model, config, run.ctx, range);
+    probe->initialize(o.seed);
+    MpiStageLink link(*run.pipeline);
+    const dims_t& in = probe->input_shape();
+    const auto micro = static_cast<dnnl::memory::dim>(o.batch_size / o.micro_batches);
+    Tensor input(plain_desc(s == 0 ? dims_t{micro, in[0], in[1], in[2]} : link.receive_dims()), run.ctx.engine());
+    std::fill(input.data(), input.data() + input.bytes() / sizeof(float), 0.5f);
+    Profiler profiler;
+    constexpr int kWarmup = 1, kTimed = 2;
+    for (int step = 0; step < kWarmup + kTimed; ++step) {
+      if (step == kWarmup) probe->attach_profiler(&profiler);
+      const Tensor& out = probe->forward(run.ctx, input, Mode::train);
+      if (step == 0 && link.has_next()) link.send_dims(out.dims());
+      Tensor diff(out.desc(), run.ctx.engine());
+      std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
+      probe->backward(run.ctx, diff);
+      probe->release_input_gradient(run.ctx);
+    }
+    const double in_flight = std::min(o.micro_batches, S);
+    for (std::size_t i = 0; i < probe->num_layers(); ++i) {
+      const auto& e = profiler.entries()[i];
+      figures[range.begin + i] = (e.forward_s + e.backward_s) / kTimed;
+      figures[layers + range.begin + i] = 5.0 * sizeof(float) * static_cast<double>(probe->layer_param_count(i)) +
+                                          in_flight * static_cast<double>(probe->output_descs()[i].get_size());
+    }
+  }
+  run.pipeline->allreduce_sum(figures);
+  const std::vector<double> time(figures.begin(), figures.begin() + static_cast<std::ptrdiff_t>(layers));
+  const std::vector<double> memory(figures.begin() + static_cast<std::ptrdiff_t>(layers), figures.end());
+  const auto chosen = balanced_partition(time, memory, S);
+  std::vector<float> shared(chosen.begin(), chosen.end());
+  world.broadcast(shared, 0);
+  std::vector<std::size_t> counts(shared.begin(), shared.end());
+  // The report: each stage's share of the measured time and memory.
+  double total_t = 0, total_m = 0;
+  for (std::size_t i = 0; i < layers; ++i) {
+    total_t += time[i];
+    total_m += memory[i];
+  }
+  char line[160];
+  for (int st = 0; st < S; ++st) {
+    const LayerRange r = stage_range(counts, st);
+    double t = 0, m = 0;
+    for (std::size_t i = r.begin; i < r.end; ++i) {
+      t += time[i];
+      m += memory[i];
+    }
+    std::snprintf(line, sizeof line, "  stage %d: layers %zu-%zu, %.0f%% of the measured time, %.0f%% of the memory\n",
+                  st, r.begin, r.end - 1, 100 * t / total_t, 100 * m / total_m);
+    run.partition_report += line;
+  }
+  return counts;
+}
+
+std::vector<std::size_t> choose_partition(Run& run, const ModelConfig& config, std::size_t layers,
+                                          const Communicator& world) {
+  const TrainOptions& o = run.options;
+  const int S = run.grid.stages;
+  if (S == 1) return {layers};
+  if (static_cast<std::size_t>(S) > layers)
+    throw InputError(std::to_string(S) + " pipeline stages for model " + o.model + " of " + std::to_string(layers) +
+                     " layers: at most one stage per layer");
+  if (o.partition.empty()) return measured_partition(run, config, layers, world);
+  check_partition(o.partition, layers, S);
+  for (int st = 0; st < S; ++st) {
+    const LayerRange r = stage_range(o.partition, st);
+    run.partition_report += "  stage " + std::to_string(st) + ": layers " + std::to_string(r.begin) + "-" +
+                            std::to_string(r.end - 1) + " (--partition)\n";
+  }
+  return o.partition;
+}
+
 void build(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   run.threads = o.threads > 0 ? o.threads : default_threads(world);
   omp_set_num_threads(run.threads);
+  run.grid = Grid(world.size(), world.rank(), o.pipeline_stages);
+  run.pipeline.emplace(world.split(run.grid.replica, run.grid.stage));
+  run.stage_replicas.emplace(world.split(run.grid.stage, run.grid.replica));
+  const bool first_stage = run.grid.stage == 0;
 
   const ImageDataset train(o.train_path);
   const ModelConfig config{.num_classes = o.num_classes > 0 ? o.num_classes : static_cast<int>(train.num_classes()),
@@ -98,12 +214,18 @@ void build(Run& run, const Communicator& world) {
   if (static_cast<std::size_t>(config.num_classes) < train.num_classes())
     throw InputError(o.train_path + " has " + std::to_string(train.num_classes()) + " classes but --num-classes is " +
                      std::to_string(config.num_classes));
-  run.model = make_model(o.model, config, run.ctx);
-  const dims_t& in = run.model->input_shape();
+  const std::size_t layers = define_model(o.model, config)->num_layers();
+  const dims_t in = define_model(o.model, config)->input_shape();
   if (train.channels() != in[0])
     throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
                      " holds " + image_shape(train));
+  run.partition = choose_partition(run, config, layers, world);
+  const LayerRange range = stage_range(run.partition, run.grid.stage);
+  run.model = make_model(o.model, config, run.ctx, range);
   run.model->initialize(o.seed);
+  const StepPlan plan{o.micro_batches, o.pipeline_schedule, static_cast<std::size_t>(o.batch_size)};
+  for (int c = 1; c < Trainer::slots_needed(plan, run.grid.stage, run.grid.stages); ++c)
+    run.model_copies.push_back(make_model(o.model, config, run.ctx, range, run.model.get()));
 
   // Images of another size than the model's input are resampled by the loader.
   Preprocessing prep;
@@ -123,7 +245,7 @@ void build(Run& run, const Communicator& world) {
     prep.stddev =
         o.stddev.empty() ? std::vector<float>(train.channel_std().begin(), train.channel_std().end()) : o.stddev;
   }
-  run.train_loader.emplace(o.train_path, prep, static_cast<std::size_t>(o.batch_size), run.ctx);
+  if (first_stage) run.train_loader.emplace(o.train_path, prep, static_cast<std::size_t>(o.batch_size), run.ctx);
 
   // Validation: a separate file, or a seeded fraction held out of the training file.
   run.train_subset = every_index(train.size());
@@ -132,8 +254,8 @@ void build(Run& run, const Communicator& world) {
   eval_prep.random_crop_padding = 0;
   eval_prep.random_resized_crop = false;
   if (!o.val_path.empty()) {
-    run.val_loader.emplace(o.val_path, eval_prep, static_cast<std::size_t>(o.batch_size), run.ctx);
-    const ImageDataset& val = run.val_loader->dataset();
+    if (first_stage) run.val_loader.emplace(o.val_path, eval_prep, static_cast<std::size_t>(o.batch_size), run.ctx);
+    const ImageDataset val(o.val_path);
     if (val.height() != train.height() || val.width() != train.width() || val.channels() != train.channels())
       throw InputError(o.val_path + ": images are " + image_shape(val) + ", the training set's " + image_shape(train));
     if (val.class_names() != train.class_names())
@@ -145,9 +267,9 @@ void build(Run& run, const Communicator& world) {
     if (n_val == 0) throw InputError("--val-fraction leaves no validation images");
     run.val_subset.assign(order.begin(), order.begin() + n_val);
     run.train_subset.assign(order.begin() + n_val, order.end());
-    run.val_loader.emplace(o.train_path, eval_prep, static_cast<std::size_t>(o.batch_size), run.ctx);
+    if (first_stage) run.val_loader.emplace(o.train_path, eval_prep, static_cast<std::size_t>(o.batch_size), run.ctx);
   }
-  const std::size_t global_batch = static_cast<std::size_t>(o.batch_size) * static_cast<std::size_t>(world.size());
+  const std::size_t global_batch = static_cast<std::size_t>(o.batch_size) * static_cast<std::size_t>(run.grid.replicas);
   if (run.train_subset.size() < global_batch)
     throw InputError("the training set has " + std::to_string(run.train_subset.size()) +
                      " images, fewer than one global batch of " + std::to_string(global_batch));
@@ -158,7 +280,7 @@ void build(Run& run, const Communicator& world) {
     run.optimizer = make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
   else
     run.optimizer = make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
-  const float lr = o.scale_lr ? o.lr * static_cast<float>(world.size()) : o.lr;
+  const float lr = o.scale_lr ? o.lr * static_cast<float>(run.grid.replicas) : o.lr;
   run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
   run.state = {o.model, 0, -1.0, o.seed, o.describe()};
@@ -189,102 +311,141 @@ void print_profile(const Profiler& profiler, double train_seconds, std::size_t s
               100.0 * (train_seconds - layers) / train_seconds);
 }
 
+// One checkpoint file from the first replica's stages, written in turn (checkpoint.hpp).
+void save(Run& run, const std::string& path) {
+  if (run.grid.replica != 0) return;
+  for (int s = 0; s < run.grid.stages; ++s) {
+    if (s == run.grid.stage) {
+      write_checkpoint_part(path, *run.model, *run.optimizer, run.state);
+      if (s + 1 == run.grid.stages) publish_checkpoint(path);
+    }
+    run.pipeline->barrier();
+  }
+}
+
+void print_header(Run& run, const Communicator& world) {
+  const TrainOptions& o = run.options;
+  const Grid& g = run.grid;
+  if (g.stages == 1)
+    std::cout << run.model->summary(run.ctx);
+  else
+    std::printf("model %s in %d pipeline stages:\n%s", o.model.c_str(), g.stages, run.partition_report.c_str());
+  std::printf("ranks %d = %d replicas x %d stages, threads per rank %d, batch %d per replica (global %d)", world.size(),
+              g.replicas, g.stages, run.threads, o.batch_size, o.batch_size * g.replicas);
+  if (o.micro_batches > 1 || g.stages > 1)
+    std::printf(" in %d micro-batches (%s)", o.micro_batches, o.schedule.c_str());
+  std::printf(", %zu training / %zu validation images\n", run.train_subset.size(), run.val_subset.size());
+  const ImageDataset& data = run.train_loader->dataset();
+  const dims_t& in = run.model->input_shape();
+  if (data.height() != in[1] || data.width() != in[2])
+    std::printf("%s images resampled to %ldx%ld (bilinear)\n", image_shape(data).c_str(), static_cast<long>(in[1]),
+                static_cast<long>(in[2]));
+  std::printf("optimizer %s, schedule %s\n", run.optimizer->describe().c_str(), run.schedule.describe().c_str());
+  if (g.replicas > 1 && o.bucket_mb > 0 && g.stages == 1)
+    std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", o.allreduce.c_str(),
+                o.allreduce_wire.c_str(), o.bucket_mb);
+  else if (g.replicas > 1)
+    std::printf("gradients: %s all-reduce, %s wire, one piece after backward\n", o.allreduce.c_str(),
+                o.allreduce_wire.c_str());
+  if (!run.resume_path.empty())
+    std::printf("resumed from %s after epoch %llu\n", run.resume_path.c_str(),
+                static_cast<unsigned long long>(run.state.epochs_done));
+  std::fflush(stdout);
+}
+
 int train(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
+  const Grid& g = run.grid;
   const bool lead = world.rank() == 0;
-  MpiReplicaGroup group(world, {o.allreduce_algorithm, o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
-                        static_cast<std::size_t>(o.bucket_mb * (1 << 20)));
-  group.check_same("the configuration (options, model)",
-                   fnv1a(o.describe() + run.model->name()) ^ run.model->param_count());
+  // The communication thread of buckets and the pipeline's messages would call MPI from two threads at
+  // once, which MPI_THREAD_SERIALIZED forbids: a pipeline averages its gradients after the step.
+  const double bucket_mb = g.stages > 1 ? 0.0 : o.bucket_mb;
+  MpiReplicaGroup group(*run.stage_replicas,
+                        {o.allreduce_algorithm, o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
+                        static_cast<std::size_t>(bucket_mb * (1 << 20)));
+  world.check_same("the configuration (options, model)",
+                   fnv1a(o.describe() + run.model->name()) ^ run.model->whole_param_count());
   group.broadcast(run.model->params(), 0);
+  std::optional<MpiStageLink> link;
+  if (g.stages > 1) link.emplace(*run.pipeline);
 
-  if (lead) {
-    std::cout << run.model->summary(run.ctx);
-    std::printf("ranks %d, threads per rank %d, batch %d per rank (global %d), %zu training / %zu validation images\n",
-                world.size(), run.threads, o.batch_size, o.batch_size * world.size(), run.train_subset.size(),
-                run.val_subset.size());
-    const ImageDataset& data = run.train_loader->dataset();
-    const dims_t& in = run.model->input_shape();
-    if (data.height() != in[1] || data.width() != in[2])
-      std::printf("%s images resampled to %ldx%ld (bilinear)\n", image_shape(data).c_str(), static_cast<long>(in[1]),
-                  static_cast<long>(in[2]));
-    std::printf("optimizer %s, schedule %s\n", run.optimizer->describe().c_str(), run.schedule.describe().c_str());
-    if (world.size() > 1 && o.bucket_mb > 0)
-      std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", o.allreduce.c_str(),
-                  o.allreduce_wire.c_str(), o.bucket_mb);
-    else if (world.size() > 1)
-      std::printf("gradients: %s all-reduce, %s wire, one piece after backward\n", o.allreduce.c_str(),
-                  o.allreduce_wire.c_str());
-    if (!run.resume_path.empty())
-      std::printf("resumed from %s after epoch %llu\n", run.resume_path.c_str(),
-                  static_cast<unsigned long long>(run.state.epochs_done));
-    std::fflush(stdout);
-  }
+  if (lead) print_header(run, world);
   Profiler profiler;
   if (o.profile) run.model->attach_profiler(&profiler);
-  Trainer trainer(run.ctx, *run.model, *run.optimizer, run.schedule, group);
+  std::vector<Model*> copies{run.model.get()};
+  for (auto& c : run.model_copies) copies.push_back(c.get());
+  Trainer trainer(run.ctx, copies, *run.optimizer, run.schedule, group, link ? &*link : nullptr,
+                  {o.micro_batches, o.pipeline_schedule, static_cast<std::size_t>(o.batch_size)});
   std::optional<MetricsLog> metrics;
   if (lead && !o.metrics_path.empty()) metrics.emplace(o.metrics_path, !run.resume_path.empty());
   // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
-  // mpirun "auto" cannot tell and stays with plain lines; --progress always forces the bar.
+  // mpirun "auto" cannot tell and stays with plain lines; --progress always forces the bar. A pipeline's
+  // first stage does not see the loss, so it shows no bar.
   const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-  const bool bar = lead && (o.progress == "always" || (o.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
+  const bool bar = lead && g.stages == 1 &&
+                   (o.progress == "always" || (o.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
+  const bool validate = !run.val_subset.empty();
 
   PassMetrics last_val;
   double train_seconds = 0;
   std::size_t train_steps = 0;
   for (auto epoch = static_cast<int>(run.state.epochs_done); epoch < o.epochs; ++epoch) {
-    auto indices = training_indices(run.train_subset.size(), o.seed, epoch, world.rank(), world.size(), o.batch_size);
+    auto indices = training_indices(run.train_subset.size(), o.seed, epoch, g.replica, g.replicas, o.batch_size);
     if (o.steps_per_epoch > 0)
       indices.resize(std::min(indices.size(), static_cast<std::size_t>(o.steps_per_epoch) * o.batch_size));
     const std::size_t steps = indices.size() / o.batch_size;
-    run.train_loader->start(select(run.train_subset, indices), true, o.seed, epoch);
+    if (run.train_loader) run.train_loader->start(select(run.train_subset, indices), true, o.seed, epoch);
     ProgressBar progress(epoch + 1, o.epochs);
     group.take_stats();
+    if (link) link->take_wait_seconds();
     const PassMetrics tr = trainer.train_epoch(
-        *run.train_loader, epoch, steps,
+        run.train_loader ? &*run.train_loader : nullptr, epoch, steps,
         bar ? [&](const StepProgress& p) { progress.update(p); } : std::function<void(const StepProgress&)>());
     if (bar) progress.finish();
-    // The slowest rank's wait is what the step pays for communication.
+    // The slowest rank's wait is what the step pays for communication; a pipeline's idle share is the
+    // mean over its stages.
     const auto comm = group.take_stats();
     double waits[1] = {comm.wait_seconds};
     world.allreduce_max(waits);
+    double pipeline_wait[1] = {link ? link->take_wait_seconds() / world.size() : 0.0};
+    world.allreduce_sum(pipeline_wait);
     train_seconds += tr.seconds;
     train_steps += steps;
     PassMetrics val;
-    if (run.val_loader) {
-      run.val_loader->start(
-          select(run.val_subset, evaluation_indices(run.val_subset.size(), world.rank(), world.size())), false, o.seed,
-          epoch);
-      val = trainer.evaluate(*run.val_loader);
+    if (validate) {
+      const auto mine = evaluation_indices(run.val_subset.size(), g.replica, g.replicas);
+      if (run.val_loader) run.val_loader->start(select(run.val_subset, mine), false, o.seed, epoch);
+      val = trainer.evaluate(run.val_loader ? &*run.val_loader : nullptr, mine.size());
       last_val = val;
     }
-    const double peak_mb = static_cast<double>(peak_resident_bytes()) / (1 << 20);
+    double peak_mb[1] = {static_cast<double>(peak_resident_bytes()) / (1 << 20)};
+    world.allreduce_max(peak_mb);
     run.state.epochs_done = static_cast<std::uint64_t>(epoch + 1);
-    const bool best = run.val_loader && val.accuracy > run.state.best_accuracy;
+    const bool best = validate && val.accuracy > run.state.best_accuracy;
     if (best) run.state.best_accuracy = val.accuracy;
+    if (!o.checkpoint_dir.empty()) {
+      const std::filesystem::path dir(o.checkpoint_dir);
+      save(run, (dir / "last.h5").string());
+      if (best) save(run, (dir / "best.h5").string());
+    }
     if (!lead) continue;
     std::printf("epoch %d/%d  train loss %.4f acc %.4f", epoch + 1, o.epochs, tr.loss, tr.accuracy);
-    if (run.val_loader) std::printf("  val loss %.4f acc %.4f", val.loss, val.accuracy);
-    std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB", tr.seconds, tr.images_per_second(),
-                trainer.last_lr(), peak_mb);
-    if (world.size() > 1)
+    if (validate) std::printf("  val loss %.4f acc %.4f", val.loss, val.accuracy);
+    std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB%s", tr.seconds, tr.images_per_second(),
+                trainer.last_lr(), peak_mb[0], world.size() > 1 ? " (largest rank)" : "");
+    if (g.replicas > 1)
       std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * waits[0] / tr.seconds,
                   comm.bytes / static_cast<double>(std::max<std::size_t>(steps, 1)) / (1 << 20));
+    if (link) std::printf("  pipeline wait %.1f%%", 100.0 * pipeline_wait[0] / tr.seconds);
     std::printf("\n");
     std::fflush(stdout);
     if (metrics)
       metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),
-                      trainer.last_lr(), peak_mb});
-    if (!o.checkpoint_dir.empty()) {
-      const std::filesystem::path dir(o.checkpoint_dir);
-      save_checkpoint((dir / "last.h5").string(), *run.model, *run.optimizer, run.state);
-      if (best) save_checkpoint((dir / "best.h5").string(), *run.model, *run.optimizer, run.state);
-    }
+                      trainer.last_lr(), peak_mb[0]});
   }
   if (lead) {
     if (o.profile && train_steps) print_profile(profiler, train_seconds, train_steps);
-    if (run.val_loader && last_val.images > 0)
+    if (validate && last_val.images > 0)
       std::printf("final validation accuracy %.4f (best %.4f)\n", last_val.accuracy, run.state.best_accuracy);
   }
   world.barrier();

@@ -48,7 +48,9 @@ std::string TrainOptions::describe() const {
     << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
     << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed
     << "\nallreduce = " << allreduce << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
-    << "\nscale-lr = " << scale_lr << "\n";
+    << "\nscale-lr = " << scale_lr << "\npipeline-stages = " << pipeline_stages
+    << "\nmicro-batches = " << micro_batches << "\npartition = " << to_string(partition) << "\nschedule = " << schedule
+    << "\n";
   for (float m : mean) s << "mean += " << m << "\n";
   for (float d : stddev) s << "std += " << d << "\n";
   return s.str();
@@ -117,6 +119,16 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"),
       "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
       "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)");
+  std::string partition;
+  po::options_description pipeline("Pipeline (model parallelism; ranks = data-parallel replicas x stages)");
+  pipeline.add_options()("pipeline-stages", po::value(&o.pipeline_stages)->default_value(1),
+                         "cut the model's layers into this many stages, one rank each")(
+      "micro-batches", po::value(&o.micro_batches)->default_value(1),
+      "split each step's batch into this many micro-batches (gradients accumulate over them)")(
+      "partition", po::value(&partition),
+      "layers per stage, e.g. 5,4,6 (default: balanced by measured time and memory)")(
+      "schedule", po::value(&o.schedule)->default_value(o.schedule),
+      "gpipe (all forwards, then all backwards) | 1f1b (fewer micro-batches in flight)");
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
@@ -127,7 +139,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
 
   po::options_description all(
       "ddl_train: train a model on an HDF5 image dataset (run under mpirun for data parallelism)");
-  all.add(general).add(model).add(data).add(training).add(system).add(output);
+  all.add(general).add(model).add(data).add(training).add(system).add(pipeline).add(output);
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, all), vm);
@@ -147,6 +159,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   }
   if (!mean.empty()) o.mean = parse_floats(mean, "mean");
   if (!stddev.empty()) o.stddev = parse_floats(stddev, "std");
+  for (float count : parse_floats(partition, "partition")) {
+    require(count >= 1 && count == static_cast<float>(static_cast<std::size_t>(count)),
+            "--partition takes whole layer counts of at least 1, e.g. 5,4,6");
+    o.partition.push_back(static_cast<std::size_t>(count));
+  }
 
   require(!o.train_path.empty(), "--train is required (an .h5 dataset from 'ddl_data import')");
   require(o.epochs >= 1, "--epochs must be at least 1");
@@ -187,6 +204,20 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0");
   require(o.resume != "auto" || !o.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
   require(o.num_classes == 0 || o.num_classes >= 2, "--num-classes must be at least 2");
+  require(o.pipeline_stages >= 1, "--pipeline-stages must be at least 1");
+  require(o.micro_batches >= 1, "--micro-batches must be at least 1");
+  require(o.batch_size % o.micro_batches == 0, "--batch-size " + std::to_string(o.batch_size) +
+                                                   " does not split into " + std::to_string(o.micro_batches) +
+                                                   " micro-batches");
+  require(o.partition.empty() || o.partition.size() == static_cast<std::size_t>(o.pipeline_stages),
+          "--partition gives " + std::to_string(o.partition.size()) + " stages, --pipeline-stages is " +
+              std::to_string(o.pipeline_stages));
+  if (o.schedule == "gpipe")
+    o.pipeline_schedule = PipelineSchedule::gpipe;
+  else if (o.schedule == "1f1b")
+    o.pipeline_schedule = PipelineSchedule::one_f_one_b;
+  else
+    throw InputError("--schedule must be gpipe or 1f1b, not '" + o.schedule + "'");
   return o;
 }
 

@@ -9,6 +9,7 @@
 
 #include "comm/allreduce.hpp"
 #include "core/optim/lr_schedule.hpp"
+#include "core/train/pipeline_schedule.hpp"
 
 namespace ddl {
 
@@ -50,6 +51,12 @@ struct TrainOptions {
   std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
   bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
+  // pipeline
+  int pipeline_stages = 1;
+  int micro_batches = 1;
+  std::vector<std::size_t> partition;  // layers per stage; empty: balanced by measurement
+  std::string schedule = "1f1b";       // gpipe | 1f1b
+  PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;  // schedule, parsed
   // output
   std::string checkpoint_dir;
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5

@@ -23,17 +23,22 @@ const std::vector<std::pair<std::string, Factory>>& table() {
 
 }  // namespace
 
-std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, Context& ctx) {
+std::unique_ptr<Model> define_model(const std::string& name, const ModelConfig& config) {
   if (config.num_classes < 2) throw InputError("a model needs at least 2 classes");
   for (const auto& [n, factory] : table())
-    if (n == name) {
-      auto model = factory(config);
-      model->finalize(ctx);
-      return model;
-    }
+    if (n == name) return factory(config);
   std::string known;
   for (const auto& [n, f] : table()) known += (known.empty() ? "" : ", ") + n;
   throw InputError("unknown model '" + name + "' (known: " + known + ")");
+}
+
+std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, Context& ctx, LayerRange stage,
+                                  Model* share) {
+  auto model = define_model(name, config);
+  if (stage.begin != 0 || stage.end != 0)
+    model->keep_layers(stage.begin, stage.end == 0 ? model->num_layers() : stage.end);
+  model->finalize(ctx, share);
+  return model;
 }
 
 std::vector<std::string> model_names() {

@@ -36,8 +36,17 @@ inline std::uint64_t layer_seed(const ModelConfig& c, std::uint64_t k) {
   return c.seed ^ (0x9E3779B97F4A7C15ull * (k + 1));
 }
 
-// Builds, finalizes and returns the model; parameters are not initialised yet (Model::initialize).
-std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, Context& ctx);
+// Layers [begin, end) of a model: one pipeline stage. end 0 means up to the last layer.
+struct LayerRange {
+  std::size_t begin = 0, end = 0;
+};
+
+// The model's layers, not finalized: to count layers and parameters before choosing pipeline stages.
+std::unique_ptr<Model> define_model(const std::string& name, const ModelConfig& config);
+// Builds, finalizes and returns the model, or the stage of it in `stage`; parameters are not initialised
+// yet (Model::initialize). With `share`, the copy binds to that copy's parameters (Model::finalize).
+std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, Context& ctx,
+                                  LayerRange stage = {}, Model* share = nullptr);
 std::vector<std::string> model_names();
 
 // Definitions, one per file.

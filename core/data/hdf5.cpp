@@ -119,6 +119,13 @@ Handle create_file(const std::string& path) {
   return Handle(id);
 }
 
+Handle open_file_for_update(const std::string& path) {
+  silence_errors_on_this_thread();
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (id < 0) throw Error(path + ": cannot open HDF5 file for writing");
+  return Handle(id);
+}
+
 void flush(const Handle& file, const std::string& path) {
   check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush", path);
 }
@@ -187,7 +194,55 @@ void read_dataset_into(const Handle& loc, const std::string& name, std::span<T> 
   read_whole(ds, out, name, context);
 }
 
+template <typename T>
+void create_vector(const Handle& loc, const std::string& name, std::size_t size) {
+  Handle space = vector_space(size);
+  Handle ds(check_id(
+      H5Dcreate2(loc.get(), name.c_str(), native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      "cannot create dataset", name));
+}
+
+namespace {
+
+// The file's selection [offset, offset + n) of a 1-D dataset, and a memory space of n values.
+std::pair<Handle, Handle> slice_spaces(const Handle& ds, std::size_t offset, std::size_t n, const std::string& name) {
+  Handle file_space(check_id(H5Dget_space(ds.get()), "H5Dget_space", name));
+  hsize_t size = 0;
+  if (H5Sget_simple_extent_ndims(file_space.get()) != 1 ||
+      H5Sget_simple_extent_dims(file_space.get(), &size, nullptr) < 0 || offset + n > size)
+    throw InputError(name + ": no values [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
+                     ") in a dataset of " + std::to_string(size));
+  const hsize_t start = offset, count = n;
+  check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr), "H5Sselect_hyperslab",
+        name);
+  return {std::move(file_space), vector_space(n)};
+}
+
+}  // namespace
+
+template <typename T>
+void write_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<const T> data) {
+  Handle ds = open_dataset(loc, name, name);
+  if (data.empty()) return;
+  auto [file_space, memory_space] = slice_spaces(ds, offset, data.size(), name);
+  check(H5Dwrite(ds.get(), native_type<T>(), memory_space.get(), file_space.get(), H5P_DEFAULT, data.data()),
+        "cannot write dataset", name);
+}
+
+template <typename T>
+void read_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<T> out,
+                const std::string& context) {
+  Handle ds = open_dataset(loc, name, context);
+  auto [file_space, memory_space] = slice_spaces(ds, offset, out.size(), context + ": dataset '" + name + "'");
+  if (out.empty()) return;
+  check(H5Dread(ds.get(), native_type<T>(), memory_space.get(), file_space.get(), H5P_DEFAULT, out.data()),
+        "cannot read dataset " + name, context);
+}
+
 #define DDL_H5_INSTANTIATE(T)                                                                                         \
+  template void create_vector<T>(const Handle&, const std::string&, std::size_t);                                    \
+  template void write_slice<T>(const Handle&, const std::string&, std::size_t, std::span<const T>);                  \
+  template void read_slice<T>(const Handle&, const std::string&, std::size_t, std::span<T>, const std::string&);     \
   template void write_dataset<T>(const Handle&, const std::string&, std::span<const T>, const std::vector<hsize_t>&); \
   template std::vector<T> read_dataset<T>(const Handle&, const std::string&, const std::string&);                     \
   template void read_dataset_into<T>(const Handle&, const std::string&, std::span<T>, const std::string&);

@@ -34,6 +34,7 @@ void silence_errors_on_this_thread();
 
 Handle open_file(const std::string& path);    // read-only
 Handle create_file(const std::string& path);  // truncates
+Handle open_file_for_update(const std::string& path);
 void flush(const Handle& file, const std::string& path);
 bool exists(const Handle& loc, const std::string& name);
 Handle open_dataset(const Handle& loc, const std::string& name, const std::string& context);
@@ -50,6 +51,15 @@ std::vector<T> read_dataset(const Handle& loc, const std::string& name, const st
 // Reads into a caller buffer whose size must equal the dataset's.
 template <typename T>
 void read_dataset_into(const Handle& loc, const std::string& name, std::span<T> out, const std::string& context);
+
+// Slices of 1-D datasets: a dataset of `size` values made empty, then written or read piece by piece.
+template <typename T>
+void create_vector(const Handle& loc, const std::string& name, std::size_t size);
+template <typename T>
+void write_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<const T> data);
+template <typename T>
+void read_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<T> out,
+                const std::string& context);
 
 // Attributes.
 void write_attribute(const Handle& loc, const std::string& name, std::int64_t value);

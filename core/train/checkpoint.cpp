@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -57,9 +58,19 @@ void read_states(const h5::Handle& group, const std::vector<StateView>& states, 
 
 namespace {
 
-void write_checkpoint_file(const std::string& tmp, Model& model, Optimizer& optimizer, const TrainingState& state) {
-  {
-    h5::Handle file = h5::create_file(tmp);
+std::string temporary(const std::string& path) { return path + ".tmp"; }
+
+// An optimizer array with one value per parameter (momentum, Adam's moments) is sliced like the
+// parameters; anything else (a step count) is the same on every stage.
+bool per_parameter(const StateView& s, const Model& model) {
+  return s.words.empty() && s.floats.size() == model.param_count();
+}
+
+void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, const TrainingState& state) {
+  const bool first = model.is_first_stage();
+  h5::Handle file = first ? h5::create_file(tmp) : h5::open_file_for_update(tmp);
+  std::vector<std::string> names;
+  if (first) {
     h5::write_attribute(file, "ddl_format", std::string(kMagic));
     h5::write_attribute(file, "format_version", std::int64_t{kVersion});
     h5::write_attribute(file, "model", state.model_name);
@@ -67,33 +78,54 @@ void write_checkpoint_file(const std::string& tmp, Model& model, Optimizer& opti
     h5::write_attribute(file, "seed", static_cast<std::int64_t>(state.seed));
     h5::write_attribute(file, "best_accuracy", std::vector<double>{state.best_accuracy});
     h5::write_attribute(file, "configuration", state.configuration);
-    std::vector<std::string> names;
-    for (const auto& e : model.param_entries()) names.push_back(e.name);
-    h5::write_attribute(file, "param_names", names);
-    h5::write_dataset<float>(file, "params", model.params(), {model.param_count()});
-    write_states(create_group(file, "model_state", tmp), model.state());
-    write_states(create_group(file, "optimizer_state", tmp), optimizer.state());
-    h5::flush(file, tmp);
+    h5::create_vector<float>(file, "params", model.whole_param_count());
+    create_group(file, "model_state", tmp);
+    h5::Handle opt = create_group(file, "optimizer_state", tmp);
+    for (const auto& s : optimizer.state()) {
+      if (per_parameter(s, model))
+        h5::create_vector<float>(opt, s.name, model.whole_param_count());
+      else
+        write_states(opt, {s});
+    }
+  } else {
+    names = h5::read_strings_attribute(file, "param_names", tmp);
   }
-  fsync_path(tmp);
+  for (const auto& e : model.param_entries()) names.push_back(e.name);
+  h5::write_attribute(file, "param_names", names);
+  h5::write_slice<float>(file, "params", model.param_offset(), model.params());
+  write_states(open_group(file, "model_state", tmp), model.state());
+  h5::Handle opt = open_group(file, "optimizer_state", tmp);
+  for (const auto& s : optimizer.state())
+    if (per_parameter(s, model)) h5::write_slice<float>(opt, s.name, model.param_offset(), s.floats);
+  h5::flush(file, tmp);
 }
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state) {
-  const std::string tmp = path + ".tmp";
+void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& optimizer, const TrainingState& state) {
+  const std::string tmp = temporary(path);
   try {
-    write_checkpoint_file(tmp, model, optimizer, state);
+    write_part(tmp, stage, optimizer, state);
   } catch (...) {
     std::error_code ignored;  // a half-written temporary (full disk, say) is of no use to anyone
     std::filesystem::remove(tmp, ignored);
     throw;
   }
+}
+
+void publish_checkpoint(const std::string& path) {
+  const std::string tmp = temporary(path);
+  fsync_path(tmp);
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
   const auto dir = std::filesystem::path(path).parent_path();
   fsync_path(dir.empty() ? "." : dir.string());
+}
+
+void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state) {
+  write_checkpoint_part(path, model, optimizer, state);
+  publish_checkpoint(path);
 }
 
 TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* optimizer) {
@@ -112,9 +144,28 @@ TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* 
   state.seed = static_cast<std::uint64_t>(h5::read_int_attribute(file, "seed", path));
   state.best_accuracy = h5::read_doubles_attribute(file, "best_accuracy", path).at(0);
   state.configuration = h5::read_string_attribute(file, "configuration", path);
-  h5::read_dataset_into<float>(file, "params", model.params(), path);
+  const auto shape = h5::dataset_shape(h5::open_dataset(file, "params", path), path);
+  if (shape.size() != 1 || shape[0] != model.whole_param_count())
+    throw InputError(path + ": checkpoint holds " + std::to_string(shape.empty() ? 0 : shape[0]) +
+                     " parameters, model " + model.name() + " has " + std::to_string(model.whole_param_count()));
+  const auto names = h5::read_strings_attribute(file, "param_names", path);
+  const auto& entries = model.param_entries();
+  const auto at = entries.empty() ? names.end() : std::find(names.begin(), names.end(), entries[0].name);
+  for (std::size_t e = 0; e < entries.size(); ++e)
+    if (at == names.end() || at + static_cast<std::ptrdiff_t>(e) >= names.end() ||
+        *(at + static_cast<std::ptrdiff_t>(e)) != entries[e].name)
+      throw InputError(path + ": parameter " + entries[e].name + " is not where this model keeps it");
+  h5::read_slice<float>(file, "params", model.param_offset(), model.params(), path);
   read_states(open_group(file, "model_state", path), model.state(), path);
-  if (optimizer) read_states(open_group(file, "optimizer_state", path), optimizer->state(), path);
+  if (optimizer) {
+    h5::Handle opt = open_group(file, "optimizer_state", path);
+    for (const auto& s : optimizer->state()) {
+      if (per_parameter(s, model))
+        h5::read_slice<float>(opt, s.name, model.param_offset(), s.floats, path);
+      else
+        read_states(opt, {s}, path);
+    }
+  }
   return state;
 }
 

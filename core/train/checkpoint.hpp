@@ -2,6 +2,11 @@
 // generators), the optimizer's state, the epoch count, the best validation accuracy and the run's
 // configuration. Written to a temporary file, flushed to disk, then renamed over the old one, so a crash
 // or a full disk at any moment leaves the previous checkpoint intact.
+//
+// A pipeline writes the same file as a single process: its stages take turns, in order, each adding its
+// slice of the parameters and of the optimizer's arrays and its layers' state (a shared file system is
+// assumed), and the last stage publishes the file. Any stage of any layout reads back its own slice, so
+// a run can resume or be evaluated with another number of stages.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +26,11 @@ struct TrainingState {
 };
 
 void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state);
-// Restores model parameters and state, and the optimizer's state when one is given; checks that the
-// checkpoint was written for this model.
+// The pieces of save_checkpoint for a pipeline: every stage in turn, then the last one publishes.
+void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& optimizer, const TrainingState& state);
+void publish_checkpoint(const std::string& path);
+// Restores model (or stage) parameters and state, and the optimizer's state when one is given; checks
+// that the checkpoint was written for this model.
 TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* optimizer);
 
 }  // namespace ddl

@@ -1,24 +1,225 @@
 #include "core/train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.hpp"
 
 namespace ddl {
+namespace {
 
-Trainer::Trainer(Context& ctx, Model& model, Optimizer& optimizer, const LrSchedule& schedule, ReplicaGroup& group)
-    : ctx_(ctx), model_(model), optimizer_(optimizer), schedule_(schedule), group_(group) {
-  model_.on_gradients_ready = [this](std::size_t offset, std::size_t count) {
-    group_.gradients_ready(model_.grads(), offset, count);
-  };
+// Keeps `t` a plain tensor of `dims`, reallocating only when the shape changes.
+void ensure_plain(Tensor& t, const dims_t& dims, Context& ctx) {
+  if (t.empty() || t.dims() != dims) t = Tensor(plain_desc(dims), ctx.engine());
 }
 
-Trainer::~Trainer() { model_.on_gradients_ready = nullptr; }
+std::span<float> floats(Tensor& t) { return {t.data(), t.elements()}; }
+
+void grow(std::vector<Tensor>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, const LrSchedule& schedule,
+                 ReplicaGroup& replicas, StageLink* link, const StepPlan& plan)
+    : ctx_(ctx),
+      slots_(std::move(slots)),
+      optimizer_(optimizer),
+      schedule_(schedule),
+      replicas_(replicas),
+      link_(link),
+      plan_(plan) {
+  if (slots_.empty()) throw Error("trainer: no model");
+  const int needed = slots_needed(plan_, link_ ? link_->stage() : 0, link_ ? link_->stages() : 1);
+  if (static_cast<int>(slots_.size()) < needed)
+    throw Error("trainer: the schedule keeps " + std::to_string(needed) + " micro-batches in flight, " +
+                std::to_string(slots_.size()) + " model copies given");
+  if (plan_.micro_batches > 1) accumulated_ = AlignedBuffer<float>(slots_[0]->param_count());
+  for (Model* m : slots_) m->on_gradients_ready = [this](std::size_t o, std::size_t c) { gradients_ready(o, c); };
+}
+
+Trainer::~Trainer() {
+  for (Model* m : slots_) m->on_gradients_ready = nullptr;
+}
+
+int Trainer::slots_needed(const StepPlan& plan, int stage, int stages) {
+  return micro_batches_in_flight(stage_ops(plan.schedule, stage, stages, plan.micro_batches));
+}
+
+std::span<float> Trainer::step_gradients() {
+  return accumulated_.size() ? accumulated_.span() : slots_[0]->grads();
+}
+
+// During each micro-batch's backward: sums the finished range into the accumulator; on the last
+// micro-batch the range is final, and the replica group may start averaging it.
+void Trainer::gradients_ready(std::size_t offset, std::size_t count) {
+  if (accumulated_.size() == 0) {
+    replicas_.gradients_ready(slots_[0]->grads(), offset, count);
+    return;
+  }
+  float* acc = accumulated_.data() + offset;
+  const float* g = slots_[0]->grads().data() + offset;
+  if (backwards_done_ == 0)
+    std::copy(g, g + count, acc);
+  else
+    for (std::size_t i = 0; i < count; ++i) acc[i] += g[i];
+  if (backwards_done_ + 1 == micro_batches_) {
+    // Each micro-batch's gradient is a mean over its images; the step's is the mean over all of them.
+    const float scale = 1.0f / static_cast<float>(micro_batches_);
+    for (std::size_t i = 0; i < count; ++i) acc[i] *= scale;
+    replicas_.gradients_ready(accumulated_.span(), offset, count);
+  }
+}
+
+// Copies hold one set of parameters but each its own layer state (BatchNorm running statistics, dropout
+// generators); the state passes from copy to copy in forward order, as if one model ran every micro-batch.
+void Trainer::carry_state(std::size_t to) {
+  if (to == last_forward_slot_) return;
+  const auto from = slots_[last_forward_slot_]->state();
+  const auto into = slots_[to]->state();
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    std::copy(from[i].floats.begin(), from[i].floats.end(), into[i].floats.begin());
+    std::copy(from[i].words.begin(), from[i].words.end(), into[i].words.begin());
+  }
+  last_forward_slot_ = to;
+}
+
+dims_t Trainer::input_dims(const Batch* batch, std::size_t micro) {
+  if (first()) {
+    dims_t d = batch->images.dims();
+    d[0] = static_cast<dnnl::memory::dim>(micro);
+    return d;
+  }
+  for (const auto& [size, dims] : input_dims_)
+    if (size == micro) return dims;
+  const dims_t d = link_->receive_dims();
+  input_dims_.emplace_back(micro, d);
+  return d;
+}
+
+Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode) {
+  const bool train = mode == Mode::train;
+  micro_batches_ = plan_.micro_batches;
+  if (!train && n % static_cast<std::size_t>(micro_batches_) != 0) micro_batches_ = 1;  // a last, partial batch
+  if (n % static_cast<std::size_t>(micro_batches_) != 0)
+    throw InputError("a batch of " + std::to_string(n) + " images does not split into " +
+                     std::to_string(micro_batches_) + " micro-batches");
+  const auto M = static_cast<std::size_t>(micro_batches_);
+  const std::size_t micro = n / M;
+  std::vector<PipelineOp> ops;
+  if (train)
+    ops = stage_ops(plan_.schedule, link_ ? link_->stage() : 0, link_ ? link_->stages() : 1, micro_batches_);
+  else
+    for (int m = 0; m < micro_batches_; ++m) ops.push_back({true, m});
+  slots_in_use_ = train ? micro_batches_in_flight(ops) : 1;
+  backwards_done_ = 0;
+
+  if (link_ && first() && !last()) link_->send_labels(batch->labels);
+  if (link_ && last() && !first()) {
+    labels_.resize(n);
+    link_->receive_labels(labels_);
+  }
+  if (!first() || M > 1) {
+    const dims_t in = input_dims(batch, micro);
+    grow(inputs_, M);
+    for (std::size_t m = 0; m < M; ++m) {
+      ensure_plain(inputs_[m], in, ctx_);
+      if (!first())
+        link_->post_receive(StageLink::Flow::activation, static_cast<int>(m), floats(inputs_[m]));
+      else  // the first stage cuts its batch
+        std::memcpy(inputs_[m].data(), batch->images.data() + m * inputs_[m].elements(), inputs_[m].bytes());
+    }
+  }
+  StepSums sums;
+  for (const auto& op : ops) {
+    if (op.forward)
+      forward(batch, op.micro, micro, mode, sums);
+    else
+      backward(op.micro);
+  }
+  if (link_) link_->wait_sends();
+  return sums;
+}
+
+void Trainer::forward(const Batch* batch, int m, std::size_t micro, Mode mode, StepSums& sums) {
+  const auto i = static_cast<std::size_t>(m);
+  const std::size_t slot = mode == Mode::train ? i % static_cast<std::size_t>(slots_in_use_) : 0;
+  if (mode == Mode::train) carry_state(slot);
+  const Tensor* input = nullptr;
+  if (!first()) {
+    link_->wait_receive(StageLink::Flow::activation, m);
+    input = &inputs_[i];
+  } else {
+    input = micro_batches_ == 1 ? &batch->images : &inputs_[i];
+  }
+  const Tensor& out = slots_[slot]->forward(ctx_, *input, mode);
+  if (last()) {
+    std::span<const std::int32_t> labels = first() ? std::span<const std::int32_t>(batch->labels) : labels_;
+    const LossSums s = loss_.forward(ctx_, out, labels.subspan(i * micro, micro));
+    sums.loss += s.loss;
+    sums.correct += static_cast<double>(s.correct);
+    if (mode == Mode::train) {
+      grow(diff_logits_, i + 1);
+      const Tensor& diff = loss_.backward();
+      ensure_plain(diff_logits_[i], diff.dims(), ctx_);
+      std::memcpy(diff_logits_[i].data(), diff.data(), diff.bytes());
+    }
+    return;
+  }
+  // The next stage gets the plain layout, whatever layout this stage's last layer chose.
+  grow(outputs_, i + 1);
+  ensure_plain(outputs_[i], out.dims(), ctx_);
+  if (!to_plain_ || to_plain_from_ != out.desc()) {
+    to_plain_.emplace(ctx_, out.desc(), outputs_[i].desc());
+    to_plain_from_ = out.desc();
+  }
+  (*to_plain_)(ctx_, out.memory(), outputs_[i].memory());
+  if (std::find(dims_sent_.begin(), dims_sent_.end(), micro) == dims_sent_.end()) {
+    link_->send_dims(out.dims());
+    dims_sent_.push_back(micro);
+  }
+  link_->send(StageLink::Flow::activation, m, floats(outputs_[i]));
+  if (mode == Mode::train) {
+    grow(received_gradients_, i + 1);
+    ensure_plain(received_gradients_[i], out.dims(), ctx_);
+    link_->post_receive(StageLink::Flow::gradient, m, floats(received_gradients_[i]));
+  }
+}
+
+void Trainer::backward(int m) {
+  const auto i = static_cast<std::size_t>(m);
+  Model& model = *slots_[i % static_cast<std::size_t>(slots_in_use_)];
+  const Tensor* diff = nullptr;
+  if (last()) {
+    diff = &diff_logits_[i];
+  } else {
+    link_->wait_receive(StageLink::Flow::gradient, m);
+    const dnnl::memory::desc& out_md = model.output_descs().back();
+    if (from_plain_to_ != out_md) {
+      from_plain_ = Relayout(ctx_, received_gradients_[i].desc(), out_md);
+      from_plain_to_ = out_md;
+    }
+    diff = &from_plain_(ctx_, received_gradients_[i]);
+  }
+  const Tensor& g = model.backward(ctx_, *diff);
+  ++backwards_done_;
+  if (first()) return;
+  // Layer 0 returns the gradient in the layout of its input, which was plain.
+  grow(sent_gradients_, i + 1);
+  ensure_plain(sent_gradients_[i], g.dims(), ctx_);
+  if (g.bytes() != sent_gradients_[i].bytes()) throw Error("pipeline: the input gradient is not in the plain layout");
+  std::memcpy(sent_gradients_[i].data(), g.data(), g.bytes());
+  link_->send(StageLink::Flow::gradient, m, floats(sent_gradients_[i]));
+  model.release_input_gradient(ctx_);
+}
 
 PassMetrics Trainer::reduce(double loss_sum, double correct, double images, double seconds) {
   double sums[3] = {loss_sum, correct, images};
-  group_.sum(sums);
+  replicas_.sum(sums);
+  if (link_) link_->broadcast_from_last(sums);
   PassMetrics m;
   m.images = sums[2];
   m.loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
@@ -27,44 +228,61 @@ PassMetrics Trainer::reduce(double loss_sum, double correct, double images, doub
   return m;
 }
 
-PassMetrics Trainer::train_epoch(BatchLoader& loader, std::size_t epoch, std::size_t steps,
+PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::size_t steps,
                                  const std::function<void(const StepProgress&)>& progress) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   double loss_sum = 0.0, correct = 0.0, images = 0.0;
-  std::size_t step = 0;
-  while (const Batch* batch = loader.next()) {
+  for (std::size_t step = 0;; ++step) {
+    const Batch* batch = nullptr;
+    std::size_t n = plan_.batch_size;
+    if (first()) {
+      batch = loader->next();
+      if (!batch) break;
+      n = batch->size();
+    } else if (step == steps) {
+      break;
+    }
     last_lr_ = schedule_.at(static_cast<double>(epoch) + static_cast<double>(step) / static_cast<double>(steps));
-    const Tensor& logits = model_.forward(ctx_, batch->images, Mode::train);
-    const LossSums sums = loss_.forward(ctx_, logits, batch->labels);
+    const StepSums sums = run_step(batch, n, Mode::train);
     if (!std::isfinite(sums.loss))
       throw Error("training diverged: loss is " + std::to_string(sums.loss) + " at epoch " + std::to_string(epoch + 1) +
                   " step " + std::to_string(step + 1) + " (lower the learning rate?)");
-    model_.backward(ctx_, loss_.backward());
-    group_.average(model_.grads());
-    optimizer_.step(model_.params(), model_.grads(), last_lr_);
+    replicas_.average(step_gradients());
+    optimizer_.step(slots_[0]->params(), step_gradients(), last_lr_);
+    carry_state(0);
     loss_sum += sums.loss;
-    correct += static_cast<double>(sums.correct);
-    images += static_cast<double>(sums.count);
-    ++step;
+    correct += sums.correct;
+    images += static_cast<double>(n);
     if (progress) {
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
-      progress({step, steps, loss_sum / images, images * group_.size() / s});
+      progress({step + 1, steps, loss_sum / images, images * replicas_.size() / s});
     }
   }
   return reduce(loss_sum, correct, images, std::chrono::duration<double>(clock::now() - t0).count());
 }
 
-PassMetrics Trainer::evaluate(BatchLoader& loader) {
+PassMetrics Trainer::evaluate(BatchLoader* loader, std::size_t images) {
   const auto t0 = std::chrono::steady_clock::now();
-  double loss_sum = 0.0, correct = 0.0, images = 0.0;
-  while (const Batch* batch = loader.next()) {
-    const LossSums sums = loss_.forward(ctx_, model_.forward(ctx_, batch->images, Mode::infer), batch->labels);
+  double loss_sum = 0.0, correct = 0.0, done = 0.0;
+  for (std::size_t seen = 0;;) {
+    const Batch* batch = nullptr;
+    std::size_t n = 0;
+    if (first()) {
+      batch = loader->next();
+      if (!batch) break;
+      n = batch->size();
+    } else {
+      if (seen >= images) break;
+      n = std::min(plan_.batch_size, images - seen);
+    }
+    const StepSums sums = run_step(batch, n, Mode::infer);
     loss_sum += sums.loss;
-    correct += static_cast<double>(sums.correct);
-    images += static_cast<double>(sums.count);
+    correct += sums.correct;
+    done += static_cast<double>(n);
+    seen += n;
   }
-  return reduce(loss_sum, correct, images,
+  return reduce(loss_sum, correct, done,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 

@@ -1,16 +1,23 @@
-// One training process's loop pieces: an epoch of training (forward, loss, backward, gradient averaging
-// across replicas, optimizer step) and an evaluation pass, both fed by a BatchLoader and reporting
-// figures summed over the replica group.
+// One training process's loop pieces: an epoch of training and an evaluation pass, reporting figures
+// summed over every replica. A step splits its batch into micro-batches and runs their forward and
+// backward passes in the order of a pipeline schedule: on a whole model that is gradient accumulation; on
+// one stage of a pipeline, activations and gradients are exchanged with the neighbouring stages through
+// a StageLink. Gradients are summed over the micro-batches, averaged across the replica group, and the
+// optimizer steps once.
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "core/data/batch_loader.hpp"
+#include "core/layers/relayout.hpp"
 #include "core/layers/softmax_cross_entropy.hpp"
 #include "core/model.hpp"
 #include "core/optim/lr_schedule.hpp"
 #include "core/optim/optimizer.hpp"
+#include "core/train/pipeline_schedule.hpp"
 #include "core/train/replica_group.hpp"
+#include "core/train/stage_link.hpp"
 
 namespace ddl {
 
@@ -28,30 +35,69 @@ struct StepProgress {
   double images_per_second;
 };
 
+struct StepPlan {
+  int micro_batches = 1;
+  PipelineSchedule schedule = PipelineSchedule::gpipe;
+  std::size_t batch_size = 0;  // per replica; the batch a stage without a loader processes each step
+};
+
 class Trainer {
  public:
-  // Subscribes the replica group to the model's gradients-ready hook for its lifetime.
-  Trainer(Context& ctx, Model& model, Optimizer& optimizer, const LrSchedule& schedule, ReplicaGroup& group);
+  // slots: copies of this rank's model (or stage) sharing the parameters of slots[0], one for each
+  // micro-batch the schedule keeps in flight (slots_needed). link: null for a whole model. Subscribes to
+  // the models' gradients-ready hooks for its lifetime.
+  Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, const LrSchedule& schedule,
+          ReplicaGroup& replicas, StageLink* link, const StepPlan& plan);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Trains one epoch over the loader's pass; `epoch` counts from 0 and places the learning rate.
-  PassMetrics train_epoch(BatchLoader& loader, std::size_t epoch, std::size_t steps,
+  static int slots_needed(const StepPlan& plan, int stage, int stages);
+
+  // Trains one epoch; `epoch` counts from 0 and places the learning rate. The first stage takes its
+  // batches from the loader; later stages pass null and run `steps` steps.
+  PassMetrics train_epoch(BatchLoader* loader, std::size_t epoch, std::size_t steps,
                           const std::function<void(const StepProgress&)>& progress = {});
-  PassMetrics evaluate(BatchLoader& loader);
+  // `images`: how many this replica evaluates, in batches of plan.batch_size (the loader's, on the first stage).
+  PassMetrics evaluate(BatchLoader* loader, std::size_t images);
   float last_lr() const { return last_lr_; }
 
  private:
+  struct StepSums {
+    double loss = 0, correct = 0;
+  };
+  StepSums run_step(const Batch* batch, std::size_t n, Mode mode);
+  void forward(const Batch* batch, int m, std::size_t micro, Mode mode, StepSums& sums);
+  void backward(int m);
+  dims_t input_dims(const Batch* batch, std::size_t micro);
+  void gradients_ready(std::size_t offset, std::size_t count);
+  std::span<float> step_gradients();
+  void carry_state(std::size_t to);
   PassMetrics reduce(double loss_sum, double correct, double images, double seconds);
+  bool first() const { return !link_ || !link_->has_previous(); }
+  bool last() const { return !link_ || !link_->has_next(); }
 
   Context& ctx_;
-  Model& model_;
+  std::vector<Model*> slots_;
   Optimizer& optimizer_;
   LrSchedule schedule_;
-  ReplicaGroup& group_;
+  ReplicaGroup& replicas_;
+  StageLink* link_;
+  StepPlan plan_;
   SoftmaxCrossEntropy loss_;
   float last_lr_ = 0.0f;
+
+  // Per step.
+  int micro_batches_ = 1, slots_in_use_ = 1, backwards_done_ = 0;
+  std::size_t last_forward_slot_ = 0;
+  std::vector<std::int32_t> labels_;  // the last stage's copy, from the first
+  std::vector<Tensor> inputs_, outputs_, received_gradients_, sent_gradients_, diff_logits_;  // one per micro-batch
+  std::vector<std::pair<std::size_t, dims_t>> input_dims_;  // by micro-batch size, from the previous stage
+  std::vector<std::size_t> dims_sent_;                      // micro-batch sizes whose output shape was sent
+  dnnl::memory::desc to_plain_from_, from_plain_to_;
+  std::optional<Copy> to_plain_;
+  Relayout from_plain_;
+  AlignedBuffer<float> accumulated_;  // gradient sums over micro-batches (when there are several)
 };
 
 }  // namespace ddl
