@@ -330,8 +330,12 @@ void print_header(Run& run, const Communicator& world) {
     std::cout << run.model->summary(run.ctx);
   else
     std::printf("model %s in %d pipeline stages:\n%s", o.model.c_str(), g.stages, run.partition_report.c_str());
-  std::printf("ranks %d = %d replicas x %d stages, threads per rank %d, batch %d per replica (global %d)", world.size(),
-              g.replicas, g.stages, run.threads, o.batch_size, o.batch_size * g.replicas);
+  if (g.stages == 1)
+    std::printf("ranks %d, threads per rank %d, batch %d per rank (global %d)", world.size(), run.threads,
+                o.batch_size, o.batch_size * g.replicas);
+  else
+    std::printf("ranks %d in a grid %d x %d (replicas x stages), threads per rank %d, batch %d per replica (global %d)",
+                world.size(), g.replicas, g.stages, run.threads, o.batch_size, o.batch_size * g.replicas);
   if (o.micro_batches > 1 || g.stages > 1)
     std::printf(" in %d micro-batches (%s)", o.micro_batches, o.schedule.c_str());
   std::printf(", %zu training / %zu validation images\n", run.train_subset.size(), run.val_subset.size());
@@ -443,7 +447,13 @@ int train(Run& run, const Communicator& world) {
       metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),
                       trainer.last_lr(), peak_mb[0]});
   }
+  const auto peaks = world.allgather(peak_resident_bytes());
   if (lead) {
+    if (world.size() > 1) {
+      std::printf("peak RSS by rank (MB):");
+      for (auto p : peaks) std::printf(" %.0f", static_cast<double>(p) / (1 << 20));
+      std::printf("\n");
+    }
     if (o.profile && train_steps) print_profile(profiler, train_seconds, train_steps);
     if (validate && last_val.images > 0)
       std::printf("final validation accuracy %.4f (best %.4f)\n", last_val.accuracy, run.state.best_accuracy);

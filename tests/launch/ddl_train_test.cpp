@@ -232,8 +232,7 @@ void expect_layouts_match_one_rank(DdlTrain& t, const std::string& model_args, i
                            std::to_string(l.stages) + " --micro-batches " + std::to_string(l.micro) + " --schedule " +
                            l.schedule + " --checkpoint-dir " + dir));
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find(std::to_string(l.replicas) + " replicas x " + std::to_string(l.stages) + " stages"),
-              std::string::npos)
+    EXPECT_NE(r.out.find("grid " + std::to_string(l.replicas) + " x " + std::to_string(l.stages)), std::string::npos)
         << r.out;
     const double worst = largest_difference(a, t.params(dir + "/last.h5"));
     std::cout << l.replicas << " x " << l.stages << " (" << l.schedule << ", " << l.micro
@@ -250,6 +249,48 @@ TEST_F(DdlTrain, PipelinesMatchOneRankForSeedCnn) {
 
 TEST_F(DdlTrain, PipelinesMatchOneRankForResnet18) {
   expect_layouts_match_one_rank(*this, "--model resnet18 --image-size 64", 32, 4, 4, 5e-4);
+}
+
+TEST_F(DdlTrain, CheckpointOfOneLayoutResumesInAnother) {
+  // Adam (per-parameter moments and a step count in the checkpoint); one replica sums in one order
+  // whatever the cut, so the runs agree bit for bit.
+  const std::string args = "--model seed_cnn --optimizer adam --threads 1 --steps-per-epoch 3 --batch-size 16 "
+                           "--micro-batches 2 ";
+  const std::string straight = scratch_ / "straight", cut = scratch_ / "cut";
+  ASSERT_EQ(run(kTrain + train_args(args + "--epochs 2 --checkpoint-dir " + straight)).exit_code, 0);
+  const auto two = run(kMpirun + " -np 2 " + kTrain +
+                       train_args(args + "--epochs 1 --pipeline-stages 2 --checkpoint-dir " + cut));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const auto three = run(kMpirun + " -np 3 " + kTrain +
+                         train_args(args + "--epochs 2 --pipeline-stages 3 --partition 2,2,3 --resume auto "
+                                           "--checkpoint-dir " + cut));
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  EXPECT_NE(three.out.find("resumed from"), std::string::npos) << three.out;
+  EXPECT_NE(three.out.find("stage 2: layers 4-6 (--partition)"), std::string::npos) << three.out;
+  EXPECT_EQ(params(straight + "/last.h5"), params(cut + "/last.h5"));
+}
+
+// Every rank prints the one line, and the job ends with a non-zero code.
+void expect_every_rank_refuses(const test::ProcessResult& r, int ranks, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0);
+  for (int rank = 0; rank < ranks; ++rank)
+    EXPECT_NE(r.err.find("ddl_train: error (rank " + std::to_string(rank) + "): "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST_F(DdlTrain, BadLayoutsAreRefusedOnEveryRank) {
+  expect_every_rank_refuses(run(kMpirun + " -np 3 " + kTrain + train_args("--pipeline-stages 2")), 3,
+                            "3 ranks do not form a grid of replicas x 2 pipeline stages");
+  expect_every_rank_refuses(run(kMpirun + " -np 8 " + kTrain + train_args("--pipeline-stages 8 --threads 1")), 8,
+                            "8 pipeline stages for model seed_cnn of 7 layers");
+  expect_every_rank_refuses(run(kMpirun + " -np 2 " + kTrain + train_args("--pipeline-stages 2 --partition 3,3")), 2,
+                            "--partition 3,3 covers 6 layers, the model has 7");
+  expect_clean_error(run(kTrain + train_args("--pipeline-stages 3 --partition 3,4")),
+                     "--partition gives 2 stages, --pipeline-stages is 3");
+  expect_clean_error(run(kTrain + train_args("--batch-size 30 --micro-batches 4")),
+                     "--batch-size 30 does not split into 4 micro-batches");
+  expect_clean_error(run(kTrain + train_args("--schedule zigzag")), "--schedule must be gpipe or 1f1b");
 }
 
 TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {

@@ -1,0 +1,169 @@
+// Pipeline pieces that need no MPI: the schedules, the balanced cut, models cut into stages (same
+// parameters, same outputs and gradients as the whole model), and checkpoints written stage by stage.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "core/layers/softmax_cross_entropy.hpp"
+#include "core/optim/optimizer.hpp"
+#include "core/train/checkpoint.hpp"
+#include "core/train/pipeline_schedule.hpp"
+#include "models/registry.hpp"
+#include "tests/core/tensor_util.hpp"
+#include "tests/data/fixtures.hpp"
+
+namespace ddl {
+namespace {
+
+std::string spell(const std::vector<PipelineOp>& ops) {
+  std::string s;
+  for (const auto& op : ops) s += (op.forward ? "F" : "B") + std::to_string(op.micro) + " ";
+  return s;
+}
+
+TEST(PipelineSchedule, GpipeRunsEveryForwardThenEveryBackward) {
+  EXPECT_EQ(spell(stage_ops(PipelineSchedule::gpipe, 1, 3, 3)), "F0 F1 F2 B0 B1 B2 ");
+  EXPECT_EQ(micro_batches_in_flight(stage_ops(PipelineSchedule::gpipe, 0, 4, 8)), 8);
+}
+
+TEST(PipelineSchedule, OneForwardOneBackwardKeepsFewerInFlight) {
+  EXPECT_EQ(spell(stage_ops(PipelineSchedule::one_f_one_b, 0, 3, 4)), "F0 F1 F2 B0 F3 B1 B2 B3 ");
+  EXPECT_EQ(spell(stage_ops(PipelineSchedule::one_f_one_b, 2, 3, 4)), "F0 B0 F1 B1 F2 B2 F3 B3 ");
+  EXPECT_EQ(spell(stage_ops(PipelineSchedule::one_f_one_b, 0, 4, 2)), "F0 F1 B0 B1 ");
+  for (int stage = 0; stage < 4; ++stage)
+    EXPECT_EQ(micro_batches_in_flight(stage_ops(PipelineSchedule::one_f_one_b, stage, 4, 16)), 4 - stage);
+}
+
+TEST(PipelineSchedule, EveryMicroBatchRunsForwardOnceThenBackwardOnce) {
+  for (auto schedule : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b})
+    for (int stages = 1; stages <= 5; ++stages)
+      for (int stage = 0; stage < stages; ++stage)
+        for (int m = 1; m <= 9; ++m) {
+          std::vector<int> forwards(static_cast<std::size_t>(m)), backwards(static_cast<std::size_t>(m));
+          int next_backward = 0;
+          for (const auto& op : stage_ops(schedule, stage, stages, m)) {
+            if (op.forward) {
+              ++forwards[static_cast<std::size_t>(op.micro)];
+            } else {
+              ASSERT_EQ(forwards[static_cast<std::size_t>(op.micro)], 1);
+              ASSERT_EQ(op.micro, next_backward++);  // backwards in micro-batch order: the same sums
+              ++backwards[static_cast<std::size_t>(op.micro)];
+            }
+          }
+          EXPECT_EQ(forwards, std::vector<int>(static_cast<std::size_t>(m), 1));
+          EXPECT_EQ(backwards, std::vector<int>(static_cast<std::size_t>(m), 1));
+        }
+}
+
+TEST(PipelineSchedule, IdealBubble) {
+  EXPECT_DOUBLE_EQ(ideal_bubble(4, 4), 3.0 / 7.0);
+  EXPECT_DOUBLE_EQ(ideal_bubble(1, 8), 0.0);
+}
+
+TEST(Partition, BalancesTimeAndMemory) {
+  EXPECT_EQ(balanced_partition({3, 1, 1, 1}, {0, 0, 0, 0}, 2), (std::vector<std::size_t>{1, 3}));
+  EXPECT_EQ(balanced_partition({1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 0, 0}, 3), (std::vector<std::size_t>{2, 2, 2}));
+  // By time alone 3 + 3; the memory of the last two layers pulls the cut to 5 + 1.
+  EXPECT_EQ(balanced_partition({1, 1, 1, 1, 1, 1}, {0, 0, 0, 0, 3, 3}, 2), (std::vector<std::size_t>{5, 1}));
+  EXPECT_THROW(balanced_partition({1, 1}, {1, 1}, 3), InputError);
+}
+
+TEST(Partition, RefusesCutsThatDoNotCoverTheModel) {
+  EXPECT_NO_THROW(check_partition({3, 4}, 7, 2));
+  EXPECT_THROW(check_partition({3, 3}, 7, 2), InputError);
+  EXPECT_THROW(check_partition({7}, 7, 2), InputError);
+  EXPECT_THROW(check_partition({0, 7}, 7, 2), InputError);
+}
+
+// seed_cnn: 0 conv, 1 pool, 2 conv, 3 pool, 4 flatten, 5 dense, 6 dense.
+TEST(ModelStages, HoldTheWholeModelsParametersAndComputeTheSame) {
+  Context ctx;
+  auto whole = make_model("seed_cnn", {.num_classes = 10}, ctx);
+  auto first = make_model("seed_cnn", {.num_classes = 10}, ctx, {0, 3});
+  auto second = make_model("seed_cnn", {.num_classes = 10}, ctx, {3, 7});
+  whole->initialize(5);
+  first->initialize(5);
+  second->initialize(5);
+  ASSERT_EQ(first->param_count() + second->param_count(), whole->param_count());
+  EXPECT_EQ(second->param_offset(), first->param_count());
+  EXPECT_EQ(second->whole_param_count(), whole->param_count());
+  EXPECT_EQ(second->param_entries()[0].name, "5.weight");
+  EXPECT_TRUE(first->is_first_stage() && !first->is_last_stage());
+  EXPECT_TRUE(!second->is_first_stage() && second->is_last_stage());
+  EXPECT_EQ(std::memcmp(first->params().data(), whole->params().data(), first->param_count() * 4), 0);
+  EXPECT_EQ(std::memcmp(second->params().data(), whole->params().data() + first->param_count(),
+                        second->param_count() * 4), 0);
+
+  Tensor images(plain_desc({4, 3, 32, 32}), ctx.engine());
+  const auto pixels = test::random_values(images.elements(), 11, 0.0f, 1.0f);
+  std::copy(pixels.begin(), pixels.end(), images.data());
+  const std::vector<std::int32_t> labels = {1, 2, 3, 4};
+  SoftmaxCrossEntropy loss;
+  const auto expected = test::to_plain(ctx, whole->forward(ctx, images, Mode::train));
+  loss.forward(ctx, whole->forward(ctx, images, Mode::train), labels);
+  whole->backward(ctx, loss.backward());
+
+  const Tensor& middle = first->forward(ctx, images, Mode::train);
+  const Tensor& logits = second->forward(ctx, middle, Mode::train);
+  EXPECT_EQ(test::to_plain(ctx, logits), expected);
+  loss.forward(ctx, logits, labels);
+  const Tensor& diff_middle = second->backward(ctx, loss.backward());
+  ASSERT_FALSE(diff_middle.empty());
+  EXPECT_TRUE(first->backward(ctx, diff_middle).empty());
+  second->release_input_gradient(ctx);
+  for (std::size_t i = 0; i < first->param_count(); ++i) ASSERT_EQ(first->grads()[i], whole->grads()[i]) << i;
+  for (std::size_t i = 0; i < second->param_count(); ++i)
+    ASSERT_EQ(second->grads()[i], whole->grads()[first->param_count() + i]) << i;
+}
+
+TEST(ModelStages, CopiesShareOneSetOfParameters) {
+  Context ctx;
+  auto stage = make_model("seed_cnn", {}, ctx, {3, 7});
+  auto copy = make_model("seed_cnn", {}, ctx, {3, 7}, stage.get());
+  EXPECT_EQ(copy->params().data(), stage->params().data());
+  EXPECT_EQ(copy->grads().data(), stage->grads().data());
+  auto other_stage = make_model("seed_cnn", {}, ctx, {0, 3});
+  EXPECT_THROW(make_model("seed_cnn", {}, ctx, {3, 7}, other_stage.get()), Error);
+}
+
+TEST(ModelStages, CheckpointWrittenByStagesLoadsIntoAnyLayout) {
+  test::TempDir dir;
+  Context ctx;
+  const ModelConfig config{.num_classes = 10, .seed = 2};
+  std::vector<std::unique_ptr<Model>> stages;
+  std::vector<std::unique_ptr<Optimizer>> optimizers;
+  for (LayerRange r : {LayerRange{0, 2}, LayerRange{2, 5}, LayerRange{5, 7}}) {
+    stages.push_back(make_model("seed_cnn", config, ctx, r));
+    stages.back()->initialize(2);
+    optimizers.push_back(make_adam(stages.back()->param_count(), {}));
+    std::vector<float> grads(stages.back()->param_count(), 0.01f);
+    optimizers.back()->step(stages.back()->params(), grads, 1e-2f);
+  }
+  const std::string path = dir / "c.h5";
+  for (std::size_t s = 0; s < stages.size(); ++s) write_checkpoint_part(path, *stages[s], *optimizers[s], {"seed_cnn", 4, 0.5, 2, ""});
+  EXPECT_FALSE(std::filesystem::exists(path));  // not published yet: a previous checkpoint would still be there
+  publish_checkpoint(path);
+
+  auto whole = make_model("seed_cnn", config, ctx);
+  auto adam = make_adam(whole->param_count(), {});
+  EXPECT_EQ(load_checkpoint(path, *whole, adam.get()).epochs_done, 4u);
+  std::size_t at = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    EXPECT_EQ(std::memcmp(stages[s]->params().data(), whole->params().data() + at, stages[s]->param_count() * 4), 0);
+    const auto m = optimizers[s]->state()[0].floats;  // Adam's first moment
+    EXPECT_TRUE(std::equal(m.begin(), m.end(), adam->state()[0].floats.begin() + static_cast<std::ptrdiff_t>(at)));
+    at += stages[s]->param_count();
+  }
+  EXPECT_EQ(adam->state()[2].words[0], 1u);  // the step count
+
+  // And back into another cut.
+  auto tail = make_model("seed_cnn", config, ctx, {3, 7});
+  load_checkpoint(path, *tail, nullptr);
+  EXPECT_EQ(std::memcmp(tail->params().data(), whole->params().data() + tail->param_offset(), tail->param_count() * 4),
+            0);
+}
+
+}  // namespace
+}  // namespace ddl
