@@ -1,11 +1,13 @@
 // The per-process compute context: the one oneDNN CPU engine and stream every layer runs on, a scratch
-// block for buffers that live only inside one layer's backward call (a fused ReLU's gradient), and the
-// pool that gradients passed between layers are leased from. Passed explicitly; there is no global one.
+// block for buffers that live only inside one layer's backward call (a fused ReLU's gradient), the pool
+// that gradients passed between layers are leased from, and the layout-converted parameter copies. Passed explicitly; there is no global one.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstddef>
+#include <memory>
+#include <vector>
 
 #include "core/aligned_buffer.hpp"
 #include "core/buffer_pool.hpp"
@@ -35,7 +37,24 @@ class Context {
     t = Tensor();
   }
 
+  // The one tensor of layout `md` derived from the parameter stored at `param` (a blocked weight copy),
+  // alive while anyone holds it: layers bound to the same parameter share it instead of each keeping one.
+  std::shared_ptr<Tensor> shared_copy(const void* param, const dnnl::memory::desc& md) {
+    std::erase_if(shared_copies_, [](const SharedCopy& c) { return c.tensor.expired(); });
+    for (const auto& c : shared_copies_)
+      if (c.param == param && c.md == md) return c.tensor.lock();
+    auto t = std::make_shared<Tensor>(md, engine_);
+    shared_copies_.push_back({param, md, t});
+    return t;
+  }
+
  private:
+  struct SharedCopy {
+    const void* param;
+    dnnl::memory::desc md;
+    std::weak_ptr<Tensor> tensor;
+  };
+  std::vector<SharedCopy> shared_copies_;
   BufferPool pool_;
   AlignedBuffer<std::byte> scratch_;
   dnnl::engine engine_;

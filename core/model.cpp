@@ -1,5 +1,6 @@
 #include "core/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -130,10 +131,20 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
   const Tensor* g = &diff_output;
   for (std::size_t i = layers_.size(); i-- > 0;) {
     auto t0 = Profiler::clock::now();
+    const std::size_t begin = layer_param_begin_[i], end = layer_param_begin_[i + 1];
+    // A layer that cannot add to its gradients overwrites them; what was there is kept and added back.
+    Tensor kept;
+    if (!layers_[i]->accumulate_gradients(accumulate_) && accumulate_ && end > begin) {
+      kept = ctx.lease(plain_desc({static_cast<dnnl::memory::dim>(end - begin)}));
+      std::copy(grads_view_.begin() + begin, grads_view_.begin() + end, kept.data());
+    }
     g = &layers_[i]->backward(ctx, *g);
+    if (!kept.empty()) {
+      for (std::size_t k = 0; k < end - begin; ++k) grads_view_[begin + k] += kept.data()[k];
+      ctx.give_back(kept);
+    }
     if (i + 1 < layers_.size()) layers_[i + 1]->release_gradient(ctx);  // consumed by layer i
     if (profiler_) profiler_->add_backward(i, Profiler::clock::now() - t0);
-    const std::size_t begin = layer_param_begin_[i], end = layer_param_begin_[i + 1];
     if (on_gradients_ready && end > begin) on_gradients_ready(begin, end - begin);
   }
   if (is_first_stage()) release_input_gradient(ctx);

@@ -50,6 +50,8 @@ class Model {
   // has the layout of the last forward's output. Returns the gradient of the input for a later pipeline
   // stage (valid until release_input_gradient), an empty tensor for the first.
   const Tensor& backward(Context& ctx, const Tensor& diff_output);
+  // When on, backward adds to the gradient buffer instead of overwriting it: micro-batches accumulate.
+  void accumulate_gradients(bool on) { accumulate_ = on; }
   void release_input_gradient(Context& ctx);
   std::function<void(std::size_t offset, std::size_t count)> on_gradients_ready;
 
@@ -99,6 +101,7 @@ class Model {
   Mode setup_mode_ = Mode::train;
   std::vector<dnnl::memory::desc> output_mds_;
   Profiler* profiler_ = nullptr;
+  bool accumulate_ = false;
 };
 
 }  // namespace ddl

@@ -54,7 +54,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, relu_post_op(opt_.relu), ctx.engine());
   fwd_ = dnnl::convolution_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, fwd_pd.src_desc());
-  fwd_weights_ = Relayout(ctx, weights_.value.get_desc(), fwd_pd.weights_desc());
+  fwd_weights_ = Relayout(ctx, weights_.value, fwd_pd.weights_desc());
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   if (mode == Mode::infer) return dst_.desc();
 
@@ -68,11 +68,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   bwd_weights_ = dnnl::convolution_backward_weights(bw_pd);
   bwd_weights_src_ = Relayout(ctx, fwd_pd.src_desc(), bw_pd.src_desc());
   bwd_weights_diff_dst_ = Relayout(ctx, dst_md, bw_pd.diff_dst_desc());
-  diff_weights_to_user_.reset();
-  if (bw_pd.diff_weights_desc() != weights_.grad.get_desc()) {
-    diff_weights_ = Tensor(bw_pd.diff_weights_desc(), ctx.engine());
-    diff_weights_to_user_ = Copy(ctx, bw_pd.diff_weights_desc(), weights_.grad.get_desc());
-  }
+  weight_gradients_.setup(ctx, bw_pd.diff_weights_desc(), weights_, bias_);
 
   bwd_data_.reset();
   diff_src_to_input_layout_.reset();
@@ -84,7 +80,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
     bwd_data_ = dnnl::convolution_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
-    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value.get_desc(), bd_pd.weights_desc());
+    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value, bd_pd.weights_desc());
     bwd_data_diff_dst_ = Relayout(ctx, dst_md, bd_pd.diff_dst_desc());
     diff_src_.reset(src_md);
     if (bd_pd.diff_src_desc() != src_md) {
@@ -112,11 +108,10 @@ const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
   const memory& fwd_src = fwd_src_.last(src_->memory());
   std::unordered_map<int, memory> wargs{
       {DNNL_ARG_SRC, bwd_weights_src_(ctx, fwd_src)},
-      {DNNL_ARG_DIFF_DST, bwd_weights_diff_dst_(ctx, grad)},
-      {DNNL_ARG_DIFF_WEIGHTS, diff_weights_to_user_ ? diff_weights_.memory() : weights_.grad}};
-  if (opt_.bias) wargs.insert({DNNL_ARG_DIFF_BIAS, bias_.grad});
+      {DNNL_ARG_DIFF_DST, bwd_weights_diff_dst_(ctx, grad)}};
+  weight_gradients_.bind(ctx, wargs);
   bwd_weights_.execute(ctx.stream(), wargs);
-  if (diff_weights_to_user_) (*diff_weights_to_user_)(ctx, diff_weights_.memory(), weights_.grad);
+  weight_gradients_.finish(ctx);
 
   if (!bwd_data_) return diff_src_.current();
   const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.get(ctx).memory();

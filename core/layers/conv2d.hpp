@@ -9,6 +9,7 @@
 #include "core/layers/fused_relu.hpp"
 #include "core/layers/layer.hpp"
 #include "core/layers/relayout.hpp"
+#include "core/layers/weight_gradients.hpp"
 
 namespace ddl {
 
@@ -33,6 +34,10 @@ class Conv2d : public Layer {
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  bool accumulate_gradients(bool on) override {
+    weight_gradients_.set_accumulate(on);
+    return true;
+  }
 
  private:
   Conv2dOptions opt_;
@@ -49,8 +54,7 @@ class Conv2d : public Layer {
   FusedReluBackward relu_backward_;
   dnnl::convolution_backward_weights bwd_weights_;
   Relayout bwd_weights_src_, bwd_weights_diff_dst_;
-  std::optional<Copy> diff_weights_to_user_;
-  Tensor diff_weights_;
+  WeightGradients weight_gradients_;
   std::optional<dnnl::convolution_backward_data> bwd_data_;
   bool reuse_forward_weights_ = false;
   Relayout bwd_data_weights_, bwd_data_diff_dst_;

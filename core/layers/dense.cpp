@@ -46,7 +46,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
       dnnl::inner_product_forward::desc(prop, src_md, weights_any, bias_md, dst_md), relu_post_op(opt_.relu),
       ctx.engine());
   fwd_ = dnnl::inner_product_forward(fwd_pd);
-  fwd_weights_ = Relayout(ctx, weights_.value.get_desc(), fwd_pd.weights_desc());
+  fwd_weights_ = Relayout(ctx, weights_.value, fwd_pd.weights_desc());
   dst_ = Tensor(dst_md, ctx.engine());
   if (mode == Mode::infer) return dst_md;
 
@@ -54,11 +54,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   dnnl::inner_product_backward_weights::primitive_desc bw_pd(
       dnnl::inner_product_backward_weights::desc(src_md, weights_any, bias_md, dst_md), ctx.engine(), fwd_pd);
   bwd_weights_ = dnnl::inner_product_backward_weights(bw_pd);
-  diff_weights_to_user_.reset();
-  if (bw_pd.diff_weights_desc() != weights_.grad.get_desc()) {
-    diff_weights_ = Tensor(bw_pd.diff_weights_desc(), ctx.engine());
-    diff_weights_to_user_ = Copy(ctx, bw_pd.diff_weights_desc(), weights_.grad.get_desc());
-  }
+  weight_gradients_.setup(ctx, bw_pd.diff_weights_desc(), weights_, bias_);
   bwd_data_.reset();
   if (need_diff_src) {
     dnnl::inner_product_backward_data::primitive_desc bd_pd(
@@ -66,7 +62,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
     bwd_data_ = dnnl::inner_product_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
-    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value.get_desc(), bd_pd.weights_desc());
+    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value, bd_pd.weights_desc());
     diff_src_.reset(src_md);
   }
   return dst_md;
@@ -87,11 +83,10 @@ const Tensor& Dense::backward(Context& ctx, const Tensor& diff_dst) {
   const memory& grad = relu_backward_(ctx, dst_.memory(), diff_dst.memory());
   std::unordered_map<int, memory> wargs{
       {DNNL_ARG_SRC, src_->memory()},
-      {DNNL_ARG_DIFF_DST, grad},
-      {DNNL_ARG_DIFF_WEIGHTS, diff_weights_to_user_ ? diff_weights_.memory() : weights_.grad}};
-  if (opt_.bias) wargs.insert({DNNL_ARG_DIFF_BIAS, bias_.grad});
+      {DNNL_ARG_DIFF_DST, grad}};
+  weight_gradients_.bind(ctx, wargs);
   bwd_weights_.execute(ctx.stream(), wargs);
-  if (diff_weights_to_user_) (*diff_weights_to_user_)(ctx, diff_weights_.memory(), weights_.grad);
+  weight_gradients_.finish(ctx);
   if (bwd_data_)
     bwd_data_->execute(ctx.stream(),
                        {{DNNL_ARG_DIFF_DST, grad},

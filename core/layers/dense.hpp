@@ -7,6 +7,7 @@
 #include "core/layers/fused_relu.hpp"
 #include "core/layers/layer.hpp"
 #include "core/layers/relayout.hpp"
+#include "core/layers/weight_gradients.hpp"
 
 namespace ddl {
 
@@ -28,6 +29,10 @@ class Dense : public Layer {
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  bool accumulate_gradients(bool on) override {
+    weight_gradients_.set_accumulate(on);
+    return true;
+  }
 
  private:
   DenseOptions opt_;
@@ -41,8 +46,7 @@ class Dense : public Layer {
 
   FusedReluBackward relu_backward_;
   dnnl::inner_product_backward_weights bwd_weights_;
-  std::optional<Copy> diff_weights_to_user_;
-  Tensor diff_weights_;
+  WeightGradients weight_gradients_;
   std::optional<dnnl::inner_product_backward_data> bwd_data_;
   bool reuse_forward_weights_ = false;
   Relayout bwd_data_weights_;

@@ -106,11 +106,15 @@ class Layer {
   // src must stay alive until backward.
   virtual const Tensor& forward(Context& ctx, const Tensor& src) = 0;
   // diff_dst has the layout of this layer's output; returns diff_src in the layout of its input (empty
-  // when need_diff_src was false), valid until release_gradient. Writes (overwrites) this layer's
-  // parameter gradients.
+  // when need_diff_src was false), valid until release_gradient. Writes (overwrites, or adds to: see
+  // accumulate_gradients) this layer's parameter gradients.
   virtual const Tensor& backward(Context& ctx, const Tensor& diff_dst) = 0;
 
   virtual std::vector<StateView> state() { return {}; }
+
+  // From now on backward adds to the parameter gradients instead of overwriting them (micro-batches).
+  // Returns false when the layer cannot: the model then keeps the old values and adds them back itself.
+  virtual bool accumulate_gradients(bool /*on*/) { return false; }
 
   // The caller of backward is done with the gradient it returned: its storage goes back to the pool.
   virtual void release_gradient(Context& ctx) { diff_src_.give_back(ctx); }

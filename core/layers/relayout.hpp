@@ -3,6 +3,7 @@
 // choices are propagated from layer to layer so that reorders happen only at boundaries).
 #pragma once
 
+#include <memory>
 #include <optional>
 
 #include "core/context.hpp"
@@ -15,41 +16,59 @@ class Relayout {
   Relayout() = default;
   Relayout(Context& ctx, const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
     if (from != to) {
-      buffer_ = Tensor(to, ctx.engine());
+      buffer_ = std::make_shared<Tensor>(to, ctx.engine());
       reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine(), from, ctx.engine(), to));
+    }
+  }
+  // Of a parameter: the converted copy is the context's one copy for this parameter and layout, shared
+  // by every layer bound to the same parameter (the copies of a pipeline stage).
+  Relayout(Context& ctx, const dnnl::memory& param, const dnnl::memory::desc& to) {
+    if (param.get_desc() != to) {
+      buffer_ = ctx.shared_copy(param.get_data_handle(), to);
+      reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine(), param.get_desc(), ctx.engine(), to));
     }
   }
 
   // Returns `from` itself, or the buffer holding it in the target layout.
   const dnnl::memory& operator()(Context& ctx, const dnnl::memory& from) {
     if (!reorder_) return from;
-    reorder_->execute(ctx.stream(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, buffer_.memory()}});
-    return buffer_.memory();
+    reorder_->execute(ctx.stream(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, buffer_->memory()}});
+    return buffer_->memory();
   }
   const Tensor& operator()(Context& ctx, const Tensor& from) {
     if (!reorder_) return from;
-    reorder_->execute(ctx.stream(), {{DNNL_ARG_FROM, from.memory()}, {DNNL_ARG_TO, buffer_.memory()}});
-    return buffer_;
+    reorder_->execute(ctx.stream(), {{DNNL_ARG_FROM, from.memory()}, {DNNL_ARG_TO, buffer_->memory()}});
+    return *buffer_;
   }
   // What the last call returned, without reordering again (the source must be unchanged since).
-  const dnnl::memory& last(const dnnl::memory& from) const { return reorder_ ? buffer_.memory() : from; }
+  const dnnl::memory& last(const dnnl::memory& from) const { return reorder_ ? buffer_->memory() : from; }
 
  private:
   std::optional<dnnl::reorder> reorder_;
-  Tensor buffer_;
+  std::shared_ptr<Tensor> buffer_;
 };
 
-// Copies `from` into `to` (different layouts allowed) with a reorder built once.
+// Copies `from` into `to` (different layouts allowed), or adds it, with a reorder built once.
 class Copy {
  public:
+  enum class Mode { replace, add };  // add: to += from
   Copy() = default;
-  Copy(Context& ctx, const dnnl::memory::desc& from, const dnnl::memory::desc& to)
-      : reorder_(dnnl::reorder::primitive_desc(ctx.engine(), from, ctx.engine(), to)) {}
+  Copy(Context& ctx, const dnnl::memory::desc& from, const dnnl::memory::desc& to, Mode mode = Mode::replace)
+      : reorder_(dnnl::reorder::primitive_desc(ctx.engine(), from, ctx.engine(), to, attributes(mode))) {}
   void operator()(Context& ctx, const dnnl::memory& from, const dnnl::memory& to) {
     reorder_.execute(ctx.stream(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
   }
 
  private:
+  static dnnl::primitive_attr attributes(Mode mode) {
+    dnnl::primitive_attr attr;
+    if (mode == Mode::add) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    return attr;
+  }
   dnnl::reorder reorder_;
 };
 

@@ -37,7 +37,6 @@ Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, 
   if (static_cast<int>(slots_.size()) < needed)
     throw Error("trainer: the schedule keeps " + std::to_string(needed) + " micro-batches in flight, " +
                 std::to_string(slots_.size()) + " model copies given");
-  if (plan_.micro_batches > 1) accumulated_ = AlignedBuffer<float>(slots_[0]->param_count());
   for (Model* m : slots_) m->on_gradients_ready = [this](std::size_t o, std::size_t c) { gradients_ready(o, c); };
 }
 
@@ -49,29 +48,17 @@ int Trainer::slots_needed(const StepPlan& plan, int stage, int stages) {
   return micro_batches_in_flight(stage_ops(plan.schedule, stage, stages, plan.micro_batches));
 }
 
-std::span<float> Trainer::step_gradients() {
-  return accumulated_.size() ? accumulated_.span() : slots_[0]->grads();
-}
-
-// During each micro-batch's backward: sums the finished range into the accumulator; on the last
-// micro-batch the range is final, and the replica group may start averaging it.
+// During each micro-batch's backward (the later ones add to the gradients of the earlier): on the last,
+// the finished range is final, and the replica group may start averaging it.
 void Trainer::gradients_ready(std::size_t offset, std::size_t count) {
-  if (accumulated_.size() == 0) {
-    replicas_.gradients_ready(slots_[0]->grads(), offset, count);
-    return;
-  }
-  float* acc = accumulated_.data() + offset;
-  const float* g = slots_[0]->grads().data() + offset;
-  if (backwards_done_ == 0)
-    std::copy(g, g + count, acc);
-  else
-    for (std::size_t i = 0; i < count; ++i) acc[i] += g[i];
-  if (backwards_done_ + 1 == micro_batches_) {
+  if (backwards_done_ + 1 < micro_batches_) return;
+  const std::span<float> grads = slots_[0]->grads();
+  if (micro_batches_ > 1) {
     // Each micro-batch's gradient is a mean over its images; the step's is the mean over all of them.
     const float scale = 1.0f / static_cast<float>(micro_batches_);
-    for (std::size_t i = 0; i < count; ++i) acc[i] *= scale;
-    replicas_.gradients_ready(accumulated_.span(), offset, count);
+    for (std::size_t i = offset; i < offset + count; ++i) grads[i] *= scale;
   }
+  replicas_.gradients_ready(grads, offset, count);
 }
 
 // Copies hold one set of parameters but each its own layer state (BatchNorm running statistics, dropout
@@ -204,6 +191,7 @@ void Trainer::backward(int m) {
     }
     diff = &from_plain_(ctx_, received_gradients_[i]);
   }
+  model.accumulate_gradients(backwards_done_ > 0);
   const Tensor& g = model.backward(ctx_, *diff);
   ++backwards_done_;
   if (first()) return;
@@ -248,8 +236,8 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
     if (!std::isfinite(sums.loss))
       throw Error("training diverged: loss is " + std::to_string(sums.loss) + " at epoch " + std::to_string(epoch + 1) +
                   " step " + std::to_string(step + 1) + " (lower the learning rate?)");
-    replicas_.average(step_gradients());
-    optimizer_.step(slots_[0]->params(), step_gradients(), last_lr_);
+    replicas_.average(slots_[0]->grads());
+    optimizer_.step(slots_[0]->params(), slots_[0]->grads(), last_lr_);
     carry_state(0);
     loss_sum += sums.loss;
     correct += sums.correct;

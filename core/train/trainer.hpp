@@ -2,8 +2,8 @@
 // summed over every replica. A step splits its batch into micro-batches and runs their forward and
 // backward passes in the order of a pipeline schedule: on a whole model that is gradient accumulation; on
 // one stage of a pipeline, activations and gradients are exchanged with the neighbouring stages through
-// a StageLink. Gradients are summed over the micro-batches, averaged across the replica group, and the
-// optimizer steps once.
+// a StageLink. Gradients are summed over the micro-batches in the model's one gradient buffer, averaged
+// across the replica group, and the optimizer steps once.
 #pragma once
 
 #include <functional>
@@ -71,7 +71,6 @@ class Trainer {
   void backward(int m);
   dims_t input_dims(const Batch* batch, std::size_t micro);
   void gradients_ready(std::size_t offset, std::size_t count);
-  std::span<float> step_gradients();
   void carry_state(std::size_t to);
   PassMetrics reduce(double loss_sum, double correct, double images, double seconds);
   bool first() const { return !link_ || !link_->has_previous(); }
@@ -97,7 +96,6 @@ class Trainer {
   dnnl::memory::desc to_plain_from_, from_plain_to_;
   std::optional<Copy> to_plain_;
   Relayout from_plain_;
-  AlignedBuffer<float> accumulated_;  // gradient sums over micro-batches (when there are several)
 };
 
 }  // namespace ddl

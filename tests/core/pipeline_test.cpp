@@ -118,6 +118,39 @@ TEST(ModelStages, HoldTheWholeModelsParametersAndComputeTheSame) {
     ASSERT_EQ(second->grads()[i], whole->grads()[first->param_count() + i]) << i;
 }
 
+// Convolutions and dense layers add natively (a summing reorder); BatchNorm through the model's fallback.
+TEST(ModelStages, GradientsAccumulateOverMicroBatches) {
+  Context ctx;
+  auto model = make_model("seed_cnn_bn", {.num_classes = 10}, ctx);
+  model->initialize(4);
+  // The dropout generator is put back before each pass, so that a batch gets the same mask each time.
+  std::vector<std::uint64_t> generator;
+  for (const auto& s : model->state()) generator.insert(generator.end(), s.words.begin(), s.words.end());
+  SoftmaxCrossEntropy loss;
+  auto gradient_of = [&](std::uint64_t seed, bool accumulate) {
+    auto next = generator.begin();
+    for (const auto& s : model->state())
+      for (auto& w : s.words) w = *next++;
+    Tensor images(plain_desc({4, 3, 32, 32}), ctx.engine());
+    const auto pixels = test::random_values(images.elements(), seed, 0.0f, 1.0f);
+    std::copy(pixels.begin(), pixels.end(), images.data());
+    loss.forward(ctx, model->forward(ctx, images, Mode::train), std::vector<std::int32_t>{0, 1, 2, 3});
+    model->accumulate_gradients(accumulate);
+    model->backward(ctx, loss.backward());
+    return std::vector<float>(model->grads().begin(), model->grads().end());
+  };
+  const auto first = gradient_of(1, false), second = gradient_of(2, false);
+  gradient_of(1, false);
+  const auto both = gradient_of(2, true);
+  double worst = 0, largest = 0;
+  for (std::size_t i = 0; i < both.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(both[i]) - (first[i] + second[i])));
+    largest = std::max(largest, std::abs(static_cast<double>(first[i] + second[i])));
+  }
+  EXPECT_GT(largest, 1e-3);
+  EXPECT_LT(worst, 1e-6 * largest);
+}
+
 TEST(ModelStages, CopiesShareOneSetOfParameters) {
   Context ctx;
   auto stage = make_model("seed_cnn", {}, ctx, {3, 7});
