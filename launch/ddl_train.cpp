@@ -28,6 +28,7 @@
 #include "core/train/trainer.hpp"
 #include "launch/metrics_log.hpp"
 #include "launch/progress_bar.hpp"
+#include "launch/stage_partition.hpp"
 #include "launch/train_options.hpp"
 #include "models/registry.hpp"
 
@@ -102,97 +103,6 @@ struct Run {
   int threads = 1;
 };
 
-LayerRange stage_range(const std::vector<std::size_t>& counts, int stage) {
-  LayerRange r;
-  for (int s = 0; s < stage; ++s) r.begin += counts[static_cast<std::size_t>(s)];
-  r.end = r.begin + counts[static_cast<std::size_t>(stage)];
-  return r;
-}
-
-// The default cut: each stage of an even cut runs a few micro-batch steps of its layers, the pipeline
-// gathers every layer's time and memory (parameters with their gradient, accumulator and optimizer
-// copies; outputs kept for the micro-batches in flight), and world rank 0's choice is everyone's.
-std::vector<std::size_t> measured_partition(Run& run, const ModelConfig& config, std::size_t layers,
-                                            const Communicator& world) {
-  const TrainOptions& o = run.options;
-  const int S = run.grid.stages, s = run.grid.stage;
-  std::vector<std::size_t> even(static_cast<std::size_t>(S), layers / static_cast<std::size_t>(S));
-  for (std::size_t i = 0; i < layers % static_cast<std::size_t>(S); ++i) ++even[i];
-  const LayerRange range = stage_range(even, s);
-  std::vector<double> figures(2 * layers, 0.0);  // time of each layer, then memory
-  {
-    auto probe = make_model(o.model, config, run.ctx, range);
-    probe->initialize(o.seed);
-    MpiStageLink link(*run.pipeline);
-    const dims_t& in = probe->input_shape();
-    const auto micro = static_cast<dnnl::memory::dim>(o.batch_size / o.micro_batches);
-    Tensor input(plain_desc(s == 0 ? dims_t{micro, in[0], in[1], in[2]} : link.receive_dims()), run.ctx.engine());
-    std::fill(input.data(), input.data() + input.bytes() / sizeof(float), 0.5f);
-    Profiler profiler;
-    constexpr int kWarmup = 1, kTimed = 2;
-    for (int step = 0; step < kWarmup + kTimed; ++step) {
-      if (step == kWarmup) probe->attach_profiler(&profiler);
-      const Tensor& out = probe->forward(run.ctx, input, Mode::train);
-      if (step == 0 && link.has_next()) link.send_dims(out.dims());
-      Tensor diff(out.desc(), run.ctx.engine());
-      std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
-      probe->backward(run.ctx, diff);
-      probe->release_input_gradient(run.ctx);
-    }
-    const double in_flight = std::min(o.micro_batches, S);
-    for (std::size_t i = 0; i < probe->num_layers(); ++i) {
-      const auto& e = profiler.entries()[i];
-      figures[range.begin + i] = (e.forward_s + e.backward_s) / kTimed;
-      figures[layers + range.begin + i] = 5.0 * sizeof(float) * static_cast<double>(probe->layer_param_count(i)) +
-                                          in_flight * static_cast<double>(probe->output_descs()[i].get_size());
-    }
-  }
-  run.pipeline->allreduce_sum(figures);
-  const std::vector<double> time(figures.begin(), figures.begin() + static_cast<std::ptrdiff_t>(layers));
-  const std::vector<double> memory(figures.begin() + static_cast<std::ptrdiff_t>(layers), figures.end());
-  const auto chosen = balanced_partition(time, memory, S);
-  std::vector<float> shared(chosen.begin(), chosen.end());
-  world.broadcast(shared, 0);
-  std::vector<std::size_t> counts(shared.begin(), shared.end());
-  // The report: each stage's share of the measured time and memory.
-  double total_t = 0, total_m = 0;
-  for (std::size_t i = 0; i < layers; ++i) {
-    total_t += time[i];
-    total_m += memory[i];
-  }
-  char line[160];
-  for (int st = 0; st < S; ++st) {
-    const LayerRange r = stage_range(counts, st);
-    double t = 0, m = 0;
-    for (std::size_t i = r.begin; i < r.end; ++i) {
-      t += time[i];
-      m += memory[i];
-    }
-    std::snprintf(line, sizeof line, "  stage %d: layers %zu-%zu, %.0f%% of the measured time, %.0f%% of the memory\n",
-                  st, r.begin, r.end - 1, 100 * t / total_t, 100 * m / total_m);
-    run.partition_report += line;
-  }
-  return counts;
-}
-
-std::vector<std::size_t> choose_partition(Run& run, const ModelConfig& config, std::size_t layers,
-                                          const Communicator& world) {
-  const TrainOptions& o = run.options;
-  const int S = run.grid.stages;
-  if (S == 1) return {layers};
-  if (static_cast<std::size_t>(S) > layers)
-    throw InputError(std::to_string(S) + " pipeline stages for model " + o.model + " of " + std::to_string(layers) +
-                     " layers: at most one stage per layer");
-  if (o.partition.empty()) return measured_partition(run, config, layers, world);
-  check_partition(o.partition, layers, S);
-  for (int st = 0; st < S; ++st) {
-    const LayerRange r = stage_range(o.partition, st);
-    run.partition_report += "  stage " + std::to_string(st) + ": layers " + std::to_string(r.begin) + "-" +
-                            std::to_string(r.end - 1) + " (--partition)\n";
-  }
-  return o.partition;
-}
-
 void build(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   run.threads = o.threads > 0 ? o.threads : default_threads(world);
@@ -219,7 +129,9 @@ void build(Run& run, const Communicator& world) {
   if (train.channels() != in[0])
     throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
                      " holds " + image_shape(train));
-  run.partition = choose_partition(run, config, layers, world);
+  StagePartition partition = choose_partition(o, config, layers, run.grid.stage, *run.pipeline, world, run.ctx);
+  run.partition = std::move(partition.counts);
+  run.partition_report = std::move(partition.report);
   const LayerRange range = stage_range(run.partition, run.grid.stage);
   run.model = make_model(o.model, config, run.ctx, range);
   run.model->initialize(o.seed);

@@ -1,0 +1,57 @@
+"""PyTorch DDP (gloo) with a torchvision model on CPU, the peer of bench/strategies.sh: `ranks` processes of
+`threads` threads, random 224x224 images, SGD with momentum, `batch` images per rank; one warm-up step, then
+`steps` timed. Prints images/s over all ranks and the largest rank's peak memory.
+    /usr/bin/python3 bench/torch_model_ddp.py MODEL RANKS THREADS BATCH STEPS
+"""
+import os
+import resource
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torchvision
+
+
+def worker(rank, name, ranks, threads, batch, steps, queue):
+    torch.set_num_threads(threads)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = "29533"
+    dist.init_process_group("gloo", rank=rank, world_size=ranks)
+    torch.manual_seed(1)
+    model = torch.nn.parallel.DistributedDataParallel(getattr(torchvision.models, name)(num_classes=1000))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, 224, 224)
+    y = torch.randint(0, 1000, (batch,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    dist.barrier()
+    seconds = time.perf_counter() - t0
+    queue.put((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    name, ranks, threads, batch, steps = sys.argv[1], *map(int, sys.argv[2:6])
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, name, ranks, threads, batch, steps, queue)) for r in range(ranks)]
+    for p in procs:
+        p.start()
+    results = [queue.get() for _ in procs]
+    for p in procs:
+        p.join()
+    seconds = max(r[0] for r in results)
+    print(f"torch ddp {name} ranks {ranks} threads {threads} batch {batch}: "
+          f"{ranks * batch * steps / seconds:.1f} images/s, peak RSS {max(r[1] for r in results):.0f} MB (largest rank)")
