@@ -323,6 +323,8 @@ int train(Run& run, const Communicator& world) {
     const auto comm = group.take_stats();
     double waits[1] = {comm.wait_seconds};
     world.allreduce_max(waits);
+    double bytes[1] = {comm.bytes / g.replicas};  // every stage's share, counted once per replica
+    world.allreduce_sum(bytes);
     double pipeline_wait[1] = {link ? link->take_wait_seconds() / world.size() : 0.0};
     world.allreduce_sum(pipeline_wait);
     train_seconds += tr.seconds;
@@ -351,7 +353,7 @@ int train(Run& run, const Communicator& world) {
                 trainer.last_lr(), peak_mb[0], world.size() > 1 ? " (largest rank)" : "");
     if (g.replicas > 1)
       std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * waits[0] / tr.seconds,
-                  comm.bytes / static_cast<double>(std::max<std::size_t>(steps, 1)) / (1 << 20));
+                  bytes[0] / static_cast<double>(std::max<std::size_t>(steps, 1)) / (1 << 20));
     if (link) std::printf("  pipeline wait %.1f%%", 100.0 * pipeline_wait[0] / tr.seconds);
     std::printf("\n");
     std::fflush(stdout);
