@@ -35,7 +35,11 @@ Communicator::Communicator(MPI_Comm owned, Adopt) : comm_(owned) {
 }
 
 Communicator::Communicator(Communicator&& other) noexcept
-    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)), rank_(other.rank_), size_(other.size_) {}
+    : comm_(std::exchange(other.comm_, MPI_COMM_NULL)),
+      rank_(other.rank_),
+      size_(other.size_),
+      hang_(other.hang_),
+      members_(std::move(other.members_)) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
   if (this != &other) {
@@ -43,6 +47,8 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     comm_ = std::exchange(other.comm_, MPI_COMM_NULL);
     rank_ = other.rank_;
     size_ = other.size_;
+    hang_ = other.hang_;
+    members_ = std::move(other.members_);
   }
   return *this;
 }
@@ -65,37 +71,46 @@ Communicator Communicator::split_shared() const {
   return Communicator(out, Adopt{});
 }
 
-void Communicator::barrier() const { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+void Communicator::barrier() const {
+  const auto wait = waiting("a barrier");
+  check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
+}
 
 void Communicator::broadcast(std::span<float> values, int root) const {
+  const auto wait = waiting("a broadcast");
   in_pieces(values, [&](float* p, int n) { check_mpi(MPI_Bcast(p, n, MPI_FLOAT, root, comm_), "MPI_Bcast"); });
 }
 
 void Communicator::allreduce_sum(std::span<float> values) const {
+  const auto wait = waiting("a sum (MPI_Allreduce)");
   in_pieces(values, [&](float* p, int n) {
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, comm_), "MPI_Allreduce");
   });
 }
 
 void Communicator::allreduce_sum(std::span<double> values) const {
+  const auto wait = waiting("a sum (MPI_Allreduce)");
   in_pieces(values, [&](double* p, int n) {
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
   });
 }
 
 void Communicator::allreduce_max(std::span<double> values) const {
+  const auto wait = waiting("a maximum (MPI_Allreduce)");
   in_pieces(values, [&](double* p, int n) {
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_MAX, comm_), "MPI_Allreduce");
   });
 }
 
 std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
+  const auto wait = waiting("an all-gather");
   std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));
   check_mpi(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm_), "MPI_Allgather");
   return all;
 }
 
 bool Communicator::any(bool flag) const {
+  const auto wait = waiting("an agreement (MPI_Allreduce)");
   int value = flag ? 1 : 0;
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_LOR, comm_), "MPI_Allreduce");
   return value != 0;
@@ -107,6 +122,34 @@ void Communicator::check_same(const std::string& what, std::uint64_t fingerprint
   for (std::size_t r = 0; r < all.size(); ++r)
     if (all[r] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
   if (!differ.empty()) throw InputError(what + " differs between rank 0 and rank(s) " + differ);
+}
+
+int Communicator::world_rank(int r) const {
+  MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  check_mpi(MPI_Comm_group(comm_, &mine), "MPI_Comm_group");
+  check_mpi(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+  int out = MPI_UNDEFINED;
+  const int rc = MPI_Group_translate_ranks(mine, 1, &r, world, &out);
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+  check_mpi(rc, "MPI_Group_translate_ranks");
+  return out;
+}
+
+void Communicator::watch(HangDetector* detector, const std::string& name) {
+  hang_ = detector;
+  members_ = name + " (rank";
+  members_ += size_ > 1 ? "s " : " ";
+  for (int r = 0; r < size_; ++r) members_ += (r ? ", " : "") + std::to_string(world_rank(r));
+  members_ += ")";
+}
+
+HangDetector::Wait Communicator::waiting(const std::string& what) const {
+  return hang_ ? hang_->waiting("in " + what + " with " + members_) : HangDetector::Wait();
+}
+
+HangDetector::Wait Communicator::waiting_for(const std::string& what, int peer) const {
+  return hang_ ? hang_->waiting(what + " from rank " + std::to_string(world_rank(peer))) : HangDetector::Wait();
 }
 
 }  // namespace ddl

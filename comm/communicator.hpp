@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/hang_detector.hpp"
+
 namespace ddl {
 
 class Communicator {
@@ -43,11 +45,23 @@ class Communicator {
   // Throws InputError on every rank, naming the ranks that differ from rank 0, unless all pass the same value.
   void check_same(const std::string& what, std::uint64_t fingerprint) const;
 
+  // Times every blocking call here with `detector` (null: none); `name` says in its message which ranks
+  // these are ("the replicas of stage 1").
+  void watch(HangDetector* detector, const std::string& name);
+  HangDetector* hang_detector() const { return hang_; }
+  // A wait to time, in a collective of all these ranks or for one of them (a rank of this communicator).
+  HangDetector::Wait waiting(const std::string& what) const;
+  HangDetector::Wait waiting_for(const std::string& what, int peer) const;
+  // The rank in MPI_COMM_WORLD of this communicator's rank r, the one users see.
+  int world_rank(int r) const;
+
  private:
   struct Adopt {};
   Communicator(MPI_Comm owned, Adopt);
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  HangDetector* hang_ = nullptr;
+  std::string members_;  // "<name> (world ranks 0, 2, 4)", for the detector's messages
 };
 
 }  // namespace ddl

@@ -18,6 +18,7 @@ void MpiReplicaGroup::gradients_ready(std::span<float> gradients, std::size_t of
 
 void MpiReplicaGroup::average(std::span<float> gradients) {
   if (comm_.size() == 1) return;
+  const auto wait = comm_.waiting("the gradient all-reduce");
   stats_.bytes += static_cast<double>(gradients.size_bytes());
   if (overlapped_) {
     stats_.wait_seconds += overlapped_->finish(gradients);

@@ -55,6 +55,7 @@ void MpiStageLink::send_dims(const dims_t& dims) {
 
 dims_t MpiStageLink::receive_dims() {
   MPI_Status status;
+  const auto watch = comm_.waiting_for("receiving the output shape", stage() - 1);
   const auto t0 = std::chrono::steady_clock::now();
   check_mpi(MPI_Probe(stage() - 1, kDimsTag, comm_.get(), &status), "MPI_Probe (pipeline shape)");
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -77,6 +78,10 @@ void MpiStageLink::post_receive(Flow flow, int micro, std::span<float> into) {
 
 void MpiStageLink::wait_receive(Flow flow, int micro) {
   Pending& p = pending(flow, micro);
+  const bool forward = flow == Flow::activation;
+  const auto watch = comm_.waiting_for(std::string("receiving the ") + (forward ? "activations" : "gradients") +
+                                           " of micro-batch " + std::to_string(micro),
+                                       forward ? stage() - 1 : stage() + 1);
   wait(p.request, flow == Flow::activation ? "receiving activations" : "receiving gradients", p.count, MPI_FLOAT);
 }
 
@@ -89,6 +94,7 @@ void MpiStageLink::send(Flow flow, int micro, std::span<const float> from) {
 }
 
 void MpiStageLink::wait_sends() {
+  const auto watch = comm_.waiting("finishing the messages to the neighbouring stages");
   const auto t0 = std::chrono::steady_clock::now();
   check_mpi(MPI_Waitall(static_cast<int>(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (pipeline)");
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -106,10 +112,12 @@ void MpiStageLink::receive_labels(std::span<std::int32_t> labels) {
   MPI_Request r = MPI_REQUEST_NULL;
   check_mpi(MPI_Irecv(labels.data(), count_of(labels.size()), MPI_INT32_T, 0, kLabelsTag, comm_.get(), &r),
             "MPI_Irecv (labels)");
+  const auto watch = comm_.waiting_for("receiving the labels", 0);
   wait(r, "receiving labels", count_of(labels.size()), MPI_INT32_T);
 }
 
 void MpiStageLink::broadcast_from_last(std::span<double> values) {
+  const auto watch = comm_.waiting("the broadcast of the last stage's metrics");
   check_mpi(MPI_Bcast(values.data(), count_of(values.size()), MPI_DOUBLE, stages() - 1, comm_.get()),
             "MPI_Bcast (pipeline metrics)");
 }

@@ -4,9 +4,11 @@
 // boundary: set-up errors are agreed on by all ranks and end every rank with exit code 2; errors during
 // training abort the whole job with the failing rank's message.
 #include <omp.h>
+#include <signal.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -17,9 +19,11 @@
 
 #include "comm/allreduce.hpp"
 #include "comm/communicator.hpp"
+#include "comm/hang_detector.hpp"
 #include "comm/mpi_environment.hpp"
 #include "comm/mpi_replica_group.hpp"
 #include "comm/mpi_stage_link.hpp"
+#include "comm/stop_vote.hpp"
 #include "core/data/sampler.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -110,6 +114,8 @@ void build(Run& run, const Communicator& world) {
   run.grid = Grid(world.size(), world.rank(), o.pipeline_stages);
   run.pipeline.emplace(world.split(run.grid.replica, run.grid.stage));
   run.stage_replicas.emplace(world.split(run.grid.stage, run.grid.replica));
+  run.pipeline->watch(world.hang_detector(), "the stages of replica " + std::to_string(run.grid.replica));
+  run.stage_replicas->watch(world.hang_detector(), "the replicas of stage " + std::to_string(run.grid.stage));
   const bool first_stage = run.grid.stage == 0;
 
   const ImageDataset train(o.train_path);
@@ -269,6 +275,41 @@ void print_header(Run& run, const Communicator& world) {
   std::fflush(stdout);
 }
 
+// The one piece of process-wide mutable state: a signal handler can reach nothing else.
+volatile std::sig_atomic_t stop_signal = 0;
+extern "C" void on_stop_signal(int signal) { stop_signal = signal; }
+
+void catch_stop_signals() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGINT, SIGTERM})
+    if (sigaction(signal, &action, nullptr) != 0) throw Error("cannot install the SIGINT/SIGTERM handler");
+}
+
+// After SIGINT or SIGTERM (Slurm's pre-emption): every rank stopped after the same step; the checkpoint
+// records how far the run got (`steps` of the epoch, 0 at an epoch's end), so --resume continues it
+// exactly. Exit code 128 + the signal, as a shell reports a process ended by it.
+int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps) {
+  const TrainOptions& o = run.options;
+  run.state.epochs_done = static_cast<std::uint64_t>(epoch);
+  const std::string last = (std::filesystem::path(o.checkpoint_dir) / "last.h5").string();
+  if (!o.checkpoint_dir.empty() && run.state.steps_done > 0) save(run, last);
+  if (run.pipeline->rank() == 0 && run.grid.replica == 0) {
+    if (run.state.steps_done > 0)
+      std::printf("stopped by a signal in epoch %d at step %llu/%zu (train loss %.4f over its last %zu steps)",
+                  epoch + 1, static_cast<unsigned long long>(run.state.steps_done), steps, tr.loss, tr.steps);
+    else
+      std::printf("stopped by a signal after epoch %d", epoch);
+    if (o.checkpoint_dir.empty())
+      std::printf("; nothing saved (no --checkpoint-dir)\n");
+    else
+      std::printf("; %s holds it: continue with --resume auto\n", last.c_str());
+    std::fflush(stdout);
+  }
+  return 128 + (stop_signal != 0 ? static_cast<int>(stop_signal) : SIGTERM);
+}
+
 int train(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   const Grid& g = run.grid;
@@ -301,6 +342,8 @@ int train(Run& run, const Communicator& world) {
   const bool bar = lead && g.stages == 1 &&
                    (o.progress == "always" || (o.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
   const bool validate = !run.val_subset.empty();
+  catch_stop_signals();
+  StopVote stop_vote(world);
 
   PassMetrics last_val;
   double train_seconds = 0;
@@ -310,14 +353,30 @@ int train(Run& run, const Communicator& world) {
     if (o.steps_per_epoch > 0)
       indices.resize(std::min(indices.size(), static_cast<std::size_t>(o.steps_per_epoch) * o.batch_size));
     const std::size_t steps = indices.size() / o.batch_size;
-    if (run.train_loader) run.train_loader->start(select(run.train_subset, indices), true, o.seed, epoch);
+    // A run stopped in the middle of an epoch resumes at the step after the last one it finished.
+    const std::size_t first_step = static_cast<std::uint64_t>(epoch) == run.state.epochs_done ? run.state.steps_done : 0;
+    if (run.train_loader)
+      run.train_loader->start(select(run.train_subset, std::vector<std::size_t>(
+                                                           indices.begin() + static_cast<std::ptrdiff_t>(
+                                                                                 first_step * o.batch_size),
+                                                           indices.end())),
+                              true, o.seed, epoch, first_step);
     ProgressBar progress(epoch + 1, o.epochs);
     group.take_stats();
     if (link) link->take_wait_seconds();
-    const PassMetrics tr = trainer.train_epoch(
-        run.train_loader ? &*run.train_loader : nullptr, epoch, steps,
-        bar ? [&](const StepProgress& p) { progress.update(p); } : std::function<void(const StepProgress&)>());
+    EpochHooks hooks;
+    if (bar) hooks.progress = [&](const StepProgress& p) { progress.update(p); };
+    hooks.stop = [&] { return stop_vote.step(stop_signal != 0); };
+    const PassMetrics tr =
+        trainer.train_epoch(run.train_loader ? &*run.train_loader : nullptr, epoch, steps, first_step, hooks);
     if (bar) progress.finish();
+    // A signal that came late in the epoch (or during the last step) stops the run at the epoch's end.
+    const bool stop = world.any(stop_vote.finish() || stop_signal != 0);
+    if (first_step + tr.steps < steps) {
+      run.state.steps_done = first_step + tr.steps;
+      return stop_midway(run, tr, epoch, steps);
+    }
+    run.state.steps_done = 0;
     // The slowest rank's wait is what the step pays for communication; a pipeline's idle share is the
     // mean over its stages.
     const auto comm = group.take_stats();
@@ -346,20 +405,22 @@ int train(Run& run, const Communicator& world) {
       save(run, (dir / "last.h5").string());
       if (best) save(run, (dir / "best.h5").string());
     }
-    if (!lead) continue;
-    std::printf("epoch %d/%d  train loss %.4f acc %.4f", epoch + 1, o.epochs, tr.loss, tr.accuracy);
-    if (validate) std::printf("  val loss %.4f acc %.4f", val.loss, val.accuracy);
-    std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB%s", tr.seconds, tr.images_per_second(),
-                trainer.last_lr(), peak_mb[0], world.size() > 1 ? " (largest rank)" : "");
-    if (g.replicas > 1)
-      std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * waits[0] / tr.seconds,
-                  bytes[0] / static_cast<double>(std::max<std::size_t>(steps, 1)) / (1 << 20));
-    if (link) std::printf("  pipeline wait %.1f%%", 100.0 * pipeline_wait[0] / tr.seconds);
-    std::printf("\n");
-    std::fflush(stdout);
-    if (metrics)
-      metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),
-                      trainer.last_lr(), peak_mb[0]});
+    if (lead) {
+      std::printf("epoch %d/%d  train loss %.4f acc %.4f", epoch + 1, o.epochs, tr.loss, tr.accuracy);
+      if (validate) std::printf("  val loss %.4f acc %.4f", val.loss, val.accuracy);
+      std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB%s", tr.seconds, tr.images_per_second(),
+                  trainer.last_lr(), peak_mb[0], world.size() > 1 ? " (largest rank)" : "");
+      if (g.replicas > 1)
+        std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * waits[0] / tr.seconds,
+                    bytes[0] / static_cast<double>(std::max<std::size_t>(tr.steps, 1)) / (1 << 20));
+      if (link) std::printf("  pipeline wait %.1f%%", 100.0 * pipeline_wait[0] / tr.seconds);
+      std::printf("\n");
+      std::fflush(stdout);
+      if (metrics)
+        metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),
+                        trainer.last_lr(), peak_mb[0]});
+    }
+    if (stop) return stop_midway(run, tr, epoch + 1, 0);
   }
   const auto peaks = world.allgather(peak_resident_bytes());
   if (lead) {
@@ -401,6 +462,7 @@ int main(int argc, char** argv) {
   using namespace ddl;
   MpiEnvironment mpi(&argc, &argv);
   std::optional<Communicator> world;
+  std::optional<HangDetector> hang;
   std::optional<Run> run;
   // Set-up: every rank learns whether any rank failed, so all stop together with exit code 2.
   std::exception_ptr setup_error;
@@ -408,6 +470,8 @@ int main(int argc, char** argv) {
     world.emplace();
     auto options = parse_train_options(argc, argv);
     if (!options) return world->any(false) ? 2 : 0;
+    hang.emplace(options->timeout, "rank " + std::to_string(world->rank()));
+    world->watch(&*hang, "all ranks");
     run.emplace();
     run->options = *options;
     build(*run, *world);

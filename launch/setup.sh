@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# procps (pgrep) is for the tests that signal a rank.
 packages=(build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libhdf5-dev
-          libboost-program-options-dev libgtest-dev libjpeg62-turbo-dev libpng-dev)
+          libboost-program-options-dev libgtest-dev libjpeg62-turbo-dev libpng-dev procps)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -118,7 +118,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "f32 | bf16 (ring: half the bytes, sums in f32)")(
       "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"),
       "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
-      "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)");
+      "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)")(
+      "timeout", po::value(&o.timeout)->default_value(o.timeout, "300"),
+      "seconds a rank may wait for others in one collective or message before it names them and stops the job "
+      "(0: no limit)");
   std::string partition;
   po::options_description pipeline("Pipeline (model parallelism; ranks = data-parallel replicas x stages)");
   pipeline.add_options()("pipeline-stages", po::value(&o.pipeline_stages)->default_value(1),
@@ -202,6 +205,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.allreduce_wire == "f32" || o.allreduce_wire == "bf16", "--allreduce-wire must be f32 or bf16");
   require(o.allreduce_wire == "f32" || o.allreduce == "ring", "--allreduce-wire bf16 needs --allreduce ring");
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0");
+  require(o.timeout >= 0, "--timeout must be >= 0");
   require(o.resume != "auto" || !o.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
   require(o.num_classes == 0 || o.num_classes >= 2, "--num-classes must be at least 2");
   require(o.pipeline_stages >= 1, "--pipeline-stages must be at least 1");

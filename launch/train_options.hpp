@@ -51,6 +51,7 @@ struct TrainOptions {
   std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
   bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
+  double timeout = 300.0;  // seconds one wait for other ranks may last; 0: no limit
   // pipeline
   int pipeline_stages = 1;
   int micro_batches = 1;

@@ -32,7 +32,8 @@ void BatchLoader::stop() {
   if (worker_.joinable()) worker_.join();
 }
 
-void BatchLoader::start(std::vector<std::size_t> indices, bool augment, std::uint64_t seed, std::uint64_t epoch) {
+void BatchLoader::start(std::vector<std::size_t> indices, bool augment, std::uint64_t seed, std::uint64_t epoch,
+                        std::size_t first_batch) {
   stop();
   for (auto i : indices)
     if (i >= reader_.size()) throw Error("BatchLoader: index " + std::to_string(i) + " out of range");
@@ -40,6 +41,7 @@ void BatchLoader::start(std::vector<std::size_t> indices, bool augment, std::uin
   augment_ = augment;
   seed_ = seed;
   epoch_ = epoch;
+  first_batch_ = first_batch;
   total_batches_ = (indices_.size() + batch_size_ - 1) / batch_size_;
   produced_ = consumed_ = released_ = 0;
   holding_ = stopping_ = false;
@@ -73,7 +75,7 @@ void BatchLoader::produce() {
         if (stopping_) return;
       }
       const std::size_t begin = b * batch_size_, end = std::min(indices_.size(), begin + batch_size_);
-      fill(slots_[b % slots_.size()], std::span(indices_).subspan(begin, end - begin), b);
+      fill(slots_[b % slots_.size()], std::span(indices_).subspan(begin, end - begin), first_batch_ + b);
       {
         std::lock_guard lock(mutex_);
         produced_ = b + 1;

@@ -48,8 +48,10 @@ class BatchLoader {
   const ImageDataset& dataset() const { return reader_; }
 
   // Begins a pass over `indices` in order (the last batch may be smaller). augment applies the random
-  // transforms (training); epoch and seed select their draws.
-  void start(std::vector<std::size_t> indices, bool augment, std::uint64_t seed, std::uint64_t epoch);
+  // transforms (training); epoch and seed select their draws. first_batch: the indices begin at this
+  // batch of the epoch (a resumed epoch), whose draws they get.
+  void start(std::vector<std::size_t> indices, bool augment, std::uint64_t seed, std::uint64_t epoch,
+             std::size_t first_batch = 0);
   // The next batch, valid until the next call; nullptr at the end of the pass. Rethrows a read error.
   const Batch* next();
 
@@ -70,6 +72,7 @@ class BatchLoader {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::size_t> indices_;
+  std::size_t first_batch_ = 0;
   bool augment_ = false;
   std::uint64_t seed_ = 0, epoch_ = 0;
   std::size_t total_batches_ = 0, produced_ = 0, consumed_ = 0, released_ = 0;

@@ -75,6 +75,7 @@ void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, cons
     h5::write_attribute(file, "format_version", std::int64_t{kVersion});
     h5::write_attribute(file, "model", state.model_name);
     h5::write_attribute(file, "epochs_done", static_cast<std::int64_t>(state.epochs_done));
+    h5::write_attribute(file, "steps_done", static_cast<std::int64_t>(state.steps_done));
     h5::write_attribute(file, "seed", static_cast<std::int64_t>(state.seed));
     h5::write_attribute(file, "best_accuracy", std::vector<double>{state.best_accuracy});
     h5::write_attribute(file, "configuration", state.configuration);
@@ -141,6 +142,8 @@ TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* 
   if (state.model_name != model.name())
     throw InputError(path + ": checkpoint of model '" + state.model_name + "', not '" + model.name() + "'");
   state.epochs_done = static_cast<std::uint64_t>(h5::read_int_attribute(file, "epochs_done", path));
+  if (h5::has_attribute(file, "steps_done"))  // absent from checkpoints of earlier versions
+    state.steps_done = static_cast<std::uint64_t>(h5::read_int_attribute(file, "steps_done", path));
   state.seed = static_cast<std::uint64_t>(h5::read_int_attribute(file, "seed", path));
   state.best_accuracy = h5::read_doubles_attribute(file, "best_accuracy", path).at(0);
   state.configuration = h5::read_string_attribute(file, "configuration", path);

@@ -23,6 +23,7 @@ struct TrainingState {
   double best_accuracy = -1.0;
   std::uint64_t seed = 0;
   std::string configuration;  // the options the run was started with, one "key = value" a line
+  std::uint64_t steps_done = 0;  // of the next epoch, when a run was stopped in the middle of it
 };
 
 void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state);

@@ -216,20 +216,19 @@ PassMetrics Trainer::reduce(double loss_sum, double correct, double images, doub
   return m;
 }
 
-PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::size_t steps,
-                                 const std::function<void(const StepProgress&)>& progress) {
+PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::size_t steps, std::size_t first_step,
+                                 const EpochHooks& hooks) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   double loss_sum = 0.0, correct = 0.0, images = 0.0;
-  for (std::size_t step = 0;; ++step) {
+  std::size_t step = first_step;
+  for (; step < steps; ++step) {
     const Batch* batch = nullptr;
     std::size_t n = plan_.batch_size;
     if (first()) {
       batch = loader->next();
       if (!batch) break;
       n = batch->size();
-    } else if (step == steps) {
-      break;
     }
     last_lr_ = schedule_.at(static_cast<double>(epoch) + static_cast<double>(step) / static_cast<double>(steps));
     const StepSums sums = run_step(batch, n, Mode::train);
@@ -242,12 +241,18 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
     loss_sum += sums.loss;
     correct += sums.correct;
     images += static_cast<double>(n);
-    if (progress) {
+    if (hooks.progress) {
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
-      progress({step + 1, steps, loss_sum / images, images * replicas_.size() / s});
+      hooks.progress({step + 1, steps, loss_sum / images, images * replicas_.size() / s});
+    }
+    if (hooks.stop && hooks.stop()) {
+      ++step;
+      break;
     }
   }
-  return reduce(loss_sum, correct, images, std::chrono::duration<double>(clock::now() - t0).count());
+  PassMetrics m = reduce(loss_sum, correct, images, std::chrono::duration<double>(clock::now() - t0).count());
+  m.steps = step - first_step;
+  return m;
 }
 
 PassMetrics Trainer::evaluate(BatchLoader* loader, std::size_t images) {

@@ -26,6 +26,7 @@ struct PassMetrics {
   double accuracy = 0.0;  // top-1
   double images = 0.0;    // over all replicas
   double seconds = 0.0;
+  std::size_t steps = 0;  // training: the steps run (fewer than asked when stopped)
   double images_per_second() const { return seconds > 0 ? images / seconds : 0.0; }
 };
 
@@ -33,6 +34,12 @@ struct StepProgress {
   std::size_t step, steps;
   double loss;  // running mean over this replica's steps so far
   double images_per_second;
+};
+
+struct EpochHooks {
+  std::function<void(const StepProgress&)> progress;
+  // Asked after every step, on every rank: true ends the epoch there (the ranks must agree).
+  std::function<bool()> stop;
 };
 
 struct StepPlan {
@@ -54,10 +61,11 @@ class Trainer {
 
   static int slots_needed(const StepPlan& plan, int stage, int stages);
 
-  // Trains one epoch; `epoch` counts from 0 and places the learning rate. The first stage takes its
-  // batches from the loader; later stages pass null and run `steps` steps.
-  PassMetrics train_epoch(BatchLoader* loader, std::size_t epoch, std::size_t steps,
-                          const std::function<void(const StepProgress&)>& progress = {});
+  // Trains one epoch of `steps` steps from step first_step (a resumed epoch); `epoch` counts from 0 and
+  // places the learning rate. The first stage takes its batches from the loader (started at first_step);
+  // later stages pass null.
+  PassMetrics train_epoch(BatchLoader* loader, std::size_t epoch, std::size_t steps, std::size_t first_step = 0,
+                          const EpochHooks& hooks = {});
   // `images`: how many this replica evaluates, in batches of plan.batch_size (the loader's, on the first stage).
   PassMetrics evaluate(BatchLoader* loader, std::size_t images);
   float last_lr() const { return last_lr_; }

@@ -20,6 +20,7 @@ const std::string kTrain = DDL_TRAIN_EXE;
 const std::string kData = DDL_DATA_EXE;
 const std::string kMpirun = std::string(MPIEXEC_EXE) + " --oversubscribe";
 const std::string kSample = DDL_SAMPLE_TARBALL;
+const std::string kSignalRank = std::string("bash ") + DDL_SIGNAL_RANK;
 
 class DdlTrain : public ::testing::Test {
  public:
@@ -291,6 +292,68 @@ TEST_F(DdlTrain, BadLayoutsAreRefusedOnEveryRank) {
   expect_clean_error(run(kTrain + train_args("--batch-size 30 --micro-batches 4")),
                      "--batch-size 30 does not split into 4 micro-batches");
   expect_clean_error(run(kTrain + train_args("--schedule zigzag")), "--schedule must be gpipe or 1f1b");
+}
+
+// Seconds from the signal to the end of the job, from signal_rank.sh's lines.
+double seconds_after_signal(const std::string& err) {
+  const auto s = err.find("signalled after "), e = err.find("ended after ");
+  if (s == std::string::npos || e == std::string::npos) return 1e9;
+  return std::stod(err.substr(e + 12)) - std::stod(err.substr(s + 16));
+}
+
+TEST_F(DdlTrain, AStoppedRankIsNamedWithinTheTimeout) {
+  // SIGSTOP: the rank is alive but answers nothing, as behind a cut link. Data parallel: the others wait in
+  // the all-reduce; a pipeline: stage 0 waits for stage 1's gradients.
+  const std::string args = "--epochs 100 --threads 1 --timeout 2 ";
+  const auto dp = run(kSignalRank + " STOP 1 'epoch 1/' " + kMpirun + " -np 2 " + kTrain + train_args(args));
+  EXPECT_NE(dp.exit_code, 0);
+  EXPECT_NE(dp.err.find("ddl_train: error (rank 0): no progress for 2 s while in the gradient all-reduce with the "
+                        "replicas of stage 0 (ranks 0, 1)"),
+            std::string::npos)
+      << dp.err;
+  EXPECT_LT(seconds_after_signal(dp.err), 15.0) << dp.err;
+  const auto pipe = run(kSignalRank + " STOP 1 'epoch 1/' " + kMpirun + " -np 2 " + kTrain +
+                        train_args(args + "--pipeline-stages 2 --micro-batches 2"));
+  EXPECT_NE(pipe.exit_code, 0);
+  EXPECT_NE(pipe.err.find("ddl_train: error (rank 0): no progress for 2 s while receiving the"), std::string::npos)
+      << pipe.err;
+  EXPECT_NE(pipe.err.find("from rank 1"), std::string::npos) << pipe.err;
+  EXPECT_LT(seconds_after_signal(pipe.err), 15.0) << pipe.err;
+}
+
+TEST_F(DdlTrain, SigtermStopsEveryRankWithACheckpointAndResumeContinuesExactly) {
+  // The signal reaches one rank only; all must stop after the same step. Resuming must then give what an
+  // uninterrupted run gives.
+  const std::string args = "--epochs 4 --steps-per-epoch 60 --threads 1 --optimizer sgd --checkpoint-dir ";
+  const std::string straight = scratch_ / "straight", cut = scratch_ / "cut";
+  ASSERT_EQ(run(kMpirun + " -np 2 " + kTrain + train_args(args + straight)).exit_code, 0);
+  const auto stopped = run(kSignalRank + " TERM 1 'epoch 1/' " + kMpirun + " -np 2 " + kTrain + train_args(args + cut));
+  EXPECT_EQ(stopped.exit_code, 128 + 15) << stopped.out << stopped.err;
+  EXPECT_NE(stopped.out.find("stopped by a signal"), std::string::npos) << stopped.out;
+  EXPECT_LT(seconds_after_signal(stopped.err), 10.0) << stopped.err;
+  EXPECT_EQ(stopped.out.find("epoch 4/4"), std::string::npos) << "the signal came too late to test anything";
+  const auto resumed = run(kMpirun + " -np 2 " + kTrain + train_args(args + cut + " --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+  EXPECT_EQ(params(straight + "/last.h5"), params(cut + "/last.h5"));
+}
+
+TEST_F(DdlTrain, AKilledRankLeavesTheLastCheckpointIntact) {
+  // SIGKILL to rank 0, the one that writes a checkpoint after every (short) epoch: whenever it falls, the
+  // last checkpoint must load and resume to exactly what an uninterrupted run reaches.
+  const std::string args = "--steps-per-epoch 5 --threads 1 --optimizer sgd --checkpoint-dir ";
+  const std::string killed = scratch_ / "killed", straight = scratch_ / "straight";
+  const auto r = run(kSignalRank + " KILL 0 'epoch 3/' " + kMpirun + " -np 2 " + kTrain +
+                     train_args(args + killed + " --epochs 1000"));
+  EXPECT_NE(r.exit_code, 0);
+  h5::Handle f = h5::open_file(killed + "/last.h5");
+  const auto done = h5::read_int_attribute(f, "epochs_done", "last.h5");
+  ASSERT_GE(done, 2);
+  const std::string target = " --epochs " + std::to_string(done + 2);
+  const auto resumed = run(kMpirun + " -np 2 " + kTrain + train_args(args + killed + target + " --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  ASSERT_EQ(run(kMpirun + " -np 2 " + kTrain + train_args(args + straight + target)).exit_code, 0);
+  EXPECT_EQ(params(straight + "/last.h5"), params(killed + "/last.h5"));
 }
 
 TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {

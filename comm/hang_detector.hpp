@@ -1,0 +1,60 @@
+// Ends the process when one wait for other ranks lasts longer than a timeout. MPI sets no deadline on a
+// receive or a collective: a peer that stopped, or whose network link was cut, leaves the others waiting
+// silently (Open MPI's own keepalive took 490 s to notice a cut link in a test). A watcher thread sees
+// the wait's age; past the timeout the rank prints which operation it waited in and for which ranks, and
+// exits, and mpirun then ends the rest of the job. The watcher never calls MPI itself: with
+// MPI_THREAD_SERIALIZED only the thread inside the wait may.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace ddl {
+
+class HangDetector {
+ public:
+  // timeout_seconds <= 0: never fires. who: how the messages name this process ("rank 3").
+  HangDetector(double timeout_seconds, std::string who);
+  ~HangDetector();
+  HangDetector(const HangDetector&) = delete;
+  HangDetector& operator=(const HangDetector&) = delete;
+
+  // While alive, this process is waiting in `what` (naming the operation and the peers). Waits may nest:
+  // the outermost is the one timed.
+  class Wait {
+   public:
+    Wait() = default;
+    explicit Wait(HangDetector* detector) : detector_(detector) {}
+    Wait(Wait&& other) noexcept : detector_(other.detector_) { other.detector_ = nullptr; }
+    Wait& operator=(Wait&&) = delete;
+    ~Wait() {
+      if (detector_) detector_->end();
+    }
+
+   private:
+    HangDetector* detector_ = nullptr;
+  };
+  [[nodiscard]] Wait waiting(const std::string& what);
+
+  double timeout_seconds() const { return timeout_; }
+
+ private:
+  void end();
+  void watch();
+
+  using clock = std::chrono::steady_clock;
+  double timeout_;
+  std::string who_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int depth_ = 0;
+  std::string what_;
+  clock::time_point since_;
+  bool stopping_ = false;
+  std::thread watcher_;
+};
+
+}  // namespace ddl

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# For fault tests: runs COMMAND (an mpirun or a single ddl_train), and once its output shows PATTERN
+# sends SIGNAL to the ddl_train process of MPI rank RANK (any ddl_train it started when RANK is "any").
+# Passes the command's stdout and stderr through, prints "signalled after S s" and "ended after S s" on
+# stderr (seconds since the start), and exits with the command's exit code.
+#   bash tests/launch/signal_rank.sh SIGNAL RANK PATTERN COMMAND...
+set -uo pipefail
+signal=$1 rank=$2 pattern=$3
+shift 3
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+start=$(date +%s.%N)
+setsid "$@" > "$out" 2> "$err" &
+job=$!
+elapsed() { awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'; }
+rank_pid() {
+  for p in $(pgrep -s "$job" -x ddl_train); do
+    if [ "$rank" = any ] || tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+      echo "$p"
+      return
+    fi
+  done
+}
+for _ in $(seq 600); do
+  grep -q -- "$pattern" "$out" && break
+  kill -0 "$job" 2>/dev/null || break
+  sleep 0.1
+done
+pid=$(rank_pid)
+if [ -n "$pid" ]; then
+  kill "-$signal" "$pid"
+  echo "signalled after $(elapsed) s" >&2
+fi
+# A stopped or cut-off rank must not keep the test waiting: give up after 120 s.
+for _ in $(seq 1200); do
+  kill -0 "$job" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$job" 2>/dev/null && kill -KILL -- "-$job"
+wait "$job"
+code=$?
+cat "$out"
+cat "$err" >&2
+echo "ended after $(elapsed) s" >&2
+exit "$code"
