@@ -109,6 +109,33 @@ std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
   return all;
 }
 
+std::vector<std::string> Communicator::gather(const std::string& text, int root) const {
+  const auto wait = waiting("a gather");
+  if (text.size() > static_cast<std::size_t>(INT_MAX)) throw Error("gather: a text of " + std::to_string(text.size()) + " bytes");
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size_)), offsets(static_cast<std::size_t>(size_));
+  check_mpi(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm_), "MPI_Gather");
+  std::string all;
+  if (rank_ == root) {
+    long long total = 0;
+    for (int r = 0; r < size_; ++r) {
+      offsets[static_cast<std::size_t>(r)] = static_cast<int>(total);
+      total += lengths[static_cast<std::size_t>(r)];
+    }
+    if (total > INT_MAX) throw Error("gather: " + std::to_string(total) + " bytes in all");
+    all.resize(static_cast<std::size_t>(total));
+  }
+  check_mpi(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, root,
+                        comm_),
+            "MPI_Gatherv");
+  std::vector<std::string> texts;
+  if (rank_ == root)
+    for (int r = 0; r < size_; ++r)
+      texts.push_back(all.substr(static_cast<std::size_t>(offsets[static_cast<std::size_t>(r)]),
+                                 static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
+  return texts;
+}
+
 bool Communicator::any(bool flag) const {
   const auto wait = waiting("an agreement (MPI_Allreduce)");
   int value = flag ? 1 : 0;

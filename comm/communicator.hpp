@@ -40,6 +40,8 @@ class Communicator {
   void allreduce_sum(std::span<double> values) const;
   void allreduce_max(std::span<double> values) const;
   std::vector<std::uint64_t> allgather(std::uint64_t value) const;
+  // Every rank's text, in rank order, on `root` (empty elsewhere).
+  std::vector<std::string> gather(const std::string& text, int root) const;
   // True on every rank when `flag` is true on at least one.
   bool any(bool flag) const;
   // Throws InputError on every rank, naming the ranks that differ from rank 0, unless all pass the same value.

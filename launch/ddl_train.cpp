@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <numeric>
 #include <optional>
@@ -275,6 +276,23 @@ void print_header(Run& run, const Communicator& world) {
   std::fflush(stdout);
 }
 
+// One Chrome trace file for the whole job, written by rank 0.
+void write_timeline(const Run& run, const Timeline& timeline, const Communicator& world) {
+  const std::string label = "rank " + std::to_string(world.rank()) + " (replica " +
+                            std::to_string(run.grid.replica) + ", stage " + std::to_string(run.grid.stage) + ")";
+  const auto texts = world.gather(timeline.json_events(world.rank(), label), 0);
+  if (world.rank() != 0) return;
+  const std::string& path = run.options.timeline_path;
+  std::ofstream out(path);
+  out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+  for (std::size_t r = 0; r < texts.size(); ++r) out << (r ? ",\n" : "") << texts[r];
+  out << "\n]}\n";
+  out.close();
+  if (!out) throw Error("cannot write the timeline to " + path);
+  std::printf("timeline of %zu ranks in %s%s\n", texts.size(), path.c_str(),
+              timeline.dropped() ? " (rank 0 kept only its first events)" : "");
+}
+
 // The one piece of process-wide mutable state: a signal handler can reach nothing else.
 volatile std::sig_atomic_t stop_signal = 0;
 extern "C" void on_stop_signal(int signal) { stop_signal = signal; }
@@ -344,6 +362,12 @@ int train(Run& run, const Communicator& world) {
   const bool validate = !run.val_subset.empty();
   catch_stop_signals();
   StopVote stop_vote(world);
+  Timeline timeline;
+  if (!o.timeline_path.empty()) trainer.record(&timeline);
+  auto finish = [&](int code) {
+    if (!o.timeline_path.empty()) write_timeline(run, timeline, world);
+    return code;
+  };
 
   PassMetrics last_val;
   double train_seconds = 0;
@@ -374,7 +398,7 @@ int train(Run& run, const Communicator& world) {
     const bool stop = world.any(stop_vote.finish() || stop_signal != 0);
     if (first_step + tr.steps < steps) {
       run.state.steps_done = first_step + tr.steps;
-      return stop_midway(run, tr, epoch, steps);
+      return finish(stop_midway(run, tr, epoch, steps));
     }
     run.state.steps_done = 0;
     // The slowest rank's wait is what the step pays for communication; a pipeline's idle share is the
@@ -418,9 +442,9 @@ int train(Run& run, const Communicator& world) {
       std::fflush(stdout);
       if (metrics)
         metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),
-                        trainer.last_lr(), peak_mb[0]});
+                        trainer.last_lr(), peak_mb[0], waits[0] / tr.seconds, pipeline_wait[0] / tr.seconds});
     }
-    if (stop) return stop_midway(run, tr, epoch + 1, 0);
+    if (stop) return finish(stop_midway(run, tr, epoch + 1, 0));
   }
   const auto peaks = world.allgather(peak_resident_bytes());
   if (lead) {
@@ -434,7 +458,7 @@ int train(Run& run, const Communicator& world) {
       std::printf("final validation accuracy %.4f (best %.4f)\n", last_val.accuracy, run.state.best_accuracy);
   }
   world.barrier();
-  return 0;
+  return finish(0);
 }
 
 void report(const Communicator* world, const std::string& message) {

@@ -11,6 +11,7 @@ struct EpochRecord {
   int epoch;
   double train_loss, train_accuracy, val_loss, val_accuracy;
   double epoch_seconds, images_per_second, lr, peak_rss_mb;
+  double comm_wait_share, pipeline_wait_share;  // of the epoch's time: all-reduce waits, pipeline idle
 };
 
 class MetricsLog {

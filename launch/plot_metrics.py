@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Draws the learning curves of a ddl_train metrics file (CSV or JSON lines) into a PNG.
+"""Draws a ddl_train metrics file (CSV or JSON lines) into a PNG: the learning curves (loss, accuracy),
+and per epoch the images/s and the share of time spent waiting for communication.
 
 usage: python3 launch/plot_metrics.py METRICS.csv|.jsonl [OUT.png]
 Needs matplotlib (Debian: apt-get install python3-matplotlib).
@@ -29,14 +30,20 @@ def main():
     import matplotlib.pyplot as plt
 
     epochs = [r["epoch"] for r in rows]
-    fig, (loss, acc) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, ((loss, acc), (speed, comm)) = plt.subplots(2, 2, figsize=(10, 8))
     loss.plot(epochs, [r["train_loss"] for r in rows], "o-", label="train")
     loss.plot(epochs, [r["val_loss"] for r in rows], "o-", label="validation")
     loss.set(xlabel="epoch", ylabel="loss", title="loss")
     acc.plot(epochs, [r["train_accuracy"] for r in rows], "o-", label="train")
     acc.plot(epochs, [r["val_accuracy"] for r in rows], "o-", label="validation")
     acc.set(xlabel="epoch", ylabel="accuracy", title="accuracy")
-    for ax in (loss, acc):
+    speed.plot(epochs, [r["images_per_second"] for r in rows], "o-", label="training")
+    speed.set(xlabel="epoch", ylabel="images/s", title="speed (all ranks)")
+    # Files of earlier versions have no communication columns.
+    comm.plot(epochs, [100 * r.get("comm_wait_share", 0) for r in rows], "o-", label="all-reduce wait")
+    comm.plot(epochs, [100 * r.get("pipeline_wait_share", 0) for r in rows], "o-", label="pipeline idle")
+    comm.set(xlabel="epoch", ylabel="% of epoch time", title="communication")
+    for ax in (loss, acc, speed, comm):
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()

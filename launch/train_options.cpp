@@ -136,6 +136,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
       "metrics", po::value(&o.metrics_path), "per-epoch figures to this file (.csv, or .jsonl for JSON lines)")(
+      "timeline", po::value(&o.timeline_path),
+      "write every rank's forward, backward, communication and data-wait spans to this Chrome trace (.json)")(
       "progress", po::value(&o.progress)->default_value(o.progress),
       "progress bar: auto (on a terminal, not under mpirun) | always | never")(
       "profile", po::bool_switch(&o.profile), "print per-layer forward/backward times");

@@ -127,7 +127,10 @@ Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode
     else
       backward(op.micro);
   }
-  if (link_) link_->wait_sends();
+  if (link_) {
+    const auto waiting = Timeline::span(timeline_, "finish sends");
+    link_->wait_sends();
+  }
   return sums;
 }
 
@@ -137,11 +140,13 @@ void Trainer::forward(const Batch* batch, int m, std::size_t micro, Mode mode, S
   if (mode == Mode::train) carry_state(slot);
   const Tensor* input = nullptr;
   if (!first()) {
+    const auto waiting = Timeline::span(timeline_, "receive activations", m);
     link_->wait_receive(StageLink::Flow::activation, m);
     input = &inputs_[i];
   } else {
     input = micro_batches_ == 1 ? &batch->images : &inputs_[i];
   }
+  auto pass = Timeline::span(timeline_, mode == Mode::train ? "forward" : "forward (evaluation)", m);
   const Tensor& out = slots_[slot]->forward(ctx_, *input, mode);
   if (last()) {
     std::span<const std::int32_t> labels = first() ? std::span<const std::int32_t>(batch->labels) : labels_;
@@ -183,6 +188,7 @@ void Trainer::backward(int m) {
   if (last()) {
     diff = &diff_logits_[i];
   } else {
+    const auto waiting = Timeline::span(timeline_, "receive gradients", m);
     link_->wait_receive(StageLink::Flow::gradient, m);
     const dnnl::memory::desc& out_md = model.output_descs().back();
     if (from_plain_to_ != out_md) {
@@ -192,6 +198,7 @@ void Trainer::backward(int m) {
     diff = &from_plain_(ctx_, received_gradients_[i]);
   }
   model.accumulate_gradients(backwards_done_ > 0);
+  auto pass = Timeline::span(timeline_, "backward", m);
   const Tensor& g = model.backward(ctx_, *diff);
   ++backwards_done_;
   if (first()) return;
@@ -226,6 +233,7 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
     const Batch* batch = nullptr;
     std::size_t n = plan_.batch_size;
     if (first()) {
+      const auto waiting = Timeline::span(timeline_, "wait for data");
       batch = loader->next();
       if (!batch) break;
       n = batch->size();
@@ -235,8 +243,14 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
     if (!std::isfinite(sums.loss))
       throw Error("training diverged: loss is " + std::to_string(sums.loss) + " at epoch " + std::to_string(epoch + 1) +
                   " step " + std::to_string(step + 1) + " (lower the learning rate?)");
-    replicas_.average(slots_[0]->grads());
-    optimizer_.step(slots_[0]->params(), slots_[0]->grads(), last_lr_);
+    {
+      const auto reducing = Timeline::span(timeline_, "gradient all-reduce");
+      replicas_.average(slots_[0]->grads());
+    }
+    {
+      const auto stepping = Timeline::span(timeline_, "optimizer");
+      optimizer_.step(slots_[0]->params(), slots_[0]->grads(), last_lr_);
+    }
     carry_state(0);
     loss_sum += sums.loss;
     correct += sums.correct;

@@ -18,6 +18,7 @@
 #include "core/train/pipeline_schedule.hpp"
 #include "core/train/replica_group.hpp"
 #include "core/train/stage_link.hpp"
+#include "core/train/timeline.hpp"
 
 namespace ddl {
 
@@ -69,6 +70,8 @@ class Trainer {
   // `images`: how many this replica evaluates, in batches of plan.batch_size (the loader's, on the first stage).
   PassMetrics evaluate(BatchLoader* loader, std::size_t images);
   float last_lr() const { return last_lr_; }
+  // Records spans into `timeline` from now on (null: none).
+  void record(Timeline* timeline) { timeline_ = timeline; }
 
  private:
   struct StepSums {
@@ -93,6 +96,7 @@ class Trainer {
   StepPlan plan_;
   SoftmaxCrossEntropy loss_;
   float last_lr_ = 0.0f;
+  Timeline* timeline_ = nullptr;
 
   // Per step.
   int micro_batches_ = 1, slots_in_use_ = 1, backwards_done_ = 0;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 
 #include "core/data/dataset_writer.hpp"
 #include "core/data/hdf5.hpp"
@@ -354,6 +355,29 @@ TEST_F(DdlTrain, AKilledRankLeavesTheLastCheckpointIntact) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   ASSERT_EQ(run(kMpirun + " -np 2 " + kTrain + train_args(args + straight + target)).exit_code, 0);
   EXPECT_EQ(params(straight + "/last.h5"), params(killed + "/last.h5"));
+}
+
+TEST_F(DdlTrain, TimelineHoldsEveryRanksSpans) {
+  const std::string path = scratch_ / "trace.json";
+  const auto r = run(kMpirun + " -np 2 " + kTrain +
+                     train_args("--epochs 1 --steps-per-epoch 3 --threads 1 --pipeline-stages 2 --micro-batches 2 "
+                                "--timeline " + path));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("timeline of 2 ranks in " + path), std::string::npos) << r.out;
+  std::ifstream in(path);
+  const std::string trace((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(trace.rfind("{\"displayTimeUnit\": \"ms\", \"traceEvents\": [", 0), 0u);
+  EXPECT_EQ(trace.substr(trace.size() - 4), "\n]}\n");
+  for (const std::string event :
+       {"\"name\": \"rank 1 (replica 0, stage 1)\"", "\"name\": \"wait for data\", \"ph\": \"X\", \"pid\": 0",
+        "\"name\": \"receive activations\", \"ph\": \"X\", \"pid\": 1",
+        "\"name\": \"receive gradients\", \"ph\": \"X\", \"pid\": 0", "\"name\": \"backward\"",
+        "\"args\": {\"micro-batch\": 1}", "\"name\": \"gradient all-reduce\"", "\"name\": \"forward (evaluation)\""})
+    EXPECT_NE(trace.find(event), std::string::npos) << event;
+  // Three steps of two micro-batches on each of the two stages.
+  std::size_t backwards = 0;
+  for (auto at = trace.find("\"backward\""); at != std::string::npos; at = trace.find("\"backward\"", at + 1)) ++backwards;
+  EXPECT_EQ(backwards, 12u);
 }
 
 TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {
