@@ -271,8 +271,10 @@ void print_header(Run& run, const Communicator& world) {
     std::printf("gradients: %s all-reduce, %s wire, one piece after backward\n", o.allreduce.c_str(),
                 o.allreduce_wire.c_str());
   if (!run.resume_path.empty())
-    std::printf("resumed from %s after epoch %llu\n", run.resume_path.c_str(),
-                static_cast<unsigned long long>(run.state.epochs_done));
+    std::printf("resumed from %s after epoch %llu%s\n", run.resume_path.c_str(),
+                static_cast<unsigned long long>(run.state.epochs_done),
+                run.state.steps_done ? (" and " + std::to_string(run.state.steps_done) + " steps of the next").c_str()
+                                     : "");
   std::fflush(stdout);
 }
 

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Installs what ddl needs from Debian 12's packages (only what is missing) and builds it in build/.
-# Usage: bash launch/setup.sh            (as root, or with sudo available)
+# Usage: bash launch/setup.sh [more packages]   (as root, or with sudo available)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# procps (pgrep) is for the tests that signal a rank.
 packages=(build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libhdf5-dev
-          libboost-program-options-dev libgtest-dev libjpeg62-turbo-dev libpng-dev procps)
+          libboost-program-options-dev libgtest-dev libjpeg62-turbo-dev libpng-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
