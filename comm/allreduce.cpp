@@ -183,6 +183,7 @@ void Allreducer::ring(const Communicator& comm, std::span<float> data) {
                     static_cast<int>(std::min(chunk, send_count - off)), type, right, step, comm.get(), sends.add()),
           "MPI_Isend");
     // Reduce (or unpack) each chunk as it arrives while the later ones are still in flight.
+    const auto receiving = comm.waiting_for("a ring all-reduce step", left);
     auto& pending = recvs.all();
     for (std::size_t done = 0; done < pending.size(); ++done) {
       int index = MPI_UNDEFINED;
@@ -201,6 +202,7 @@ void Allreducer::ring(const Communicator& comm, std::span<float> data) {
         for (std::size_t i = 0; i < len; ++i) out[i] += in[i];
       }
     }
+    const auto sending = comm.waiting("a ring all-reduce step (sending to rank " + std::to_string(comm.world_rank(right)) + ")");
     auto& outgoing = sends.all();
     check_mpi(MPI_Waitall(static_cast<int>(outgoing.size()), outgoing.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
   }

@@ -39,6 +39,7 @@ Communicator::Communicator(Communicator&& other) noexcept
       rank_(other.rank_),
       size_(other.size_),
       hang_(other.hang_),
+      name_(std::move(other.name_)),
       members_(std::move(other.members_)) {}
 
 Communicator& Communicator::operator=(Communicator&& other) noexcept {
@@ -48,6 +49,7 @@ Communicator& Communicator::operator=(Communicator&& other) noexcept {
     rank_ = other.rank_;
     size_ = other.size_;
     hang_ = other.hang_;
+    name_ = std::move(other.name_);
     members_ = std::move(other.members_);
   }
   return *this;
@@ -62,13 +64,17 @@ Communicator::~Communicator() {
 Communicator Communicator::split(int color, int key) const {
   MPI_Comm out = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(comm_, color, key, &out), "MPI_Comm_split");
-  return Communicator(out, Adopt{});
+  Communicator part(out, Adopt{});
+  if (hang_) part.watch(hang_, "some of " + name_);
+  return part;
 }
 
 Communicator Communicator::split_shared() const {
   MPI_Comm out = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &out), "MPI_Comm_split_type");
-  return Communicator(out, Adopt{});
+  Communicator node(out, Adopt{});
+  if (hang_) node.watch(hang_, "the ranks of this node among " + name_);
+  return node;
 }
 
 void Communicator::barrier() const {
@@ -165,6 +171,7 @@ int Communicator::world_rank(int r) const {
 
 void Communicator::watch(HangDetector* detector, const std::string& name) {
   hang_ = detector;
+  name_ = name;
   members_ = name + " (rank";
   members_ += size_ > 1 ? "s " : " ";
   for (int r = 0; r < size_; ++r) members_ += (r ? ", " : "") + std::to_string(world_rank(r));

@@ -28,7 +28,8 @@ class Communicator {
   int size() const { return size_; }
   MPI_Comm get() const { return comm_; }
 
-  // Ranks with the same color form a sub-communicator, ordered by key.
+  // Ranks with the same color form a sub-communicator, ordered by key. Sub-communicators are timed by
+  // the same hang detector.
   Communicator split(int color, int key) const;
   // The ranks that share this node's memory.
   Communicator split_shared() const;
@@ -63,6 +64,7 @@ class Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   HangDetector* hang_ = nullptr;
+  std::string name_;
   std::string members_;  // "<name> (world ranks 0, 2, 4)", for the detector's messages
 };
 

@@ -21,27 +21,25 @@ HangDetector::~HangDetector() {
 HangDetector::Wait HangDetector::waiting(const std::string& what) {
   if (timeout_ <= 0) return Wait();
   std::lock_guard lock(mutex_);
-  if (depth_++ == 0) {
-    what_ = what;
-    since_ = clock::now();
-  }
-  return Wait(this);
+  open_.push_back({++next_id_, what, clock::now()});
+  return Wait(this, next_id_);
 }
 
-void HangDetector::end() {
+void HangDetector::end(std::uint64_t id) {
   std::lock_guard lock(mutex_);
-  --depth_;
+  std::erase_if(open_, [id](const Open& o) { return o.id == id; });
 }
 
 void HangDetector::watch() {
   std::unique_lock lock(mutex_);
   const auto tick = std::chrono::milliseconds(100);
   while (!cv_.wait_for(lock, tick, [this] { return stopping_; })) {
-    if (depth_ == 0) continue;
-    const double waited = std::chrono::duration<double>(clock::now() - since_).count();
+    if (open_.empty()) continue;
+    const Open& newest = open_.back();
+    const double waited = std::chrono::duration<double>(clock::now() - newest.since).count();
     if (waited < timeout_) continue;
     std::fprintf(stderr, "ddl_train: error (%s): no progress for %.0f s while %s (--timeout %g); stopping the job\n",
-                 who_.c_str(), waited, what_.c_str(), timeout_);
+                 who_.c_str(), waited, newest.what.c_str(), timeout_);
     std::fflush(stderr);
     std::_Exit(3);
   }

@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace ddl {
 
@@ -22,27 +24,29 @@ class HangDetector {
   HangDetector(const HangDetector&) = delete;
   HangDetector& operator=(const HangDetector&) = delete;
 
-  // While alive, this process is waiting in `what` (naming the operation and the peers). Waits may nest:
-  // the outermost is the one timed.
+  // While alive, this process is waiting in `what` (naming the operation and the peers). Waits may nest
+  // (a ring step inside an all-reduce) and come from two threads (the bucket thread): the newest is the
+  // one timed and named, as the most precise.
   class Wait {
    public:
     Wait() = default;
-    explicit Wait(HangDetector* detector) : detector_(detector) {}
-    Wait(Wait&& other) noexcept : detector_(other.detector_) { other.detector_ = nullptr; }
+    Wait(HangDetector* detector, std::uint64_t id) : detector_(detector), id_(id) {}
+    Wait(Wait&& other) noexcept : detector_(other.detector_), id_(other.id_) { other.detector_ = nullptr; }
     Wait& operator=(Wait&&) = delete;
     ~Wait() {
-      if (detector_) detector_->end();
+      if (detector_) detector_->end(id_);
     }
 
    private:
     HangDetector* detector_ = nullptr;
+    std::uint64_t id_ = 0;
   };
   [[nodiscard]] Wait waiting(const std::string& what);
 
   double timeout_seconds() const { return timeout_; }
 
  private:
-  void end();
+  void end(std::uint64_t id);
   void watch();
 
   using clock = std::chrono::steady_clock;
@@ -50,9 +54,13 @@ class HangDetector {
   std::string who_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  int depth_ = 0;
-  std::string what_;
-  clock::time_point since_;
+  struct Open {
+    std::uint64_t id;
+    std::string what;
+    clock::time_point since;
+  };
+  std::vector<Open> open_;
+  std::uint64_t next_id_ = 0;
   bool stopping_ = false;
   std::thread watcher_;
 };
