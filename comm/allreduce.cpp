@@ -183,7 +183,7 @@ void Allreducer::ring(const Communicator& comm, std::span<float> data) {
                     static_cast<int>(std::min(chunk, send_count - off)), type, right, step, comm.get(), sends.add()),
           "MPI_Isend");
     // Reduce (or unpack) each chunk as it arrives while the later ones are still in flight.
-    const auto receiving = comm.waiting_for("a ring all-reduce step", left);
+    const auto receiving = comm.waiting_for("receiving a ring all-reduce step", left);
     auto& pending = recvs.all();
     for (std::size_t done = 0; done < pending.size(); ++done) {
       int index = MPI_UNDEFINED;

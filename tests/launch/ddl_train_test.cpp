@@ -22,6 +22,7 @@ const std::string kData = DDL_DATA_EXE;
 const std::string kMpirun = std::string(MPIEXEC_EXE) + " --oversubscribe";
 const std::string kSample = DDL_SAMPLE_TARBALL;
 const std::string kSignalRank = std::string("bash ") + DDL_SIGNAL_RANK;
+const std::string kThreeHosts = std::string("bash ") + DDL_THREE_HOSTS;
 
 class DdlTrain : public ::testing::Test {
  public:
@@ -379,6 +380,47 @@ TEST_F(DdlTrain, TimelineHoldsEveryRanksSpans) {
   std::size_t backwards = 0;
   for (auto at = trace.find("\"backward\""); at != std::string::npos; at = trace.find("\"backward\"", at + 1)) ++backwards;
   EXPECT_EQ(backwards, 12u);
+}
+
+// The seconds after `label` in a line "<label> S s" of the helper scripts' output.
+double seconds_at(const std::string& text, const std::string& label) {
+  const auto at = text.find(label + " ");
+  return at == std::string::npos ? 1e9 : std::stod(text.substr(at + label.size() + 1));
+}
+
+TEST_F(DdlTrain, ThreeHostsOverTcpMatchOneHostAndSurviveACutLink) {
+  const std::string args = " --steps-per-epoch 10 --threads 1 --optimizer sgd --allreduce ring --progress never "
+                           "--train " + (*dir_ / "sample.h5") + " --checkpoint-dir ";
+  const std::string hosts = scratch_ / "hosts", local = scratch_ / "local";
+  const auto three = run(kThreeHosts + " run " + (scratch_ / "run") + args + hosts + " --epochs 2");
+  if (three.exit_code == 77) GTEST_SKIP() << three.out;
+  ASSERT_EQ(three.exit_code, 0) << three.out;
+  EXPECT_NE(three.out.find("job exit code 0"), std::string::npos) << three.out;
+  ASSERT_EQ(run(kMpirun + " -np 3 " + kTrain + args + local + " --epochs 2").exit_code, 0);
+  // The ring sums in the same order over TCP as in shared memory.
+  EXPECT_EQ(params(hosts + "/last.h5"), params(local + "/last.h5"));
+
+  // Host 3's link is cut during epoch 3: ranks 0 and 1 wait for it in the all-reduce. Each rank must stop
+  // by itself within the timeout, rank 0 naming rank 2, and the last checkpoint must still resume.
+  const auto cut = run(kThreeHosts + " cut " + (scratch_ / "cut") + " 'epoch 2/'" + args + hosts +
+                       " --epochs 1000 --timeout 4");
+  ASSERT_EQ(cut.exit_code, 0) << cut.out;
+  std::ifstream in(scratch_ / "cut/err.txt");
+  const std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(err.find("ddl_train: error (rank 0): no progress for 4 s while receiving a ring all-reduce step from "
+                     "rank 2"),
+            std::string::npos)
+      << err;
+  const double cut_at = seconds_at(cut.out, "cut after");
+  EXPECT_LT(seconds_at(cut.out, "reported after") - cut_at, 10.0) << cut.out;
+  EXPECT_LT(seconds_at(cut.out, "every rank ended after") - cut_at, 15.0) << cut.out;
+  h5::Handle f = h5::open_file(hosts + "/last.h5");
+  const auto done = h5::read_int_attribute(f, "epochs_done", "last.h5");
+  EXPECT_GE(done, 2);
+  const auto resumed = run(kMpirun + " -np 3 " + kTrain + args + hosts + " --resume auto --epochs " +
+                           std::to_string(done + 1));
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
 }
 
 TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {

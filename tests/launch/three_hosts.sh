@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Three "hosts" on this machine for the multi-host tests (root only): network namespaces ddl_t1..3 with
+# addresses 10.78.0.1..3 on a bridge that lives in a fourth namespace, each process with its own hostname,
+# so Open MPI's TCP transport runs between them as between machines. mpirun starts in ddl_t1 and reaches
+# the others through a launch agent that enters their namespace (instead of ssh).
+#   bash tests/launch/three_hosts.sh run OUT_DIR ARGS...    mpirun of ddl_train ARGS, 1 rank a host
+#   bash tests/launch/three_hosts.sh cut OUT_DIR PATTERN ARGS...
+#       the same, and once stdout shows PATTERN, cuts host 3's link; prints "cut after S s", "reported
+#       after S s" when a rank reports the hang and "every rank ended after S s" (seconds since the start)
+# stdout and stderr of the job go to OUT_DIR/out.txt and OUT_DIR/err.txt. Exit 77 when not root.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mode=$1 out=$2
+shift 2
+pattern=""
+if [ "$mode" = cut ]; then pattern=$1; shift; fi
+if [ "$(id -u)" -ne 0 ] || ! command -v ip > /dev/null; then echo "three_hosts: needs root and ip: skipped"; exit 77; fi
+work=""
+spaces=(ddl_t1 ddl_t2 ddl_t3 ddl_tbr)
+teardown() {
+  for ns in "${spaces[@]}"; do
+    pids=$(ip netns pids "$ns" 2>/dev/null)
+    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  [ -n "$work" ] && rm -rf "$work"
+}
+trap teardown EXIT
+teardown
+work=$(mktemp -d)
+ip netns add ddl_tbr
+ip netns exec ddl_tbr ip link add br0 type bridge
+ip netns exec ddl_tbr ip link set br0 up
+for i in 1 2 3; do
+  ip netns add "ddl_t$i"
+  ip link add "veth$i" netns "ddl_t$i" type veth peer name "port$i" netns ddl_tbr
+  ip netns exec ddl_tbr ip link set "port$i" master br0 up
+  ip netns exec "ddl_t$i" ip addr add "10.78.0.$i/24" dev "veth$i"
+  ip netns exec "ddl_t$i" ip link set "veth$i" up
+  ip netns exec "ddl_t$i" ip link set lo up
+done
+cat > "$work/agent" <<'AGENT'
+#!/usr/bin/env bash
+host=$1; shift
+exec ip netns exec "ddl_t${host##*.}" unshare --uts sh -c 'hostname "$0"; exec sh -c "$*"' "host${host##*.}" "$@"
+AGENT
+chmod +x "$work/agent"
+printf '10.78.0.1 slots=1\n10.78.0.2 slots=1\n10.78.0.3 slots=1\n' > "$work/hosts"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mkdir -p "$out"
+start=$(date +%s.%N)
+elapsed() { awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'; }
+ip netns exec ddl_t1 unshare --uts sh -c 'hostname host1; exec "$@"' sh \
+  mpirun -np 3 --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent" \
+    --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24 --mca btl self,vader,tcp \
+    -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+    "$root/build/launch/ddl_train" "$@" > "$out/out.txt" 2> "$out/err.txt" &
+job=$!
+if [ "$mode" = cut ]; then
+  for _ in $(seq 900); do
+    grep -q -- "$pattern" "$out/out.txt" && break
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+  done
+  ip netns exec ddl_tbr ip link set port3 down
+  echo "cut after $(elapsed) s"
+  for _ in $(seq 300); do
+    grep -q "no progress for" "$out/err.txt" && { echo "reported after $(elapsed) s"; break; }
+    sleep 0.1
+  done
+  # Every rank, the cut-off one included, stops by itself; mpirun may not notice (its own out-of-band
+  # keepalive takes minutes), so it is ended here once no rank is left.
+  ranks_alive() {
+    for ns in ddl_t1 ddl_t2 ddl_t3; do
+      for p in $(ip netns pids "$ns" 2>/dev/null); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ddl_train ] && return 0
+      done
+    done
+    return 1
+  }
+  for _ in $(seq 300); do
+    ranks_alive || { echo "every rank ended after $(elapsed) s"; break; }
+    sleep 0.1
+  done
+  kill -KILL "$job" 2>/dev/null
+fi
+for _ in $(seq 1200); do
+  kill -0 "$job" 2>/dev/null || break
+  sleep 0.1
+done
+kill -0 "$job" 2>/dev/null && { echo "three_hosts: the job was still running after 120 s: ended by this script"; kill -KILL "$job"; }
+wait "$job" 2>/dev/null
+code=$?
+echo "job exit code $code after $(elapsed) s"
+exit 0
