@@ -15,6 +15,7 @@
 #include "core/data/image_dataset.hpp"
 #include "core/data/image_folder.hpp"
 #include "core/data/image_resize.hpp"
+#include "core/data/hdf5.hpp"
 #include "core/error.hpp"
 
 namespace ddl {
@@ -153,6 +154,7 @@ int run_info(const std::vector<std::string>& args) {
 }  // namespace ddl
 
 int main(int argc, char** argv) {
+  ddl::h5::no_cleanup_at_exit();
   if (argc < 2) {
     std::fputs(ddl::kUsage, stderr);
     return 2;

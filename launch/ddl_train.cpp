@@ -25,6 +25,7 @@
 #include "comm/mpi_replica_group.hpp"
 #include "comm/mpi_stage_link.hpp"
 #include "comm/stop_vote.hpp"
+#include "core/data/hdf5.hpp"
 #include "core/data/sampler.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
@@ -486,6 +487,7 @@ std::string describe_exception(std::exception_ptr e) {
 
 int main(int argc, char** argv) {
   using namespace ddl;
+  h5::no_cleanup_at_exit();
   MpiEnvironment mpi(&argc, &argv);
   std::optional<Communicator> world;
   std::optional<HangDetector> hang;

@@ -103,6 +103,8 @@ hid_t native_type<std::uint8_t>() {
 
 void silence_errors_on_this_thread() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
+void no_cleanup_at_exit() { check(H5dont_atexit(), "H5dont_atexit", ""); }
+
 Handle open_file(const std::string& path) {
   silence_errors_on_this_thread();
   if (!std::filesystem::exists(path)) throw InputError(path + ": no such file");

@@ -31,6 +31,9 @@ class Handle {
 
 // HDF5 keeps its error-printing switch per thread: every thread that calls HDF5 turns it off first.
 void silence_errors_on_this_thread();
+// Called first thing in main: HDF5 must not tidy up at exit. A write that failed (a full disk) leaves its
+// file open inside HDF5, and closing it again at exit crashes the library; the OS closes it instead.
+void no_cleanup_at_exit();
 
 Handle open_file(const std::string& path);    // read-only
 Handle create_file(const std::string& path);  // truncates

@@ -107,10 +107,14 @@ void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& opt
   const std::string tmp = temporary(path);
   try {
     write_part(tmp, stage, optimizer, state);
-  } catch (...) {
+  } catch (const std::exception& e) {
     std::error_code ignored;  // a half-written temporary (full disk, say) is of no use to anyone
     std::filesystem::remove(tmp, ignored);
-    throw;
+    const auto dir = std::filesystem::path(tmp).parent_path();
+    const auto space = std::filesystem::space(dir.empty() ? "." : dir, ignored);
+    const bool full = !ignored && space.available < (std::uintmax_t{1} << 20);
+    throw Error("cannot write checkpoint " + tmp + ": " + e.what() + (full ? " (the file system is full)" : "") +
+                "; " + path + " is left as it was");
   }
 }
 
