@@ -424,11 +424,11 @@ TEST_F(DdlTrain, ThreeHostsOverTcpMatchOneHostAndSurviveACutLink) {
 }
 
 TEST_F(DdlTrain, AFullDiskLeavesTheLastCheckpointIntact) {
-  // A 3 MB file system holds one checkpoint of seed_cnn with SGD momentum (2.3 MB), not two: the second
-  // epoch's write runs out of space. Needs root (mount); skipped otherwise.
+  // A 5 MB file system holds two checkpoints of seed_cnn with SGD momentum (2.3 MB each: epoch 1's last.h5
+  // and best.h5), not three: epoch 2's write runs out of space. Needs root (mount); skipped otherwise.
   const std::string disk = scratch_ / "disk";
   std::filesystem::create_directory(disk);
-  if (run("mount -t tmpfs -o size=3m tmpfs " + disk).exit_code != 0) GTEST_SKIP() << "cannot mount a tmpfs";
+  if (run("mount -t tmpfs -o size=5m tmpfs " + disk).exit_code != 0) GTEST_SKIP() << "cannot mount a tmpfs";
   const auto r = run(kTrain + train_args("--epochs 2 --steps-per-epoch 3 --optimizer sgd --checkpoint-dir " + disk));
   const bool space_left_for_two = r.exit_code == 0;
   h5::Handle f = h5::open_file(disk + "/last.h5");
