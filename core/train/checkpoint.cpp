@@ -113,8 +113,9 @@ void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& opt
     const auto dir = std::filesystem::path(tmp).parent_path();
     const auto space = std::filesystem::space(dir.empty() ? "." : dir, ignored);
     const bool full = !ignored && space.available < (std::uintmax_t{1} << 20);
-    throw Error("cannot write checkpoint " + tmp + ": " + e.what() + (full ? " (the file system is full)" : "") +
-                "; " + path + " is left as it was");
+    const std::string what = e.what();
+    throw Error((what.find(tmp) == std::string::npos ? tmp + ": " + what : what) +
+                (full ? " (the file system is full)" : "") + "; " + path + " is left as it was");
   }
 }
 
