@@ -112,6 +112,7 @@ grep -q "stopped by a signal" "$dir/work/$first.out"
 next=$(sed -n 's/^Submitted batch job \([0-9]*\).*/\1/p' "$dir/work/$first.out")
 [ -n "$next" ] || { echo "slurm_cluster: no continuation was submitted"; exit 1; }
 wait_for finished "$next"
+[ -f "$dir/work/$next.out" ] || { echo "slurm_cluster: job $next wrote no output"; scontrol show job "$next"; exit 1; }
 cat "$dir/work/$next.out"
 grep -q "resumed from" "$dir/work/$next.out"
 grep -q "epoch 3/3" "$dir/work/$next.out"
