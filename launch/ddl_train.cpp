@@ -103,6 +103,7 @@ struct Run {
   std::vector<std::size_t> train_subset, val_subset;     // dataset indices used for training / validation
   std::unique_ptr<Model> model;                          // the whole model, or this rank's stage
   std::vector<std::unique_ptr<Model>> model_copies;      // sharing its parameters: micro-batches in flight
+  StepPlan plan;
   std::unique_ptr<Optimizer> optimizer;
   LrSchedule schedule;
   TrainingState state;
@@ -132,8 +133,9 @@ void build(Run& run, const Communicator& world) {
   if (static_cast<std::size_t>(config.num_classes) < train.num_classes())
     throw InputError(o.train_path + " has " + std::to_string(train.num_classes()) + " classes but --num-classes is " +
                      std::to_string(config.num_classes));
-  const std::size_t layers = define_model(o.model, config)->num_layers();
-  const dims_t in = define_model(o.model, config)->input_shape();
+  const auto whole = define_model(o.model, config);  // not finalized: only its layer count and input shape
+  const std::size_t layers = whole->num_layers();
+  const dims_t in = whole->input_shape();
   if (train.channels() != in[0])
     throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
                      " holds " + image_shape(train));
@@ -143,8 +145,8 @@ void build(Run& run, const Communicator& world) {
   const LayerRange range = stage_range(run.partition, run.grid.stage);
   run.model = make_model(o.model, config, run.ctx, range);
   run.model->initialize(o.seed);
-  const StepPlan plan{o.micro_batches, o.pipeline_schedule, static_cast<std::size_t>(o.batch_size)};
-  for (int c = 1; c < Trainer::slots_needed(plan, run.grid.stage, run.grid.stages); ++c)
+  run.plan = {o.micro_batches, o.pipeline_schedule, static_cast<std::size_t>(o.batch_size)};
+  for (int c = 1; c < Trainer::slots_needed(run.plan, run.grid.stage, run.grid.stages); ++c)
     run.model_copies.push_back(make_model(o.model, config, run.ctx, range, run.model.get()));
 
   // Images of another size than the model's input are resampled by the loader.
@@ -352,8 +354,7 @@ int train(Run& run, const Communicator& world) {
   if (o.profile) run.model->attach_profiler(&profiler);
   std::vector<Model*> copies{run.model.get()};
   for (auto& c : run.model_copies) copies.push_back(c.get());
-  Trainer trainer(run.ctx, copies, *run.optimizer, run.schedule, group, link ? &*link : nullptr,
-                  {o.micro_batches, o.pipeline_schedule, static_cast<std::size_t>(o.batch_size)});
+  Trainer trainer(run.ctx, copies, *run.optimizer, run.schedule, group, link ? &*link : nullptr, run.plan);
   std::optional<MetricsLog> metrics;
   if (lead && !o.metrics_path.empty()) metrics.emplace(o.metrics_path, !run.resume_path.empty());
   // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
@@ -382,12 +383,8 @@ int train(Run& run, const Communicator& world) {
     const std::size_t steps = indices.size() / o.batch_size;
     // A run stopped in the middle of an epoch resumes at the step after the last one it finished.
     const std::size_t first_step = static_cast<std::uint64_t>(epoch) == run.state.epochs_done ? run.state.steps_done : 0;
-    if (run.train_loader)
-      run.train_loader->start(select(run.train_subset, std::vector<std::size_t>(
-                                                           indices.begin() + static_cast<std::ptrdiff_t>(
-                                                                                 first_step * o.batch_size),
-                                                           indices.end())),
-                              true, o.seed, epoch, first_step);
+    indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(first_step * o.batch_size));
+    if (run.train_loader) run.train_loader->start(select(run.train_subset, indices), true, o.seed, epoch, first_step);
     ProgressBar progress(epoch + 1, o.epochs);
     group.take_stats();
     if (link) link->take_wait_seconds();

@@ -33,7 +33,7 @@ Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, 
       link_(link),
       plan_(plan) {
   if (slots_.empty()) throw Error("trainer: no model");
-  const int needed = slots_needed(plan_, link_ ? link_->stage() : 0, link_ ? link_->stages() : 1);
+  const int needed = slots_needed(plan_, stage(), stages());
   if (static_cast<int>(slots_.size()) < needed)
     throw Error("trainer: the schedule keeps " + std::to_string(needed) + " micro-batches in flight, " +
                 std::to_string(slots_.size()) + " model copies given");
@@ -98,7 +98,7 @@ Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode
   const std::size_t micro = n / M;
   std::vector<PipelineOp> ops;
   if (train)
-    ops = stage_ops(plan_.schedule, link_ ? link_->stage() : 0, link_ ? link_->stages() : 1, micro_batches_);
+    ops = stage_ops(plan_.schedule, stage(), stages(), micro_batches_);
   else
     for (int m = 0; m < micro_batches_; ++m) ops.push_back({true, m});
   slots_in_use_ = train ? micro_batches_in_flight(ops) : 1;

@@ -84,8 +84,10 @@ class Trainer {
   void gradients_ready(std::size_t offset, std::size_t count);
   void carry_state(std::size_t to);
   PassMetrics reduce(double loss_sum, double correct, double images, double seconds);
-  bool first() const { return !link_ || !link_->has_previous(); }
-  bool last() const { return !link_ || !link_->has_next(); }
+  int stage() const { return link_ ? link_->stage() : 0; }
+  int stages() const { return link_ ? link_->stages() : 1; }
+  bool first() const { return stage() == 0; }
+  bool last() const { return stage() + 1 == stages(); }
 
   Context& ctx_;
   std::vector<Model*> slots_;
