@@ -9,33 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 per_host=$1
 shift
+source tests/launch/netns_hosts.sh
 work=$(mktemp -d)
 cleanup() {
-  for ns in ddl_h1 ddl_h2 ddl_br; do ip netns del "$ns" 2>/dev/null || true; done
+  netns_hosts_down ddl_h 2
   rm -rf "$work"
 }
 trap cleanup EXIT
-for ns in ddl_h1 ddl_h2 ddl_br; do ip netns del "$ns" 2>/dev/null || true; done
-ip netns add ddl_br
-ip netns exec ddl_br ip link add br0 type bridge
-ip netns exec ddl_br ip link set br0 up
-for i in 1 2; do
-  ip netns add "ddl_h$i"
-  ip link add "veth$i" netns "ddl_h$i" type veth peer name "port$i" netns ddl_br
-  ip netns exec ddl_br ip link set "port$i" master br0 up
-  ip netns exec "ddl_h$i" ip addr add "10.77.0.$i/24" dev "veth$i"
-  ip netns exec "ddl_h$i" ip link set "veth$i" up
-  ip netns exec "ddl_h$i" ip link set lo up
-done
-# The launch agent: "agent HOST COMMAND..." runs COMMAND in the namespace that owns HOST's address.
-cat > "$work/agent" <<'AGENT'
-#!/usr/bin/env bash
-host=$1; shift
-ns=ddl_h${host##*.}
-exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; exec sh -c "$*"' "host${host##*.}" "$@"
-AGENT
-chmod +x "$work/agent"
-printf '10.77.0.1 slots=%s\n10.77.0.2 slots=%s\n' "$per_host" "$per_host" > "$work/hosts"
+netns_hosts_up ddl_h 10.77.0 2 "$per_host" "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ip netns exec ddl_h1 unshare --uts sh -c 'hostname host1; exec "$@"' sh \
   mpirun --oversubscribe -np $((2 * per_host)) --hostfile "$work/hosts" \

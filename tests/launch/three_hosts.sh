@@ -15,37 +15,15 @@ shift 2
 pattern=""
 if [ "$mode" = cut ]; then pattern=$1; shift; fi
 if [ "$(id -u)" -ne 0 ] || ! command -v ip > /dev/null; then echo "three_hosts: needs root and ip: skipped"; exit 77; fi
+source "$root/tests/launch/netns_hosts.sh"
 work=""
-spaces=(ddl_t1 ddl_t2 ddl_t3 ddl_tbr)
 teardown() {
-  for ns in "${spaces[@]}"; do
-    pids=$(ip netns pids "$ns" 2>/dev/null)
-    [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
-    ip netns del "$ns" 2>/dev/null
-  done
+  netns_hosts_down ddl_t 3
   [ -n "$work" ] && rm -rf "$work"
 }
 trap teardown EXIT
-teardown
 work=$(mktemp -d)
-ip netns add ddl_tbr
-ip netns exec ddl_tbr ip link add br0 type bridge
-ip netns exec ddl_tbr ip link set br0 up
-for i in 1 2 3; do
-  ip netns add "ddl_t$i"
-  ip link add "veth$i" netns "ddl_t$i" type veth peer name "port$i" netns ddl_tbr
-  ip netns exec ddl_tbr ip link set "port$i" master br0 up
-  ip netns exec "ddl_t$i" ip addr add "10.78.0.$i/24" dev "veth$i"
-  ip netns exec "ddl_t$i" ip link set "veth$i" up
-  ip netns exec "ddl_t$i" ip link set lo up
-done
-cat > "$work/agent" <<'AGENT'
-#!/usr/bin/env bash
-host=$1; shift
-exec ip netns exec "ddl_t${host##*.}" unshare --uts sh -c 'hostname "$0"; exec sh -c "$*"' "host${host##*.}" "$@"
-AGENT
-chmod +x "$work/agent"
-printf '10.78.0.1 slots=1\n10.78.0.2 slots=1\n10.78.0.3 slots=1\n' > "$work/hosts"
+netns_hosts_up ddl_t 10.78.0 3 1 "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
 start=$(date +%s.%N)
