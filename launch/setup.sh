@@ -1,11 +1,32 @@
 #!/usr/bin/env bash
-# Installs what ddl needs from Debian 12's packages (only what is missing) and builds it in build/.
-# Usage: bash launch/setup.sh [more packages]   (as root, or with sudo available)
+# Installs what ddl needs from Debian's packages (only what is missing) and builds it in build/.
+# Usage: bash launch/setup.sh [--tests] [more packages]   (as root, or with sudo available)
+#   --tests  also installs what the test suite runs (launch/run_tests.sh): Slurm, Docker, debootstrap...
+# Every package is named here even when another one would pull it in: installs use
+# --no-install-recommends, so only a package's hard dependencies come along (libdnnl-dev merely recommends
+# the OpenCL headers that oneDNN's CMake package requires).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config libdnnl-dev libopenmpi-dev openmpi-bin libhdf5-dev
-          libboost-program-options-dev libgtest-dev libjpeg62-turbo-dev libpng-dev "$@")
+build_packages=(
+  build-essential cmake pkg-config
+  libdnnl-dev ocl-icd-opencl-dev          # oneDNN; its CMake package looks for OpenCL
+  libopenmpi-dev openmpi-bin              # MPI (mpirun, mpicxx's libraries)
+  libhdf5-dev libboost-program-options-dev libgtest-dev
+  libjpeg62-turbo-dev libpng-dev          # image import
+)
+test_packages=(
+  procps                                  # pgrep: tests signal single ranks
+  iproute2 util-linux                     # network-namespace hosts (ip netns, unshare), chroot mounts, flock
+  slurmctld slurmd slurm-client munge     # a real Slurm cluster
+  docker.io docker-compose                # a docker-compose cluster on a private daemon
+  debootstrap git                         # bare Debian root file systems (the fresh-machine test)
+)
+packages=("${build_packages[@]}")
+for arg in "$@"; do
+  if [ "$arg" = --tests ]; then packages+=("${test_packages[@]}"); else packages+=("$arg"); fi
+done
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
