@@ -6,10 +6,10 @@ set -euo pipefail
 cd /ddl
 if [ ! -f /data/train.h5 ]; then
   tar xzf data/cifar10_sample.tar.gz -C /data
-  build/launch/ddl_data import --from /data/cifar10_sample --output /data/train.h5 --val-fraction 0.2 --seed 1
+  /ddl-bin/ddl_data import --from /data/cifar10_sample --output /data/train.h5 --val-fraction 0.2 --seed 1
 fi
 hosts=${DDL_HOSTS:-launcher,worker1,worker2}
 ranks=$(tr ',' '\n' <<< "$hosts" | wc -l)
 exec mpirun -np "$ranks" --host "$hosts" --mca btl self,vader,tcp --mca plm_rsh_agent ssh \
-  build/launch/ddl_train --train /data/train.h5 --val /data/train_val.h5 --checkpoint-dir /data/checkpoints \
+  /ddl-bin/ddl_train --train /data/train.h5 --val /data/train_val.h5 --checkpoint-dir /data/checkpoints \
   --progress never "$@"

@@ -7,7 +7,7 @@ root=${DDL_ROOT:-$SLURM_SUBMIT_DIR}
 threads=${SLURM_CPUS_PER_TASK:-1}
 args=(--threads "$threads" --progress never)
 read -r -a user_args <<< "${DDL_ARGS:-}"
-exe="$root/build/launch/ddl_train"
+exe=${DDL_TRAIN:-$root/build/launch/ddl_train}  # where the build is elsewhere
 [ -x "$exe" ] || { echo "run_ranks.sh: $exe missing: run 'bash launch/setup.sh' first" >&2; exit 2; }
 echo "ddl on $SLURM_JOB_NUM_NODES node(s) ($SLURM_JOB_NODELIST), $SLURM_NTASKS ranks x $threads threads"
 # Slurm's SIGTERM goes to this script; pass it on to the ranks so that they checkpoint and stop.

@@ -22,7 +22,7 @@ const std::string kData = DDL_DATA_EXE;
 const std::string kMpirun = std::string(MPIEXEC_EXE) + " --oversubscribe";
 const std::string kSample = DDL_SAMPLE_TARBALL;
 const std::string kSignalRank = std::string("bash ") + DDL_SIGNAL_RANK;
-const std::string kThreeHosts = std::string("bash ") + DDL_THREE_HOSTS;
+const std::string kThreeHosts = "DDL_TRAIN=" + kTrain + " bash " + DDL_THREE_HOSTS;
 
 class DdlTrain : public ::testing::Test {
  public:

@@ -7,7 +7,8 @@
 #   bash tests/launch/three_hosts.sh cut OUT_DIR PATTERN ARGS...
 #       the same, and once stdout shows PATTERN, cuts host 3's link; prints "cut after S s", "reported
 #       after S s" when a rank reports the hang and "every rank ended after S s" (seconds since the start)
-# stdout and stderr of the job go to OUT_DIR/out.txt and OUT_DIR/err.txt. Exit 77 when not root.
+# stdout and stderr of the job go to OUT_DIR/out.txt and OUT_DIR/err.txt. DDL_TRAIN: the executable (default
+# build/launch/ddl_train). Exit 77 when not root.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=$1 out=$2
@@ -32,7 +33,7 @@ ip netns exec ddl_t1 unshare --uts sh -c 'hostname host1; exec "$@"' sh \
   mpirun -np 3 --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent" \
     --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24 --mca btl self,vader,tcp \
     -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
-    "$root/build/launch/ddl_train" "$@" > "$out/out.txt" 2> "$out/err.txt" &
+    "${DDL_TRAIN:-$root/build/launch/ddl_train}" "$@" > "$out/out.txt" 2> "$out/err.txt" &
 job=$!
 if [ "$mode" = cut ]; then
   for _ in $(seq 900); do
