@@ -4,11 +4,11 @@
 # folder), a Debian 12 base image made with debootstrap and `docker import` (no registry needed), the
 # compose file checked and built, three containers started, and docker/run_job.sh training across them
 # over ssh and TCP. Everything is taken down and removed at the end. Needs root, docker.io,
-# docker-compose and debootstrap, a built tree, and a Debian mirror (DDL_DEBIAN_MIRROR). Exit 77 (skipped)
-# when not root or those are missing.
+# docker-compose and debootstrap, a built tree (DDL_BIN_DIR: the folder of ddl_train and ddl_data, default
+# build/launch), and a Debian mirror (DDL_DEBIAN_MIRROR). Exit 77 (skipped) when not root or those are
+# missing.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-mirror=${DDL_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 if [ "$(id -u)" -ne 0 ] || ! command -v dockerd > /dev/null || ! command -v docker-compose > /dev/null ||
    ! command -v debootstrap > /dev/null; then
   echo "docker_cluster: needs root, dockerd, docker-compose and debootstrap: skipped"
@@ -33,10 +33,9 @@ for _ in $(seq 100); do $docker info > /dev/null 2>&1 && break; sleep 0.2; done
 $docker info > /dev/null || { cat "$dir/dockerd.log"; exit 1; }
 
 echo "== base image (debootstrap minbase bookworm)"
-debootstrap --variant=minbase bookworm "$dir/rootfs" "$mirror" > "$dir/debootstrap.log" 2>&1 ||
-  { tail -20 "$dir/debootstrap.log"; exit 1; }
-tar -C "$dir/rootfs" -c . | $docker import - ddl-base:bookworm > /dev/null
-rm -rf "$dir/rootfs"
+source "$root/tests/launch/debian_root.sh"
+base=$(debian_base bookworm)
+$docker import - ddl-base:bookworm < "$base" > /dev/null
 
 echo "== compose file"
 export DDL_BASE_IMAGE=ddl-base:bookworm
