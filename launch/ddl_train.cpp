@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -56,6 +57,25 @@ int default_threads(const Communicator& world) {
   const int local_ranks = world.split_shared().size();
   const int share = std::max(1, cores / local_ranks);
   return allowed > 0 ? std::min(allowed, share) : share;
+}
+
+// "3 nodes: host1 x2, host2 x2, host3 x2" on rank 0 when the job spans several hosts (empty otherwise), so
+// that a launch across nodes can be checked from its output.
+std::string describe_nodes(const Communicator& world) {
+  char name[256] = "?";
+  gethostname(name, sizeof name - 1);
+  const auto names = world.gather(name, 0);
+  std::vector<std::pair<std::string, int>> hosts;
+  for (const auto& n : names) {
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == n; });
+    if (it == hosts.end()) hosts.emplace_back(n, 1);
+    else ++it->second;
+  }
+  if (hosts.size() < 2) return "";
+  std::string text = std::to_string(hosts.size()) + " nodes:";
+  for (std::size_t i = 0; i < hosts.size(); ++i)
+    text += (i ? ", " : " ") + hosts[i].first + " x" + std::to_string(hosts[i].second);
+  return text;
 }
 
 std::vector<std::size_t> every_index(std::size_t n) {
@@ -108,12 +128,14 @@ struct Run {
   LrSchedule schedule;
   TrainingState state;
   int threads = 1;
+  std::string nodes;  // describe_nodes()
 };
 
 void build(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   run.threads = o.threads > 0 ? o.threads : default_threads(world);
   omp_set_num_threads(run.threads);
+  run.nodes = describe_nodes(world);
   run.grid = Grid(world.size(), world.rank(), o.pipeline_stages);
   run.pipeline.emplace(world.split(run.grid.replica, run.grid.stage));
   run.stage_replicas.emplace(world.split(run.grid.stage, run.grid.replica));
@@ -261,6 +283,7 @@ void print_header(Run& run, const Communicator& world) {
   if (o.micro_batches > 1 || g.stages > 1)
     std::printf(" in %d micro-batches (%s)", o.micro_batches, o.schedule.c_str());
   std::printf(", %zu training / %zu validation images\n", run.train_subset.size(), run.val_subset.size());
+  if (!run.nodes.empty()) std::printf("%s\n", run.nodes.c_str());
   const ImageDataset& data = run.train_loader->dataset();
   const dims_t& in = run.model->input_shape();
   if (data.height() != in[1] || data.width() != in[2])

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# A real one-node Slurm cluster on this machine, for the job-script test: munged with its own key and
-# socket, slurmctld and slurmd on private ports, everything under a temporary folder that is removed at
-# the end. Then: the one-node job script trains on the sample data (srun --mpi=pmix), and the resumable
-# script continues that run's checkpoint, then is pre-empted (SIGTERM to its ranks), checkpoints, submits
-# its continuation, which finishes the run. Needs root and Debian's slurmctld, slurmd, slurm-client and
-# munge, and a built tree. Exit 77 (skipped) when not root or Slurm is missing.
+# A real one-node Slurm cluster on this machine (tests/launch/slurm_daemons.sh), for the job-script test,
+# everything under a temporary folder that is removed at the end. Then: the one-node job script trains on
+# the sample data (srun --mpi=pmix), and the resumable script continues that run's checkpoint, then is
+# pre-empted (SIGTERM to its ranks), checkpoints, submits its continuation, which finishes the run. Needs
+# root and Debian's slurmctld, slurmd, slurm-client and munge, and a built tree (DDL_TRAIN, DDL_DATA: the
+# programs, default build/launch/). Exit 77 (skipped) when not root or Slurm is missing.
 #   bash tests/launch/slurm_cluster.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -12,65 +12,21 @@ if [ "$(id -u)" -ne 0 ] || ! command -v slurmctld > /dev/null || ! command -v mu
   echo "slurm_cluster: needs root, slurmctld, slurmd and munged: skipped"
   exit 77
 fi
+source "$root/tests/launch/slurm_daemons.sh"
 dir=$(mktemp -d /tmp/ddl-slurm.XXXXXX)
 host=$(hostname -s)
+on_node() { shift; "$@"; }
 cleanup() {
-  scancel --quiet --full 2>/dev/null || true
-  for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munged.pid"; do
-    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
-  done
-  sleep 1
+  slurm_down "$dir"
   rm -rf "$dir"
 }
 trap cleanup EXIT
-mkdir -p "$dir"/{munge,state,spool,tmp,work}
+mkdir -p "$dir/work"
 tar xzf "$root/data/cifar10_sample.tar.gz" -C "$dir"
-"$root/build/launch/ddl_data" import --from "$dir/cifar10_sample" --output "$dir/train.h5" --val-fraction 0.2 \
+"${DDL_DATA:-$root/build/launch/ddl_data}" import --from "$dir/cifar10_sample" --output "$dir/train.h5" --val-fraction 0.2 \
   --seed 1 > /dev/null
 train=$dir/train.h5 val=$dir/train_val.h5
-chmod 755 "$dir/munge"
-dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 status=none
-chmod 400 "$dir/munge.key"
-munged --force --key-file "$dir/munge.key" --socket "$dir/munge/munge.socket.2" --pid-file "$dir/munged.pid" \
-  --log-file "$dir/munged.log" --seed-file "$dir/munge.seed"
-
-port=$((20000 + RANDOM % 20000))
-export SLURM_CONF="$dir/slurm.conf"
-cat > "$SLURM_CONF" <<CONF
-ClusterName=ddltest
-SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
-AuthType=auth/munge
-AuthInfo=socket=$dir/munge/munge.socket.2
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
-SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
-TmpFS=$dir/tmp
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-SlurmdParameters=config_overrides
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
-CONF
-slurmctld -c -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF"
-for _ in $(seq 100); do
-  sinfo -h -o %T 2>/dev/null | grep -q idle && break
-  sleep 0.2
-done
-sinfo -h -o %T | grep -q idle || { echo "slurm_cluster: the node did not come up"; cat "$dir"/slurm*.log; exit 1; }
+slurm_up "$dir" "$host=127.0.0.1"
 
 # Runs a job script to its end; prints its output and returns its exit code.
 run_job() {

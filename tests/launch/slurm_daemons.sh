@@ -1,0 +1,77 @@
+# Sourced, not run: a real Slurm cluster for the tests (root only), all of its state in one folder: munged
+# with its own key and socket, slurmctld and one slurmd per node on private ports.
+#   slurm_up DIR NODE=ADDRESS...   starts it and waits until every node is idle; the first node also runs
+#                                  slurmctld. The caller defines on_node NAME CMD... (run CMD on that node:
+#                                  here for a one-node cluster, in the node's namespace for several).
+#                                  Exports SLURM_CONF; Slurm's commands then run with on_node FIRST ...
+#   slurm_down DIR                 cancels every job and stops the daemons
+# munged runs here: its socket is a file, which every node (namespace) sees. A node that is a network
+# namespace must keep the host's /sys (enter it with nsenter, not `ip netns exec`, which remounts /sys and
+# hides the cgroup file system slurmd needs).
+
+slurm_up() {
+  local dir=$1 first=${2%%=*} node port names=()
+  shift
+  slurm_first=$first
+  mkdir -p "$dir"/{munge,state}
+  chmod 755 "$dir/munge"
+  dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 status=none
+  chmod 400 "$dir/munge.key"
+  munged --force --key-file "$dir/munge.key" --socket "$dir/munge/munge.socket.2" --pid-file "$dir/munged.pid" \
+    --log-file "$dir/munged.log" --seed-file "$dir/munge.seed"
+  port=$((20000 + RANDOM % 20000))
+  export SLURM_CONF="$dir/slurm.conf"
+  cat > "$SLURM_CONF" <<CONF
+ClusterName=ddltest
+SlurmctldHost=$first(${1#*=})
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket.2
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool-%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd-%n.log
+TmpFS=$dir/tmp-%n
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+CONF
+  for node in "$@"; do
+    echo "NodeName=${node%%=*} NodeAddr=${node#*=} CPUs=$(nproc) State=UNKNOWN" >> "$SLURM_CONF"
+    names+=("${node%%=*}")
+  done
+  echo "PartitionName=debug Nodes=$(IFS=,; echo "${names[*]}") Default=YES MaxTime=INFINITE State=UP" >> "$SLURM_CONF"
+  on_node "$first" slurmctld -c -f "$SLURM_CONF"
+  for node in "${names[@]}"; do
+    mkdir -p "$dir/spool-$node" "$dir/tmp-$node"
+    on_node "$node" slurmd -f "$SLURM_CONF"
+  done
+  for _ in $(seq 150); do
+    [ "$(on_node "$first" sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)" -eq ${#names[@]} ] && return 0
+    sleep 0.2
+  done
+  echo "slurm: the nodes did not come up"
+  on_node "$first" sinfo -N 2>&1 || true
+  tail -n 20 "$dir"/slurm*.log
+  return 1
+}
+
+slurm_down() {
+  local dir=$1 pidfile
+  [ -n "${slurm_first:-}" ] && on_node "$slurm_first" scancel --quiet --full 2>/dev/null || true
+  for pidfile in "$dir"/slurmd-*.pid "$dir/slurmctld.pid" "$dir/munged.pid"; do
+    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+  done
+  sleep 1
+}
