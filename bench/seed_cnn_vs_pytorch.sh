@@ -12,6 +12,7 @@ shared=${DDL_SHARED:-../shared}
 work=runs/bench
 mkdir -p "$work"
 [ -x build/launch/ddl_train ] || bash launch/setup.sh
+cmake --build build --target onednn_ceiling > /dev/null
 if [ ! -d "$work/train" ]; then tar xzf "$shared/datasets/cifar10/train.tar.gz" -C "$work"; fi
 if [ ! -f "$work/cifar.h5" ]; then
   build/launch/ddl_data import --from "$work/train" --output "$work/cifar.h5" --val-fraction 0.2 --seed 1

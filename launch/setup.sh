@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs what ddl needs from Debian's packages (only what is missing) and builds it in build/.
+# Installs what ddl needs from Debian's packages (only what is missing) and builds ddl_train and ddl_data
+# in build/.
 # Usage: bash launch/setup.sh [--tests] [more packages]   (as root, or with sudo available)
-#   --tests  also installs what the test suite runs (launch/run_tests.sh): Slurm, Docker, debootstrap...
+#   --tests  also installs what the test suite runs (launch/run_tests.sh): Slurm, Docker, debootstrap...,
+#            and builds everything (tests and benchmarks too)
 # Every package is named here even when another one would pull it in: installs use
 # --no-install-recommends, so only a package's hard dependencies come along (libdnnl-dev merely recommends
 # the OpenCL headers that oneDNN's CMake package requires).
@@ -23,8 +25,9 @@ test_packages=(
   debootstrap git                         # bare Debian root file systems (the fresh-machine test)
 )
 packages=("${build_packages[@]}")
+targets=(--target ddl_train ddl_data)
 for arg in "$@"; do
-  if [ "$arg" = --tests ]; then packages+=("${test_packages[@]}"); else packages+=("$arg"); fi
+  if [ "$arg" = --tests ]; then packages+=("${test_packages[@]}"); targets=(); else packages+=("$arg"); fi
 done
 
 missing=()
@@ -40,5 +43,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j"$(nproc)"
-echo "setup: built build/launch/ddl_train and build/launch/ddl_data"
+cmake --build build -j"$(nproc)" "${targets[@]}"
+if [ ${#targets[@]} -gt 0 ]; then
+  echo "setup: built build/launch/ddl_train and build/launch/ddl_data"
+else
+  echo "setup: built ddl_train, ddl_data, the tests and the benchmarks in build/"
+fi
