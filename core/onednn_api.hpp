@@ -65,6 +65,12 @@ inline dnnl::primitive_attr output_scale_attr(float alpha) {
   return attr;
 }
 
+// ---- Execution arguments ---------------------------------------------------------------------------
+
+// Batch normalization backward with use_shift: oneDNN 2 requires DNNL_ARG_SHIFT among its arguments,
+// oneDNN 3 rejects it (the shift does not enter the backward pass).
+inline constexpr bool kBatchNormBackwardTakesShift = DNNL_VERSION_MAJOR < 3;
+
 // ---- Primitive descriptors --------------------------------------------------------------------------
 // An empty memory::desc() for a bias means "no bias" on both versions.
 

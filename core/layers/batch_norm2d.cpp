@@ -93,10 +93,10 @@ const Tensor& BatchNorm2d::backward(Context& ctx, const Tensor& diff_dst) {
                                              {DNNL_ARG_VARIANCE, variance_.memory()},
                                              {DNNL_ARG_DIFF_DST, diff_dst.memory()},
                                              {DNNL_ARG_SCALE, scale_.value},
-                                             {DNNL_ARG_SHIFT, shift_.value},  // oneDNN 2.6 requires it with use_shift
                                              {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()},
                                              {DNNL_ARG_DIFF_SCALE, scale_.grad},
                                              {DNNL_ARG_DIFF_SHIFT, shift_.grad}};
+  if (kBatchNormBackwardTakesShift) args.insert({DNNL_ARG_SHIFT, shift_.value});
   if (opt_.relu) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
   bwd_->execute(ctx.stream(), args);
   return diff_src_.current();
