@@ -12,7 +12,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/onednn_api.hpp"
+
 using namespace dnnl;
+using namespace ddl;  // the oneDNN 2/3 compatible primitive descriptor makers
 using tag = memory::format_tag;
 using dt = memory::data_type;
 using args_t = std::unordered_map<int, memory>;
@@ -40,7 +43,7 @@ int main(int argc, char** argv) {
     plan.push_back({layer, bwd, [p, a, &s] { p.execute(s, a); }});
   };
   post_ops relu_ops;
-  relu_ops.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+  append_eltwise(relu_ops, algorithm::eltwise_relu, 0.f, 0.f);
   primitive_attr relu_attr;
   relu_attr.set_post_ops(relu_ops);
   const auto relu_bwd = algorithm::eltwise_relu_use_dst_for_bwd;
@@ -55,23 +58,22 @@ int main(int argc, char** argv) {
                   std::vector<Timed>& backward) {
     const memory::dims src_d = {N, ic, hw, hw}, w_d = {oc, ic, 3, 3}, b_d = {oc}, dst_d = {N, oc, hw, hw};
     const memory::dims st = {1, 1}, pad = {1, 1};
-    convolution_forward::primitive_desc fpd({prop_kind::forward_training, algorithm::convolution_direct, src.get_desc(),
-                                             any(w_d), any(b_d), any(dst_d), st, pad, pad},
-                                            relu_attr, eng);
+    const auto fpd = make_conv_forward_pd(eng, prop_kind::forward_training, algorithm::convolution_direct,
+                                          src.get_desc(), any(w_d), any(b_d), any(dst_d), st, pad, pad, relu_attr);
     memory w(fpd.weights_desc(), eng), b(fpd.bias_desc(), eng), dst(fpd.dst_desc(), eng);
     add(name, false, convolution_forward(fpd),
         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
     Conv c{dst, memory(fpd.dst_desc(), eng)};
     memory diff_pre(fpd.dst_desc(), eng);
-    eltwise_forward::primitive_desc hint({prop_kind::forward_training, relu_bwd, fpd.dst_desc(), 0.f, 0.f}, eng);
-    eltwise_backward::primitive_desc rpd({relu_bwd, fpd.dst_desc(), fpd.dst_desc(), 0.f, 0.f}, eng, hint);
+    const auto hint = make_eltwise_forward_pd(eng, prop_kind::forward_training, relu_bwd, fpd.dst_desc());
+    const auto rpd = make_eltwise_backward_pd(eng, relu_bwd, fpd.dst_desc(), fpd.dst_desc(), 0.f, 0.f, hint);
     backward.push_back(
         {name, true,
          [p = eltwise_backward(rpd),
           a = args_t{{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, c.diff_dst}, {DNNL_ARG_DIFF_SRC, diff_pre}},
           &s] { p.execute(s, a); }});
-    convolution_backward_weights::primitive_desc wpd(
-        {algorithm::convolution_direct, src.get_desc(), any(w_d), any(b_d), fpd.dst_desc(), st, pad, pad}, eng, fpd);
+    const auto wpd = make_conv_backward_weights_pd(eng, algorithm::convolution_direct, src.get_desc(), any(w_d),
+                                                   any(b_d), fpd.dst_desc(), st, pad, pad, fpd);
     memory dw(wpd.diff_weights_desc(), eng), db(wpd.diff_bias_desc(), eng);
     backward.push_back({name, true,
                         [p = convolution_backward_weights(wpd),
@@ -81,8 +83,8 @@ int main(int argc, char** argv) {
                                     {DNNL_ARG_DIFF_BIAS, db}},
                          &s] { p.execute(s, a); }});
     if (diff_src) {
-      convolution_backward_data::primitive_desc dpd(
-          {algorithm::convolution_direct, src.get_desc(), any(w_d), fpd.dst_desc(), st, pad, pad}, eng, fpd);
+      const auto dpd = make_conv_backward_data_pd(eng, algorithm::convolution_direct, src.get_desc(), any(w_d),
+                                                  fpd.dst_desc(), st, pad, pad, fpd);
       memory wd = dpd.weights_desc() == fpd.weights_desc() ? w : memory(dpd.weights_desc(), eng);
       backward.push_back(
           {name, true,
@@ -96,14 +98,14 @@ int main(int argc, char** argv) {
     memory dst, diff_dst;
   };
   auto pool = [&](const char* name, memory src, memory diff_src, std::vector<Timed>& backward) {
-    memory::dims d = src.get_desc().dims();
+    memory::dims d = dims_of(src.get_desc());
     const memory::dims dst_d = {d[0], d[1], d[2] / 2, d[3] / 2}, k = {2, 2}, pad = {0, 0};
-    pooling_forward::primitive_desc fpd(
-        {prop_kind::forward_training, algorithm::pooling_max, src.get_desc(), any(dst_d), k, k, pad, pad}, eng);
+    const auto fpd = make_pooling_forward_pd(eng, prop_kind::forward_training, algorithm::pooling_max, src.get_desc(),
+                                             any(dst_d), k, k, pad, pad);
     memory dst(fpd.dst_desc(), eng), ws(fpd.workspace_desc(), eng), diff_dst(fpd.dst_desc(), eng);
     add(name, false, pooling_forward(fpd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}, {DNNL_ARG_WORKSPACE, ws}});
-    pooling_backward::primitive_desc bpd({algorithm::pooling_max, src.get_desc(), fpd.dst_desc(), k, k, pad, pad}, eng,
-                                         fpd);
+    const auto bpd =
+        make_pooling_backward_pd(eng, algorithm::pooling_max, src.get_desc(), fpd.dst_desc(), k, k, pad, pad, fpd);
     backward.push_back(
         {name, true,
          [p = pooling_backward(bpd),
@@ -118,8 +120,8 @@ int main(int argc, char** argv) {
                    std::vector<Timed>& backward) {
     const memory::dims w_d = {out, in}, b_d = {out}, dst_d = {N, out};
     memory::desc dst_md(dst_d, dt::f32, tag::ab);
-    inner_product_forward::primitive_desc fpd({prop_kind::forward_training, src.get_desc(), any(w_d), any(b_d), dst_md},
-                                              relu ? relu_attr : primitive_attr(), eng);
+    const auto fpd = make_inner_product_forward_pd(eng, prop_kind::forward_training, src.get_desc(), any(w_d),
+                                                   any(b_d), dst_md, relu ? relu_attr : primitive_attr());
     memory w(fpd.weights_desc(), eng), b(fpd.bias_desc(), eng), dst(dst_md, eng);
     add(name, false, inner_product_forward(fpd),
         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
@@ -127,15 +129,15 @@ int main(int argc, char** argv) {
     memory grad = d.diff_dst;
     if (relu) {
       memory pre(dst_md, eng);
-      eltwise_forward::primitive_desc hint({prop_kind::forward_training, relu_bwd, dst_md, 0.f, 0.f}, eng);
-      eltwise_backward::primitive_desc rpd({relu_bwd, dst_md, dst_md, 0.f, 0.f}, eng, hint);
+      const auto hint = make_eltwise_forward_pd(eng, prop_kind::forward_training, relu_bwd, dst_md);
+      const auto rpd = make_eltwise_backward_pd(eng, relu_bwd, dst_md, dst_md, 0.f, 0.f, hint);
       backward.push_back({name, true,
                           [p = eltwise_backward(rpd),
                            a = args_t{{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, d.diff_dst}, {DNNL_ARG_DIFF_SRC, pre}},
                            &s] { p.execute(s, a); }});
       grad = pre;
     }
-    inner_product_backward_weights::primitive_desc wpd({src.get_desc(), any(w_d), any(b_d), dst_md}, eng, fpd);
+    const auto wpd = make_inner_product_backward_weights_pd(eng, src.get_desc(), any(w_d), any(b_d), dst_md, fpd);
     memory dw(wpd.diff_weights_desc(), eng), db(wpd.diff_bias_desc(), eng);
     backward.push_back({name, true,
                         [p = inner_product_backward_weights(wpd),
@@ -144,7 +146,7 @@ int main(int argc, char** argv) {
                                     {DNNL_ARG_DIFF_WEIGHTS, dw},
                                     {DNNL_ARG_DIFF_BIAS, db}},
                          &s] { p.execute(s, a); }});
-    inner_product_backward_data::primitive_desc dpd({src.get_desc(), any(w_d), dst_md}, eng, fpd);
+    const auto dpd = make_inner_product_backward_data_pd(eng, src.get_desc(), any(w_d), dst_md, fpd);
     memory wd = dpd.weights_desc() == fpd.weights_desc() ? w : memory(dpd.weights_desc(), eng);
     backward.push_back({name, true,
                         [p = inner_product_backward_data(dpd),

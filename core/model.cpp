@@ -90,7 +90,7 @@ void Model::initialize(std::uint64_t seed) {
 
 void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
   if (!finalized_) throw Error("model " + name_ + ": forward before finalize()");
-  const dims_t d = input_md.dims();
+  const dims_t d = dims_of(input_md);
   if (is_first_stage() &&
       (d.size() != 4 || d[1] != input_shape_[0] || d[2] != input_shape_[1] || d[3] != input_shape_[2]))
     throw InputError("model " + name_ + " expects images [C, H, W] = " + to_string(input_shape_) + ", got a batch " +
@@ -101,7 +101,7 @@ void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
     md = layers_[i]->setup(ctx, md, mode, i > 0 || !is_first_stage());
     output_mds_.push_back(md);
   }
-  const dims_t out = md.dims();
+  const dims_t out = dims_of(md);
   if (is_last_stage() && (out.size() != 2 || out[1] != num_classes_))
     throw Error("model " + name_ + ": last layer gives " + to_string(out) + ", expected [N, " +
                 std::to_string(num_classes_) + "]");
@@ -171,7 +171,7 @@ std::string Model::summary(Context& ctx) {
   s += line;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const std::size_t n = layer_param_begin_[i + 1] - layer_param_begin_[i];
-    dims_t out = output_mds_[i].dims();
+    dims_t out = dims_of(output_mds_[i]);
     out.erase(out.begin());
     std::snprintf(line, sizeof line, "  %-3zu %-32s %-18s %12zu\n", i, layers_[i]->describe().c_str(),
                   to_string(out).c_str(), n);

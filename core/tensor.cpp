@@ -13,7 +13,7 @@ Tensor::Tensor(const dnnl::memory::desc& md, const dnnl::engine& engine, Aligned
 }
 
 DataType Tensor::data_type() const {
-  switch (md_.data_type()) {
+  switch (data_type_of(md_)) {
     case dt::f32:
       return DataType::f32;
     case dt::bf16:

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/aligned_buffer.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -27,7 +28,7 @@ class Tensor {
 
   const dnnl::memory::desc& desc() const { return md_; }
   const dnnl::memory& memory() const { return memory_; }
-  dims_t dims() const { return md_.dims(); }
+  dims_t dims() const { return dims_of(md_); }
   DataType data_type() const;
   bool empty() const { return storage_.size() == 0; }
   // Bytes of storage, padding of blocked layouts included.

@@ -11,6 +11,7 @@ bash launch/setup.sh --tests
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 # In containers that forbid ptrace, Open MPI's shared-memory single-copy (CMA) fails; tests do not need it.
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+export OMPI_MCA_smsc=${OMPI_MCA_smsc:-^cma}  # the same for Open MPI 5, where single copy is the smsc framework
 log=build/Testing/run_tests.log
 mkdir -p build/Testing
 code=0

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/layers/linear.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -22,7 +23,7 @@ std::string ScaledDotProductAttention::describe() const {
 
 memory::desc ScaledDotProductAttention::setup(Context& ctx, const memory::desc& src_md, Mode mode,
                                               bool need_diff_src) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() != 3 || in[2] != 3 * dim_)
     throw InputError(describe() + ": expects input [N, T, " + std::to_string(3 * dim_) + "], got " + to_string(in));
   if (src_md != plain_desc(in)) throw Error(describe() + ": expects a plain input (a linear layer's output)");
@@ -37,15 +38,15 @@ memory::desc ScaledDotProductAttention::setup(Context& ctx, const memory::desc& 
   mix_ = BatchedMatmul(ctx, scores_md, packed_part_md_, out_heads_md_, 1.0f, train);
   weights_ = Tensor(scores_md, ctx.engine());
   const auto prop = train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  dnnl::softmax_forward::primitive_desc softmax_pd(dnnl::softmax_forward::desc(prop, scores_md, 3), ctx.engine());
+  const auto softmax_pd = make_softmax_forward_pd(ctx.engine(), prop, scores_md, 3);
   softmax_ = dnnl::softmax_forward(softmax_pd);
   use_dropout_ = train && dropout_.probability() > 0.0f;
   if (use_dropout_) dropout_.setup(ctx, scores_md, mode, true);
   dst_ = Tensor(plain_desc({n, t, D}), ctx.engine());
   softmax_backward_.reset();
   if (train) {
-    softmax_backward_ = dnnl::softmax_backward(dnnl::softmax_backward::primitive_desc(
-        dnnl::softmax_backward::desc(scores_md, scores_md, 3), ctx.engine(), softmax_pd));
+    softmax_backward_ =
+        dnnl::softmax_backward(make_softmax_backward_pd(ctx.engine(), scores_md, scores_md, 3, softmax_pd));
     // Backward writes every element of the packed gradient (the Q, K and V parts), needed or not: the K
     // and V parts are the attention's real output towards the projection's weights.
     diff_src_.reset(src_md);

@@ -1,6 +1,7 @@
 #include "core/layers/batch_norm2d.hpp"
 
 #include "core/error.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -30,7 +31,7 @@ void BatchNorm2d::bind(const std::vector<ParamView>& views, Context& ctx) {
 }
 
 memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool /*need_diff_src*/) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() != 4 || in[1] != opt_.channels)
     throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.channels) + ", H, W], got " +
                      to_string(in));
@@ -38,27 +39,23 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
   reduced_count_ = static_cast<std::size_t>(in[0] * in[2] * in[3]);
   const auto base = flags::use_scale | flags::use_shift | (opt_.relu ? flags::fuse_norm_relu : flags::none);
   if (mode == Mode::infer) {
-    dnnl::batch_normalization_forward::primitive_desc pd(
-        dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_inference, src_md, opt_.epsilon,
-                                                base | flags::use_global_stats),
-        ctx.engine());
+    const auto pd = make_batch_norm_forward_pd(ctx.engine(), dnnl::prop_kind::forward_inference, src_md, opt_.epsilon,
+                                               base | flags::use_global_stats);
     fwd_ = dnnl::batch_normalization_forward(pd);
     dst_ = Tensor(pd.dst_desc(), ctx.engine());
     bwd_.reset();
     return dst_.desc();
   }
-  dnnl::batch_normalization_forward::primitive_desc fwd_pd(
-      dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, src_md, opt_.epsilon, base),
-      ctx.engine());
+  const auto fwd_pd =
+      make_batch_norm_forward_pd(ctx.engine(), dnnl::prop_kind::forward_training, src_md, opt_.epsilon, base);
   fwd_ = dnnl::batch_normalization_forward(fwd_pd);
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
   variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
   workspace_ = opt_.relu ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
   // Backward always yields diff_src; it is cheap next to the convolutions around it.
-  dnnl::batch_normalization_backward::primitive_desc bwd_pd(
-      dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, base),
-      ctx.engine(), fwd_pd);
+  const auto bwd_pd =
+      make_batch_norm_backward_pd(ctx.engine(), dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, base, fwd_pd);
   bwd_ = dnnl::batch_normalization_backward(bwd_pd);
   diff_src_.reset(bwd_pd.diff_src_desc());
   return dst_.desc();
@@ -96,10 +93,10 @@ const Tensor& BatchNorm2d::backward(Context& ctx, const Tensor& diff_dst) {
                                              {DNNL_ARG_VARIANCE, variance_.memory()},
                                              {DNNL_ARG_DIFF_DST, diff_dst.memory()},
                                              {DNNL_ARG_SCALE, scale_.value},
-                                             {DNNL_ARG_SHIFT, shift_.value},  // oneDNN 2.6 requires it with use_shift
                                              {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()},
                                              {DNNL_ARG_DIFF_SCALE, scale_.grad},
                                              {DNNL_ARG_DIFF_SHIFT, shift_.grad}};
+  if (kBatchNormBackwardTakesShift) args.insert({DNNL_ARG_SHIFT, shift_.value});
   if (opt_.relu) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
   bwd_->execute(ctx.stream(), args);
   return diff_src_.current();

@@ -4,19 +4,19 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
 BatchedMatmul::Product::Product(Context& ctx, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                                 const dnnl::memory::desc& c, float alpha, const dnnl::memory::desc& bias) {
-  dnnl::primitive_attr attr;
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  const dnnl::primitive_attr attr = output_scale_attr(alpha);
   // Try the operands as given first, then with plain copies of A, B, C, in rising order of copying.
   for (int copies = 0; copies < 8; ++copies) {
-    const dnnl::memory::desc ma = copies & 1 ? plain_desc(a.dims()) : a;
-    const dnnl::memory::desc mb = copies & 2 ? plain_desc(b.dims()) : b;
-    const dnnl::memory::desc mc = copies & 4 ? plain_desc(c.dims()) : c;
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ma, mb, bias, mc), attr, ctx.engine());
+    const dnnl::memory::desc ma = copies & 1 ? plain_desc(dims_of(a)) : a;
+    const dnnl::memory::desc mb = copies & 2 ? plain_desc(dims_of(b)) : b;
+    const dnnl::memory::desc mc = copies & 4 ? plain_desc(dims_of(c)) : c;
+    const auto pd = make_matmul_pd(ctx.engine(), ma, mb, bias, mc, attr);
     if (std::string(pd.impl_info_str()).starts_with("ref")) continue;
     matmul_ = dnnl::matmul(pd);
     a_ = Relayout(ctx, a, ma);
@@ -29,7 +29,7 @@ BatchedMatmul::Product::Product(Context& ctx, const dnnl::memory::desc& a, const
     return;
   }
   // Only the reference kernel exists for this problem: copying would not help it.
-  matmul_ = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, bias, c), attr, ctx.engine()));
+  matmul_ = dnnl::matmul(make_matmul_pd(ctx.engine(), a, b, bias, c, attr));
   a_ = Relayout();
   b_ = Relayout();
   c_.reset();
@@ -45,7 +45,7 @@ void BatchedMatmul::Product::operator()(Context& ctx, const dnnl::memory& a, con
 }
 
 dnnl::memory::desc BatchedMatmul::transposed(const dnnl::memory::desc& md) {
-  std::vector<int> perm(md.dims().size());
+  std::vector<int> perm(dims_of(md).size());
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
   return md.permute_axes(perm);
@@ -54,7 +54,7 @@ dnnl::memory::desc BatchedMatmul::transposed(const dnnl::memory::desc& md) {
 BatchedMatmul::BatchedMatmul(Context& ctx, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                              const dnnl::memory::desc& c, float alpha, bool with_backward,
                              const dnnl::memory::desc& bias) {
-  const dims_t da = a.dims(), db = b.dims(), dc = c.dims();
+  const dims_t da = dims_of(a), db = dims_of(b), dc = dims_of(c);
   const std::size_t n = da.size();
   if (n < 2 || db.size() != n || dc.size() != n || da[n - 1] != db[n - 2] || dc[n - 2] != da[n - 2] ||
       dc[n - 1] != db[n - 1] || !std::equal(da.begin(), da.end() - 2, db.begin()) ||

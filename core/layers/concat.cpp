@@ -1,6 +1,7 @@
 #include "core/layers/concat.hpp"
 
 #include "core/error.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -24,18 +25,18 @@ void Concat::bind(const std::vector<ParamView>& views, Context& ctx) {
 dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   std::vector<dnnl::memory::desc> outs;
   for (auto& branch : branches_) outs.push_back(branch.setup(ctx, src, mode, need_diff_src));
-  dims_t dst_dims = outs[0].dims();
+  dims_t dst_dims = dims_of(outs[0]);
   dst_dims[1] = 0;
   for (const auto& md : outs) {
-    dims_t d = md.dims();
+    dims_t d = dims_of(md);
     d[1] = 0;
-    if (d != dst_dims || md.dims()[1] <= 0)
-      throw Error(name_ + ": branch outputs differ beyond axis 1: " + to_string(outs[0].dims()) + " vs " +
-                  to_string(md.dims()));
+    if (d != dst_dims || dims_of(md)[1] <= 0)
+      throw Error(name_ + ": branch outputs differ beyond axis 1: " + to_string(dims_of(outs[0])) + " vs " +
+                  to_string(dims_of(md)));
   }
-  for (const auto& md : outs) dst_dims[1] += md.dims()[1];
+  for (const auto& md : outs) dst_dims[1] += dims_of(md)[1];
   const dnnl::memory::desc dst_md = plain_desc(dst_dims);
-  concat_ = dnnl::concat(dnnl::concat::primitive_desc(dst_md, 1, outs, ctx.engine()));
+  concat_ = dnnl::concat(make_concat_pd(ctx.engine(), dst_md, 1, outs));
   dst_ = Tensor(dst_md, ctx.engine());
   if (mode == Mode::infer) return dst_md;
 
@@ -44,16 +45,15 @@ dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mo
   branch_grads_.clear();
   dims_t offsets(dst_dims.size(), 0);
   for (const auto& md : outs) {
-    slice_mds_.push_back(dst_md.submemory_desc(md.dims(), offsets));
+    slice_mds_.push_back(dst_md.submemory_desc(dims_of(md), offsets));
     slice_to_branch_.emplace_back(ctx, slice_mds_.back(), md);
     branch_grads_.emplace_back(md, ctx.engine());
-    offsets[1] += md.dims()[1];
+    offsets[1] += dims_of(md)[1];
   }
   sum_diffs_.reset();
   if (need_diff_src) {
-    sum_diffs_ = dnnl::sum(dnnl::sum::primitive_desc(src, std::vector<float>(branches_.size(), 1.0f),
-                                                     std::vector<dnnl::memory::desc>(branches_.size(), src),
-                                                     ctx.engine()));
+    sum_diffs_ = dnnl::sum(make_sum_pd(ctx.engine(), src, std::vector<float>(branches_.size(), 1.0f),
+                                       std::vector<dnnl::memory::desc>(branches_.size(), src)));
     diff_src_.reset(src);
   }
   return dst_md;

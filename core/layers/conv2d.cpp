@@ -1,6 +1,7 @@
 #include "core/layers/conv2d.hpp"
 
 #include "core/error.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -31,7 +32,7 @@ void Conv2d::bind(const std::vector<ParamView>& views, Context& ctx) {
 }
 
 memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() != 4 || in[1] != opt_.in_channels)
     throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.in_channels) + ", H, W], got " +
                      to_string(in));
@@ -49,9 +50,9 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   memory::desc bias_md = opt_.bias ? memory::desc({opt_.out_channels}, dt::f32, tag::x) : memory::desc();
 
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  dnnl::convolution_forward::desc fwd_desc(prop, dnnl::algorithm::convolution_direct, src_any, weights_any, bias_md,
-                                           dst_any, strides, padding, padding);
-  dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, relu_post_op(opt_.relu), ctx.engine());
+  const auto fwd_pd = make_conv_forward_pd(ctx.engine(), prop, dnnl::algorithm::convolution_direct, src_any,
+                                           weights_any, bias_md, dst_any, strides, padding, padding,
+                                           relu_post_op(opt_.relu));
   fwd_ = dnnl::convolution_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, fwd_pd.src_desc());
   fwd_weights_ = Relayout(ctx, weights_.value, fwd_pd.weights_desc());
@@ -61,10 +62,8 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   const memory::desc& dst_md = fwd_pd.dst_desc();
   relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md) : FusedReluBackward();
 
-  dnnl::convolution_backward_weights::primitive_desc bw_pd(
-      dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_any, weights_any, bias_md,
-                                               dst_any, strides, padding, padding),
-      ctx.engine(), fwd_pd);
+  const auto bw_pd = make_conv_backward_weights_pd(ctx.engine(), dnnl::algorithm::convolution_direct, src_any,
+                                                   weights_any, bias_md, dst_any, strides, padding, padding, fwd_pd);
   bwd_weights_ = dnnl::convolution_backward_weights(bw_pd);
   bwd_weights_src_ = Relayout(ctx, fwd_pd.src_desc(), bw_pd.src_desc());
   bwd_weights_diff_dst_ = Relayout(ctx, dst_md, bw_pd.diff_dst_desc());
@@ -73,10 +72,8 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   bwd_data_.reset();
   diff_src_to_input_layout_.reset();
   if (need_diff_src) {
-    dnnl::convolution_backward_data::primitive_desc bd_pd(
-        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_any, weights_any, dst_any,
-                                              strides, padding, padding),
-        ctx.engine(), fwd_pd);
+    const auto bd_pd = make_conv_backward_data_pd(ctx.engine(), dnnl::algorithm::convolution_direct, src_any,
+                                                  weights_any, dst_any, strides, padding, padding, fwd_pd);
     bwd_data_ = dnnl::convolution_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();

@@ -1,6 +1,7 @@
 #include "core/layers/dense.hpp"
 
 #include "core/error.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -31,7 +32,7 @@ void Dense::bind(const std::vector<ParamView>& views, Context& ctx) {
 }
 
 memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() != 2 || in[1] != opt_.in_features)
     throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.in_features) + "], got " +
                      to_string(in));
@@ -42,23 +43,20 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   const memory::desc bias_md = opt_.bias ? bias_.value.get_desc() : memory::desc();
 
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  dnnl::inner_product_forward::primitive_desc fwd_pd(
-      dnnl::inner_product_forward::desc(prop, src_md, weights_any, bias_md, dst_md), relu_post_op(opt_.relu),
-      ctx.engine());
+  const auto fwd_pd =
+      make_inner_product_forward_pd(ctx.engine(), prop, src_md, weights_any, bias_md, dst_md, relu_post_op(opt_.relu));
   fwd_ = dnnl::inner_product_forward(fwd_pd);
   fwd_weights_ = Relayout(ctx, weights_.value, fwd_pd.weights_desc());
   dst_ = Tensor(dst_md, ctx.engine());
   if (mode == Mode::infer) return dst_md;
 
   relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md) : FusedReluBackward();
-  dnnl::inner_product_backward_weights::primitive_desc bw_pd(
-      dnnl::inner_product_backward_weights::desc(src_md, weights_any, bias_md, dst_md), ctx.engine(), fwd_pd);
+  const auto bw_pd = make_inner_product_backward_weights_pd(ctx.engine(), src_md, weights_any, bias_md, dst_md, fwd_pd);
   bwd_weights_ = dnnl::inner_product_backward_weights(bw_pd);
   weight_gradients_.setup(ctx, bw_pd.diff_weights_desc(), weights_, bias_);
   bwd_data_.reset();
   if (need_diff_src) {
-    dnnl::inner_product_backward_data::primitive_desc bd_pd(
-        dnnl::inner_product_backward_data::desc(src_md, weights_any, dst_md), ctx.engine(), fwd_pd);
+    const auto bd_pd = make_inner_product_backward_data_pd(ctx.engine(), src_md, weights_any, dst_md, fwd_pd);
     bwd_data_ = dnnl::inner_product_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();

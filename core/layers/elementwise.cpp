@@ -1,6 +1,7 @@
 #include "core/layers/elementwise.hpp"
 
 #include "core/error.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -12,14 +13,12 @@ dnnl::prop_kind forward_kind(Mode mode) {
 
 dnnl::memory::desc Gelu::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
   const auto alg = dnnl::algorithm::eltwise_gelu_erf;
-  dnnl::eltwise_forward::primitive_desc fwd_pd(dnnl::eltwise_forward::desc(forward_kind(mode), alg, src_md),
-                                               ctx.engine());
+  const auto fwd_pd = make_eltwise_forward_pd(ctx.engine(), forward_kind(mode), alg, src_md);
   fwd_ = dnnl::eltwise_forward(fwd_pd);
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
-    bwd_ = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
-        dnnl::eltwise_backward::desc(alg, src_md, src_md), ctx.engine(), fwd_pd));
+    bwd_ = dnnl::eltwise_backward(make_eltwise_backward_pd(ctx.engine(), alg, src_md, src_md, 0.0f, 0.0f, fwd_pd));
     diff_src_.reset(src_md);
   }
   return dst_.desc();
@@ -40,17 +39,15 @@ const Tensor& Gelu::backward(Context& ctx, const Tensor& diff_dst) {
 }
 
 dnnl::memory::desc Softmax::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
-  const int ndims = static_cast<int>(src_md.dims().size());
+  const int ndims = static_cast<int>(dims_of(src_md).size());
   if (axis_ < 0 || axis_ >= ndims)
-    throw InputError(describe() + ": input " + to_string(src_md.dims()) + " has no such axis");
-  dnnl::softmax_forward::primitive_desc fwd_pd(dnnl::softmax_forward::desc(forward_kind(mode), src_md, axis_),
-                                               ctx.engine());
+    throw InputError(describe() + ": input " + to_string(dims_of(src_md)) + " has no such axis");
+  const auto fwd_pd = make_softmax_forward_pd(ctx.engine(), forward_kind(mode), src_md, axis_);
   fwd_ = dnnl::softmax_forward(fwd_pd);
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
-    bwd_ = dnnl::softmax_backward(dnnl::softmax_backward::primitive_desc(
-        dnnl::softmax_backward::desc(dst_.desc(), dst_.desc(), axis_), ctx.engine(), fwd_pd));
+    bwd_ = dnnl::softmax_backward(make_softmax_backward_pd(ctx.engine(), dst_.desc(), dst_.desc(), axis_, fwd_pd));
     diff_src_.reset(dst_.desc());
   }
   return dst_.desc();

@@ -5,7 +5,7 @@
 namespace ddl {
 
 dnnl::memory::desc Flatten::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() < 2) throw InputError("flatten: expects at least [N, X], got " + to_string(in));
   src_md_ = src_md;
   const dims_t out = {in[0], static_cast<dnnl::memory::dim>(product(in) / in[0])};
@@ -29,7 +29,7 @@ const Tensor& Flatten::forward(Context& ctx, const Tensor& src) {
 
 const Tensor& Flatten::backward(Context& ctx, const Tensor& diff_dst) {
   if (!need_diff_src_) return diff_src_.current();
-  dnnl::memory diff_dst_plain(plain_desc(src_md_.dims()), ctx.engine(), const_cast<float*>(diff_dst.data()));
+  dnnl::memory diff_dst_plain(plain_desc(dims_of(src_md_)), ctx.engine(), const_cast<float*>(diff_dst.data()));
   (*to_src_layout_)(ctx, diff_dst_plain, diff_src_.get(ctx).memory());
   return diff_src_.current();
 }

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/context.hpp"
+#include "core/onednn_api.hpp"
 #include "core/tensor.hpp"
 
 namespace ddl {
@@ -13,7 +14,7 @@ inline dnnl::primitive_attr relu_post_op(bool relu) {
   dnnl::primitive_attr attr;
   if (relu) {
     dnnl::post_ops ops;
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    append_eltwise(ops, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(ops);
   }
   return attr;
@@ -32,10 +33,8 @@ class FusedReluBackward {
     else
       ctx.reserve_scratch(dst_md.get_size());
     const auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
-    dnnl::eltwise_forward::primitive_desc hint(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, dst_md, 0.0f, 0.0f), ctx.engine());
-    backward_ = dnnl::eltwise_backward(dnnl::eltwise_backward::primitive_desc(
-        dnnl::eltwise_backward::desc(alg, dst_md, dst_md, 0.0f, 0.0f), ctx.engine(), hint));
+    const auto hint = make_eltwise_forward_pd(ctx.engine(), dnnl::prop_kind::forward_training, alg, dst_md);
+    backward_ = dnnl::eltwise_backward(make_eltwise_backward_pd(ctx.engine(), alg, dst_md, dst_md, 0.0f, 0.0f, hint));
   }
 
   // The gradient before the ReLU, or diff_dst itself when no ReLU is fused.

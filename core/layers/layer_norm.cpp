@@ -1,6 +1,7 @@
 #include "core/layers/layer_norm.hpp"
 
 #include "core/error.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -22,24 +23,22 @@ void LayerNorm::bind(const std::vector<ParamView>& views, Context& ctx) {
 }
 
 memory::desc LayerNorm::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool /*need_diff_src*/) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() < 2 || in.back() != opt_.features)
     throw InputError(describe() + ": expects input [..., " + std::to_string(opt_.features) + "], got " +
                      to_string(in));
   mode_ = mode;
   const auto f = flags::use_scale | flags::use_shift;
   const auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  dnnl::layer_normalization_forward::primitive_desc fwd_pd(
-      dnnl::layer_normalization_forward::desc(prop, src_md, opt_.epsilon, f), ctx.engine());
+  const auto fwd_pd = make_layer_norm_forward_pd(ctx.engine(), prop, src_md, opt_.epsilon, f);
   fwd_ = dnnl::layer_normalization_forward(fwd_pd);
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
   variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
   bwd_.reset();
   if (mode == Mode::infer) return dst_.desc();
-  dnnl::layer_normalization_backward::primitive_desc bwd_pd(
-      dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, f),
-      ctx.engine(), fwd_pd);
+  const auto bwd_pd =
+      make_layer_norm_backward_pd(ctx.engine(), dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, f, fwd_pd);
   bwd_ = dnnl::layer_normalization_backward(bwd_pd);
   diff_src_.reset(bwd_pd.diff_src_desc());
   return dst_.desc();

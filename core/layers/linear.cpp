@@ -35,7 +35,7 @@ void Linear::bind(const std::vector<ParamView>& views, Context& ctx) {
 // The bias gradient: dY summed over rows. Columns are split between threads, rows run in order, so the
 // sum is the same whatever the thread count.
 void Linear::sum_rows(const float* dy, float* out) const {
-  const std::size_t rows = out_rows_md_.dims()[0], cols = opt_.out_features;
+  const std::size_t rows = dims_of(out_rows_md_)[0], cols = opt_.out_features;
 #pragma omp parallel for
   for (std::size_t c0 = 0; c0 < cols; c0 += 64) {
     const std::size_t c1 = std::min(cols, c0 + 64);
@@ -46,7 +46,7 @@ void Linear::sum_rows(const float* dy, float* out) const {
 }
 
 memory::desc Linear::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() < 2 || in.back() != opt_.in_features)
     throw InputError(describe() + ": expects input [..., " + std::to_string(opt_.in_features) + "], got " +
                      to_string(in));

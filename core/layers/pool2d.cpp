@@ -1,6 +1,7 @@
 #include "core/layers/pool2d.hpp"
 
 #include "core/error.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -21,7 +22,7 @@ std::string Pool2d::describe() const {
 }
 
 memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() != 4) throw InputError(describe() + ": expects input [N, C, H, W], got " + to_string(in));
   dims_t kernel = {opt_.kernel, opt_.kernel}, strides = {opt_.stride, opt_.stride};
   dims_t padding = {opt_.padding, opt_.padding};
@@ -40,17 +41,16 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   // The output keeps the input's layout: pooling is memory-bound and has no layout preference of its own.
   memory::desc dst_any(dst_dims, dt::f32, tag::any);
-  dnnl::pooling_forward::primitive_desc fwd_pd(
-      dnnl::pooling_forward::desc(prop, alg, src_md, dst_any, strides, kernel, padding, padding), ctx.engine());
+  const auto fwd_pd =
+      make_pooling_forward_pd(ctx.engine(), prop, alg, src_md, dst_any, strides, kernel, padding, padding);
   fwd_ = dnnl::pooling_forward(fwd_pd);
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   workspace_ = fwd_pd.workspace_desc().get_size() ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
 
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
-    dnnl::pooling_backward::primitive_desc bwd_pd(
-        dnnl::pooling_backward::desc(alg, src_md, fwd_pd.dst_desc(), strides, kernel, padding, padding), ctx.engine(),
-        fwd_pd);
+    const auto bwd_pd = make_pooling_backward_pd(ctx.engine(), alg, src_md, fwd_pd.dst_desc(), strides, kernel,
+                                                 padding, padding, fwd_pd);
     if (bwd_pd.diff_src_desc() != src_md || bwd_pd.diff_dst_desc() != fwd_pd.dst_desc())
       throw Error(describe() + ": oneDNN chose unexpected backward layouts");
     bwd_ = dnnl::pooling_backward(bwd_pd);

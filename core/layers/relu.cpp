@@ -1,18 +1,18 @@
 #include "core/layers/relu.hpp"
 
+#include "core/onednn_api.hpp"
+
 namespace ddl {
 
 dnnl::memory::desc Relu::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
   const auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  dnnl::eltwise_forward::primitive_desc fwd_pd(dnnl::eltwise_forward::desc(prop, alg, src_md, 0.0f, 0.0f),
-                                               ctx.engine());
+  const auto fwd_pd = make_eltwise_forward_pd(ctx.engine(), prop, alg, src_md, 0.0f, 0.0f);
   fwd_ = dnnl::eltwise_forward(fwd_pd);
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
-    dnnl::eltwise_backward::primitive_desc bwd_pd(dnnl::eltwise_backward::desc(alg, src_md, src_md, 0.0f, 0.0f),
-                                                  ctx.engine(), fwd_pd);
+    const auto bwd_pd = make_eltwise_backward_pd(ctx.engine(), alg, src_md, src_md, 0.0f, 0.0f, fwd_pd);
     bwd_ = dnnl::eltwise_backward(bwd_pd);
     diff_src_.reset(src_md);
   }

@@ -1,6 +1,7 @@
 #include "core/layers/residual.hpp"
 
 #include "core/error.hpp"
+#include "core/onednn_api.hpp"
 
 namespace ddl {
 
@@ -23,13 +24,12 @@ void Residual::bind(const std::vector<ParamView>& views, Context& ctx) {
 dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   const dnnl::memory::desc body_md = body_.setup(ctx, src, mode, need_diff_src);
   const dnnl::memory::desc short_md = identity() ? src : shortcut_.setup(ctx, src, mode, need_diff_src);
-  if (body_md.dims() != short_md.dims())
-    throw Error(name_ + ": body gives " + to_string(body_md.dims()) + " but the shortcut " +
-                to_string(short_md.dims()));
+  if (dims_of(body_md) != dims_of(short_md))
+    throw Error(name_ + ": body gives " + to_string(dims_of(body_md)) + " but the shortcut " +
+                to_string(dims_of(short_md)));
   shortcut_to_dst_ = Relayout(ctx, short_md, body_md);
-  dnnl::binary::primitive_desc pd(dnnl::binary::desc(dnnl::algorithm::binary_add, body_md, body_md, body_md),
-                                  relu_post_op(relu_), ctx.engine());
-  add_ = dnnl::binary(pd);
+  add_ = dnnl::binary(
+      make_binary_pd(ctx.engine(), dnnl::algorithm::binary_add, body_md, body_md, body_md, relu_post_op(relu_)));
   dst_ = Tensor(body_md, ctx.engine());
   if (mode == Mode::infer) return body_md;
 
@@ -37,8 +37,7 @@ dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, 
   diff_to_shortcut_ = Relayout(ctx, body_md, short_md);
   add_diffs_.reset();
   if (need_diff_src) {
-    add_diffs_ = dnnl::binary(dnnl::binary::primitive_desc(
-        dnnl::binary::desc(dnnl::algorithm::binary_add, src, src, src), ctx.engine()));
+    add_diffs_ = dnnl::binary(make_binary_pd(ctx.engine(), dnnl::algorithm::binary_add, src, src, src));
     diff_src_.reset(src);
   }
   return body_md;

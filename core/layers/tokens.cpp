@@ -10,7 +10,7 @@ namespace ddl {
 using memory = dnnl::memory;
 
 memory::desc ImageToTokens::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() != 4) throw InputError(describe() + ": expects [N, C, h, w], got " + to_string(in));
   channels_last_ = memory::desc(in, dt::f32, tag::nhwc);
   to_tokens_ = Copy(ctx, src_md, channels_last_);
@@ -48,7 +48,7 @@ void ClassTokenAndPosition::bind(const std::vector<ParamView>& views, Context&) 
 }
 
 memory::desc ClassTokenAndPosition::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
-  const dims_t in = src_md.dims();
+  const dims_t in = dims_of(src_md);
   if (in.size() != 3 || in[1] != tokens_ || in[2] != dim_ || src_md != plain_desc(in))
     throw InputError(describe() + ": expects plain tokens [N, " + std::to_string(tokens_) + ", " +
                      std::to_string(dim_) + "], got " + to_string(in));
@@ -86,7 +86,7 @@ const Tensor& ClassTokenAndPosition::backward(Context& ctx, const Tensor& diff_d
 }
 
 memory::desc TakeClassToken::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
-  in_ = src_md.dims();
+  in_ = dims_of(src_md);
   if (in_.size() != 3 || src_md != plain_desc(in_))
     throw InputError(describe() + ": expects plain tokens [N, T, D], got " + to_string(in_));
   need_diff_src_ = mode == Mode::train && need_diff_src;

@@ -50,7 +50,7 @@ inline std::size_t check_gradients(Layer& layer, const dims_t& input_dims, const
   const auto in_md = plain_desc(input_dims);
   const auto out_md = layer.setup(ctx, in_md, Mode::train, true);
   std::vector<float> x = random_values(product(input_dims), seed + 2);
-  const std::vector<float> r = random_values(product(out_md.dims()), seed + 3);
+  const std::vector<float> r = random_values(product(dims_of(out_md)), seed + 3);
 
   // Saved state, restored before each forward.
   std::vector<std::vector<float>> saved_floats;

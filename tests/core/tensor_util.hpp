@@ -17,7 +17,7 @@ inline std::vector<float> to_plain(Context& ctx, const Tensor& t) {
 }
 
 inline Tensor from_plain(Context& ctx, const std::vector<float>& values, const dnnl::memory::desc& md) {
-  Tensor plain(plain_desc(md.dims()), ctx.engine());
+  Tensor plain(plain_desc(dims_of(md)), ctx.engine());
   std::copy(values.begin(), values.end(), plain.data());
   Tensor out(md, ctx.engine());
   Copy(ctx, plain.desc(), md)(ctx, plain.memory(), out.memory());
