@@ -4,8 +4,9 @@
 #                                later runs; concurrent callers wait for the one that makes it
 #   debian_root_make RELEASE DIR unpacks that base into DIR and gives it the Debian apt sources the host
 #                                uses (the same mirrors, this release's suites)
-#   debian_root_run DIR CMD...   runs CMD chrooted in DIR with /proc, /sys, /dev, /dev/pts and a fresh
-#                                /dev/shm mounted (downloaded packages kept in the cache for later runs)
+#   debian_root_run DIR CMD...   runs CMD chrooted in DIR with /proc, /sys (and its cgroups), /dev,
+#                                /dev/pts and a fresh /dev/shm mounted (downloaded packages kept in the cache for later runs);
+#                                DEBIAN_ROOT_BIND=HOST_PATH:PATH also shows a host folder at PATH inside
 #   debian_root_remove DIR       kills what still runs in DIR and removes it (call it on every exit path)
 # Mirrors: DDL_DEBIAN_MIRROR (default: the host's first Debian mirror, else deb.debian.org).
 
@@ -63,12 +64,17 @@ debian_root_run() {
   unshare --mount --propagation private sh -ec '
     dir=$1 cache=$2
     shift 2
+    mount --bind "$dir" "$dir"  # a mount point, as / is on a machine (`ip netns exec` needs it)
     mount --bind "$cache" "$dir/var/cache/apt/archives"
     mount -t proc proc "$dir/proc"
-    mount -t sysfs sys "$dir/sys"
+    mount --rbind /sys "$dir/sys"  # with the cgroup file system under it, which slurmd needs
     mount --bind /dev "$dir/dev"
     mount -t devpts devpts "$dir/dev/pts" -o newinstance,ptmxmode=0666
     mount -t tmpfs shm "$dir/dev/shm" -o size=2g
+    if [ -n "${DEBIAN_ROOT_BIND:-}" ]; then
+      mkdir -p "$dir/${DEBIAN_ROOT_BIND#*:}"
+      mount --bind "${DEBIAN_ROOT_BIND%%:*}" "$dir/${DEBIAN_ROOT_BIND#*:}"
+    fi
     exec chroot "$dir" "$@"' sh "$dir" "$debian_cache/apt-$(cat "$dir/.ddl-release")" "$@"
 }
 
