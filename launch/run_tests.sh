@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up and runs the whole test suite (unit, data, and end-to-end tests under mpirun), then
 # lists the slowest tests.
-# Usage: bash launch/run_tests.sh
+# Usage: bash launch/run_tests.sh [ctest options, e.g. -R Conv2d or -E docker]
 #   DDL_TESTS_REQUIRE_ALL=1  fails when a test was skipped (CI: a skip there means a missing package)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,10 +15,10 @@ export OMPI_MCA_smsc=${OMPI_MCA_smsc:-^cma}  # the same for Open MPI 5, where si
 log=build/Testing/run_tests.log
 mkdir -p build/Testing
 code=0
-(cd build && ctest --output-on-failure -j"$(nproc)") 2>&1 | tee "$log" || code=$?
+(cd build && ctest --output-on-failure -j"$(nproc)" "$@") 2>&1 | tee "$log" || code=$?
 echo "slowest tests:"
-sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$log" | sort -rn | head -12 |
-  awk '{printf "  %8.1f s  %s\n", $1, $2}'
+sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$log" | sort -rn |
+  awk 'NR <= 12 {printf "  %8.1f s  %s\n", $1, $2}'
 if [ "${DDL_TESTS_REQUIRE_ALL:-0}" = 1 ] && grep -q "\*\*\*Skipped\|\*\*\*Not Run" "$log"; then
   echo "run_tests: tests were skipped (DDL_TESTS_REQUIRE_ALL=1):"
   grep "\*\*\*Skipped\|\*\*\*Not Run" "$log"

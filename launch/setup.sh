@@ -4,6 +4,7 @@
 # Usage: bash launch/setup.sh [--tests] [more packages]   (as root, or with sudo available)
 #   --tests  also installs what the test suite runs (launch/run_tests.sh): Slurm, Docker, debootstrap...,
 #            and builds everything (tests and benchmarks too)
+#   --install-only  installs, builds nothing
 # Every package is named here even when another one would pull it in: installs use
 # --no-install-recommends, so only a package's hard dependencies come along (libdnnl-dev merely recommends
 # the OpenCL headers that oneDNN's CMake package requires).
@@ -24,10 +25,18 @@ test_packages=(
   docker.io docker-compose                # a docker-compose cluster on a private daemon
   debootstrap git                         # bare Debian root file systems (the fresh-machine test)
 )
+# Debian 13 moved docker.io's client into docker-cli, which docker.io only recommends.
+[ "$(. /etc/os-release && echo "$VERSION_CODENAME")" = bookworm ] || test_packages+=(docker-cli)
 packages=("${build_packages[@]}")
 targets=(--target ddl_train ddl_data)
+build=1
 for arg in "$@"; do
-  if [ "$arg" = --tests ]; then packages+=("${test_packages[@]}"); targets=(); else packages+=("$arg"); fi
+  case "$arg" in
+    --tests) packages+=("${test_packages[@]}"); targets=() ;;
+    --install-only) build="" ;;
+    -*) echo "setup.sh: unknown option $arg (--tests, --install-only, or package names)" >&2; exit 2 ;;
+    *) packages+=("$arg") ;;
+  esac
 done
 
 missing=()
@@ -42,6 +51,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+[ -n "$build" ] || exit 0
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" "${targets[@]}"
 if [ ${#targets[@]} -gt 0 ]; then

@@ -5,9 +5,12 @@
 #   debian_root_make RELEASE DIR unpacks that base into DIR and gives it the Debian apt sources the host
 #                                uses (the same mirrors, this release's suites)
 #   debian_root_run DIR CMD...   runs CMD chrooted in DIR with /proc, /sys (and its cgroups), /dev,
-#                                /dev/pts and a fresh /dev/shm mounted (downloaded packages kept in the cache for later runs);
+#                                /dev/pts and a fresh /dev/shm mounted (downloaded packages kept in the
+#                                cache for later runs);
 #                                DEBIAN_ROOT_BIND=HOST_PATH:PATH also shows a host folder at PATH inside
-#   debian_root_remove DIR       kills what still runs in DIR and removes it (call it on every exit path)
+#   debian_root_remove DIR       kills what still runs in DIR (or roots under it) and removes it (call it
+#                                on every exit path)
+#   debian_host_release          bookworm, trixie...
 # Mirrors: DDL_DEBIAN_MIRROR (default: the host's first Debian mirror, else deb.debian.org).
 
 debian_cache=${DDL_TEST_CACHE:-/var/cache/ddl-tests}
@@ -27,13 +30,15 @@ debian_base() {
     flock 9
     if [ ! -s "$tarball" ]; then
       tmp=$(mktemp -d "$debian_cache/$release.XXXXXX")
-      if ! debootstrap --variant=minbase "$release" "$tmp/root" "${DDL_DEBIAN_MIRROR:-$(debian_host_mirror debian)}" \
-          > "$tmp/debootstrap.log" 2>&1; then
+      # In a mount namespace of its own, so that the /proc and /sys it mounts cannot outlive it.
+      if ! unshare --mount --propagation private debootstrap --variant=minbase "$release" "$tmp/root" \
+          "${DDL_DEBIAN_MIRROR:-$(debian_host_mirror debian)}" > "$tmp/debootstrap.log" 2>&1; then
         tail -20 "$tmp/debootstrap.log" >&2
         rm -rf "$tmp"
         exit 1
       fi
-      tar -C "$tmp/root" -cf "$tarball.part" . && mv "$tarball.part" "$tarball"
+      tar -C "$tmp/root" -cf "$tarball.part" . && mv "$tarball.part" "$tarball" ||
+        { echo "debian_root: cannot write $tarball" >&2; rm -rf "$tmp" "$tarball.part"; exit 1; }
       rm -rf "$tmp"
     fi
   ) 9> "$debian_cache/$release.lock" || return 1
@@ -53,6 +58,10 @@ deb $mirror $release-updates main
 deb $security $release-security main
 SOURCES
   cp /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
+  # Packages installed there must not start their services (docker.io, munge, slurmd would), as in any
+  # chroot: the tests start what they need themselves.
+  printf '#!/bin/sh\nexit 101\n' > "$dir/usr/sbin/policy-rc.d"
+  chmod +x "$dir/usr/sbin/policy-rc.d"
   mkdir -p "$debian_cache/apt-$release"
   echo "$release" > "$dir/.ddl-release"
 }
@@ -78,14 +87,29 @@ debian_root_run() {
     exec chroot "$dir" "$@"' sh "$dir" "$debian_cache/apt-$(cat "$dir/.ddl-release")" "$@"
 }
 
-# Ends whatever still runs inside DIR (a rank left behind by a failure) and removes it.
+# The processes whose root directory is DIR or lies under it.
+debian_root_processes() {
+  local real=$1 p r
+  for p in /proc/[0-9]*; do
+    r=$(readlink "$p/root" 2> /dev/null) || continue
+    case "$r" in "$real" | "$real"/*) echo "${p#/proc/}" ;; esac
+  done
+}
+
+# Ends whatever still runs inside DIR or a root under it (a rank or daemon left behind by a failure), then
+# removes DIR.
 debian_root_remove() {
-  local dir=$1 p real
+  local dir=$1 real pids
   [ -d "$dir" ] || return 0
   real=$(realpath "$dir")
-  for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/root" 2>/dev/null)" = "$real" ] && kill -KILL "${p#/proc/}" 2>/dev/null
+  for _ in $(seq 50); do
+    pids=$(debian_root_processes "$real")
+    [ -z "$pids" ] && break
+    kill -KILL $pids 2> /dev/null || true
+    sleep 0.1
   done
-  sleep 0.5
   rm -rf "$dir"
 }
+
+# The host's Debian release (bookworm, trixie).
+debian_host_release() { (. /etc/os-release && echo "$VERSION_CODENAME"); }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # docker/docker-compose.yml for real: a private Docker daemon that leaves the host's network alone
 # (no iptables rules, no default bridge, vfs storage; its data, exec root and socket in a temporary
-# folder), a Debian 12 base image made with debootstrap and `docker import` (no registry needed), the
+# folder), a base image of the host's Debian release made with debootstrap and `docker import` (no registry needed), the
 # compose file checked and built, three containers started, and docker/run_job.sh training across them
 # over ssh and TCP. Everything is taken down and removed at the end. Needs root, docker.io,
 # docker-compose and debootstrap, a built tree (DDL_BIN_DIR: the folder of ddl_train and ddl_data, default
@@ -32,13 +32,15 @@ dockerd --iptables=false --ip-masq=false --bridge=none --storage-driver=vfs --da
 for _ in $(seq 100); do $docker info > /dev/null 2>&1 && break; sleep 0.2; done
 $docker info > /dev/null || { cat "$dir/dockerd.log"; exit 1; }
 
-echo "== base image (debootstrap minbase bookworm)"
+# The image's release is the host's, whose build the containers run.
 source "$root/tests/launch/debian_root.sh"
-base=$(debian_base bookworm)
-$docker import - ddl-base:bookworm < "$base" > /dev/null
+release=$(debian_host_release)
+echo "== base image (debootstrap minbase $release)"
+base=$(debian_base "$release")
+$docker import - "ddl-base:$release" < "$base" > /dev/null
 
 echo "== compose file"
-export DDL_BASE_IMAGE=ddl-base:bookworm
+export DDL_BASE_IMAGE=ddl-base:$release
 "${compose[@]}" config --services
 echo "== build and start"
 "${compose[@]}" build --quiet

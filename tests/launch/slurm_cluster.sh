@@ -23,15 +23,15 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$dir/work"
 tar xzf "$root/data/cifar10_sample.tar.gz" -C "$dir"
-"${DDL_DATA:-$root/build/launch/ddl_data}" import --from "$dir/cifar10_sample" --output "$dir/train.h5" --val-fraction 0.2 \
-  --seed 1 > /dev/null
+"${DDL_DATA:-$root/build/launch/ddl_data}" import --from "$dir/cifar10_sample" --output "$dir/train.h5" \
+  --val-fraction 0.2 --seed 1 > /dev/null
 train=$dir/train.h5 val=$dir/train_val.h5
 slurm_up "$dir" "$host=127.0.0.1"
 
 # Runs a job script to its end; prints its output and returns its exit code.
 run_job() {
   local id
-  id=$(sbatch --parsable --wait --chdir="$root" --output="$dir/work/%j.out" --overcommit "$@") || true
+  id=$(sbatch --parsable --wait --chdir="$root" --output="$dir/work/%j.out" "$@") || true
   id=${id%%;*}
   cat "$dir/work/$id.out"
   scontrol show job "$id" | sed -n 's/.*ExitCode=\([0-9]*\):.*/\1/p' | head -1 | { read -r code; return "${code:-1}"; }
@@ -58,7 +58,7 @@ grep -q "epoch 2/2" "$dir/work/two.txt"
 
 echo "== pre-emption: SIGTERM to the ranks of a resumable job; it checkpoints and submits its continuation"
 export DDL_ARGS="--train $train --epochs 3 --steps-per-epoch 60 --seed 3 --checkpoint-dir $dir/work/pre"
-first=$(sbatch --parsable --chdir="$root" --output="$dir/work/%j.out" --overcommit "$root/launch/slurm/resumable.sbatch")
+first=$(sbatch --parsable --chdir="$root" --output="$dir/work/%j.out" "$root/launch/slurm/resumable.sbatch")
 first=${first%%;*}
 wait_for grep -qs "epoch 1/3" "$dir/work/$first.out"
 scancel --signal=TERM "$first"

@@ -10,7 +10,7 @@
 # hides the cgroup file system slurmd needs).
 
 slurm_up() {
-  local dir=$1 first=${2%%=*} node port names=()
+  local dir=$1 first=${2%%=*} node port cpus names=()
   shift
   slurm_first=$first
   mkdir -p "$dir"/{munge,state}
@@ -47,8 +47,12 @@ MpiDefault=none
 ReturnToService=2
 SlurmdParameters=config_overrides
 CONF
+  # At least 2 CPUs a node, the job scripts' 2 tasks, on any machine (config_overrides lets a node claim
+  # more than it has); the tests do not use --overcommit, which Slurm 24.11 (Debian 13) left pending for
+  # ever with --ntasks-per-node=2 on a 2-CPU node ("Resources").
+  cpus=$(($(nproc) > 2 ? $(nproc) : 2))
   for node in "$@"; do
-    echo "NodeName=${node%%=*} NodeAddr=${node#*=} CPUs=$(nproc) State=UNKNOWN" >> "$SLURM_CONF"
+    echo "NodeName=${node%%=*} NodeAddr=${node#*=} CPUs=$cpus State=UNKNOWN" >> "$SLURM_CONF"
     names+=("${node%%=*}")
   done
   echo "PartitionName=debug Nodes=$(IFS=,; echo "${names[*]}") Default=YES MaxTime=INFINITE State=UP" >> "$SLURM_CONF"
@@ -68,10 +72,25 @@ CONF
 }
 
 slurm_down() {
-  local dir=$1 pidfile
-  [ -n "${slurm_first:-}" ] && on_node "$slurm_first" scancel --quiet --full 2>/dev/null || true
+  local dir=$1 pidfile pids=()
+  if [ -n "${slurm_first:-}" ]; then
+    on_node "$slurm_first" scancel --quiet --full 2> /dev/null || true
+    for _ in $(seq 50); do  # the jobs' steps and ranks end before their slurmd
+      [ -z "$(on_node "$slurm_first" squeue -h 2> /dev/null)" ] && break
+      sleep 0.2
+    done
+  fi
   for pidfile in "$dir"/slurmd-*.pid "$dir/slurmctld.pid" "$dir/munged.pid"; do
-    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+    [ -f "$pidfile" ] && pids+=("$(cat "$pidfile")")
   done
-  sleep 1
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill "${pids[@]}" 2> /dev/null || true
+  local pid alive
+  for _ in $(seq 50); do
+    alive=""
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2> /dev/null && alive=1; done
+    [ -n "$alive" ] || return 0
+    sleep 0.1
+  done
+  kill -KILL "${pids[@]}" 2> /dev/null || true
 }

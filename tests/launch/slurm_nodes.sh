@@ -42,7 +42,7 @@ export DDL_ROOT="$root"
 export DDL_ARGS="--train $dir/train.h5 --val $dir/train_val.h5 --epochs 1 --steps-per-epoch 15 --batch-size 16 \
 --seed 3 --checkpoint-dir $dir/work/ckpt"
 echo "== several_nodes.sbatch on 3 nodes"
-id=$(on_node host1 sbatch --parsable --wait --nodes=3 --chdir="$root" --output="$dir/work/%j.out" --overcommit \
+id=$(on_node host1 sbatch --parsable --wait --nodes=3 --chdir="$root" --output="$dir/work/%j.out" \
   "$root/launch/slurm/several_nodes.sbatch") || true
 id=${id%%;*}
 [ -f "$dir/work/$id.out" ] || { echo "slurm_nodes: job '$id' wrote no output"; tail -n 20 "$dir"/slurm*.log; exit 1; }
