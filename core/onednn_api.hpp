@@ -209,46 +209,30 @@ inline dnnl::softmax_backward::primitive_desc make_softmax_backward_pd(
 #endif
 }
 
-inline dnnl::batch_normalization_forward::primitive_desc make_batch_norm_forward_pd(const dnnl::engine& eng,
-                                                                                    dnnl::prop_kind prop,
-                                                                                    const md_t& data, float epsilon,
-                                                                                    dnnl::normalization_flags flags) {
+// Batch and layer normalization take the same arguments on either version: `Forward` is
+// dnnl::batch_normalization_forward or dnnl::layer_normalization_forward.
+template <class Forward>
+typename Forward::primitive_desc make_normalization_forward_pd(const dnnl::engine& eng, dnnl::prop_kind prop,
+                                                               const md_t& data, float epsilon,
+                                                               dnnl::normalization_flags flags) {
 #if DNNL_VERSION_MAJOR >= 3
   return {eng, prop, data, data, epsilon, flags};
 #else
-  return {dnnl::batch_normalization_forward::desc(prop, data, epsilon, flags), eng};
+  return {typename Forward::desc(prop, data, epsilon, flags), eng};
 #endif
 }
 
-// `diff` is the layout of both gradients, `src` the forward's source.
-inline dnnl::batch_normalization_backward::primitive_desc make_batch_norm_backward_pd(
-    const dnnl::engine& eng, dnnl::prop_kind prop, const md_t& diff, const md_t& src, float epsilon,
-    dnnl::normalization_flags flags, const dnnl::batch_normalization_forward::primitive_desc& hint) {
+// `Backward` is dnnl::batch_normalization_backward or dnnl::layer_normalization_backward; `diff` is the
+// layout of both gradients, `src` the forward's source.
+template <class Backward, class ForwardPd>
+typename Backward::primitive_desc make_normalization_backward_pd(const dnnl::engine& eng, dnnl::prop_kind prop,
+                                                                 const md_t& diff, const md_t& src, float epsilon,
+                                                                 dnnl::normalization_flags flags,
+                                                                 const ForwardPd& hint) {
 #if DNNL_VERSION_MAJOR >= 3
   return {eng, prop, diff, diff, src, epsilon, flags, hint};
 #else
-  return {dnnl::batch_normalization_backward::desc(prop, diff, src, epsilon, flags), eng, hint};
-#endif
-}
-
-inline dnnl::layer_normalization_forward::primitive_desc make_layer_norm_forward_pd(const dnnl::engine& eng,
-                                                                                    dnnl::prop_kind prop,
-                                                                                    const md_t& data, float epsilon,
-                                                                                    dnnl::normalization_flags flags) {
-#if DNNL_VERSION_MAJOR >= 3
-  return {eng, prop, data, data, epsilon, flags};
-#else
-  return {dnnl::layer_normalization_forward::desc(prop, data, epsilon, flags), eng};
-#endif
-}
-
-inline dnnl::layer_normalization_backward::primitive_desc make_layer_norm_backward_pd(
-    const dnnl::engine& eng, dnnl::prop_kind prop, const md_t& diff, const md_t& src, float epsilon,
-    dnnl::normalization_flags flags, const dnnl::layer_normalization_forward::primitive_desc& hint) {
-#if DNNL_VERSION_MAJOR >= 3
-  return {eng, prop, diff, diff, src, epsilon, flags, hint};
-#else
-  return {dnnl::layer_normalization_backward::desc(prop, diff, src, epsilon, flags), eng, hint};
+  return {typename Backward::desc(prop, diff, src, epsilon, flags), eng, hint};
 #endif
 }
 

@@ -39,23 +39,23 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
   reduced_count_ = static_cast<std::size_t>(in[0] * in[2] * in[3]);
   const auto base = flags::use_scale | flags::use_shift | (opt_.relu ? flags::fuse_norm_relu : flags::none);
   if (mode == Mode::infer) {
-    const auto pd = make_batch_norm_forward_pd(ctx.engine(), dnnl::prop_kind::forward_inference, src_md, opt_.epsilon,
-                                               base | flags::use_global_stats);
+    const auto pd = make_normalization_forward_pd<dnnl::batch_normalization_forward>(
+        ctx.engine(), dnnl::prop_kind::forward_inference, src_md, opt_.epsilon, base | flags::use_global_stats);
     fwd_ = dnnl::batch_normalization_forward(pd);
     dst_ = Tensor(pd.dst_desc(), ctx.engine());
     bwd_.reset();
     return dst_.desc();
   }
-  const auto fwd_pd =
-      make_batch_norm_forward_pd(ctx.engine(), dnnl::prop_kind::forward_training, src_md, opt_.epsilon, base);
+  const auto fwd_pd = make_normalization_forward_pd<dnnl::batch_normalization_forward>(
+      ctx.engine(), dnnl::prop_kind::forward_training, src_md, opt_.epsilon, base);
   fwd_ = dnnl::batch_normalization_forward(fwd_pd);
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
   variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
   workspace_ = opt_.relu ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
   // Backward always yields diff_src; it is cheap next to the convolutions around it.
-  const auto bwd_pd =
-      make_batch_norm_backward_pd(ctx.engine(), dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, base, fwd_pd);
+  const auto bwd_pd = make_normalization_backward_pd<dnnl::batch_normalization_backward>(
+      ctx.engine(), dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, base, fwd_pd);
   bwd_ = dnnl::batch_normalization_backward(bwd_pd);
   diff_src_.reset(bwd_pd.diff_src_desc());
   return dst_.desc();

@@ -30,15 +30,16 @@ memory::desc LayerNorm::setup(Context& ctx, const memory::desc& src_md, Mode mod
   mode_ = mode;
   const auto f = flags::use_scale | flags::use_shift;
   const auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  const auto fwd_pd = make_layer_norm_forward_pd(ctx.engine(), prop, src_md, opt_.epsilon, f);
+  const auto fwd_pd =
+      make_normalization_forward_pd<dnnl::layer_normalization_forward>(ctx.engine(), prop, src_md, opt_.epsilon, f);
   fwd_ = dnnl::layer_normalization_forward(fwd_pd);
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
   variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
   bwd_.reset();
   if (mode == Mode::infer) return dst_.desc();
-  const auto bwd_pd =
-      make_layer_norm_backward_pd(ctx.engine(), dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, f, fwd_pd);
+  const auto bwd_pd = make_normalization_backward_pd<dnnl::layer_normalization_backward>(
+      ctx.engine(), dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, f, fwd_pd);
   bwd_ = dnnl::layer_normalization_backward(bwd_pd);
   diff_src_.reset(bwd_pd.diff_src_desc());
   return dst_.desc();
