@@ -5,14 +5,17 @@
 # runs/bench/build-trixie/), alternating 12, 13, 12, 13... For each: seed_cnn's epoch (ddl_train, 40,000
 # CIFAR-10 images, batch 64) and the PyTorch peer's, the oneDNN-only ceiling, seed_cnn on 2 data-parallel
 # ranks against PyTorch DDP, and one training step of the large models (bench/model_step against
-# torchvision's, batch 32 at 224x224). Root only; needs ../shared and, here, python3-torch
-# python3-torchvision python3-pil python3-numpy (installed in the Debian 13 root).
+# torchvision's, batch 32 at 224x224), and bench/strategies.sh's data-parallel row (2 ranks x 1 thread,
+# global batch 32 at 224x224) against PyTorch DDP with torchvision's model. Root only; needs ../shared and,
+# here, python3-torch python3-torchvision python3-pil python3-numpy (installed in the Debian 13 root).
 #   bash bench/debian_releases.sh [threads=2] [rounds=2] [models="alexnet resnet50 vit_b16"] [steps=2]
-# (rounds: of the seed_cnn figures; the large models run once on each side)
+#                                 [parts="seed models ddp"] [ddp models="resnet50 vgg16"]
+# (rounds: of the seed_cnn figures; the large models and the data-parallel rows run once on each side)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "debian_releases.sh: needs root (a chroot)" >&2; exit 2; }
 threads=${1:-2} rounds=${2:-2} models=${3:-"alexnet resnet50 vit_b16"} steps=${4:-2}
+parts=${5:-"seed models ddp"} ddp_models=${6:-"resnet50 vgg16"}
 shared=${DDL_SHARED:-../shared}
 work=runs/bench
 trixie=$work/trixie-root
@@ -23,6 +26,7 @@ cmake --build build -j"$(nproc)" --target ddl_train ddl_data model_step onednn_c
 [ -d "$work/train" ] || tar xzf "$shared/datasets/cifar10/train.tar.gz" -C "$work"
 [ -f "$work/cifar.h5" ] ||
   build/launch/ddl_data import --from "$work/train" --output "$work/cifar.h5" --val-fraction 0.2 --seed 1
+[ -f runs/sample/train.h5 ] || bash launch/run_sample.sh --epochs 1 --steps-per-epoch 1 > /dev/null
 [ -f "$work/cifar.npz" ] || /usr/bin/python3 "$shared/peers/cifar_npz.py" "$work/train" "$work/cifar.npz" > /dev/null
 # The Debian 13 root sees only the repository.
 cp "$shared/peers/pytorch_seed_cnn.py" "$shared/peers/pytorch_ddp_bench.py" "$work/"
@@ -67,15 +71,30 @@ model_figures() {  # BUILD_DIR
   done
   echo "$line"
 }
-functions="threads=$threads work=$work models='$models' steps=$steps; $(declare -f seed_figures model_figures)"
+ddp_model_figures() {  # BUILD_DIR: as bench/strategies.sh's data-parallel and PyTorch DDP rows
+  local b=$1 m seconds t line=""
+  declare -A tv=([alexnet]=alexnet [vgg16]=vgg16 [resnet50]=resnet50 [vit_b16]=vit_b_16)
+  for m in $ddp_models; do
+    seconds=$(mpirun --oversubscribe -np 2 $b/launch/ddl_train --model $m --train runs/sample/train.h5 \
+                --epochs 2 --steps-per-epoch $steps --optimizer sgd --lr 0.01 --progress never --threads 1 \
+                --bucket-mb 0 --batch-size 16 | grep '^epoch 2/2' | sed -n 's/.*time \([0-9.]*\) s .*/\1/p')
+    t=$(timeout 600 /usr/bin/python3 bench/torch_model_ddp.py ${tv[$m]} 2 1 16 $steps |
+        sed -n 's/.*: \([0-9.]*\) images\/s.*/\1/p' || true)
+    line+="${m}_ddp $(awk -v s="$seconds" -v n=$((32 * steps)) 'BEGIN {print n / s}') ${t:--} "
+  done
+  echo "$line"
+}
+functions="threads=$threads work=$work models='$models' ddp_models='$ddp_models' steps=$steps;
+           $(declare -f seed_figures model_figures ddp_model_figures)"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $threads; $rounds rounds"
 : > "$work/releases.txt"
-for r in $(seq "$rounds"); do
-  echo "12 $(seed_figures build)" | tee -a "$work/releases.txt"
-  echo "13 $(in13 "$functions; seed_figures $work/build-trixie")" | tee -a "$work/releases.txt"
-done
-echo "12 $(model_figures build)" | tee -a "$work/releases.txt"
-echo "13 $(in13 "$functions; model_figures $work/build-trixie")" | tee -a "$work/releases.txt"
+both() {  # FIGURES_FUNCTION
+  echo "12 $($1 build)" | tee -a "$work/releases.txt"
+  echo "13 $(in13 "$functions; $1 $work/build-trixie")" | tee -a "$work/releases.txt"
+}
+if [[ " $parts " == *" seed "* ]]; then for _ in $(seq "$rounds"); do both seed_figures; done; fi
+if [[ " $parts " == *" models "* ]]; then both model_figures; fi
+if [[ " $parts " == *" ddp "* ]]; then both ddp_model_figures; fi
 # Medians per release and figure, then the table.
 python3 - "$work/releases.txt" <<'PY'
 import statistics, sys
@@ -90,7 +109,9 @@ def median(values):
     return statistics.median(values) if values else None
 fmt = lambda v: "-" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.2f}")
 names = {"seed": "seed_cnn epoch, batch 64", "ceiling": "oneDNN-only seed_cnn step, batch 64",
-         "ddp": "seed_cnn, 2 ranks x 1 thread (PyTorch: DDP), 200 steps of 64 a rank"}
+         "ddp": "seed_cnn, 2 ranks x 1 thread (PyTorch: DDP), 200 steps of 64 a rank",
+         "resnet50_ddp": "ResNet-50, 2 ranks x 1 thread (PyTorch: DDP), 16 a rank at 224",
+         "vgg16_ddp": "VGG16, 2 ranks x 1 thread (PyTorch: DDP), 16 a rank at 224"}
 print("| images/s (medians) | ddl, oneDNN 2.6 | ddl, oneDNN 3.7 | 3.7 / 2.6 | PyTorch 1.13 | PyTorch 2.6 |"
       " ddl on 3.7 / faster PyTorch |")
 print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -49,7 +49,15 @@ if __name__ == "__main__":
     procs = [ctx.Process(target=worker, args=(r, name, ranks, threads, batch, steps, queue)) for r in range(ranks)]
     for p in procs:
         p.start()
-    results = [queue.get() for _ in procs]
+    results = []
+    while len(results) < ranks:
+        try:
+            results.append(queue.get(timeout=5))
+        except Exception:  # queue.Empty: a worker that died (a crash in oneDNN, say) never reports
+            if any(p.exitcode not in (None, 0) for p in procs):
+                for p in procs:
+                    p.kill()
+                sys.exit(f"torch ddp {name}: a worker died (exit codes {[p.exitcode for p in procs]})")
     for p in procs:
         p.join()
     seconds = max(r[0] for r in results)
