@@ -1,5 +1,6 @@
 #include "core/data/hdf5.hpp"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.hpp"
@@ -291,6 +292,22 @@ void write_attribute(const Handle& loc, const std::string& name, const std::vect
   check(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, values.data()), "cannot write attribute", name);
 }
 
+void write_fixed_strings_attribute(const Handle& loc, const std::string& name, const std::vector<std::string>& values) {
+  replace_attribute(loc, name);
+  std::size_t length = 1;  // HDF5 has no strings of length 0
+  for (const auto& v : values) length = std::max(length, v.size());
+  std::string packed(length * values.size(), '\0');
+  for (std::size_t i = 0; i < values.size(); ++i) packed.replace(i * length, values[i].size(), values[i]);
+  Handle type(check_id(H5Tcopy(H5T_C_S1), "H5Tcopy", name));
+  check(H5Tset_size(type.get(), length), "H5Tset_size", name);
+  check(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), "H5Tset_strpad", name);
+  check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", name);
+  Handle space = vector_space(values.size());
+  Handle a(check_id(H5Acreate2(loc.get(), name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                    "cannot create attribute", name));
+  check(H5Awrite(a.get(), type.get(), packed.data()), "cannot write attribute", name);
+}
+
 bool has_attribute(const Handle& loc, const std::string& name) { return H5Aexists(loc.get(), name.c_str()) > 0; }
 
 std::int64_t read_int_attribute(const Handle& loc, const std::string& name, const std::string& context) {
@@ -313,8 +330,22 @@ std::vector<std::string> read_strings_attribute(const Handle& loc, const std::st
   hssize_t n = H5Sget_simple_extent_npoints(space.get());
   check(static_cast<herr_t>(n < 0 ? -1 : 0), "H5Sget_simple_extent_npoints", context);
   Handle file_type(check_id(H5Aget_type(a.get()), "H5Aget_type", context));
-  if (H5Tget_class(file_type.get()) != H5T_STRING || H5Tis_variable_str(file_type.get()) <= 0)
-    throw InputError(context + ": attribute '" + name + "' is not a variable-length string");
+  if (H5Tget_class(file_type.get()) != H5T_STRING) throw InputError(context + ": attribute '" + name + "' is not text");
+  if (H5Tis_variable_str(file_type.get()) <= 0) {
+    const std::size_t length = H5Tget_size(file_type.get());
+    if (length == 0 || static_cast<double>(length) * static_cast<double>(n) > 1e8)
+      throw InputError(context + ": attribute '" + name + "' has an impossible size");
+    std::string packed(length * static_cast<std::size_t>(n), '\0');
+    Handle type(check_id(H5Tcopy(file_type.get()), "H5Tcopy", context));
+    check(H5Aread(a.get(), type.get(), packed.data()), "cannot read attribute " + name, context);
+    std::vector<std::string> out;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+      std::string v = packed.substr(i * length, length);
+      v.erase(std::find(v.begin(), v.end(), '\0'), v.end());
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
   Handle type = variable_string_type();
   std::vector<char*> ptrs(static_cast<std::size_t>(n), nullptr);
   check(H5Aread(a.get(), type.get(), ptrs.data()), "cannot read attribute " + name, context);

@@ -69,6 +69,10 @@ void write_attribute(const Handle& loc, const std::string& name, std::int64_t va
 void write_attribute(const Handle& loc, const std::string& name, const std::string& value);
 void write_attribute(const Handle& loc, const std::string& name, const std::vector<std::string>& values);
 void write_attribute(const Handle& loc, const std::string& name, const std::vector<double>& values);
+// Strings of one fixed length, stored in the object header, which the 1.8 file format checksums; the
+// variable-length strings above live in the global heap, which has no checksum (and whose damage can
+// send HDF5 1.10 into an endless loop). read_strings_attribute reads either kind.
+void write_fixed_strings_attribute(const Handle& loc, const std::string& name, const std::vector<std::string>& values);
 bool has_attribute(const Handle& loc, const std::string& name);
 std::int64_t read_int_attribute(const Handle& loc, const std::string& name, const std::string& context);
 std::string read_string_attribute(const Handle& loc, const std::string& name, const std::string& context);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/checksum.hpp"
 #include "core/data/hdf5.hpp"
 #include "core/error.hpp"
 
@@ -15,7 +16,12 @@ namespace ddl {
 namespace {
 
 constexpr const char* kMagic = "ddl-checkpoint";
-constexpr int kVersion = 1;
+// 2: every dataset checksummed (HDF5's Fletcher-32 filter), the file's structure too (the 1.10 format's
+// superblock, object headers and chunk indexes carry checksums, and every string is of fixed length, kept
+// in an object header rather than in the global heap, which has none), and the header's values in
+// header_checksum. Version 1 files (no checksums) are still read.
+constexpr int kVersion = 2;
+constexpr hsize_t kChunkValues = hsize_t{1} << 20;  // 4 MB of floats: Fletcher-32 checks each chunk on reading
 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -36,22 +42,81 @@ h5::Handle open_group(const h5::Handle& loc, const std::string& name, const std:
   return h5::Handle(h5::check_id(H5Gopen2(loc.get(), name.c_str(), H5P_DEFAULT), "cannot open group " + name, context));
 }
 
+// A file whose structure HDF5 checksums: the 1.10 format's superblock, object headers (attributes
+// included) and chunk indexes carry checksums, which the 1.6-compatible default format has not. (The
+// 1.8 format is not enough: its chunk index, a version 1 B-tree, has none, and a flipped bit in a chunk's
+// address can point it at another dataset's chunk, whose own checksum then matches.) HDF5 1.10 (Debian
+// 12) and 1.14 (Debian 13) read it.
+h5::Handle create_checksummed_file(const std::string& path) {
+  h5::Handle access(h5::check_id(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", path));
+  h5::check(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), "H5Pset_libver_bounds", path);
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
+  if (id < 0) throw InputError(path + ": cannot create file (directory missing or not writable?)");
+  return h5::Handle(id);
+}
+
+// A 1-D dataset of `size` values whose every chunk HDF5 checks with Fletcher-32 when it is read.
+template <typename T>
+void create_checksummed_vector(const h5::Handle& loc, const std::string& name, std::size_t size) {
+  const hsize_t n = size;
+  h5::Handle space(h5::check_id(H5Screate_simple(1, &n, nullptr), "H5Screate_simple", name));
+  h5::Handle layout(h5::check_id(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", name));
+  if (n > 0) {  // an empty dataset cannot be chunked, and holds nothing to check
+    const hsize_t chunk = std::min(n, kChunkValues);
+    h5::check(H5Pset_chunk(layout.get(), 1, &chunk), "H5Pset_chunk", name);
+    h5::check(H5Pset_fletcher32(layout.get()), "H5Pset_fletcher32", name);
+  }
+  h5::Handle ds(h5::check_id(
+      H5Dcreate2(loc.get(), name.c_str(), h5::native_type<T>(), space.get(), H5P_DEFAULT, layout.get(), H5P_DEFAULT),
+      "cannot create dataset", name));
+}
+
+template <typename T>
+void write_checksummed(const h5::Handle& loc, const std::string& name, std::span<const T> values) {
+  create_checksummed_vector<T>(loc, name, values.size());
+  h5::write_slice<T>(loc, name, 0, values);
+}
+
 void write_states(const h5::Handle& group, const std::vector<StateView>& states) {
   for (const auto& s : states) {
     if (!s.floats.empty())
-      h5::write_dataset<float>(group, s.name, s.floats, {s.floats.size()});
+      write_checksummed<float>(group, s.name, s.floats);
     else
-      h5::write_dataset<std::uint64_t>(group, s.name, s.words, {s.words.size()});
+      write_checksummed<std::uint64_t>(group, s.name, s.words);
   }
 }
 
-void read_states(const h5::Handle& group, const std::vector<StateView>& states, const std::string& context) {
-  for (const auto& s : states) {
-    if (!s.floats.empty())
-      h5::read_dataset_into<float>(group, s.name, s.floats, context);
-    else
-      h5::read_dataset_into<std::uint64_t>(group, s.name, s.words, context);
+// The header's values, which live partly where HDF5 keeps no checksum (variable-length strings).
+std::uint64_t header_checksum(const TrainingState& state, const std::vector<std::string>& param_names) {
+  Checksum c;
+  c.add(state.model_name).add(state.epochs_done).add(state.steps_done).add(state.seed);
+  c.add(&state.best_accuracy, sizeof state.best_accuracy).add(state.configuration);
+  for (const auto& name : param_names) c.add(name);
+  return c.value();
+}
+
+// Reads one tensor, naming it and the file when HDF5 cannot: a chunk whose checksum does not match, or
+// a file cut short.
+template <typename Read>
+void read_tensor(const std::string& path, const std::string& tensor, Read read) {
+  try {
+    read();
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error&) {
+    throw InputError(path + ": tensor '" + tensor + "' is damaged (its checksum does not match, or the file is cut short)");
   }
+}
+
+void read_states(const h5::Handle& group, const std::string& group_name, const std::vector<StateView>& states,
+                 const std::string& path) {
+  for (const auto& s : states)
+    read_tensor(path, group_name + "/" + s.name, [&] {
+      if (!s.floats.empty())
+        h5::read_dataset_into<float>(group, s.name, s.floats, path);
+      else
+        h5::read_dataset_into<std::uint64_t>(group, s.name, s.words, path);
+    });
 }
 
 }  // namespace
@@ -68,23 +133,23 @@ bool per_parameter(const StateView& s, const Model& model) {
 
 void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, const TrainingState& state) {
   const bool first = model.is_first_stage();
-  h5::Handle file = first ? h5::create_file(tmp) : h5::open_file_for_update(tmp);
+  h5::Handle file = first ? create_checksummed_file(tmp) : h5::open_file_for_update(tmp);
   std::vector<std::string> names;
   if (first) {
-    h5::write_attribute(file, "ddl_format", std::string(kMagic));
+    h5::write_fixed_strings_attribute(file, "ddl_format", {kMagic});
     h5::write_attribute(file, "format_version", std::int64_t{kVersion});
-    h5::write_attribute(file, "model", state.model_name);
+    h5::write_fixed_strings_attribute(file, "model", {state.model_name});
     h5::write_attribute(file, "epochs_done", static_cast<std::int64_t>(state.epochs_done));
     h5::write_attribute(file, "steps_done", static_cast<std::int64_t>(state.steps_done));
     h5::write_attribute(file, "seed", static_cast<std::int64_t>(state.seed));
     h5::write_attribute(file, "best_accuracy", std::vector<double>{state.best_accuracy});
-    h5::write_attribute(file, "configuration", state.configuration);
-    h5::create_vector<float>(file, "params", model.whole_param_count());
+    h5::write_fixed_strings_attribute(file, "configuration", {state.configuration});
+    create_checksummed_vector<float>(file, "params", model.whole_param_count());
     create_group(file, "model_state", tmp);
     h5::Handle opt = create_group(file, "optimizer_state", tmp);
     for (const auto& s : optimizer.state()) {
       if (per_parameter(s, model))
-        h5::create_vector<float>(opt, s.name, model.whole_param_count());
+        create_checksummed_vector<float>(opt, s.name, model.whole_param_count());
       else
         write_states(opt, {s});
     }
@@ -92,7 +157,9 @@ void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, cons
     names = h5::read_strings_attribute(file, "param_names", tmp);
   }
   for (const auto& e : model.param_entries()) names.push_back(e.name);
-  h5::write_attribute(file, "param_names", names);
+  h5::write_fixed_strings_attribute(file, "param_names", names);
+  // Every stage writes it; the last one's covers every name.
+  h5::write_attribute(file, "header_checksum", static_cast<std::int64_t>(header_checksum(state, names)));
   h5::write_slice<float>(file, "params", model.param_offset(), model.params());
   write_states(open_group(file, "model_state", tmp), model.state());
   h5::Handle opt = open_group(file, "optimizer_state", tmp);
@@ -119,27 +186,44 @@ void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& opt
   }
 }
 
-void publish_checkpoint(const std::string& path) {
+std::string previous_checkpoint(const std::string& path) {
+  std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + ".prev" + p.extension().string())).string();
+}
+
+void publish_checkpoint(const std::string& path, bool keep_previous) {
   const std::string tmp = temporary(path);
   fsync_path(tmp);
   std::error_code ec;
+  if (keep_previous && std::filesystem::exists(path)) {
+    // A second name for the current file, then the new one takes its place: at every moment `path` holds
+    // a whole checkpoint, the new or the old.
+    const std::string previous = previous_checkpoint(path);
+    std::filesystem::remove(previous, ec);
+    std::filesystem::create_hard_link(path, previous, ec);
+    if (ec) std::filesystem::copy_file(path, previous, std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) throw Error("cannot keep " + path + " as " + previous + ": " + ec.message());
+  }
   std::filesystem::rename(tmp, path, ec);
   if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
   const auto dir = std::filesystem::path(path).parent_path();
   fsync_path(dir.empty() ? "." : dir.string());
 }
 
-void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state) {
+void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state,
+                     bool keep_previous) {
   write_checkpoint_part(path, model, optimizer, state);
-  publish_checkpoint(path);
+  publish_checkpoint(path, keep_previous);
 }
 
-TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* optimizer) {
+namespace {
+
+TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* optimizer) {
   h5::Handle file = h5::open_file(path);
   if (!h5::has_attribute(file, "ddl_format") || h5::read_string_attribute(file, "ddl_format", path) != kMagic)
     throw InputError(path + ": not a ddl checkpoint");
   const auto version = h5::read_int_attribute(file, "format_version", path);
-  if (version != kVersion)
+  if (version < 1 || version > kVersion)
     throw InputError(path + ": checkpoint format version " + std::to_string(version) + ", this ddl reads " +
                      std::to_string(kVersion));
   TrainingState state;
@@ -157,24 +241,45 @@ TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* 
     throw InputError(path + ": checkpoint holds " + std::to_string(shape.empty() ? 0 : shape[0]) +
                      " parameters, model " + model.name() + " has " + std::to_string(model.whole_param_count()));
   const auto names = h5::read_strings_attribute(file, "param_names", path);
+  if (version >= 2 && static_cast<std::uint64_t>(h5::read_int_attribute(file, "header_checksum", path)) !=
+                          header_checksum(state, names))
+    throw InputError(path + ": its header (model, epochs, steps, seed, configuration, parameter names) is damaged "
+                     "(its checksum does not match)");
   const auto& entries = model.param_entries();
   const auto at = entries.empty() ? names.end() : std::find(names.begin(), names.end(), entries[0].name);
   for (std::size_t e = 0; e < entries.size(); ++e)
     if (at == names.end() || at + static_cast<std::ptrdiff_t>(e) >= names.end() ||
         *(at + static_cast<std::ptrdiff_t>(e)) != entries[e].name)
       throw InputError(path + ": parameter " + entries[e].name + " is not where this model keeps it");
-  h5::read_slice<float>(file, "params", model.param_offset(), model.params(), path);
-  read_states(open_group(file, "model_state", path), model.state(), path);
+  read_tensor(path, "params", [&] { h5::read_slice<float>(file, "params", model.param_offset(), model.params(), path); });
+  read_states(open_group(file, "model_state", path), "model_state", model.state(), path);
   if (optimizer) {
     h5::Handle opt = open_group(file, "optimizer_state", path);
     for (const auto& s : optimizer->state()) {
       if (per_parameter(s, model))
-        h5::read_slice<float>(opt, s.name, model.param_offset(), s.floats, path);
+        read_tensor(path, "optimizer_state/" + s.name,
+                    [&] { h5::read_slice<float>(opt, s.name, model.param_offset(), s.floats, path); });
       else
-        read_states(opt, {s}, path);
+        read_states(opt, "optimizer_state", {s}, path);
     }
   }
   return state;
+}
+
+}  // namespace
+
+TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* optimizer) {
+  try {
+    return load_unchecked(path, model, optimizer);
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    // HDF5 failing on a structure it cannot parse: the file is damaged where no checksum is kept.
+    std::string what = e.what();
+    if (const auto at = what.rfind(": " + path); at != std::string::npos && at + 2 + path.size() == what.size())
+      what.erase(at);
+    throw InputError(path + ": damaged (" + what + ")");
+  }
 }
 
 }  // namespace ddl

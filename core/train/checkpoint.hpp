@@ -1,7 +1,8 @@
 // Checkpoints in HDF5: the flat parameter buffer, every layer's state (BatchNorm statistics, dropout
 // generators), the optimizer's state, the epoch count, the best validation accuracy and the run's
 // configuration. Written to a temporary file, flushed to disk, then renamed over the old one, so a crash
-// or a full disk at any moment leaves the previous checkpoint intact.
+// or a full disk at any moment leaves the previous checkpoint intact. Every value is checksummed, so a
+// flipped bit or a truncated copy is refused on loading instead of silently training another model.
 //
 // A pipeline writes the same file as a single process: its stages take turns, in order, each adding its
 // slice of the parameters and of the optimizer's arrays and its layers' state (a shared file system is
@@ -26,12 +27,17 @@ struct TrainingState {
   std::uint64_t steps_done = 0;  // of the next epoch, when a run was stopped in the middle of it
 };
 
-void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state);
+// keep_previous: the file that `path` held, if any, stays as previous_checkpoint(path).
+void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state,
+                     bool keep_previous = false);
 // The pieces of save_checkpoint for a pipeline: every stage in turn, then the last one publishes.
 void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& optimizer, const TrainingState& state);
-void publish_checkpoint(const std::string& path);
+void publish_checkpoint(const std::string& path, bool keep_previous = false);
+// "dir/last.h5" -> "dir/last.prev.h5".
+std::string previous_checkpoint(const std::string& path);
 // Restores model (or stage) parameters and state, and the optimizer's state when one is given; checks
-// that the checkpoint was written for this model.
+// that the checkpoint was written for this model, and every checksum: a damaged file is refused with an
+// InputError naming it and the tensor (model and optimizer may then hold part of its values).
 TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* optimizer);
 
 }  // namespace ddl

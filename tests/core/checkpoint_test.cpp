@@ -1,5 +1,6 @@
 // Checkpoints: a full round trip of parameters, layer state and optimizer state, refusal of checkpoints
-// of another model, and a failed write that leaves the previous checkpoint untouched.
+// of another model, a failed write that leaves the previous checkpoint untouched, and damage of any byte
+// refused rather than loaded.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,6 +8,10 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "core/layers/batch_norm2d.hpp"
+#include "core/layers/conv2d.hpp"
+#include "core/layers/dense.hpp"
+#include "core/layers/flatten.hpp"
 #include "core/optim/optimizer.hpp"
 #include "core/train/checkpoint.hpp"
 #include "models/registry.hpp"
@@ -77,6 +82,110 @@ TEST(Checkpoint, FailedWriteLeavesThePreviousCheckpointIntact) {
   auto first = make_model("seed_cnn", {}, ctx);
   first->initialize(1);
   EXPECT_EQ(std::memcmp(first->params().data(), restored->params().data(), first->param_count() * 4), 0);
+}
+
+TEST(Checkpoint, KeepsThePreviousFileWhenAsked) {
+  test::TempDir dir;
+  Context ctx;
+  auto model = make_model("seed_cnn", {}, ctx);
+  model->initialize(1);
+  auto sgd = make_sgd(model->param_count(), {});
+  const std::string last = dir / "last.h5";
+  EXPECT_EQ(previous_checkpoint(last), dir / "last.prev.h5");
+  save_checkpoint(last, *model, *sgd, {"seed_cnn", 1, 0, 1, ""}, true);
+  EXPECT_FALSE(std::filesystem::exists(previous_checkpoint(last)));  // nothing before the first
+  save_checkpoint(last, *model, *sgd, {"seed_cnn", 2, 0, 1, ""}, true);
+  save_checkpoint(last, *model, *sgd, {"seed_cnn", 3, 0, 1, ""}, true);
+  auto restored = make_model("seed_cnn", {}, ctx);
+  EXPECT_EQ(load_checkpoint(last, *restored, nullptr).epochs_done, 3u);
+  EXPECT_EQ(load_checkpoint(previous_checkpoint(last), *restored, nullptr).epochs_done, 2u);
+}
+
+// A model of a few hundred values, with layer state (BatchNorm) and optimizer state (Adam), so that every
+// byte of its checkpoint can be damaged in turn.
+std::unique_ptr<Model> tiny_model(Context& ctx, std::uint64_t seed) {
+  auto model = std::make_unique<Model>("tiny", dims_t{2, 4, 4}, 3);
+  model->add(std::make_unique<Conv2d>(Conv2dOptions{.in_channels = 2, .out_channels = 3, .kernel = 3, .padding = 1}));
+  model->add(std::make_unique<BatchNorm2d>(BatchNorm2dOptions{.channels = 3}));
+  model->add(std::make_unique<Flatten>());
+  model->add(std::make_unique<Dense>(DenseOptions{.in_features = 3 * 16, .out_features = 3}));
+  model->finalize(ctx);
+  model->initialize(seed);
+  return model;
+}
+
+TEST(Checkpoint, EveryDamagedByteIsRefusedOrHarmless) {
+  test::TempDir dir;
+  Context ctx;
+  auto model = tiny_model(ctx, 3);
+  auto adam = make_adam(model->param_count(), {});
+  std::vector<float> grads(model->param_count(), 0.01f);
+  adam->step(model->params(), grads, 1e-3f);
+  model->state()[0].floats[1] = 0.75f;
+  const TrainingState written{"tiny", 200, 0.5, 3, "lr = 0.001\nbatch-size = 64\n", 17};
+  save_checkpoint(dir / "good.h5", *model, *adam, written);
+  std::ifstream in(dir / "good.h5", std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(good.size(), 1000u);
+
+  // Each byte in turn gets one bit flipped. A load must either refuse the file (an InputError naming it)
+  // or give back exactly what was written: a flip in bytes HDF5 never reads (free space) is harmless.
+  std::size_t refused = 0, harmless = 0;
+  const std::string damaged = dir / "damaged.h5";
+  for (std::size_t at = 0; at < good.size(); ++at) {
+    std::string bytes = good;
+    bytes[at] = static_cast<char>(bytes[at] ^ (1 << (at % 8)));
+    std::ofstream(damaged, std::ios::binary | std::ios::trunc) << bytes;
+    auto loaded = tiny_model(ctx, 9);
+    auto loaded_adam = make_adam(loaded->param_count(), {});
+    TrainingState state;
+    try {
+      state = load_checkpoint(damaged, *loaded, loaded_adam.get());
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(damaged), std::string::npos) << e.what();
+      ++refused;
+      continue;
+    }
+    ++harmless;
+    EXPECT_EQ(state.epochs_done, written.epochs_done) << "byte " << at;
+    EXPECT_EQ(state.steps_done, written.steps_done) << "byte " << at;
+    EXPECT_EQ(state.seed, written.seed) << "byte " << at;
+    EXPECT_EQ(state.configuration, written.configuration) << "byte " << at;
+    EXPECT_EQ(std::memcmp(model->params().data(), loaded->params().data(), model->param_count() * 4), 0)
+        << "byte " << at;
+    EXPECT_EQ(model->state()[0].floats[1], loaded->state()[0].floats[1]) << "byte " << at;
+    const auto a = adam->state(), b = loaded_adam->state();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(std::equal(a[i].floats.begin(), a[i].floats.end(), b[i].floats.begin())) << "byte " << at;
+      EXPECT_TRUE(std::equal(a[i].words.begin(), a[i].words.end(), b[i].words.begin())) << "byte " << at;
+    }
+  }
+  // Most bytes matter; some (padding, free space) do not.
+  EXPECT_GT(refused, good.size() / 2) << refused << " refused, " << harmless << " harmless";
+}
+
+TEST(Checkpoint, ADamagedTensorIsNamed) {
+  test::TempDir dir;
+  Context ctx;
+  auto model = tiny_model(ctx, 3);
+  auto sgd = make_sgd(model->param_count(), {});
+  model->params()[5] = 1234.5f;
+  save_checkpoint(dir / "c.h5", *model, *sgd, {"tiny", 1, 0, 1, ""});
+  std::ifstream in(dir / "c.h5", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const float value = 1234.5f;
+  const auto at = bytes.find(std::string(reinterpret_cast<const char*>(&value), 4));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1] = static_cast<char>(bytes[at + 1] ^ 0x10);
+  std::ofstream(dir / "c.h5", std::ios::binary | std::ios::trunc) << bytes;
+  auto loaded = tiny_model(ctx, 9);
+  try {
+    load_checkpoint(dir / "c.h5", *loaded, nullptr);
+    ADD_FAILURE() << "a damaged parameter was loaded";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dir / "c.h5" + ": tensor 'params' is damaged (its checksum does not match, or "
+                                                     "the file is cut short)");
+  }
 }
 
 }  // namespace
