@@ -87,6 +87,11 @@ void Communicator::broadcast(std::span<float> values, int root) const {
   in_pieces(values, [&](float* p, int n) { check_mpi(MPI_Bcast(p, n, MPI_FLOAT, root, comm_), "MPI_Bcast"); });
 }
 
+void Communicator::broadcast(std::span<std::uint64_t> values, int root) const {
+  const auto wait = waiting("a broadcast");
+  in_pieces(values, [&](std::uint64_t* p, int n) { check_mpi(MPI_Bcast(p, n, MPI_UINT64_T, root, comm_), "MPI_Bcast"); });
+}
+
 void Communicator::allreduce_sum(std::span<float> values) const {
   const auto wait = waiting("a sum (MPI_Allreduce)");
   in_pieces(values, [&](float* p, int n) {

@@ -36,6 +36,7 @@ class Communicator {
 
   void barrier() const;
   void broadcast(std::span<float> values, int root) const;
+  void broadcast(std::span<std::uint64_t> values, int root) const;
   // In-place sums with MPI_Allreduce.
   void allreduce_sum(std::span<float> values) const;
   void allreduce_sum(std::span<double> values) const;

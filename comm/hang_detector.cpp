@@ -1,12 +1,13 @@
 #include "comm/hang_detector.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
 namespace ddl {
 
-HangDetector::HangDetector(double timeout_seconds, std::string who) : timeout_(timeout_seconds), who_(std::move(who)) {
-  if (timeout_ > 0) watcher_ = std::thread([this] { watch(); });
+HangDetector::HangDetector(const WaitLimits& limits, std::string who) : who_(std::move(who)), limits_(limits) {
+  watcher_ = std::thread([this] { watch(); });
 }
 
 HangDetector::~HangDetector() {
@@ -15,19 +16,33 @@ HangDetector::~HangDetector() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
+  watcher_.join();
 }
 
 HangDetector::Wait HangDetector::waiting(const std::string& what) {
-  if (timeout_ <= 0) return Wait();
   std::lock_guard lock(mutex_);
-  open_.push_back({++next_id_, what, clock::now()});
+  open_.push_back({++next_id_, what, phase_ + ": " + what, clock::now()});
   return Wait(this, next_id_);
 }
 
 void HangDetector::end(std::uint64_t id) {
   std::lock_guard lock(mutex_);
-  std::erase_if(open_, [id](const Open& o) { return o.id == id; });
+  const auto it = std::find_if(open_.begin(), open_.end(), [id](const Open& o) { return o.id == id; });
+  if (it == open_.end()) return;
+  limits_.waited(it->kind, std::chrono::duration<double>(clock::now() - it->since).count());
+  open_.erase(it);
+}
+
+void HangDetector::set_phase(const std::string& phase) {
+  std::lock_guard lock(mutex_);
+  phase_ = phase;
+}
+
+void HangDetector::step_done() {
+  std::lock_guard lock(mutex_);
+  const auto now = clock::now();
+  limits_.step_took(std::chrono::duration<double>(now - last_step_).count());
+  last_step_ = now;
 }
 
 void HangDetector::watch() {
@@ -37,9 +52,10 @@ void HangDetector::watch() {
     if (open_.empty()) continue;
     const Open& newest = open_.back();
     const double waited = std::chrono::duration<double>(clock::now() - newest.since).count();
-    if (waited < timeout_) continue;
-    std::fprintf(stderr, "ddl_train: error (%s): no progress for %.0f s while %s (--timeout %g); stopping the job\n",
-                 who_.c_str(), waited, newest.what.c_str(), timeout_);
+    const double limit = limits_.limit(newest.kind);
+    if (limit <= 0 || waited < limit) continue;
+    std::fprintf(stderr, "ddl_train: error (%s): no progress for %.0f s while %s (%s); stopping the job\n",
+                 who_.c_str(), waited, newest.what.c_str(), limits_.explain(newest.kind).c_str());
     std::fflush(stderr);
     std::_Exit(3);
   }

@@ -1,9 +1,10 @@
 // Ends the process when one wait for other ranks lasts longer than a timeout. MPI sets no deadline on a
 // receive or a collective: a peer that stopped, or whose network link was cut, leaves the others waiting
 // silently (Open MPI's own keepalive took 490 s to notice a cut link in a test). A watcher thread sees
-// the wait's age; past the timeout the rank prints which operation it waited in and for which ranks, and
-// exits, and mpirun then ends the rest of the job. The watcher never calls MPI itself: with
-// MPI_THREAD_SERIALIZED only the thread inside the wait may.
+// the wait's age; past its limit (WaitLimits: fixed, or learned from the job's own waits and steps) the
+// rank prints which operation it waited in and for which ranks, and exits, and mpirun then ends the rest
+// of the job. The watcher never calls MPI itself: with MPI_THREAD_SERIALIZED only the thread inside the
+// wait may.
 #pragma once
 
 #include <chrono>
@@ -14,12 +15,14 @@
 #include <thread>
 #include <vector>
 
+#include "comm/wait_limits.hpp"
+
 namespace ddl {
 
 class HangDetector {
  public:
-  // timeout_seconds <= 0: never fires. who: how the messages name this process ("rank 3").
-  HangDetector(double timeout_seconds, std::string who);
+  // who: how the messages name this process ("rank 3").
+  HangDetector(const WaitLimits& limits, std::string who);
   ~HangDetector();
   HangDetector(const HangDetector&) = delete;
   HangDetector& operator=(const HangDetector&) = delete;
@@ -43,20 +46,26 @@ class HangDetector {
   };
   [[nodiscard]] Wait waiting(const std::string& what);
 
-  double timeout_seconds() const { return timeout_; }
+  // What the job does now ("training", "evaluation", "checkpoint"): waits are timed per phase, since
+  // the same operation may take much longer in one than in another.
+  void set_phase(const std::string& phase);
+  // Called after every training step: the time since the previous call is one step's.
+  void step_done();
 
  private:
   void end(std::uint64_t id);
   void watch();
 
   using clock = std::chrono::steady_clock;
-  double timeout_;
   std::string who_;
+  WaitLimits limits_;
+  std::string phase_ = "start-up";
+  clock::time_point last_step_ = clock::now();
   std::mutex mutex_;
   std::condition_variable cv_;
   struct Open {
     std::uint64_t id;
-    std::string what;
+    std::string what, kind;
     clock::time_point since;
   };
   std::vector<Open> open_;

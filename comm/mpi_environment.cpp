@@ -13,6 +13,11 @@ MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
   int provided = 0;
   check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
   if (provided < MPI_THREAD_SERIALIZED) throw Error("this MPI library cannot be called from more than one thread");
+  // Errors raised on requests and files go to MPI_COMM_SELF's (MPI 4) or MPI_COMM_WORLD's handler, fatal
+  // by default: Open MPI then aborts the job before ddl can say why (a request freed while an error
+  // unwinds once hid every message). Returned codes are checked with check_mpi instead.
+  for (MPI_Comm comm : {MPI_COMM_WORLD, MPI_COMM_SELF})
+    check_mpi(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 }
 
 MpiEnvironment::~MpiEnvironment() {

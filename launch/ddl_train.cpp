@@ -25,12 +25,15 @@
 #include "comm/mpi_environment.hpp"
 #include "comm/mpi_replica_group.hpp"
 #include "comm/mpi_stage_link.hpp"
+#include "comm/replica_check.hpp"
 #include "comm/stop_vote.hpp"
+#include "core/checksum.hpp"
 #include "core/data/hdf5.hpp"
 #include "core/data/sampler.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/train/checkpoint.hpp"
+#include "core/train/directory_lock.hpp"
 #include "core/train/resources.hpp"
 #include "core/train/trainer.hpp"
 #include "launch/metrics_log.hpp"
@@ -41,12 +44,6 @@
 
 namespace ddl {
 namespace {
-
-std::uint64_t fnv1a(const std::string& text) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
 
 // Cores this process may run on, shared among the ranks of its node.
 int default_threads(const Communicator& world) {
@@ -127,6 +124,7 @@ struct Run {
   std::unique_ptr<Optimizer> optimizer;
   LrSchedule schedule;
   TrainingState state;
+  std::optional<DirectoryLock> checkpoint_lock;  // on rank 0, when there is a checkpoint folder
   int threads = 1;
   std::string nodes;  // describe_nodes()
 };
@@ -228,18 +226,11 @@ void build(Run& run, const Communicator& world) {
   run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
   run.state = {o.model, 0, -1.0, o.seed, o.describe()};
-  run.resume_path = o.resume == "auto" ? (std::filesystem::path(o.checkpoint_dir) / "last.h5").string() : o.resume;
-  if (o.resume == "auto" && !std::filesystem::exists(run.resume_path)) run.resume_path.clear();
-  if (!run.resume_path.empty()) {
-    run.state = load_checkpoint(run.resume_path, *run.model, run.optimizer.get());
-    if (run.state.seed != o.seed)
-      throw InputError(run.resume_path + " was written with --seed " + std::to_string(run.state.seed) +
-                       "; resume with the same seed to continue the same run");
-  }
   if (!o.checkpoint_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.checkpoint_dir, ec);
     if (ec) throw InputError("--checkpoint-dir " + o.checkpoint_dir + ": " + ec.message());
+    if (world.rank() == 0) run.checkpoint_lock.emplace(o.checkpoint_dir);
   }
 }
 
@@ -256,12 +247,13 @@ void print_profile(const Profiler& profiler, double train_seconds, std::size_t s
 }
 
 // One checkpoint file from the first replica's stages, written in turn (checkpoint.hpp).
-void save(Run& run, const std::string& path) {
+// keep_previous: the file `path` held stays as previous_checkpoint(path) (for last.h5).
+void save(Run& run, const std::string& path, bool keep_previous) {
   if (run.grid.replica != 0) return;
   for (int s = 0; s < run.grid.stages; ++s) {
     if (s == run.grid.stage) {
       write_checkpoint_part(path, *run.model, *run.optimizer, run.state);
-      if (s + 1 == run.grid.stages) publish_checkpoint(path);
+      if (s + 1 == run.grid.stages) publish_checkpoint(path, keep_previous);
     }
     run.pipeline->barrier();
   }
@@ -340,7 +332,7 @@ int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps) {
   const TrainOptions& o = run.options;
   run.state.epochs_done = static_cast<std::uint64_t>(epoch);
   const std::string last = (std::filesystem::path(o.checkpoint_dir) / "last.h5").string();
-  if (!o.checkpoint_dir.empty() && run.state.steps_done > 0) save(run, last);
+  if (!o.checkpoint_dir.empty() && run.state.steps_done > 0) save(run, last, true);
   if (run.pipeline->rank() == 0 && run.grid.replica == 0) {
     if (run.state.steps_done > 0)
       std::printf("stopped by a signal in epoch %d at step %llu/%zu (train loss %.4f over its last %zu steps)",
@@ -354,134 +346,6 @@ int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps) {
     std::fflush(stdout);
   }
   return 128 + (stop_signal != 0 ? static_cast<int>(stop_signal) : SIGTERM);
-}
-
-int train(Run& run, const Communicator& world) {
-  const TrainOptions& o = run.options;
-  const Grid& g = run.grid;
-  const bool lead = world.rank() == 0;
-  // The communication thread of buckets and the pipeline's messages would call MPI from two threads at
-  // once, which MPI_THREAD_SERIALIZED forbids: a pipeline averages its gradients after the step.
-  const double bucket_mb = g.stages > 1 ? 0.0 : o.bucket_mb;
-  MpiReplicaGroup group(*run.stage_replicas,
-                        {o.allreduce_algorithm, o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
-                        static_cast<std::size_t>(bucket_mb * (1 << 20)));
-  world.check_same("the configuration (options, model)",
-                   fnv1a(o.describe() + run.model->name()) ^ run.model->whole_param_count());
-  group.broadcast(run.model->params(), 0);
-  std::optional<MpiStageLink> link;
-  if (g.stages > 1) link.emplace(*run.pipeline);
-
-  if (lead) print_header(run, world);
-  Profiler profiler;
-  if (o.profile) run.model->attach_profiler(&profiler);
-  std::vector<Model*> copies{run.model.get()};
-  for (auto& c : run.model_copies) copies.push_back(c.get());
-  Trainer trainer(run.ctx, copies, *run.optimizer, run.schedule, group, link ? &*link : nullptr, run.plan);
-  std::optional<MetricsLog> metrics;
-  if (lead && !o.metrics_path.empty()) metrics.emplace(o.metrics_path, !run.resume_path.empty());
-  // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
-  // mpirun "auto" cannot tell and stays with plain lines; --progress always forces the bar. A pipeline's
-  // first stage does not see the loss, so it shows no bar.
-  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-  const bool bar = lead && g.stages == 1 &&
-                   (o.progress == "always" || (o.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
-  const bool validate = !run.val_subset.empty();
-  catch_stop_signals();
-  StopVote stop_vote(world);
-  Timeline timeline;
-  if (!o.timeline_path.empty()) trainer.record(&timeline);
-  auto finish = [&](int code) {
-    if (!o.timeline_path.empty()) write_timeline(run, timeline, world);
-    return code;
-  };
-
-  PassMetrics last_val;
-  double train_seconds = 0;
-  std::size_t train_steps = 0;
-  for (auto epoch = static_cast<int>(run.state.epochs_done); epoch < o.epochs; ++epoch) {
-    auto indices = training_indices(run.train_subset.size(), o.seed, epoch, g.replica, g.replicas, o.batch_size);
-    if (o.steps_per_epoch > 0)
-      indices.resize(std::min(indices.size(), static_cast<std::size_t>(o.steps_per_epoch) * o.batch_size));
-    const std::size_t steps = indices.size() / o.batch_size;
-    // A run stopped in the middle of an epoch resumes at the step after the last one it finished.
-    const std::size_t first_step = static_cast<std::uint64_t>(epoch) == run.state.epochs_done ? run.state.steps_done : 0;
-    indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(first_step * o.batch_size));
-    if (run.train_loader) run.train_loader->start(select(run.train_subset, indices), true, o.seed, epoch, first_step);
-    ProgressBar progress(epoch + 1, o.epochs);
-    group.take_stats();
-    if (link) link->take_wait_seconds();
-    EpochHooks hooks;
-    if (bar) hooks.progress = [&](const StepProgress& p) { progress.update(p); };
-    hooks.stop = [&] { return stop_vote.step(stop_signal != 0); };
-    const PassMetrics tr =
-        trainer.train_epoch(run.train_loader ? &*run.train_loader : nullptr, epoch, steps, first_step, hooks);
-    if (bar) progress.finish();
-    // A signal that came late in the epoch (or during the last step) stops the run at the epoch's end.
-    const bool stop = world.any(stop_vote.finish() || stop_signal != 0);
-    if (first_step + tr.steps < steps) {
-      run.state.steps_done = first_step + tr.steps;
-      return finish(stop_midway(run, tr, epoch, steps));
-    }
-    run.state.steps_done = 0;
-    // The slowest rank's wait is what the step pays for communication; a pipeline's idle share is the
-    // mean over its stages.
-    const auto comm = group.take_stats();
-    double waits[1] = {comm.wait_seconds};
-    world.allreduce_max(waits);
-    double bytes[1] = {comm.bytes / g.replicas};  // every stage's share, counted once per replica
-    world.allreduce_sum(bytes);
-    double pipeline_wait[1] = {link ? link->take_wait_seconds() / world.size() : 0.0};
-    world.allreduce_sum(pipeline_wait);
-    train_seconds += tr.seconds;
-    train_steps += steps;
-    PassMetrics val;
-    if (validate) {
-      const auto mine = evaluation_indices(run.val_subset.size(), g.replica, g.replicas);
-      if (run.val_loader) run.val_loader->start(select(run.val_subset, mine), false, o.seed, epoch);
-      val = trainer.evaluate(run.val_loader ? &*run.val_loader : nullptr, mine.size());
-      last_val = val;
-    }
-    double peak_mb[1] = {static_cast<double>(peak_resident_bytes()) / (1 << 20)};
-    world.allreduce_max(peak_mb);
-    run.state.epochs_done = static_cast<std::uint64_t>(epoch + 1);
-    const bool best = validate && val.accuracy > run.state.best_accuracy;
-    if (best) run.state.best_accuracy = val.accuracy;
-    if (!o.checkpoint_dir.empty()) {
-      const std::filesystem::path dir(o.checkpoint_dir);
-      save(run, (dir / "last.h5").string());
-      if (best) save(run, (dir / "best.h5").string());
-    }
-    if (lead) {
-      std::printf("epoch %d/%d  train loss %.4f acc %.4f", epoch + 1, o.epochs, tr.loss, tr.accuracy);
-      if (validate) std::printf("  val loss %.4f acc %.4f", val.loss, val.accuracy);
-      std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB%s", tr.seconds, tr.images_per_second(),
-                  trainer.last_lr(), peak_mb[0], world.size() > 1 ? " (largest rank)" : "");
-      if (g.replicas > 1)
-        std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * waits[0] / tr.seconds,
-                    bytes[0] / static_cast<double>(std::max<std::size_t>(tr.steps, 1)) / (1 << 20));
-      if (link) std::printf("  pipeline wait %.1f%%", 100.0 * pipeline_wait[0] / tr.seconds);
-      std::printf("\n");
-      std::fflush(stdout);
-      if (metrics)
-        metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),
-                        trainer.last_lr(), peak_mb[0], waits[0] / tr.seconds, pipeline_wait[0] / tr.seconds});
-    }
-    if (stop) return finish(stop_midway(run, tr, epoch + 1, 0));
-  }
-  const auto peaks = world.allgather(peak_resident_bytes());
-  if (lead) {
-    if (world.size() > 1) {
-      std::printf("peak RSS by rank (MB):");
-      for (auto p : peaks) std::printf(" %.0f", static_cast<double>(p) / (1 << 20));
-      std::printf("\n");
-    }
-    if (o.profile && train_steps) print_profile(profiler, train_seconds, train_steps);
-    if (validate && last_val.images > 0)
-      std::printf("final validation accuracy %.4f (best %.4f)\n", last_val.accuracy, run.state.best_accuracy);
-  }
-  world.barrier();
-  return finish(0);
 }
 
 void report(const Communicator* world, const std::string& message) {
@@ -502,6 +366,253 @@ std::string describe_exception(std::exception_ptr e) {
   }
 }
 
+// A failure during training: its message goes out first, then the whole job ends at once. Unwinding the
+// communication objects first could wait forever for ranks that are not coming (the bucket thread's
+// all-reduce that a peer left), and a peer waiting for this rank is in a collective only an abort ends.
+[[noreturn]] void fail_during_training(const Communicator& world, std::exception_ptr error) {
+  report(&world, describe_exception(error));
+  abort_all_ranks(1);
+}
+
+// --resume: every rank loads its part of the checkpoint, and the ranks agree whether all could. With
+// auto, a damaged last.h5 (a flipped bit, a copy cut short) gives way to the one before it, said in one
+// line. Returns false, each failing rank having printed its error, when none loads.
+bool resume(Run& run, const Communicator& world) {
+  const TrainOptions& o = run.options;
+  std::vector<std::string> candidates;
+  if (o.resume == "auto") {
+    const std::string last = (std::filesystem::path(o.checkpoint_dir) / "last.h5").string();
+    for (const auto& path : {last, previous_checkpoint(last)})
+      if (std::filesystem::exists(path)) candidates.push_back(path);
+  } else if (!o.resume.empty()) {
+    candidates.push_back(o.resume);
+  }
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    std::exception_ptr error;
+    try {
+      run.state = load_checkpoint(candidates[i], *run.model, run.optimizer.get());
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const bool any_failed = world.any(error != nullptr);
+    if (!any_failed) {
+      run.resume_path = candidates[i];
+      break;
+    }
+    if (i + 1 == candidates.size()) {
+      if (error) report(&world, describe_exception(error));
+      return false;
+    }
+    if (world.rank() == 0) {
+      std::fprintf(stderr, "ddl_train: %s; resuming from %s instead\n",
+                   error ? describe_exception(error).c_str() : (candidates[i] + " cannot be read on every rank").c_str(),
+                   candidates[i + 1].c_str());
+      std::fflush(stderr);
+    }
+  }
+  if (!run.resume_path.empty() && run.state.seed != o.seed) {
+    report(&world, run.resume_path + " was written with --seed " + std::to_string(run.state.seed) +
+                       "; resume with the same seed to continue the same run");
+    return false;
+  }
+  return true;
+}
+
+// The values every replica of a stage must hold alike: the parameters, and with the optimizer's state
+// (momentum, Adam's moments: derived from averaged gradients). Not the layers' state: BatchNorm's
+// running statistics come from each replica's own images.
+std::vector<NamedValues> replica_values(Run& run, bool with_optimizer) {
+  std::vector<NamedValues> values;
+  const std::span<const float> params = run.model->params();
+  for (const auto& e : run.model->param_entries()) values.push_back({e.name, params.subspan(e.offset, e.size), {}});
+  if (with_optimizer)
+    for (const auto& s : run.optimizer->state()) values.push_back({"optimizer " + s.name, s.floats, s.words});
+  return values;
+}
+
+// Stops the job, or with --on-divergence resync copies replica 0's parameters and optimizer state to the
+// others and says so. Collective over the stage's replicas.
+void check_replicas(Run& run, const std::string& when, bool with_optimizer) {
+  const Communicator& replicas = *run.stage_replicas;
+  if (replicas.size() == 1) return;
+  const std::string difference = replica_difference(replicas, replica_values(run, with_optimizer));
+  if (difference.empty()) return;
+  if (run.options.on_divergence == "stop")
+    throw Error("replicas diverged " + when + ": " + difference +
+                " (a non-deterministic kernel, or faulty memory or network on a node; --on-divergence resync copies "
+                "replica 0's state and goes on)");
+  replicas.broadcast(run.model->params(), 0);
+  for (const auto& s : run.optimizer->state()) {
+    replicas.broadcast(s.floats, 0);
+    replicas.broadcast(s.words, 0);
+  }
+  if (replicas.rank() == 0) {
+    std::fprintf(stderr, "ddl_train: replicas diverged %s: %s; copied rank %d's parameters and optimizer state to "
+                 "them (--on-divergence resync)\n", when.c_str(), difference.c_str(), replicas.world_rank(0));
+    std::fflush(stderr);
+  }
+}
+
+// A test's way to make one replica drift: DDL_TEST_PERTURB=RANK:STEP adds 1 to that world rank's first
+// parameter after that training step (counted over the whole run).
+struct Perturbation {
+  int rank = -1;
+  unsigned long long step = 0;
+  static Perturbation from_environment() {
+    Perturbation p;
+    if (const char* text = std::getenv("DDL_TEST_PERTURB"))
+      if (std::sscanf(text, "%d:%llu", &p.rank, &p.step) != 2) p.rank = -1;
+    return p;
+  }
+};
+
+int train(Run& run, const Communicator& world) {
+  const TrainOptions& o = run.options;
+  const Grid& g = run.grid;
+  const bool lead = world.rank() == 0;
+  // The communication thread of buckets and the pipeline's messages would call MPI from two threads at
+  // once, which MPI_THREAD_SERIALIZED forbids: a pipeline averages its gradients after the step.
+  const double bucket_mb = g.stages > 1 ? 0.0 : o.bucket_mb;
+  MpiReplicaGroup group(*run.stage_replicas,
+                        {o.allreduce_algorithm, o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
+                        static_cast<std::size_t>(bucket_mb * (1 << 20)));
+  world.check_same("the configuration (options, model)",
+                   Checksum().add(o.describe() + run.model->name()).value() ^ run.model->whole_param_count());
+  group.broadcast(run.model->params(), 0);
+  std::optional<MpiStageLink> link;
+  if (g.stages > 1) link.emplace(*run.pipeline);
+
+  if (lead) print_header(run, world);
+  Profiler profiler;
+  if (o.profile) run.model->attach_profiler(&profiler);
+  std::vector<Model*> copies{run.model.get()};
+  for (auto& c : run.model_copies) copies.push_back(c.get());
+  Trainer trainer(run.ctx, copies, *run.optimizer, run.schedule, group, link ? &*link : nullptr, run.plan);
+  std::optional<MetricsLog> metrics;
+  if (lead && !o.metrics_path.empty()) metrics.emplace(o.metrics_path, !run.resume_path.empty());
+  // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
+  // mpirun "auto" cannot tell and stays with plain lines; --progress always forces the bar. A pipeline's
+  // first stage does not see the loss, so it shows no bar.
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  const bool bar = lead && g.stages == 1 &&
+                   (o.progress == "always" || (o.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
+  const bool validate = !run.val_subset.empty();
+  HangDetector& hang = *world.hang_detector();
+  const Perturbation perturb = Perturbation::from_environment();
+  unsigned long long steps_run = 0;  // by this process, over all epochs
+  catch_stop_signals();
+  StopVote stop_vote(world);
+  try {
+    Timeline timeline;
+    if (!o.timeline_path.empty()) trainer.record(&timeline);
+    auto finish = [&](int code) {
+      if (!o.timeline_path.empty()) write_timeline(run, timeline, world);
+      return code;
+    };
+
+    PassMetrics last_val;
+    double train_seconds = 0;
+    std::size_t train_steps = 0;
+    for (auto epoch = static_cast<int>(run.state.epochs_done); epoch < o.epochs; ++epoch) {
+      auto indices = training_indices(run.train_subset.size(), o.seed, epoch, g.replica, g.replicas, o.batch_size);
+      if (o.steps_per_epoch > 0)
+        indices.resize(std::min(indices.size(), static_cast<std::size_t>(o.steps_per_epoch) * o.batch_size));
+      const std::size_t steps = indices.size() / o.batch_size;
+      // A run stopped in the middle of an epoch resumes at the step after the last one it finished.
+      const std::size_t first_step = static_cast<std::uint64_t>(epoch) == run.state.epochs_done ? run.state.steps_done : 0;
+      indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(first_step * o.batch_size));
+      if (run.train_loader) run.train_loader->start(select(run.train_subset, indices), true, o.seed, epoch, first_step);
+      ProgressBar progress(epoch + 1, o.epochs);
+      group.take_stats();
+      if (link) link->take_wait_seconds();
+      EpochHooks hooks;
+      if (bar) hooks.progress = [&](const StepProgress& p) { progress.update(p); };
+      hooks.stop = [&] {
+        hang.step_done();
+        ++steps_run;
+        if (perturb.rank == world.rank() && perturb.step == steps_run) run.model->params()[0] += 1.0f;
+        if (o.check_replicas > 0 && steps_run % static_cast<unsigned>(o.check_replicas) == 0)
+          check_replicas(run, "after step " + std::to_string(steps_run), false);
+        return stop_vote.step(stop_signal != 0);
+      };
+      hang.set_phase("training");
+      const PassMetrics tr =
+          trainer.train_epoch(run.train_loader ? &*run.train_loader : nullptr, epoch, steps, first_step, hooks);
+      if (bar) progress.finish();
+      // A signal that came late in the epoch (or during the last step) stops the run at the epoch's end.
+      const bool stop = world.any(stop_vote.finish() || stop_signal != 0);
+      if (first_step + tr.steps < steps) {
+        run.state.steps_done = first_step + tr.steps;
+        return finish(stop_midway(run, tr, epoch, steps));
+      }
+      run.state.steps_done = 0;
+      // The slowest rank's wait is what the step pays for communication; a pipeline's idle share is the
+      // mean over its stages.
+      const auto comm = group.take_stats();
+      double waits[1] = {comm.wait_seconds};
+      world.allreduce_max(waits);
+      double bytes[1] = {comm.bytes / g.replicas};  // every stage's share, counted once per replica
+      world.allreduce_sum(bytes);
+      double pipeline_wait[1] = {link ? link->take_wait_seconds() / world.size() : 0.0};
+      world.allreduce_sum(pipeline_wait);
+      train_seconds += tr.seconds;
+      train_steps += steps;
+      PassMetrics val;
+      hang.set_phase("evaluation");
+      if (validate) {
+        const auto mine = evaluation_indices(run.val_subset.size(), g.replica, g.replicas);
+        if (run.val_loader) run.val_loader->start(select(run.val_subset, mine), false, o.seed, epoch);
+        val = trainer.evaluate(run.val_loader ? &*run.val_loader : nullptr, mine.size());
+        last_val = val;
+      }
+      double peak_mb[1] = {static_cast<double>(peak_resident_bytes()) / (1 << 20)};
+      world.allreduce_max(peak_mb);
+      run.state.epochs_done = static_cast<std::uint64_t>(epoch + 1);
+      const bool best = validate && val.accuracy > run.state.best_accuracy;
+      if (best) run.state.best_accuracy = val.accuracy;
+      hang.set_phase("checkpoint");
+      if (!o.checkpoint_dir.empty()) {
+        check_replicas(run, "by the end of epoch " + std::to_string(epoch + 1), true);
+        const std::filesystem::path dir(o.checkpoint_dir);
+        save(run, (dir / "last.h5").string(), true);
+        if (best) save(run, (dir / "best.h5").string(), false);
+        world.barrier();  // the ranks that write nothing wait here, in the checkpoint phase's time limit
+      }
+      if (lead) {
+        std::printf("epoch %d/%d  train loss %.4f acc %.4f", epoch + 1, o.epochs, tr.loss, tr.accuracy);
+        if (validate) std::printf("  val loss %.4f acc %.4f", val.loss, val.accuracy);
+        std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB%s", tr.seconds, tr.images_per_second(),
+                    trainer.last_lr(), peak_mb[0], world.size() > 1 ? " (largest rank)" : "");
+        if (g.replicas > 1)
+          std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * waits[0] / tr.seconds,
+                      bytes[0] / static_cast<double>(std::max<std::size_t>(tr.steps, 1)) / (1 << 20));
+        if (link) std::printf("  pipeline wait %.1f%%", 100.0 * pipeline_wait[0] / tr.seconds);
+        std::printf("\n");
+        std::fflush(stdout);
+        if (metrics)
+          metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),
+                          trainer.last_lr(), peak_mb[0], waits[0] / tr.seconds, pipeline_wait[0] / tr.seconds});
+      }
+      if (stop) return finish(stop_midway(run, tr, epoch + 1, 0));
+    }
+    const auto peaks = world.allgather(peak_resident_bytes());
+    if (lead) {
+      if (world.size() > 1) {
+        std::printf("peak RSS by rank (MB):");
+        for (auto p : peaks) std::printf(" %.0f", static_cast<double>(p) / (1 << 20));
+        std::printf("\n");
+      }
+      if (o.profile && train_steps) print_profile(profiler, train_seconds, train_steps);
+      if (validate && last_val.images > 0)
+        std::printf("final validation accuracy %.4f (best %.4f)\n", last_val.accuracy, run.state.best_accuracy);
+    }
+    world.barrier();
+    return finish(0);
+  } catch (...) {
+    fail_during_training(world, std::current_exception());
+  }
+}
+
 }  // namespace
 }  // namespace ddl
 
@@ -518,7 +629,7 @@ int main(int argc, char** argv) {
     world.emplace();
     auto options = parse_train_options(argc, argv);
     if (!options) return world->any(false) ? 2 : 0;
-    hang.emplace(options->timeout, "rank " + std::to_string(world->rank()));
+    hang.emplace(WaitLimits(options->timeout_seconds), "rank " + std::to_string(world->rank()));
     world->watch(&*hang, "all ranks");
     run.emplace();
     run->options = *options;
@@ -535,11 +646,9 @@ int main(int argc, char** argv) {
       if (setup_error) report(&*world, describe_exception(setup_error));
       return 2;
     }
+    if (!resume(*run, *world)) return 2;
     return train(*run, *world);
   } catch (...) {
-    // A failure during training: the other ranks may be waiting in a collective, so end them all.
-    report(&*world, describe_exception(std::current_exception()));
-    run.reset();
-    abort_all_ranks(1);
+    fail_during_training(*world, std::current_exception());
   }
 }

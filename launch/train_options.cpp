@@ -119,9 +119,14 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"),
       "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
       "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)")(
-      "timeout", po::value(&o.timeout)->default_value(o.timeout, "300"),
+      "timeout", po::value(&o.timeout)->default_value(o.timeout),
       "seconds a rank may wait for others in one collective or message before it names them and stops the job "
-      "(0: no limit)");
+      "(0: no limit; auto: generous at start-up, then 10x the slowest such wait or step so far, at least 30 s)")(
+      "check-replicas", po::value(&o.check_replicas)->default_value(o.check_replicas),
+      "every this many steps (and at each checkpoint, with the optimizer's state) check that all replicas hold the "
+      "same parameters (0: never)")(
+      "on-divergence", po::value(&o.on_divergence)->default_value(o.on_divergence),
+      "when replicas differ: stop (naming the ranks and the tensor) | resync (copy replica 0's state, log it, go on)");
   std::string partition;
   po::options_description pipeline("Pipeline (model parallelism; ranks = data-parallel replicas x stages)");
   pipeline.add_options()("pipeline-stages", po::value(&o.pipeline_stages)->default_value(1),
@@ -207,7 +212,13 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.allreduce_wire == "f32" || o.allreduce_wire == "bf16", "--allreduce-wire must be f32 or bf16");
   require(o.allreduce_wire == "f32" || o.allreduce == "ring", "--allreduce-wire bf16 needs --allreduce ring");
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0");
-  require(o.timeout >= 0, "--timeout must be >= 0");
+  if (o.timeout != "auto") {
+    const auto seconds = parse_floats(o.timeout, "timeout");
+    require(seconds.size() == 1 && seconds[0] >= 0, "--timeout must be auto or a number of seconds >= 0");
+    o.timeout_seconds = seconds[0];
+  }
+  require(o.check_replicas >= 0, "--check-replicas must be >= 0");
+  require(o.on_divergence == "stop" || o.on_divergence == "resync", "--on-divergence must be stop or resync");
   require(o.resume != "auto" || !o.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
   require(o.num_classes == 0 || o.num_classes >= 2, "--num-classes must be at least 2");
   require(o.pipeline_stages >= 1, "--pipeline-stages must be at least 1");

@@ -51,7 +51,10 @@ struct TrainOptions {
   std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
   bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
-  double timeout = 300.0;  // seconds one wait for other ranks may last; 0: no limit
+  std::string timeout = "auto";         // seconds one wait for other ranks may last (0: no limit), or auto
+  std::optional<double> timeout_seconds;  // timeout, parsed; nullopt: auto (comm/wait_limits.hpp)
+  int check_replicas = 100;               // steps between checks that replicas hold the same parameters; 0: never
+  std::string on_divergence = "stop";     // stop | resync (copy replica 0's parameters and optimizer state)
   // pipeline
   int pipeline_stages = 1;
   int micro_batches = 1;

@@ -324,6 +324,20 @@ TEST_F(DdlTrain, AStoppedRankIsNamedWithinTheTimeout) {
   EXPECT_LT(seconds_after_signal(pipe.err), 15.0) << pipe.err;
 }
 
+TEST_F(DdlTrain, WithTheDefaultTimeoutAStoppedRankIsNamedWithinAMinute) {
+  // --timeout auto: steps of a fraction of a second, so the limit is its 30 s floor once training runs.
+  const auto r = run(kSignalRank + " STOP 1 'epoch 2/' " + kMpirun + " -np 2 " + kTrain +
+                     train_args("--epochs 100 --threads 1"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("ddl_train: error (rank 0): no progress for 30 s while "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(ranks 0, 1) (--timeout auto: 30 s, from 10 x the slowest such wait or step so far"),
+            std::string::npos)
+      << r.err;
+  const double seconds = seconds_after_signal(r.err);
+  EXPECT_GT(seconds, 29.0) << r.err;
+  EXPECT_LT(seconds, 45.0) << r.err;
+}
+
 TEST_F(DdlTrain, SigtermStopsEveryRankWithACheckpointAndResumeContinuesExactly) {
   // The signal reaches one rank only; all must stop after the same step. Resuming must then give what an
   // uninterrupted run gives.
@@ -491,6 +505,85 @@ TEST_F(DdlTrain, ARankFailingDuringTrainingStopsTheJob) {
       << r.err;
   EXPECT_EQ(r.out.find("epoch 2/5"), std::string::npos) << r.out;
   EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST_F(DdlTrain, AnErrorDuringTrainingIsPrintedUnderMpirun) {
+  // Once training runs, a failing rank must print its cause before the job is aborted; the abort used to
+  // come first (a request freed while the error unwound) and hide it.
+  for (const std::string allreduce : {"hier", "ring", "mpi"}) {
+    const auto r = run("timeout 60 " + kMpirun + " -np 2 " + kTrain +
+                       train_args("--epochs 2 --threads 1 --lr 1e38 --allreduce " + allreduce));
+    EXPECT_EQ(r.exit_code, 1) << allreduce << r.err;
+    EXPECT_NE(r.err.find("): training diverged: loss is"), std::string::npos) << allreduce << r.err;
+    EXPECT_EQ(r.err.find("MPI_ERR"), std::string::npos) << allreduce << r.err;
+    EXPECT_LT(r.seconds, 30.0) << allreduce;
+  }
+}
+
+TEST_F(DdlTrain, TruncatedDataDuringTrainingIsNamed) {
+  const std::string data = scratch_ / "train.h5";
+  std::filesystem::copy_file(*dir_ / "sample.h5", data);
+  const auto r = run("bash -c '" + kMpirun + " -np 2 " + kTrain + " --train " + data +
+                     " --progress never --epochs 50 --threads 1 > out.txt 2> err.txt & job=$!; "
+                     "until grep -q \"epoch 1/\" out.txt || ! kill -0 $job 2> /dev/null; do sleep 0.1; done; "
+                     "truncate -s 1000000 " + data + "; timeout 60 tail --pid=$job -f /dev/null || kill -KILL $job; wait $job; "
+                     "echo exit $?; cat err.txt >&2'");
+  EXPECT_NE(r.out.find("exit 1"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find(data), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("MPI_ERR"), std::string::npos) << r.err;
+}
+
+TEST_F(DdlTrain, ADriftingReplicaIsNamedOrResynchronised) {
+  const std::string args = "--epochs 1 --steps-per-epoch 20 --threads 1 --check-replicas 5 ";
+  const auto stop = run("DDL_TEST_PERTURB=1:7 " + kMpirun + " -np 2 " + kTrain + train_args(args));
+  EXPECT_EQ(stop.exit_code, 1) << stop.err;
+  EXPECT_NE(stop.err.find("replicas diverged after step 10: rank 1 differs from rank 0 in 0.weight"),
+            std::string::npos)
+      << stop.err;
+  const auto resync = run("DDL_TEST_PERTURB=1:7 " + kMpirun + " -np 2 " + kTrain +
+                          train_args(args + "--on-divergence resync --checkpoint-dir " + (scratch_ / "ckpt")));
+  EXPECT_EQ(resync.exit_code, 0) << resync.err;
+  EXPECT_EQ(test::count_lines(resync.err), 1u) << resync.err;
+  EXPECT_NE(resync.err.find("replicas diverged after step 10: rank 1 differs from rank 0 in 0.weight; copied rank "
+                            "0's parameters and optimizer state to them"),
+            std::string::npos)
+      << resync.err;
+}
+
+TEST_F(DdlTrain, ADamagedCheckpointIsRefusedAndAutoResumeFallsBack) {
+  const std::string ckpt = scratch_ / "ckpt", args = "--steps-per-epoch 5 --threads 1 --checkpoint-dir " + ckpt;
+  ASSERT_EQ(run(kTrain + train_args(args + " --epochs 2")).exit_code, 0);
+  // One bit of one parameter of last.h5 (epoch 2's) flipped.
+  const std::string last = ckpt + "/last.h5";
+  const auto values = params(last);
+  std::ifstream in(last, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const auto at = bytes.find(std::string(reinterpret_cast<const char*>(&values[1000]), 16));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 2] = static_cast<char>(bytes[at + 2] ^ 0x04);
+  std::ofstream(last, std::ios::binary | std::ios::trunc) << bytes;
+  expect_clean_error(run(kTrain + train_args(args + " --epochs 3 --resume " + last)),
+                     last + ": tensor 'params' is damaged");
+  const auto resumed = run(kTrain + train_args(args + " --epochs 3 --resume auto"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("tensor 'params' is damaged (its checksum does not match, or the file is cut short); "
+                             "resuming from " + ckpt + "/last.prev.h5 instead"),
+            std::string::npos)
+      << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from " + ckpt + "/last.prev.h5 after epoch 1"), std::string::npos)
+      << resumed.out;
+}
+
+TEST_F(DdlTrain, TwoRunsCannotShareACheckpointFolder) {
+  const std::string ckpt = scratch_ / "ckpt";
+  const auto r = run("bash -c '" + kTrain + train_args("--epochs 1000 --threads 1 --checkpoint-dir " + ckpt) +
+                     " > first.txt & first=$!; "
+                     "until grep -q \"epoch 1/\" first.txt || ! kill -0 $first 2> /dev/null; do sleep 0.1; done; " +
+                     kTrain + train_args("--epochs 1 --checkpoint-dir " + ckpt) + "; echo exit $?; kill $first; wait $first'");
+  EXPECT_NE(r.out.find("exit 2"), std::string::npos) << r.out;
+  EXPECT_EQ(test::count_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find(ckpt + " is in use by another run (process "), std::string::npos) << r.err;
 }
 
 TEST_F(DdlTrain, MismatchedConfigurationsAreNamed) {

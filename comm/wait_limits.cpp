@@ -1,0 +1,40 @@
+#include "comm/wait_limits.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ddl {
+
+void WaitLimits::record(Seen& seen, double seconds) {
+  if (++seen.count > kLearningWaits) seen.slowest = std::max(seen.slowest, seconds);
+}
+
+double WaitLimits::limit(const std::string& kind) const {
+  if (fixed_) return *fixed_;
+  const auto it = waits_.find(kind);
+  if (it == waits_.end() || it->second.count <= kLearningWaits || steps_.count <= kLearningWaits)
+    return kStartupSeconds;
+  return std::max({kFloorSeconds, kFactor * it->second.slowest, kFactor * steps_.slowest});
+}
+
+std::string WaitLimits::explain(const std::string& kind) const {
+  char text[160];
+  if (fixed_)
+    std::snprintf(text, sizeof text, "--timeout %g", *fixed_);
+  else if (limit(kind) == kStartupSeconds)
+    std::snprintf(text, sizeof text, "--timeout auto: %.0f s while the job starts", kStartupSeconds);
+  else
+    std::snprintf(text, sizeof text, "--timeout auto: %.0f s, from %g x the slowest such wait or step so far, at least %.0f s",
+                  limit(kind), kFactor, kFloorSeconds);
+  return text;
+}
+
+void WaitLimits::waited(const std::string& kind, double seconds) {
+  if (!fixed_) record(waits_[kind], seconds);
+}
+
+void WaitLimits::step_took(double seconds) {
+  if (!fixed_) record(steps_, seconds);
+}
+
+}  // namespace ddl
