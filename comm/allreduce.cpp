@@ -63,9 +63,13 @@ class Allreducer::SharedNode {
       free_window();
       capacity_ = std::max<std::size_t>(count, 1024);
       float* mine = nullptr;
-      check_mpi(MPI_Win_allocate_shared(static_cast<MPI_Aint>(capacity_ * sizeof(float)), sizeof(float), MPI_INFO_NULL,
-                                        local_.get(), &mine, &window_),
-                "MPI_Win_allocate_shared");
+      const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(capacity_ * sizeof(float)), sizeof(float),
+                                             MPI_INFO_NULL, local_.get(), &mine, &window_);
+      // Most often /dev/shm is too small (Docker gives containers 64 MB unless told otherwise).
+      if (rc != MPI_SUCCESS)
+        throw Error("the shared-memory all-reduce (--allreduce hier) could not get " +
+                    std::to_string(capacity_ * sizeof(float) >> 20) + " MB of shared memory per rank of this node (" +
+                    mpi_error_text(rc) + "): give /dev/shm more room (docker: --shm-size) or use --allreduce ring");
       check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_), "MPI_Win_lock_all");
       bases_.assign(static_cast<std::size_t>(local_.size()), nullptr);
       for (int r = 0; r < local_.size(); ++r) {

@@ -586,6 +586,18 @@ TEST_F(DdlTrain, TwoRunsCannotShareACheckpointFolder) {
   EXPECT_NE(r.err.find(ckpt + " is in use by another run (process "), std::string::npos) << r.err;
 }
 
+TEST_F(DdlTrain, TooSmallASharedMemoryIsNamed) {
+  // Docker gives a container 64 MB of /dev/shm; the shared-memory all-reduce of a large model needs more.
+  // Here 1 MB, in a private mount namespace (root only).
+  if (run("unshare -m true").exit_code != 0) GTEST_SKIP() << "needs root (unshare -m)";
+  const auto r = run("unshare -m sh -c 'mount -t tmpfs -o size=1m shm /dev/shm && timeout 60 " + kMpirun + " -np 2 " +
+                     kTrain + train_args("--epochs 1 --steps-per-epoch 2 --threads 1") + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("could not get 2 MB of shared memory per rank of this node"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("give /dev/shm more room (docker: --shm-size) or use --allreduce ring"), std::string::npos)
+      << r.err;
+}
+
 TEST_F(DdlTrain, MismatchedConfigurationsAreNamed) {
   const auto r = run(kMpirun + " -np 2 sh -c '" + kTrain + train_args("--epochs 1 --seed $OMPI_COMM_WORLD_RANK") + "'");
   EXPECT_NE(r.exit_code, 0) << r.err;

@@ -79,7 +79,7 @@ debian_root_run() {
     mount --rbind /sys "$dir/sys"  # with the cgroup file system under it, which slurmd needs
     mount --bind /dev "$dir/dev"
     mount -t devpts devpts "$dir/dev/pts" -o newinstance,ptmxmode=0666
-    mount -t tmpfs shm "$dir/dev/shm" -o size=2g
+    mount -t tmpfs shm "$dir/dev/shm" -o size=50%
     if [ -n "${DEBIAN_ROOT_BIND:-}" ]; then
       mkdir -p "$dir/${DEBIAN_ROOT_BIND#*:}"
       mount --bind "${DEBIAN_ROOT_BIND%%:*}" "$dir/${DEBIAN_ROOT_BIND#*:}"
