@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -141,6 +143,15 @@ void build(Run& run, const Communicator& world) {
   run.stage_replicas->watch(world.hang_detector(), "the replicas of stage " + std::to_string(run.grid.stage));
   const bool first_stage = run.grid.stage == 0;
 
+  for (const auto& [option, path] : {std::pair{"--train", o.train_path}, std::pair{"--val", o.val_path}})
+    if (!path.empty() && std::filesystem::is_directory(path))
+      throw InputError(std::string(option) + " " + path + " is a folder: import its images first (ddl_data import --from " +
+                       path + " --output data.h5) and give the .h5 file");
+  if (world.rank() == 0 && !o.metrics_path.empty()) {
+    const auto folder = std::filesystem::path(o.metrics_path).parent_path();
+    if (!folder.empty() && !std::filesystem::is_directory(folder))
+      throw InputError("--metrics " + o.metrics_path + ": there is no folder " + folder.string());
+  }
   const ImageDataset train(o.train_path);
   const ModelConfig config{.num_classes = o.num_classes > 0 ? o.num_classes : static_cast<int>(train.num_classes()),
                            .seed = o.seed,
@@ -156,6 +167,9 @@ void build(Run& run, const Communicator& world) {
   const auto whole = define_model(o.model, config);  // not finalized: only its layer count and input shape
   const std::size_t layers = whole->num_layers();
   const dims_t in = whole->input_shape();
+  if (o.image_size > 0 && in[1] != o.image_size)
+    throw InputError("model " + o.model + " takes " + std::to_string(in[1]) + "x" + std::to_string(in[2]) +
+                     " images; --image-size does not apply to it");
   if (train.channels() != in[0])
     throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
                      " holds " + image_shape(train));
@@ -259,6 +273,28 @@ void save(Run& run, const std::string& path, bool keep_previous) {
   }
 }
 
+// "key = value" lines of a run's configuration.
+std::map<std::string, std::string> configuration_values(const std::string& text) {
+  std::map<std::string, std::string> values;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (const auto at = line.find(" = "); at != std::string::npos) values[line.substr(0, at)] += line.substr(at + 3);
+  return values;
+}
+
+// What a resumed run does differently from the run that wrote its checkpoint ("lr 0.001 -> 0.01, ..."):
+// allowed (a lower learning rate, more epochs), but said, since it is no longer the same run.
+std::string changed_options(const std::string& before, const std::string& now) {
+  const auto was = configuration_values(before), is = configuration_values(now);
+  std::string changed;
+  for (const auto& [key, value] : is) {
+    const auto it = was.find(key);
+    if (key == "epochs" || it == was.end() || it->second == value) continue;
+    changed += (changed.empty() ? "" : ", ") + key + " " + it->second + " -> " + value;
+  }
+  return changed;
+}
+
 void print_header(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   const Grid& g = run.grid;
@@ -288,11 +324,17 @@ void print_header(Run& run, const Communicator& world) {
   else if (g.replicas > 1)
     std::printf("gradients: %s all-reduce, %s wire, one piece after backward\n", o.allreduce.c_str(),
                 o.allreduce_wire.c_str());
-  if (!run.resume_path.empty())
+  if (o.num_classes > 0 && static_cast<std::size_t>(o.num_classes) > data.num_classes())
+    std::printf("note: --num-classes %d, but %s has %zu classes: the model's other outputs are never a right answer\n",
+                o.num_classes, o.train_path.c_str(), data.num_classes());
+  if (!run.resume_path.empty()) {
     std::printf("resumed from %s after epoch %llu%s\n", run.resume_path.c_str(),
                 static_cast<unsigned long long>(run.state.epochs_done),
                 run.state.steps_done ? (" and " + std::to_string(run.state.steps_done) + " steps of the next").c_str()
                                      : "");
+    const std::string changed = changed_options(run.state.configuration, o.describe());
+    if (!changed.empty()) std::printf("options changed since the checkpoint: %s\n", changed.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -483,6 +525,12 @@ int train(Run& run, const Communicator& world) {
   if (g.stages > 1) link.emplace(*run.pipeline);
 
   if (lead) print_header(run, world);
+  if (run.state.epochs_done >= static_cast<std::uint64_t>(o.epochs) && run.state.steps_done == 0) {
+    if (lead)
+      std::printf("nothing to train: %s holds %llu epochs, and --epochs %d counts all epochs, resumed ones too\n",
+                  run.resume_path.c_str(), static_cast<unsigned long long>(run.state.epochs_done), o.epochs);
+    return 0;
+  }
   Profiler profiler;
   if (o.profile) run.model->attach_profiler(&profiler);
   std::vector<Model*> copies{run.model.get()};

@@ -3,6 +3,8 @@
 #include <boost/program_options.hpp>
 
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <iostream>
 #include <sstream>
 
@@ -31,6 +33,26 @@ std::vector<float> parse_floats(const std::string& text, const char* option) {
 
 void require(bool ok, const std::string& message) {
   if (!ok) throw InputError(message);
+}
+
+// A key given twice in a config file is a mistake either way round: say so rather than pick one.
+void refuse_repeated_keys(const std::string& text, const std::string& path) {
+  std::map<std::string, int> first_line;
+  std::istringstream lines(text);
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    const auto start = line.find_first_not_of(" \t");
+    const auto equals = line.find('=');
+    if (start == std::string::npos || line[start] == '#' || equals == std::string::npos || equals < start) continue;
+    std::string key = line.substr(start, equals - start);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    if (key == "mean" || key == "std") continue;  // lists may be given a value a line
+    const auto [at, fresh] = first_line.emplace(key, number);
+    if (!fresh)
+      throw InputError("--config " + path + ": '" + key + "' is given twice (lines " + std::to_string(at->second) +
+                       " and " + std::to_string(number) + ")");
+  }
 }
 
 }  // namespace
@@ -152,7 +174,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   all.add(general).add(model).add(data).add(training).add(system).add(pipeline).add(output);
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, all), vm);
+    const auto parsed = po::command_line_parser(argc, argv).options(all).run();
+    // Words that belong to no option (a forgotten --val before a path) are not ignored.
+    for (const auto& word : po::collect_unrecognized(parsed.options, po::include_positional))
+      throw InputError("unexpected argument '" + word + "' (every option starts with --; see --help)");
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << all << "\n";
       return std::nullopt;
@@ -161,7 +187,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       const std::string path = vm["config"].as<std::string>();
       std::ifstream in(path);
       if (!in) throw InputError("--config: cannot read " + path);
-      po::store(po::parse_config_file(in, all), vm);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      refuse_repeated_keys(text, path);
+      std::istringstream config_text(text);
+      po::store(po::parse_config_file(config_text, all), vm);
     }
     po::notify(vm);
   } catch (const po::error& e) {
@@ -185,14 +214,12 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.optimizer == "adam" || o.optimizer == "sgd", "--optimizer must be adam or sgd");
   require(o.normalize == "scale" || o.normalize == "meanstd" || o.normalize == "imagenet",
           "--normalize must be scale, meanstd or imagenet");
-  require(o.normalize != "imagenet" || (o.mean.empty() && o.stddev.empty()),
-          "--normalize imagenet fixes the mean and std; give --mean/--std with meanstd instead");
   require(o.image_size >= 0 && o.patch_size >= 0 && o.depth >= 0 && o.width >= 0 && o.heads >= 0,
           "--image-size, --patch-size, --depth, --width and --heads must be >= 0");
   require(o.dropout < 1.0f, "--dropout must be below 1");
   require(o.progress == "auto" || o.progress == "always" || o.progress == "never",
           "--progress must be auto, always or never");
-  require(o.threads >= 0, "--threads must be >= 0");
+  require(o.threads >= 0 && o.threads <= 1024, "--threads must be between 0 and 1024");
   if (o.allreduce == "ring")
     o.allreduce_algorithm = AllreduceAlgorithm::ring;
   else if (o.allreduce == "hier")
@@ -217,6 +244,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
     require(seconds.size() == 1 && seconds[0] >= 0, "--timeout must be auto or a number of seconds >= 0");
     o.timeout_seconds = seconds[0];
   }
+  require(o.normalize == "meanstd" || (mean.empty() && stddev.empty()),
+          "--mean and --std apply to --normalize meanstd, not " + o.normalize);
   require(o.check_replicas >= 0, "--check-replicas must be >= 0");
   require(o.on_divergence == "stop" || o.on_divergence == "resync", "--on-divergence must be stop or resync");
   require(o.resume != "auto" || !o.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");

@@ -135,6 +135,21 @@ void flush(const Handle& file, const std::string& path) {
 
 bool exists(const Handle& loc, const std::string& name) { return H5Lexists(loc.get(), name.c_str(), H5P_DEFAULT) > 0; }
 
+std::vector<std::string> member_names(const Handle& group, const std::string& context) {
+  H5G_info_t info{};
+  check(H5Gget_info(group.get(), &info), "H5Gget_info", context);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t length = H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    check(static_cast<herr_t>(length < 0 ? -1 : 0), "H5Lget_name_by_idx", context);
+    std::string name(static_cast<std::size_t>(length) + 1, '\0');
+    H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+    name.resize(static_cast<std::size_t>(length));
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
 Handle open_dataset(const Handle& loc, const std::string& name, const std::string& context) {
   if (!exists(loc, name)) throw InputError(context + ": dataset '" + name + "' is missing");
   return Handle(check_id(H5Dopen2(loc.get(), name.c_str(), H5P_DEFAULT), "cannot open dataset " + name, context));

@@ -40,6 +40,8 @@ Handle create_file(const std::string& path);  // truncates
 Handle open_file_for_update(const std::string& path);
 void flush(const Handle& file, const std::string& path);
 bool exists(const Handle& loc, const std::string& name);
+// The names of a group's members, in name order.
+std::vector<std::string> member_names(const Handle& group, const std::string& context);
 Handle open_dataset(const Handle& loc, const std::string& name, const std::string& context);
 
 // Shape of a dataset.

@@ -255,6 +255,17 @@ TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* o
   read_states(open_group(file, "model_state", path), "model_state", model.state(), path);
   if (optimizer) {
     h5::Handle opt = open_group(file, "optimizer_state", path);
+    std::string expected, held;
+    bool missing = false;
+    for (const auto& s : optimizer->state()) {
+      expected += (expected.empty() ? "" : ", ") + s.name;
+      missing = missing || !h5::exists(opt, s.name);
+    }
+    if (missing) {
+      for (const auto& name : h5::member_names(opt, path)) held += (held.empty() ? "" : ", ") + name;
+      throw InputError(path + ": its optimizer state is " + held + ", not this run's optimizer's (" + expected +
+                       "): resume with the optimizer that wrote it");
+    }
     for (const auto& s : optimizer->state()) {
       if (per_parameter(s, model))
         read_tensor(path, "optimizer_state/" + s.name,

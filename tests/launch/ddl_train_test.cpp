@@ -471,6 +471,37 @@ TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {
   expect_clean_error(run(kTrain + " --train " + (scratch_ / "small.h5")),
                      "the training set has 8 images, fewer than one global batch of 64");
   expect_clean_error(run(kTrain + train_args("--resume " + (scratch_ / "nothing.h5"))), "nothing.h5: no such file");
+  // Found by trying ddl as a tester would: each was accepted silently or crashed.
+  expect_clean_error(run(kTrain + train_args("--epochs 1") + " stray.h5"),
+                     "unexpected argument 'stray.h5' (every option starts with --");
+  expect_clean_error(run(kTrain + train_args("--threads 65536")), "--threads must be between 0 and 1024");
+  expect_clean_error(run(kTrain + train_args("--image-size 7")),
+                     "model seed_cnn takes 32x32 images; --image-size does not apply to it");
+  expect_clean_error(run(kTrain + train_args("--mean 0.5,0.5,0.5")),
+                     "--mean and --std apply to --normalize meanstd, not scale");
+  std::ofstream(scratch_ / "twice.conf") << "lr = 0.01\nepochs = 2\nlr = 0.1\n";
+  expect_clean_error(run(kTrain + train_args("--config " + (scratch_ / "twice.conf"))),
+                     "twice.conf: 'lr' is given twice (lines 1 and 3)");
+  expect_clean_error(run(kTrain + " --train " + scratch_.path().string()), "is a folder: import its images first");
+  expect_clean_error(run(kTrain + train_args("--metrics /no/such/dir/m.csv")), "there is no folder /no/such/dir");
+}
+
+TEST_F(DdlTrain, ResumingSaysWhatChangedAndRefusesAnotherOptimizer) {
+  const std::string args = "--steps-per-epoch 2 --threads 1 --checkpoint-dir " + (scratch_ / "ckpt");
+  ASSERT_EQ(run(kTrain + train_args(args + " --epochs 1")).exit_code, 0);
+  const auto changed = run(kTrain + train_args(args + " --epochs 2 --lr 0.01 --resume auto"));
+  ASSERT_EQ(changed.exit_code, 0) << changed.err;
+  EXPECT_NE(changed.out.find("options changed since the checkpoint: lr 0.001 -> 0.01\n"), std::string::npos)
+      << changed.out;
+  const auto done = run(kTrain + train_args(args + " --epochs 2 --lr 0.01 --resume auto"));
+  ASSERT_EQ(done.exit_code, 0) << done.err;
+  EXPECT_NE(done.out.find("nothing to train: " + (scratch_ / "ckpt") + "/last.h5 holds 2 epochs, and --epochs 2 "
+                          "counts all epochs"),
+            std::string::npos)
+      << done.out;
+  expect_clean_error(run(kTrain + train_args(args + " --epochs 3 --optimizer sgd --resume " + (scratch_ / "ckpt") +
+                                             "/last.h5")),
+                     "its optimizer state is m, step, v, not this run's optimizer's (velocity)");
 }
 
 TEST_F(DdlTrain, BadInputStopsEveryRank) {
