@@ -597,8 +597,10 @@ int train(Run& run, const Communicator& world) {
       // The slowest rank's wait is what the step pays for communication; a pipeline's idle share is the
       // mean over its stages.
       const auto comm = group.take_stats();
-      double waits[1] = {comm.wait_seconds};
-      world.allreduce_max(waits);
+      // Each rank's share of its own epoch: a rank that entered the epoch early (while rank 0 still wrote a
+      // checkpoint) waits longer than rank 0's epoch lasted, which once showed as 113.7%.
+      double comm_share[1] = {tr.seconds > 0 ? comm.wait_seconds / tr.seconds : 0.0};
+      world.allreduce_max(comm_share);
       double bytes[1] = {comm.bytes / g.replicas};  // every stage's share, counted once per replica
       world.allreduce_sum(bytes);
       double pipeline_wait[1] = {link ? link->take_wait_seconds() / world.size() : 0.0};
@@ -632,14 +634,14 @@ int train(Run& run, const Communicator& world) {
         std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB%s", tr.seconds, tr.images_per_second(),
                     trainer.last_lr(), peak_mb[0], world.size() > 1 ? " (largest rank)" : "");
         if (g.replicas > 1)
-          std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * waits[0] / tr.seconds,
+          std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * comm_share[0],
                       bytes[0] / static_cast<double>(std::max<std::size_t>(tr.steps, 1)) / (1 << 20));
         if (link) std::printf("  pipeline wait %.1f%%", 100.0 * pipeline_wait[0] / tr.seconds);
         std::printf("\n");
         std::fflush(stdout);
         if (metrics)
           metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),
-                          trainer.last_lr(), peak_mb[0], waits[0] / tr.seconds, pipeline_wait[0] / tr.seconds});
+                          trainer.last_lr(), peak_mb[0], comm_share[0], pipeline_wait[0] / tr.seconds});
       }
       if (stop) return finish(stop_midway(run, tr, epoch + 1, 0));
     }
