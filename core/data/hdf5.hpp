@@ -40,6 +40,8 @@ Handle create_file(const std::string& path);  // truncates
 Handle open_file_for_update(const std::string& path);
 void flush(const Handle& file, const std::string& path);
 bool exists(const Handle& loc, const std::string& name);
+// The size in bytes of the file that holds `loc` (a file, group, dataset or attribute).
+hsize_t file_size(const Handle& loc, const std::string& context);
 Handle open_dataset(const Handle& loc, const std::string& name, const std::string& context);
 
 // Shape of a dataset.
