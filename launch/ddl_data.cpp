@@ -20,6 +20,7 @@
 #include "core/data/hdf5.hpp"
 #include "core/error.hpp"
 #include "core/train/checkpoint.hpp"
+#include "launch/option_error.hpp"
 #include "models/registry.hpp"
 
 namespace ddl {
@@ -97,7 +98,7 @@ int run_import(const std::vector<std::string>& args) {
     po::store(po::command_line_parser(args).options(opts).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (see ddl_data import --help)");
+    throw InputError(option_error_message(e, args) + " (see ddl_data import --help)");
   }
   if (vm.count("help")) {
     std::cout << opts << "\n";
