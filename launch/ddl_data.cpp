@@ -14,10 +14,10 @@
 
 #include "core/data/cifar_binary.hpp"
 #include "core/data/dataset_writer.hpp"
+#include "core/data/hdf5.hpp"
 #include "core/data/image_dataset.hpp"
 #include "core/data/image_folder.hpp"
 #include "core/data/image_resize.hpp"
-#include "core/data/hdf5.hpp"
 #include "core/error.hpp"
 #include "core/train/checkpoint.hpp"
 #include "launch/option_error.hpp"

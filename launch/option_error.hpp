@@ -13,7 +13,8 @@
 namespace ddl {
 
 // `inputs`: every token the parser saw (command-line arguments, config file lines).
-inline std::string option_error_message(const boost::program_options::error& e, const std::vector<std::string>& inputs) {
+inline std::string option_error_message(const boost::program_options::error& e,
+                                        const std::vector<std::string>& inputs) {
   static const std::regex placeholder("%[A-Za-z_]+%");
   for (const auto& input : inputs)
     if (std::regex_search(input, placeholder))

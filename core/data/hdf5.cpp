@@ -20,7 +20,8 @@ std::string system_reason_on_error_stack() {
     const auto at = desc.find(key);
     if (at != std::string::npos) {
       const auto end = desc.find('\'', at + key.size());
-      *static_cast<std::string*>(out) = desc.substr(at + key.size(), end == std::string::npos ? end : end - at - key.size());
+      *static_cast<std::string*>(out) =
+          desc.substr(at + key.size(), end == std::string::npos ? end : end - at - key.size());
     }
     return 0;
   };
@@ -191,8 +192,8 @@ Handle create_file(const std::string& path) {
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (id < 0) {
     const std::string reason = system_reason_on_error_stack();
-    throw InputError(path + ": cannot create file (" + (reason.empty() ? "directory missing or not writable?" : reason) +
-                     ")");
+    throw InputError(path + ": cannot create file (" +
+                     (reason.empty() ? "directory missing or not writable?" : reason) + ")");
   }
   return Handle(id);
 }

@@ -3,8 +3,8 @@
 #include <png.h>
 #include <stdio.h>
 // jpeglib.h needs stdio's FILE declared before it.
-#include <jpeglib.h>
 #include <jerror.h>
+#include <jpeglib.h>
 
 #include <csetjmp>
 #include <fstream>

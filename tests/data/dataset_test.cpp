@@ -163,8 +163,9 @@ TEST(ImageDataset, AnAttributeOfSeveralValuesWhereOneIsExpectedIsRefused) {
     h5::Handle f = h5::open_file_for_update(dir / "a.h5");
     h5::write_attribute(f, "format_version", std::vector<double>(64, 1.0));
   }
-  EXPECT_NE(input_error([&] { ImageDataset ds(dir / "a.h5"); }).find("attribute 'format_version' is not a single number"),
-            std::string::npos);
+  EXPECT_NE(
+      input_error([&] { ImageDataset ds(dir / "a.h5"); }).find("attribute 'format_version' is not a single number"),
+      std::string::npos);
   {
     h5::Handle f = h5::open_file_for_update(dir / "a.h5");
     h5::write_attribute(f, "format_version", std::string("1"));
@@ -190,7 +191,8 @@ TEST(ImageDataset, CountsLargerThanTheFileAreRefusedBeforeAllocating) {
     h5::Handle f = h5::create_file(dir / "i.h5");
     const hsize_t shape[4] = {1, 1 << 20, 1 << 20, 3};
     h5::Handle space(H5Screate_simple(4, shape, nullptr));
-    h5::Handle images(H5Dcreate2(f.get(), "images", H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    h5::Handle images(
+        H5Dcreate2(f.get(), "images", H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     h5::write_dataset<std::int32_t>(f, "labels", std::vector<std::int32_t>{0}, {1});
     h5::write_attribute(f, "ddl_format", std::string("ddl-images"));
     h5::write_attribute(f, "format_version", std::int64_t{1});
@@ -225,8 +227,9 @@ TEST(DatasetWriter, AFullDiskLeavesNoTemporaryFileAndSaysSo) {
 TEST(DatasetWriter, AnOutputThatIsADirectoryIsRefusedAndLeavesNoTemporaryFile) {
   TempDir dir;
   std::filesystem::create_directories(dir / "out.h5");
-  EXPECT_NE(input_error([&] { write_image_dataset(pattern_set(4, 2, 2, 2), dir / "out.h5", 1); })
-                .find("out.h5: is a directory"),
+  EXPECT_NE(input_error([&] {
+              write_image_dataset(pattern_set(4, 2, 2, 2), dir / "out.h5", 1);
+            }).find("out.h5: is a directory"),
             std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir / "out.h5.tmp"));
 }
