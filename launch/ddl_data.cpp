@@ -1,22 +1,27 @@
 // ddl_data: imports images into ddl's HDF5 dataset format and describes datasets.
 //   ddl_data import --from DIR [--format folder|cifar10|cifar100] --output OUT.h5 [--shards K]
 //                   [--val-fraction F --seed S [--val-output VAL.h5]] [--threads N] [--resize S]
-//   ddl_data info FILE.h5
+//   ddl_data info FILE.h5       (a dataset, or a checkpoint of ddl_train)
 #include <boost/program_options.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <sstream>
 #include <thread>
 
 #include "core/data/cifar_binary.hpp"
 #include "core/data/dataset_writer.hpp"
+#include "core/data/hdf5.hpp"
 #include "core/data/image_dataset.hpp"
 #include "core/data/image_folder.hpp"
 #include "core/data/image_resize.hpp"
-#include "core/data/hdf5.hpp"
 #include "core/error.hpp"
+#include "core/train/checkpoint.hpp"
+#include "launch/option_error.hpp"
+#include "models/registry.hpp"
 
 namespace ddl {
 namespace po = boost::program_options;
@@ -26,7 +31,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: ddl_data import --from DIR|FILE... --output OUT.h5 [options]\n"
-    "       ddl_data info FILE.h5\n";
+    "       ddl_data info FILE.h5   (a dataset or a checkpoint)\n";
 
 std::string detect_format(const std::vector<std::string>& inputs) {
   const fs::path first(inputs.at(0));
@@ -44,6 +49,16 @@ std::string detect_format(const std::vector<std::string>& inputs) {
     if (size % 3074 == 0) return "cifar100";
   }
   throw InputError(inputs[0] + ": cannot tell the format; pass --format folder|cifar10|cifar100");
+}
+
+// An output path must name a file in an existing directory; found now rather than after decoding.
+void check_output(const std::string& path, const std::string& option) {
+  if (fs::is_directory(path))
+    throw InputError(option + " " + path + " is a directory; give a file name, such as " +
+                     (fs::path(path) / "train.h5").string());
+  const fs::path dir = fs::path(path).parent_path();
+  if (!dir.empty() && !fs::is_directory(dir))
+    throw InputError(option + " " + path + ": directory " + dir.string() + " does not exist");
 }
 
 // Every image scaled to size x size (CIFAR's are square, so nothing is cropped).
@@ -83,13 +98,18 @@ int run_import(const std::vector<std::string>& args) {
     po::store(po::command_line_parser(args).options(opts).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (see ddl_data import --help)");
+    throw InputError(option_error_message(e, args) + " (see ddl_data import --help)");
   }
   if (vm.count("help")) {
     std::cout << opts << "\n";
     return 0;
   }
   if (inputs.empty() || output.empty()) throw InputError("import needs --from and --output");
+  // Checked before decoding, which may take minutes.
+  for (const auto& in : inputs)
+    if (!fs::exists(in)) throw InputError("--from " + in + ": no such file or directory");
+  check_output(output, "--output");
+  if (!val_output.empty()) check_output(val_output, "--val-output");
   if (resize < 0) throw InputError("--resize must be positive (or 0 to keep the size)");
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (format == "auto") format = detect_format(inputs);
@@ -108,16 +128,21 @@ int run_import(const std::vector<std::string>& args) {
   const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   auto [train, val] = shuffle_split(set, val_fraction, seed);
+  if (val_fraction > 0 && val.size() == 0)
+    throw InputError("--val-fraction " + std::to_string(val_fraction) + " of " + std::to_string(set.size()) +
+                     " images holds out nothing");
   auto written = write_image_dataset(train, output, shards);
   if (val.size() > 0) {
     if (val_output.empty()) {
       const fs::path p(output);
       val_output = (p.parent_path() / (p.stem().string() + "_val" + p.extension().string())).string();
     }
-    for (auto& f : write_image_dataset(val, val_output, 1)) written.push_back(f);
-  } else if (val_fraction > 0) {
-    throw InputError("--val-fraction " + std::to_string(val_fraction) + " of " + std::to_string(set.size()) +
-                     " images holds out nothing");
+    try {
+      for (auto& f : write_image_dataset(val, val_output, 1)) written.push_back(f);
+    } catch (...) {
+      remove_files(written);  // half an import: the training part alone was not asked for
+      throw;
+    }
   }
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
@@ -129,10 +154,103 @@ int run_import(const std::vector<std::string>& args) {
   return 0;
 }
 
-int run_info(const std::vector<std::string>& args) {
-  if (args.size() != 1) throw InputError("info takes one dataset file");
-  ImageDataset ds(args[0]);
-  std::printf("dataset %s\n  images %zu, shape %dx%dx%d (H x W x C), %zu classes, format version 1\n", args[0].c_str(),
+// The "key = value" lines of a checkpoint's configuration (what TrainOptions::describe wrote).
+std::map<std::string, std::string> configuration_values(const std::string& text) {
+  std::map<std::string, std::string> values;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const auto eq = line.find(" = ");
+    if (eq != std::string::npos) values.emplace(line.substr(0, eq), line.substr(eq + 3));
+  }
+  return values;
+}
+
+// The model settings a checkpoint was trained with, as ddl_train built its ModelConfig from its options.
+ModelConfig model_config(const std::map<std::string, std::string>& values, const std::string& path) {
+  auto number = [&](const std::string& key, double fallback) {
+    const auto it = values.find(key);
+    if (it == values.end()) return fallback;
+    try {
+      return std::stod(it->second);
+    } catch (const std::exception&) {
+      throw InputError(path + ": configuration line '" + key + " = " + it->second + "' does not hold a number");
+    }
+  };
+  ModelConfig c;
+  c.num_classes = static_cast<int>(number("num-classes", 0));
+  c.seed = static_cast<std::uint64_t>(number("seed", 0));
+  c.image_size = static_cast<int>(number("image-size", 0));
+  c.dropout = static_cast<float>(number("dropout", -1));
+  c.patch_size = static_cast<int>(number("patch-size", 0));
+  c.depth = static_cast<int>(number("depth", 0));
+  c.width = static_cast<int>(number("width", 0));
+  c.heads = static_cast<int>(number("heads", 0));
+  return c;
+}
+
+std::size_t parameters_with(const std::string& model, ModelConfig config, int classes) {
+  config.num_classes = classes;
+  const auto m = define_model(model, config);
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < m->num_layers(); ++i) n += m->layer_param_count(i);
+  return n;
+}
+
+// num-classes 0 means "the training set's", which the checkpoint does not record; the classifier makes
+// the parameter count linear in the class count, so the stored count gives it back.
+int classes_from_parameters(const std::string& model, const ModelConfig& config, hsize_t params,
+                            const std::string& path) {
+  const std::size_t p2 = parameters_with(model, config, 2), per_class = parameters_with(model, config, 3) - p2;
+  if (params < p2 || per_class == 0 || (params - p2) % per_class != 0 || (params - p2) / per_class > (1u << 24))
+    throw InputError(path + ": holds " + std::to_string(params) + " parameters, which model " + model +
+                     " has for no class count (corrupt?)");
+  return static_cast<int>(2 + (params - p2) / per_class);
+}
+
+// A checkpoint is read by load_checkpoint, into the model it names: what it describes is what --resume
+// would restore, and a damaged checkpoint is refused here as it would be there.
+void describe_checkpoint(const std::string& path) {
+  std::string model_name, configuration;
+  hsize_t stored_params = 0;
+  {
+    h5::Handle file = h5::open_file(path);
+    model_name = h5::read_string_attribute(file, "model", path);
+    configuration = h5::read_string_attribute(file, "configuration", path);
+    const auto shape = h5::dataset_shape(h5::open_dataset(file, "params", path), path);
+    if (shape.size() == 1) stored_params = shape[0];
+  }
+  const auto values = configuration_values(configuration);
+  ModelConfig config = model_config(values, path);
+  if (config.num_classes <= 0) config.num_classes = classes_from_parameters(model_name, config, stored_params, path);
+  Context ctx;
+  const auto model = make_model(model_name, config, ctx);
+  const TrainingState state = load_checkpoint(path, *model, nullptr);
+  auto value = [&](const std::string& key) {
+    const auto it = values.find(key);
+    return it == values.end() ? std::string("?") : it->second;
+  };
+  std::printf("checkpoint %s (ddl_train --checkpoint-dir)\n", path.c_str());
+  std::printf("  model %s, %d classes, %zu parameters in %zu tensors, %zu state tensors\n", state.model_name.c_str(),
+              config.num_classes, model->whole_param_count(), model->param_entries().size(), model->state().size());
+  std::printf("  epochs done %llu", static_cast<unsigned long long>(state.epochs_done));
+  if (state.steps_done > 0)
+    std::printf(" (stopped %llu steps into epoch %llu)", static_cast<unsigned long long>(state.steps_done),
+                static_cast<unsigned long long>(state.epochs_done + 1));
+  if (state.best_accuracy >= 0)
+    std::printf(", best validation accuracy %.4f", state.best_accuracy);
+  else
+    std::printf(", not validated");
+  std::printf(", seed %llu\n", static_cast<unsigned long long>(state.seed));
+  std::printf("  optimizer %s, lr %s, batch size %s per rank, trained from %s\n", value("optimizer").c_str(),
+              value("lr").c_str(), value("batch-size").c_str(), value("train").c_str());
+  std::printf("  configuration (every option of the run):\n");
+  std::istringstream lines(state.configuration);
+  for (std::string line; std::getline(lines, line);) std::printf("    %s\n", line.c_str());
+}
+
+void describe_dataset(const std::string& path) {
+  ImageDataset ds(path);
+  std::printf("dataset %s\n  images %zu, shape %dx%dx%d (H x W x C), %zu classes, format version 1\n", path.c_str(),
               ds.size(), ds.height(), ds.width(), ds.channels(), ds.num_classes());
   std::printf("  shards %zu\n", ds.files().size());
   for (std::size_t s = 0; s < ds.files().size(); ++s)
@@ -147,6 +265,21 @@ int run_info(const std::vector<std::string>& args) {
   std::printf(", std");
   for (double s : ds.channel_std()) std::printf(" %.4f", s);
   std::printf("\n");
+}
+
+bool is_checkpoint(const std::string& path) {
+  if (!fs::is_regular_file(path)) return false;  // perhaps the base name of a sharded dataset
+  h5::Handle file = h5::open_file(path);
+  return h5::has_attribute(file, "ddl_format") &&
+         h5::read_string_attribute(file, "ddl_format", path) == "ddl-checkpoint";
+}
+
+int run_info(const std::vector<std::string>& args) {
+  if (args.size() != 1) throw InputError("info takes one dataset or checkpoint file");
+  if (is_checkpoint(args[0]))
+    describe_checkpoint(args[0]);
+  else
+    describe_dataset(args[0]);
   return 0;
 }
 

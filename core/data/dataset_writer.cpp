@@ -40,10 +40,9 @@ std::vector<double> channel_statistics(const ImageSet& set, bool want_std) {
   return out;
 }
 
-void write_shard(const ImageSet& set, const std::string& path, int index, int count, std::size_t begin, std::size_t end,
-                 const std::vector<double>& mean, const std::vector<double>& stddev) {
+void write_file(const ImageSet& set, const std::string& tmp, int index, int count, std::size_t begin, std::size_t end,
+                const std::vector<double>& mean, const std::vector<double>& stddev) {
   namespace fmt = dataset_format;
-  const std::string tmp = path + ".tmp";
   {
     h5::Handle file = h5::create_file(tmp);
     const hsize_t n = end - begin;
@@ -76,12 +75,33 @@ void write_shard(const ImageSet& set, const std::string& path, int index, int co
     h5::write_attribute(file, "channel_std", stddev);
     h5::flush(file, tmp);
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
+void write_shard(const ImageSet& set, const std::string& path, int index, int count, std::size_t begin, std::size_t end,
+                 const std::vector<double>& mean, const std::vector<double>& stddev) {
+  if (std::filesystem::is_directory(path)) throw InputError(path + ": is a directory, not a dataset file name");
+  const std::string tmp = path + ".tmp";
+  try {
+    write_file(set, tmp, index, count, begin, end, mean, stddev);
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  } catch (...) {
+    // A half-written temporary is of no use, and on a full disk it holds the space the user needs back.
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
 }
 
 }  // namespace
+
+void remove_files(const std::vector<std::string>& paths) {
+  for (const auto& p : paths) {
+    std::error_code ignored;
+    std::filesystem::remove(p, ignored);
+  }
+}
 
 std::vector<std::string> write_image_dataset(const ImageSet& set, const std::string& path, int shards) {
   if (shards < 1) throw InputError("shard count must be at least 1");
@@ -91,11 +111,16 @@ std::vector<std::string> write_image_dataset(const ImageSet& set, const std::str
                      " shards");
   const auto mean = channel_statistics(set, false), stddev = channel_statistics(set, true);
   std::vector<std::string> written;
-  for (int i = 0; i < shards; ++i) {
-    const std::size_t begin = set.size() * i / shards, end = set.size() * (i + 1) / shards;
-    const std::string p = dataset_format::shard_path(path, i, shards);
-    write_shard(set, p, i, shards, begin, end, mean, stddev);
-    written.push_back(p);
+  try {
+    for (int i = 0; i < shards; ++i) {
+      const std::size_t begin = set.size() * i / shards, end = set.size() * (i + 1) / shards;
+      const std::string p = dataset_format::shard_path(path, i, shards);
+      write_shard(set, p, i, shards, begin, end, mean, stddev);
+      written.push_back(p);
+    }
+  } catch (...) {
+    remove_files(written);  // the shards written so far are not a dataset without the rest
+    throw;
   }
   return written;
 }

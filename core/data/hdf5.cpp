@@ -8,6 +8,55 @@
 namespace ddl::h5 {
 namespace {
 
+// HDF5's file drivers put the system's reason for a failed read or write ("No space left on device") into
+// the text of one entry of the error stack: " ... errno = 28, error message = 'No space left on device'".
+// Returns that reason, or "" when the stack has none. Walks a copy, as any other HDF5 call clears it.
+std::string system_reason_on_error_stack() {
+  const hid_t stack = H5Eget_current_stack();
+  if (stack < 0) return "";
+  std::string reason;
+  auto find = [](unsigned, const H5E_error2_t* e, void* out) -> herr_t {
+    const std::string desc = e->desc ? e->desc : "";
+    const std::string key = "error message = '";
+    const auto at = desc.find(key);
+    if (at != std::string::npos) {
+      const auto end = desc.find('\'', at + key.size());
+      *static_cast<std::string*>(out) =
+          desc.substr(at + key.size(), end == std::string::npos ? end : end - at - key.size());
+    }
+    return 0;
+  };
+  H5Ewalk2(stack, H5E_WALK_DOWNWARD, find, &reason);
+  H5Eclose_stack(stack);
+  return reason;
+}
+
+std::string with_reason(const std::string& message) {
+  const std::string reason = system_reason_on_error_stack();
+  return reason.empty() ? message : message + " (" + reason + ")";
+}
+
+// Reads of a file ddl opened read-only fail only when the file is damaged: bad input, named as such.
+void check_read(herr_t status, const std::string& what, const std::string& context) {
+  if (status < 0)
+    throw InputError(with_reason(what + (context.empty() ? "" : ": " + context) + " (corrupt or truncated file?)"));
+}
+
+hid_t check_read_id(hid_t id, const std::string& what, const std::string& context) {
+  check_read(id < 0 ? -1 : 0, what, context);
+  return id;
+}
+
+// No dataset or attribute of ddl's formats holds more values than its file has bytes, so a count above it
+// comes from a damaged file and must not size an allocation.
+void check_fits_in_file(const Handle& loc, hsize_t count, std::size_t value_bytes, const std::string& what,
+                        const std::string& context) {
+  const hsize_t size = file_size(loc, context);
+  if (count > size / value_bytes)
+    throw InputError(context + ": " + what + " claims " + std::to_string(count) + " values, more than its " +
+                     std::to_string(size) + "-byte file can hold (corrupt file?)");
+}
+
 Handle scalar_space() { return Handle(check_id(H5Screate(H5S_SCALAR), "H5Screate", "scalar")); }
 
 Handle vector_space(hsize_t n) { return Handle(check_id(H5Screate_simple(1, &n, nullptr), "H5Screate_simple", "")); }
@@ -21,7 +70,24 @@ Handle variable_string_type() {
 
 Handle open_attribute(const Handle& loc, const std::string& name, const std::string& context) {
   if (!has_attribute(loc, name)) throw InputError(context + ": attribute '" + name + "' is missing");
-  return Handle(check_id(H5Aopen(loc.get(), name.c_str(), H5P_DEFAULT), "cannot open attribute " + name, context));
+  return Handle(check_read_id(H5Aopen(loc.get(), name.c_str(), H5P_DEFAULT), "cannot open attribute " + name, context));
+}
+
+// The number of values of an attribute, checked against its file's size.
+hsize_t attribute_values(const Handle& attribute, const std::string& name, std::size_t value_bytes,
+                         const std::string& context) {
+  Handle space(check_read_id(H5Aget_space(attribute.get()), "cannot read attribute " + name, context));
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  check_read(n < 0 ? -1 : 0, "cannot read attribute " + name, context);
+  check_fits_in_file(attribute, static_cast<hsize_t>(n), value_bytes, "attribute '" + name + "'", context);
+  return static_cast<hsize_t>(n);
+}
+
+// An attribute read as numbers must hold numbers (HDF5 would fail converting a string).
+void require_numeric(const Handle& attribute, const std::string& name, const std::string& context) {
+  Handle type(check_read_id(H5Aget_type(attribute.get()), "cannot read attribute " + name, context));
+  const H5T_class_t c = H5Tget_class(type.get());
+  if (c != H5T_INTEGER && c != H5T_FLOAT) throw InputError(context + ": attribute '" + name + "' is not a number");
 }
 
 void replace_attribute(const Handle& loc, const std::string& name) {
@@ -69,11 +135,11 @@ Handle::~Handle() {
 }
 
 void check(herr_t status, const std::string& what, const std::string& context) {
-  if (status < 0) throw Error(what + (context.empty() ? "" : ": " + context));
+  if (status < 0) throw Error(with_reason(what + (context.empty() ? "" : ": " + context)));
 }
 
 hid_t check_id(hid_t id, const std::string& what, const std::string& context) {
-  if (id < 0) throw Error(what + (context.empty() ? "" : ": " + context));
+  if (id < 0) throw Error(with_reason(what + (context.empty() ? "" : ": " + context)));
   return id;
 }
 
@@ -102,6 +168,13 @@ hid_t native_type<std::uint8_t>() {
   return H5T_NATIVE_UINT8;
 }
 
+hsize_t file_size(const Handle& loc, const std::string& context) {
+  Handle file(check_read_id(H5Iget_file_id(loc.get()), "cannot find the file of an object", context));
+  hsize_t size = 0;
+  check_read(H5Fget_filesize(file.get(), &size), "cannot tell the file's size", context);
+  return size;
+}
+
 void silence_errors_on_this_thread() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 void no_cleanup_at_exit() { check(H5dont_atexit(), "H5dont_atexit", ""); }
@@ -118,7 +191,11 @@ Handle open_file(const std::string& path) {
 Handle create_file(const std::string& path) {
   silence_errors_on_this_thread();
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (id < 0) throw InputError(path + ": cannot create file (directory missing or not writable?)");
+  if (id < 0) {
+    const std::string reason = system_reason_on_error_stack();
+    throw InputError(path + ": cannot create file (" +
+                     (reason.empty() ? "directory missing or not writable?" : reason) + ")");
+  }
   return Handle(id);
 }
 
@@ -152,15 +229,15 @@ std::vector<std::string> member_names(const Handle& group, const std::string& co
 
 Handle open_dataset(const Handle& loc, const std::string& name, const std::string& context) {
   if (!exists(loc, name)) throw InputError(context + ": dataset '" + name + "' is missing");
-  return Handle(check_id(H5Dopen2(loc.get(), name.c_str(), H5P_DEFAULT), "cannot open dataset " + name, context));
+  return Handle(check_read_id(H5Dopen2(loc.get(), name.c_str(), H5P_DEFAULT), "cannot open dataset " + name, context));
 }
 
 std::vector<hsize_t> dataset_shape(const Handle& dataset, const std::string& context) {
-  Handle space(check_id(H5Dget_space(dataset.get()), "H5Dget_space", context));
+  Handle space(check_read_id(H5Dget_space(dataset.get()), "cannot read a dataset's shape", context));
   int rank = H5Sget_simple_extent_ndims(space.get());
-  check(rank, "H5Sget_simple_extent_ndims", context);
+  check_read(rank, "cannot read a dataset's shape", context);
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-  check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "H5Sget_simple_extent_dims", context);
+  check_read(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "cannot read a dataset's shape", context);
   return dims;
 }
 
@@ -179,17 +256,21 @@ void write_dataset(const Handle& loc, const std::string& name, std::span<const T
 
 namespace {
 
-std::size_t element_count(const Handle& dataset, const std::string& context) {
-  std::size_t n = 1;
-  for (auto d : dataset_shape(dataset, context)) n *= d;
-  return n;
+// The number of values, checked against the file's size (ddl stores datasets uncompressed).
+std::size_t element_count(const Handle& dataset, std::size_t value_bytes, const std::string& name,
+                          const std::string& context) {
+  hsize_t n = 1;
+  for (auto d : dataset_shape(dataset, context))
+    if (__builtin_mul_overflow(n, d, &n)) n = ~hsize_t{0};
+  check_fits_in_file(dataset, n, value_bytes, "dataset '" + name + "'", context);
+  return static_cast<std::size_t>(n);
 }
 
 template <typename T>
 void read_whole(const Handle& dataset, std::span<T> out, const std::string& name, const std::string& context) {
   if (!out.empty())
-    check(H5Dread(dataset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
-          "cannot read dataset " + name, context);
+    check_read(H5Dread(dataset.get(), native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+               "cannot read dataset " + name, context);
 }
 
 }  // namespace
@@ -197,7 +278,7 @@ void read_whole(const Handle& dataset, std::span<T> out, const std::string& name
 template <typename T>
 std::vector<T> read_dataset(const Handle& loc, const std::string& name, const std::string& context) {
   Handle ds = open_dataset(loc, name, context);
-  std::vector<T> out(element_count(ds, context));
+  std::vector<T> out(element_count(ds, sizeof(T), name, context));
   read_whole(ds, std::span<T>(out), name, context);
   return out;
 }
@@ -205,7 +286,7 @@ std::vector<T> read_dataset(const Handle& loc, const std::string& name, const st
 template <typename T>
 void read_dataset_into(const Handle& loc, const std::string& name, std::span<T> out, const std::string& context) {
   Handle ds = open_dataset(loc, name, context);
-  const std::size_t n = element_count(ds, context);
+  const std::size_t n = element_count(ds, sizeof(T), name, context);
   if (n != out.size())
     throw InputError(context + ": dataset '" + name + "' has " + std::to_string(n) + " values, expected " +
                      std::to_string(out.size()));
@@ -253,8 +334,8 @@ void read_slice(const Handle& loc, const std::string& name, std::size_t offset, 
   Handle ds = open_dataset(loc, name, context);
   auto [file_space, memory_space] = slice_spaces(ds, offset, out.size(), context + ": dataset '" + name + "'");
   if (out.empty()) return;
-  check(H5Dread(ds.get(), native_type<T>(), memory_space.get(), file_space.get(), H5P_DEFAULT, out.data()),
-        "cannot read dataset " + name, context);
+  check_read(H5Dread(ds.get(), native_type<T>(), memory_space.get(), file_space.get(), H5P_DEFAULT, out.data()),
+             "cannot read dataset " + name, context);
 }
 
 #define DDL_H5_INSTANTIATE(T)                                                                                         \
@@ -327,8 +408,12 @@ bool has_attribute(const Handle& loc, const std::string& name) { return H5Aexist
 
 std::int64_t read_int_attribute(const Handle& loc, const std::string& name, const std::string& context) {
   Handle a = open_attribute(loc, name, context);
+  require_numeric(a, name, context);
+  // H5Aread writes every value the attribute holds: more than one would overrun `v`.
+  if (attribute_values(a, name, sizeof(std::int64_t), context) != 1)
+    throw InputError(context + ": attribute '" + name + "' is not a single number");
   std::int64_t v = 0;
-  check(H5Aread(a.get(), H5T_NATIVE_INT64, &v), "cannot read attribute " + name, context);
+  check_read(H5Aread(a.get(), H5T_NATIVE_INT64, &v), "cannot read attribute " + name, context);
   return v;
 }
 
@@ -341,18 +426,16 @@ std::string read_string_attribute(const Handle& loc, const std::string& name, co
 std::vector<std::string> read_strings_attribute(const Handle& loc, const std::string& name,
                                                 const std::string& context) {
   Handle a = open_attribute(loc, name, context);
-  Handle space(check_id(H5Aget_space(a.get()), "H5Aget_space", context));
-  hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  check(static_cast<herr_t>(n < 0 ? -1 : 0), "H5Sget_simple_extent_npoints", context);
-  Handle file_type(check_id(H5Aget_type(a.get()), "H5Aget_type", context));
+  Handle space(check_read_id(H5Aget_space(a.get()), "cannot read attribute " + name, context));
+  Handle file_type(check_read_id(H5Aget_type(a.get()), "cannot read attribute " + name, context));
   if (H5Tget_class(file_type.get()) != H5T_STRING) throw InputError(context + ": attribute '" + name + "' is not text");
   if (H5Tis_variable_str(file_type.get()) <= 0) {
     const std::size_t length = H5Tget_size(file_type.get());
-    if (length == 0 || static_cast<double>(length) * static_cast<double>(n) > 1e8)
-      throw InputError(context + ": attribute '" + name + "' has an impossible size");
+    if (length == 0) throw InputError(context + ": attribute '" + name + "' has an impossible size");
+    const hsize_t n = attribute_values(a, name, length, context);
     std::string packed(length * static_cast<std::size_t>(n), '\0');
-    Handle type(check_id(H5Tcopy(file_type.get()), "H5Tcopy", context));
-    check(H5Aread(a.get(), type.get(), packed.data()), "cannot read attribute " + name, context);
+    Handle type(check_read_id(H5Tcopy(file_type.get()), "cannot read attribute " + name, context));
+    check_read(H5Aread(a.get(), type.get(), packed.data()), "cannot read attribute " + name, context);
     std::vector<std::string> out;
     for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
       std::string v = packed.substr(i * length, length);
@@ -361,9 +444,11 @@ std::vector<std::string> read_strings_attribute(const Handle& loc, const std::st
     }
     return out;
   }
+  // A variable-length string takes at least 16 bytes in the file (length, heap address, index).
+  const hsize_t n = attribute_values(a, name, 16, context);
   Handle type = variable_string_type();
   std::vector<char*> ptrs(static_cast<std::size_t>(n), nullptr);
-  check(H5Aread(a.get(), type.get(), ptrs.data()), "cannot read attribute " + name, context);
+  check_read(H5Aread(a.get(), type.get(), ptrs.data()), "cannot read attribute " + name, context);
   std::vector<std::string> out;
   for (char* p : ptrs) out.emplace_back(p ? p : "");
   H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, ptrs.data());
@@ -372,10 +457,10 @@ std::vector<std::string> read_strings_attribute(const Handle& loc, const std::st
 
 std::vector<double> read_doubles_attribute(const Handle& loc, const std::string& name, const std::string& context) {
   Handle a = open_attribute(loc, name, context);
-  Handle space(check_id(H5Aget_space(a.get()), "H5Aget_space", context));
-  hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  std::vector<double> out(static_cast<std::size_t>(std::max<hssize_t>(n, 0)));
-  check(H5Aread(a.get(), H5T_NATIVE_DOUBLE, out.data()), "cannot read attribute " + name, context);
+  require_numeric(a, name, context);
+  std::vector<double> out(static_cast<std::size_t>(attribute_values(a, name, 1, context)));
+  if (!out.empty())
+    check_read(H5Aread(a.get(), H5T_NATIVE_DOUBLE, out.data()), "cannot read attribute " + name, context);
   return out;
 }
 

@@ -42,6 +42,8 @@ void flush(const Handle& file, const std::string& path);
 bool exists(const Handle& loc, const std::string& name);
 // The names of a group's members, in name order.
 std::vector<std::string> member_names(const Handle& group, const std::string& context);
+// The size in bytes of the file that holds `loc` (a file, group, dataset or attribute).
+hsize_t file_size(const Handle& loc, const std::string& context);
 Handle open_dataset(const Handle& loc, const std::string& name, const std::string& context);
 
 // Shape of a dataset.

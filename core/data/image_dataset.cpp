@@ -13,6 +13,9 @@ namespace fmt = dataset_format;
 
 namespace {
 
+// Larger sides are no image ddl trains on; bounding them keeps every size within an int.
+constexpr hsize_t kMaxSide = 1 << 20;
+
 // The list of files that make up the dataset named by `path`.
 std::vector<std::string> dataset_files(const std::string& path) {
   if (fs::exists(path)) {
@@ -68,6 +71,19 @@ ImageDataset::ImageDataset(const std::string& path) : files_(dataset_files(path)
     const auto shape = h5::dataset_shape(shard.images, f);
     if (shape.size() != 4)
       throw InputError(f + ": images must be [N, H, W, C], found " + std::to_string(shape.size()) + " dimensions");
+    // Pixels are stored uncompressed, so a file smaller than the pixels it claims is damaged; the claim must
+    // not size the loader's buffers (nor overflow the int sizes below).
+    hsize_t pixel_bytes = 1;
+    for (std::size_t d = 0; d < 4; ++d) {
+      if (d > 0 && (shape[d] < 1 || shape[d] > kMaxSide))
+        throw InputError(f + ": images are " + std::to_string(shape[1]) + "x" + std::to_string(shape[2]) + "x" +
+                         std::to_string(shape[3]) + " (H x W x C), not an image size (corrupt file?)");
+      if (__builtin_mul_overflow(pixel_bytes, shape[d], &pixel_bytes)) pixel_bytes = ~hsize_t{0};
+    }
+    if (pixel_bytes > h5::file_size(shard.file, f))
+      throw InputError(f + ": " + std::to_string(shape[0]) + " images of " + std::to_string(shape[1]) + "x" +
+                       std::to_string(shape[2]) + "x" + std::to_string(shape[3]) +
+                       " take more bytes than the file holds (truncated or corrupt)");
     auto labels = h5::read_dataset<std::int32_t>(shard.file, fmt::kLabels, f);
     if (labels.size() != shape[0])
       throw InputError(f + ": " + std::to_string(shape[0]) + " images but " + std::to_string(labels.size()) +

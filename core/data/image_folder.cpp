@@ -17,6 +17,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Names starting with '.' are the file system's or a tool's (.DS_Store, ._x.jpg from macOS, .ipynb_checkpoints),
+// never a user's class or image.
+bool is_hidden(const fs::path& p) { return p.filename().string().starts_with('.'); }
+
 bool is_image(const fs::path& p) {
   std::string ext = p.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -26,22 +30,34 @@ bool is_image(const fs::path& p) {
 }  // namespace
 
 ImageSet import_image_folder(const std::string& root, int threads, int resize) {
+  if (!fs::exists(root)) throw InputError(root + ": no such directory");
   if (!fs::is_directory(root)) throw InputError(root + ": not a directory");
   ImageSet set;
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(root))
-    if (entry.is_directory()) set.class_names.push_back(entry.path().filename().string());
+    if (entry.is_directory() && !is_hidden(entry.path())) set.class_names.push_back(entry.path().filename().string());
   std::sort(set.class_names.begin(), set.class_names.end());
   if (set.class_names.empty()) throw InputError(root + ": no class sub-directories (<root>/<class>/<image>)");
+  std::vector<std::string> empty_classes;
   for (std::size_t c = 0; c < set.class_names.size(); ++c) {
     std::vector<std::string> class_files;
-    for (const auto& entry : fs::directory_iterator(fs::path(root) / set.class_names[c]))
-      if (entry.is_regular_file() && is_image(entry.path())) class_files.push_back(entry.path().string());
+    const fs::path dir = fs::path(root) / set.class_names[c];
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.is_regular_file() && !is_hidden(entry.path()) && is_image(entry.path()))
+        class_files.push_back(entry.path().string());
+    if (class_files.empty()) empty_classes.push_back(dir.string());
     std::sort(class_files.begin(), class_files.end());
     files.insert(files.end(), class_files.begin(), class_files.end());
     set.labels.insert(set.labels.end(), class_files.size(), static_cast<std::int32_t>(c));
   }
-  if (files.empty()) throw InputError(root + ": no .jpg, .jpeg or .png files under its class directories");
+  // A class without images would still be a label the model must predict and never sees: refused, as
+  // torchvision's ImageFolder refuses it, naming the folders.
+  if (!empty_classes.empty()) {
+    std::string names;
+    for (const auto& d : empty_classes) names += (names.empty() ? "" : ", ") + d;
+    throw InputError(std::string(empty_classes.size() == 1 ? "a class folder has" : "class folders have") +
+                     " no .jpg, .jpeg or .png image: " + names + " (add images or remove the folder)");
+  }
 
   // The first image fixes the size (unless resizing); the workers check every other image against it.
   if (resize < 0) throw InputError("--resize must be positive");

@@ -1,5 +1,6 @@
 // Imports an image-folder tree, <root>/<class>/<file>.jpg|.jpeg|.png, as torchvision's ImageFolder reads
-// it: classes are the sub-directories in sorted order (label = position), files sorted within each.
+// it: classes are the sub-directories in sorted order (label = position), files sorted within each. Hidden
+// entries (names starting with '.') are skipped; a class folder without images is refused.
 // Decoding runs on `threads` workers. With resize = 0 all images must have the same size; with resize = S
 // each is scaled (shorter side to S) and centre-cropped to S x S, so sizes may differ.
 #pragma once

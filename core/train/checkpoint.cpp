@@ -101,9 +101,7 @@ template <typename Read>
 void read_tensor(const std::string& path, const std::string& tensor, Read read) {
   try {
     read();
-  } catch (const InputError&) {
-    throw;
-  } catch (const Error&) {
+  } catch (const Error&) {  // HDF5's own message says only that a read failed
     throw InputError(path + ": tensor '" + tensor + "' is damaged (its checksum does not match, or the file is cut short)");
   }
 }

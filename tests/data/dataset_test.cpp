@@ -1,7 +1,9 @@
 // The HDF5 dataset format: round trips, shards, and one clear InputError for every kind of bad file.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <numeric>
 
 #include "core/data/dataset_format.hpp"
 #include "core/data/dataset_writer.hpp"
@@ -151,6 +153,85 @@ TEST(ImageDataset, EmptyDataset) {
   write_raw(dir / "e.h5", 0, 0, 0);
   EXPECT_NE(input_error([&] { ImageDataset ds(dir / "e.h5"); }).find("holds no images"), std::string::npos);
   EXPECT_NE(input_error([&] { write_image_dataset(ImageSet{2, 2, 3, {"a"}, {}, {}}, dir / "x.h5", 1); }), "");
+}
+
+TEST(ImageDataset, AnAttributeOfSeveralValuesWhereOneIsExpectedIsRefused) {
+  // Reading it into one int64 used to let HDF5 write all of its values over the stack.
+  TempDir dir;
+  write_raw(dir / "a.h5", 2, 2, 0);
+  {
+    h5::Handle f = h5::open_file_for_update(dir / "a.h5");
+    h5::write_attribute(f, "format_version", std::vector<double>(64, 1.0));
+  }
+  EXPECT_NE(
+      input_error([&] { ImageDataset ds(dir / "a.h5"); }).find("attribute 'format_version' is not a single number"),
+      std::string::npos);
+  {
+    h5::Handle f = h5::open_file_for_update(dir / "a.h5");
+    h5::write_attribute(f, "format_version", std::string("1"));
+  }
+  EXPECT_NE(input_error([&] { ImageDataset ds(dir / "a.h5"); }).find("attribute 'format_version' is not a number"),
+            std::string::npos);
+}
+
+TEST(ImageDataset, CountsLargerThanTheFileAreRefusedBeforeAllocating) {
+  TempDir dir;
+  // A labels dataset of 2^40 values that were never written takes no space in the file; reading it would
+  // allocate 4 TiB.
+  write_raw(dir / "l.h5", 2, 2, 0);
+  {
+    h5::Handle f = h5::open_file_for_update(dir / "l.h5");
+    H5Ldelete(f.get(), "labels", H5P_DEFAULT);
+    h5::create_vector<std::int32_t>(f, "labels", std::size_t{1} << 40);
+  }
+  EXPECT_NE(input_error([&] { ImageDataset ds(dir / "l.h5"); }).find("dataset 'labels' claims 1099511627776 values"),
+            std::string::npos);
+  // Images of 2^20 x 2^20 pixels in a file of a few KB.
+  {
+    h5::Handle f = h5::create_file(dir / "i.h5");
+    const hsize_t shape[4] = {1, 1 << 20, 1 << 20, 3};
+    h5::Handle space(H5Screate_simple(4, shape, nullptr));
+    h5::Handle images(
+        H5Dcreate2(f.get(), "images", H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    h5::write_dataset<std::int32_t>(f, "labels", std::vector<std::int32_t>{0}, {1});
+    h5::write_attribute(f, "ddl_format", std::string("ddl-images"));
+    h5::write_attribute(f, "format_version", std::int64_t{1});
+  }
+  EXPECT_NE(input_error([&] { ImageDataset ds(dir / "i.h5"); }).find("take more bytes than the file holds"),
+            std::string::npos);
+}
+
+// Mounts a file system of 1 MiB at `dir` (root only); false when it cannot.
+bool mount_small_disk(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  return std::system(("mount -t tmpfs -o size=1m tmpfs " + dir + " 2>/dev/null").c_str()) == 0;
+}
+
+TEST(DatasetWriter, AFullDiskLeavesNoTemporaryFileAndSaysSo) {
+  TempDir dir;
+  const std::string disk = dir / "disk";
+  if (!mount_small_disk(disk)) GTEST_SKIP() << "cannot mount a tmpfs (needs root)";
+  std::string message;
+  try {
+    write_image_dataset(pattern_set(600, 32, 32, 2), disk + "/big.h5", 2);  // 900 KiB a shard: the second fails
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const auto left = std::distance(std::filesystem::directory_iterator(disk), std::filesystem::directory_iterator());
+  std::system(("umount " + disk).c_str());
+  EXPECT_NE(message.find("No space left on device"), std::string::npos) << message;
+  EXPECT_NE(message.find("big-00001-of-00002.h5.tmp"), std::string::npos) << message;
+  EXPECT_EQ(left, 0) << "the temporary file or the first shard was left behind";
+}
+
+TEST(DatasetWriter, AnOutputThatIsADirectoryIsRefusedAndLeavesNoTemporaryFile) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "out.h5");
+  EXPECT_NE(input_error([&] {
+              write_image_dataset(pattern_set(4, 2, 2, 2), dir / "out.h5", 1);
+            }).find("out.h5: is a directory"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.h5.tmp"));
 }
 
 TEST(ShuffleSplit, DisjointSeededAndComplete) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 
 #include "core/data/cifar_binary.hpp"
 #include "core/data/image_decode.hpp"
@@ -110,10 +111,131 @@ TEST(ImageFolder, CorruptJpegIsNamed) {
   }
 }
 
+TEST(ImageFolder, HiddenFilesAndFoldersAreSkipped) {
+  TempDir dir;
+  for (const char* c : {"a", "b", ".ipynb_checkpoints"}) fs::create_directories(dir / c);
+  test::write_png(dir / "a/1.png", 3, 3, 0);
+  test::write_png(dir / "b/1.png", 3, 3, 1);
+  test::write_png(dir / ".ipynb_checkpoints/1.png", 3, 3, 2);
+  std::ofstream(dir / "a/._1.png") << "macOS resource fork, not a PNG";
+  test::write_png(dir / "b/.hidden.png", 3, 3, 3);
+  const ImageSet set = import_image_folder(dir.path().string(), 1);
+  EXPECT_EQ(set.class_names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(set.size(), 2u);
+}
+
+TEST(ImageFolder, AnEmptyClassFolderIsRefusedByName) {
+  TempDir dir;
+  for (const char* c : {"cat", "dog", "empty"}) fs::create_directories(dir / c);
+  test::write_png(dir / "cat/1.png", 3, 3, 0);
+  test::write_png(dir / "dog/1.png", 3, 3, 1);
+  std::ofstream(dir / "empty/notes.txt") << "no images here";
+  try {
+    import_image_folder(dir.path().string(), 1);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("a class folder has no .jpg, .jpeg or .png image: " + (dir / "empty")),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A 2x2 JPEG in CMYK (written as Adobe's encoders write it: inverted, with their marker) or YCCK; every
+// pixel is C, M, Y, K = 0, 255, 255, 0 (pure red) at the top and 0, 0, 0, 128 (mid grey) at the bottom.
+void write_cmyk_jpeg(const std::string& path, J_COLOR_SPACE stored_as) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr err;
+  cinfo.err = jpeg_std_error(&err);
+  jpeg_create_compress(&cinfo);
+  jpeg_stdio_dest(&cinfo, f);
+  cinfo.image_width = 16;
+  cinfo.image_height = 16;
+  cinfo.input_components = 4;
+  cinfo.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_colorspace(&cinfo, stored_as);
+  jpeg_set_quality(&cinfo, 100, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    const bool top = cinfo.next_scanline < 8;
+    std::vector<std::uint8_t> row;
+    for (int x = 0; x < 16; ++x)
+      for (int v : top ? std::vector<int>{0, 255, 255, 0} : std::vector<int>{0, 0, 0, 128})
+        row.push_back(static_cast<std::uint8_t>(255 - v));
+    JSAMPROW r = row.data();
+    jpeg_write_scanlines(&cinfo, &r, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::fclose(f);
+}
+
+TEST(ImageDecode, CmykAndYcckJpegsBecomeRgb) {
+  TempDir dir;
+  for (J_COLOR_SPACE stored_as : {JCS_CMYK, JCS_YCCK}) {
+    write_cmyk_jpeg(dir / "c.jpg", stored_as);
+    const DecodedImage img = decode_image(dir / "c.jpg");
+    ASSERT_EQ(img.height, 16);
+    ASSERT_EQ(img.width, 16);
+    ASSERT_EQ(img.rgb.size(), 16u * 16u * 3u);
+    const std::uint8_t* top = &img.rgb[(2 * 16 + 5) * 3];
+    const std::uint8_t* bottom = &img.rgb[(13 * 16 + 5) * 3];
+    EXPECT_NEAR(top[0], 255, 4) << stored_as;
+    EXPECT_NEAR(top[1], 0, 4) << stored_as;
+    EXPECT_NEAR(top[2], 0, 4) << stored_as;
+    for (int c = 0; c < 3; ++c) EXPECT_NEAR(bottom[c], 127, 4) << stored_as;
+  }
+}
+
+TEST(ImageDecode, AJpegThatEndsEarlyIsAnError) {
+  // libjpeg only warns and fills the missing rows with grey.
+  TempDir dir;
+  test::write_jpeg(dir / "t.jpg", 64, 64, 100);
+  fs::resize_file(dir / "t.jpg", fs::file_size(dir / "t.jpg") * 3 / 4);
+  try {
+    decode_image(dir / "t.jpg");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.jpg: corrupt JPEG (the file ends early (truncated))"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ImageDecode, AHugeImageIsRefusedBeforeItsPixelsAreAllocated) {
+  // An 8x8 JPEG whose frame header claims 60000 x 60000 pixels (10.8 GB as RGB).
+  TempDir dir;
+  test::write_jpeg(dir / "h.jpg", 8, 8);
+  std::fstream f(dir / "h.jpg", std::ios::in | std::ios::out | std::ios::binary);
+  std::vector<char> bytes{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  std::size_t sof = 0;
+  while (sof + 1 < bytes.size() && !(bytes[sof] == '\xFF' && bytes[sof + 1] == '\xC0')) ++sof;
+  ASSERT_LT(sof + 9, bytes.size());
+  for (std::size_t at : {sof + 5, sof + 7}) {  // height, then width, big-endian
+    bytes[at] = static_cast<char>(60000 >> 8);
+    bytes[at + 1] = static_cast<char>(60000 & 0xFF);
+  }
+  f.seekp(0);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  try {
+    decode_image(dir / "h.jpg");
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("h.jpg: image is 60000x60000, more than ddl reads"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ImageFolder, NotAnImageAndNoClasses) {
   TempDir dir;
   EXPECT_THROW(import_image_folder(dir.path().string(), 1), InputError);
   EXPECT_THROW(import_image_folder(dir / "missing", 1), InputError);
+  try {
+    import_image_folder(dir / "missing", 1);
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing: no such directory"), std::string::npos) << e.what();
+  }
   std::ofstream(dir / "fake.jpg") << "hello";
   EXPECT_THROW(decode_image(dir / "fake.jpg"), InputError);
 }
