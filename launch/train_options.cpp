@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "launch/option_error.hpp"
 #include "models/registry.hpp"
 
 namespace ddl {
@@ -173,6 +175,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "ddl_train: train a model on an HDF5 image dataset (run under mpirun for data parallelism)");
   all.add(general).add(model).add(data).add(training).add(system).add(pipeline).add(output);
   po::variables_map vm;
+  std::vector<std::string> inputs(argv, argv + argc);  // what an error message may quote
   try {
     const auto parsed = po::command_line_parser(argc, argv).options(all).run();
     // Words that belong to no option (a forgotten --val before a path) are not ignored.
@@ -190,16 +193,19 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       refuse_repeated_keys(text, path);
       std::istringstream config_text(text);
+      std::istringstream lines(text);
+      for (std::string line; std::getline(lines, line);) inputs.push_back(line);
       po::store(po::parse_config_file(config_text, all), vm);
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw InputError(std::string(e.what()) + " (see --help)");
+    throw InputError(option_error_message(e, inputs) + " (see --help)");
   }
   if (!mean.empty()) o.mean = parse_floats(mean, "mean");
   if (!stddev.empty()) o.stddev = parse_floats(stddev, "std");
   for (float count : parse_floats(partition, "partition")) {
-    require(count >= 1 && count == static_cast<float>(static_cast<std::size_t>(count)),
+    // Compared before the cast: a float beyond size_t's range (1e30, inf) does not convert (undefined).
+    require(count >= 1 && count <= 1e6f && count == std::floor(count),
             "--partition takes whole layer counts of at least 1, e.g. 5,4,6");
     o.partition.push_back(static_cast<std::size_t>(count));
   }

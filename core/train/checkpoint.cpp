@@ -39,7 +39,9 @@ h5::Handle create_group(const h5::Handle& loc, const std::string& name, const st
 
 h5::Handle open_group(const h5::Handle& loc, const std::string& name, const std::string& context) {
   if (!h5::exists(loc, name)) throw InputError(context + ": group '" + name + "' is missing");
-  return h5::Handle(h5::check_id(H5Gopen2(loc.get(), name.c_str(), H5P_DEFAULT), "cannot open group " + name, context));
+  const hid_t id = H5Gopen2(loc.get(), name.c_str(), H5P_DEFAULT);
+  if (id < 0) throw InputError(context + ": '" + name + "' is not a group (corrupt checkpoint?)");
+  return h5::Handle(id);
 }
 
 // A file whose structure HDF5 checksums: the 1.10 format's superblock, object headers (attributes
@@ -232,7 +234,9 @@ TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* o
   if (h5::has_attribute(file, "steps_done"))  // absent from checkpoints of earlier versions
     state.steps_done = static_cast<std::uint64_t>(h5::read_int_attribute(file, "steps_done", path));
   state.seed = static_cast<std::uint64_t>(h5::read_int_attribute(file, "seed", path));
-  state.best_accuracy = h5::read_doubles_attribute(file, "best_accuracy", path).at(0);
+  const auto best = h5::read_doubles_attribute(file, "best_accuracy", path);
+  if (best.size() != 1) throw InputError(path + ": attribute 'best_accuracy' is not a single number");
+  state.best_accuracy = best[0];
   state.configuration = h5::read_string_attribute(file, "configuration", path);
   const auto shape = h5::dataset_shape(h5::open_dataset(file, "params", path), path);
   if (shape.size() != 1 || shape[0] != model.whole_param_count())
