@@ -56,7 +56,7 @@ set_up() {  # RELEASE: its root in $work/RELEASE, its output in $work/RELEASE.tx
   debian_root_run "$dir" bash -c 'cd /root/ddl && bash launch/setup.sh --tests'
   debian_root_run "$dir" bash -c '
     missing=""
-    for tool in pgrep ip unshare flock slurmctld slurmd sbatch munged dockerd docker docker-compose debootstrap git clang++; do
+    for tool in pgrep ip unshare flock slurmctld slurmd sbatch munged dockerd docker docker-compose debootstrap git clang++ llvm-symbolizer; do
       command -v "$tool" > /dev/null || missing="$missing $tool"
     done
     [ -z "$missing" ] || { echo "fresh_machine: missing after setup.sh --tests:$missing"; exit 1; }'
