@@ -1,7 +1,8 @@
 // The message of a Boost.Program_options error, safe to ask for. Its what() fills a message template by
 // replacing each "%placeholder%" with its value until none is left, so an argument that holds a
 // placeholder of its own (an option named --x%original_token%, a value %value%) makes it loop forever, its
-// message growing (Boost 1.74, Debian 12's; fuzzing found it). Such inputs get a message of ours instead.
+// message growing (Boost 1.74 and 1.83, Debian 12's and 13's; fuzzing found it). Such inputs get a message of ours
+// instead.
 #pragma once
 
 #include <boost/program_options/errors.hpp>

@@ -24,8 +24,8 @@ test_packages=(
   slurmctld slurmd slurm-client munge     # a real Slurm cluster
   docker.io docker-compose                # a docker-compose cluster on a private daemon
   debootstrap git                         # bare Debian root file systems (the fresh-machine test)
-  clang libclang-rt-dev libomp-dev        # the fuzz build: clang (14 on Debian 12, 19 on 13), its libFuzzer
-                                          # and sanitizer runtimes, and its OpenMP
+  clang libclang-rt-dev libomp-dev llvm   # the fuzz build: clang (14 on Debian 12, 19 on 13), its libFuzzer
+                                          # and sanitizer runtimes, its OpenMP, llvm-symbolizer (named stacks)
 )
 # Debian 13 moved docker.io's client into docker-cli, which docker.io only recommends.
 [ "$(. /etc/os-release && echo "$VERSION_CODENAME")" = bookworm ] || test_packages+=(docker-cli)

@@ -20,12 +20,14 @@
 
 namespace ddl::fuzz {
 
-// One folder per process, on tmpfs when there is one (HDF5 reopens the file for every input), removed at
-// exit.
+// One folder per process, removed at exit: under $DDL_FUZZ_SCRATCH (run_fuzzers.sh's, which it removes
+// also after a finding, when no destructor runs), else on tmpfs when there is one (HDF5 reopens the file
+// for every input).
 class Scratch {
  public:
   Scratch() {
-    const std::string base = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
+    const char* given = std::getenv("DDL_FUZZ_SCRATCH");
+    const std::string base = given ? given : std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
     path_ = base + "/ddl_fuzz_XXXXXX";
     if (!mkdtemp(path_.data())) std::abort();
   }

@@ -16,7 +16,10 @@ targets=(dataset checkpoint image_folder cifar_binary config_file)
 [ $# -eq 0 ] || targets=("$@")
 
 work=$(mktemp -d /tmp/ddl-fuzz-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# The files the targets write for each input, on tmpfs when there is one; gone at the end even after a finding.
+DDL_FUZZ_SCRATCH=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo /tmp )/ddl-fuzz-XXXXXX")
+export DDL_FUZZ_SCRATCH
+trap 'rm -rf "$work" "$DDL_FUZZ_SCRATCH"' EXIT
 # libFuzzer ships with clang on Debian (libclang-rt-dev); a machine without them skips the test.
 if ! command -v clang++ > /dev/null ||
    ! printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' |
