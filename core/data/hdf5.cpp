@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <sys/stat.h>
+
 #include "core/error.hpp"
 
 namespace ddl::h5 {
@@ -173,6 +175,14 @@ hsize_t file_size(const Handle& loc, const std::string& context) {
   hsize_t size = 0;
   check_read(H5Fget_filesize(file.get(), &size), "cannot tell the file's size", context);
   return size;
+}
+
+std::uintmax_t file_bytes_on_disk(const Handle& file, const std::string& context) {
+  void* handle = nullptr;  // the sec2 driver's file descriptor, an int
+  check_read(H5Fget_vfd_handle(file.get(), H5P_DEFAULT, &handle), "cannot get the file's descriptor", context);
+  struct stat st {};
+  if (fstat(*static_cast<int*>(handle), &st) != 0) throw Error(context + ": cannot stat the open file");
+  return static_cast<std::uintmax_t>(st.st_size);
 }
 
 void silence_errors_on_this_thread() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }

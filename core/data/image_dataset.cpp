@@ -60,6 +60,7 @@ ImageDataset::ImageDataset(const std::string& path) : files_(dataset_files(path)
     const std::string& f = files_[s];
     Shard shard;
     shard.file = h5::open_file(f);
+    shard.bytes_at_open = h5::file_bytes_on_disk(shard.file, f);
     if (!h5::has_attribute(shard.file, "ddl_format") ||
         h5::read_string_attribute(shard.file, "ddl_format", f) != fmt::kMagic)
       throw InputError(f + ": not a ddl image dataset (no ddl_format attribute); import data with 'ddl_data import'");
@@ -127,17 +128,28 @@ void ImageDataset::read(std::span<const std::size_t> indices, std::span<std::uin
   if (pixels.size() != indices.size() * bytes) throw Error("ImageDataset::read: output buffer has the wrong size");
   const hsize_t count[4] = {1, static_cast<hsize_t>(height_), static_cast<hsize_t>(width_),
                             static_cast<hsize_t>(channels_)};
+  std::vector<bool> touched(shards_.size());
   for (std::size_t k = 0; k < indices.size(); ++k) {
     const std::size_t index = indices[k];
     if (index >= size()) throw Error("image index " + std::to_string(index) + " out of range");
     const std::size_t s = std::upper_bound(shard_begin_.begin(), shard_begin_.end(), index) - shard_begin_.begin() - 1;
     const Shard& shard = shards_[s];
+    touched[s] = true;
     const hsize_t start[4] = {index - shard_begin_[s], 0, 0, 0};
     h5::check(H5Sselect_hyperslab(shard.file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
               "H5Sselect_hyperslab", files_[s]);
     if (H5Dread(shard.images.get(), H5T_NATIVE_UINT8, one_image_space_.get(), shard.file_space.get(), H5P_DEFAULT,
                 pixels.data() + k * bytes) < 0)
       throw InputError(files_[s] + ": cannot read image " + std::to_string(index) + " (file corrupt or truncated?)");
+  }
+  // Checked after the reads, so that images read from a file cut short meanwhile are never used: one fstat
+  // for each shard this batch read from.
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    if (!touched[s]) continue;
+    const std::uintmax_t now = h5::file_bytes_on_disk(shards_[s].file, files_[s]);
+    if (now < shards_[s].bytes_at_open)
+      throw InputError(files_[s] + ": the file was cut short while it was being read (" + std::to_string(now) +
+                       " of " + std::to_string(shards_[s].bytes_at_open) + " bytes left)");
   }
 }
 

@@ -33,12 +33,14 @@ class ImageDataset {
   std::size_t shard_size(std::size_t shard) const { return shard_begin_[shard + 1] - shard_begin_[shard]; }
 
   // Reads the images with these global indices, in this order, into `pixels` (indices.size() images of
-  // image_bytes(), [N, H, W, C]). Not thread-safe: one reader per thread.
+  // image_bytes(), [N, H, W, C]). Not thread-safe: one reader per thread. A file cut short since it was
+  // opened is an InputError: HDF5 would read the missing bytes as zeros.
   void read(std::span<const std::size_t> indices, std::span<std::uint8_t> pixels);
 
  private:
   struct Shard {
     h5::Handle file, images, file_space;
+    std::uintmax_t bytes_at_open = 0;
   };
   std::vector<std::string> files_;
   std::vector<Shard> shards_;

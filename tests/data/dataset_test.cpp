@@ -105,6 +105,19 @@ TEST(ImageDataset, TruncatedFile) {
             "");
 }
 
+TEST(ImageDataset, AFileCutShortWhileOpenIsNamedNotReadAsZeros) {
+  TempDir dir;
+  write_image_dataset(pattern_set(50, 8, 8, 2), dir / "t.h5", 1);
+  ImageDataset ds(dir / "t.h5");
+  const std::vector<std::size_t> first{0};
+  std::vector<std::uint8_t> px(ds.image_bytes());
+  ds.read(first, px);
+  std::filesystem::resize_file(dir / "t.h5", std::filesystem::file_size(dir / "t.h5") / 2);
+  const std::vector<std::size_t> last{49};
+  EXPECT_NE(input_error([&] { ds.read(last, px); }).find("t.h5: the file was cut short while it was being read"),
+            std::string::npos);
+}
+
 TEST(ImageDataset, NotADdlDataset) {
   TempDir dir;
   { h5::Handle f = h5::create_file(dir / "other.h5"); }
