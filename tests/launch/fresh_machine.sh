@@ -7,7 +7,7 @@
 # on a developer's machine only because something else installed it. Several releases are set up side by
 # side (one's downloads overlap another's build), each in its own root; then, on each release that is not
 # the host's, the suite runs inside (alone: its fault tests are timed), but for the tests that make roots
-# or a Docker daemon themselves. Needs root, debootstrap and unshare; exit 77 (skipped) otherwise.
+# or a Docker daemon themselves and the sanitizer builds (the host's run covers those). Needs root, debootstrap and unshare; exit 77 (skipped) otherwise.
 #   bash tests/launch/fresh_machine.sh [RELEASE...]   (bookworm, the default, trixie)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -80,7 +80,7 @@ for release in "${releases[@]}"; do
   echo "== $release: the test suite inside (launch/run_tests.sh)"
   # The fuzz targets' 30 s each ran on the host already: here 10 s, to check this release's clang builds them.
   debian_root_run "$work/$release" bash -c 'cd /root/ddl && DDL_TESTS_REQUIRE_ALL=1 DDL_FUZZ_SECONDS=10 \
-    bash launch/run_tests.sh -E "fresh_machine|docker_compose_cluster"' > "$work/$release.suite.txt" 2>&1 ||
+    bash launch/run_tests.sh -E "fresh_machine|docker_compose_cluster|sanitizer_"' > "$work/$release.suite.txt" 2>&1 ||
     { cat "$work/$release.suite.txt"; echo "fresh_machine: Debian $release: the suite FAILED"; exit 1; }
   sed -n '/tests passed/,$p' "$work/$release.suite.txt"
 done

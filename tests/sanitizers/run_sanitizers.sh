@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds ddl with a sanitizer in its own folder and runs tests there; any sanitizer report fails the run,
+# even one from a program that a test expects to fail (reports go to files, not to the exit code).
+#   bash tests/sanitizers/run_sanitizers.sh address   ASan + UBSan, build-asan/: the suite but for the tests
+#                                                     that make root file systems, Docker, Slurm or fuzz builds
+#   bash tests/sanitizers/run_sanitizers.sh thread    TSan, build-tsan/: the tests with threads of ddl's own
+#                                                     (loader, communication, watcher, signal handling)
+#   more arguments go to ctest (e.g. -R Loader); DDL_SANITIZE_BUILD=DIR sets the build folder
+# Exit 77 (skipped) when the compiler has no such sanitizer runtime.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mode=${1:-}
+shift || true
+case "$mode" in
+  address)
+    build=${DDL_SANITIZE_BUILD:-$root/build-asan}
+    targets=(core_tests data_tests comm_unit_tests comm_tests launch_tests ddl_train ddl_data)
+    select=(-E "fresh_machine|docker_compose|fuzz_parsers|slurm|sanitizer_")
+    probe_flags=(-fsanitize=address,undefined) ;;
+  thread)
+    build=${DDL_SANITIZE_BUILD:-$root/build-tsan}
+    targets=(data_tests comm_unit_tests comm_tests launch_tests ddl_train ddl_data)
+    select=(-R "LoaderTest|WaitLimits|comm_allreduce_[23]_ranks|DdlTrain\.(RanksMatchOneRankWithTheGlobalBatch|PipelinesMatchOneRankForSeedCnn|AStoppedRankIsNamedWithinTheTimeout|SigtermStopsEveryRank|ARankFailingDuringTrainingStopsTheJob|ADriftingReplica)")
+    probe_flags=(-fsanitize=thread) ;;
+  *) echo "run_sanitizers.sh: give address or thread" >&2; exit 2 ;;
+esac
+[ $# -eq 0 ] || select=("$@")
+
+work=$(mktemp -d /tmp/ddl-sanitize-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+if ! printf 'int main() { return 0; }\n' | c++ -x c++ "${probe_flags[@]}" - -o "$work/probe" 2> "$work/probe.txt"; then
+  echo "run_sanitizers: the compiler has no $mode sanitizer runtime: skipped"
+  head -5 "$work/probe.txt"
+  exit 77
+fi
+
+start=$(date +%s)
+cmake -S "$root" -B "$build" -DDDL_SANITIZE="$mode" -DCMAKE_BUILD_TYPE=Debug > "$work/cmake.txt" ||
+  { cat "$work/cmake.txt"; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" > "$work/build.txt" 2>&1 ||
+  { tail -40 "$work/build.txt"; exit 1; }
+echo "run_sanitizers: $mode build in $(($(date +%s) - start)) s"
+
+reports=$build/sanitizer-reports
+rm -rf "$reports"
+mkdir -p "$reports"
+supp=$root/tests/sanitizers
+# Each process writes its reports to reports/<tool>.<pid>; a report fails the run whatever the test said.
+# Full stacks for allocations (fast_unwind_on_malloc=0), and Open MPI's components kept loaded, so that a
+# leak inside Open MPI names its library and lsan.supp can tell it from ddl's own.
+export ASAN_OPTIONS="log_path=$reports/asan:detect_stack_use_after_return=1:check_initialization_order=1:fast_unwind_on_malloc=0"
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+export TSAN_OPTIONS="log_path=$reports/tsan:suppressions=$supp/tsan.supp:print_suppressions=0:second_deadlock_stack=1"
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+export OMPI_MCA_smsc=${OMPI_MCA_smsc:-^cma}
+code=0
+(cd "$build" && ctest --output-on-failure -j"$(nproc)" "${select[@]}") > "$work/ctest.txt" 2>&1 || code=1
+sed -n '/tests passed/,/^Total Test time/p' "$work/ctest.txt"
+[ "$code" -eq 0 ] || { grep -B2 -A40 "\*\*\*Failed\|\*\*\*Timeout\|\*\*\*Exception" "$work/ctest.txt" | tail -150; }
+found=("$reports"/*)
+if [ -e "${found[0]}" ]; then
+  code=1
+  echo "run_sanitizers: ${#found[@]} $mode sanitizer report(s) in $reports; the first:"
+  head -60 "${found[0]}"
+fi
+echo "run_sanitizers: $mode: $(($(date +%s) - start)) s in all"
+[ "$code" -eq 0 ] && echo "run_sanitizers: $mode: clean"
+exit "$code"
