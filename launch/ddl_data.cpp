@@ -21,6 +21,7 @@
 #include "core/error.hpp"
 #include "core/train/checkpoint.hpp"
 #include "launch/option_error.hpp"
+#include "launch/trained_model.hpp"
 #include "models/registry.hpp"
 
 namespace ddl {
@@ -154,77 +155,15 @@ int run_import(const std::vector<std::string>& args) {
   return 0;
 }
 
-// The "key = value" lines of a checkpoint's configuration (what TrainOptions::describe wrote).
-std::map<std::string, std::string> configuration_values(const std::string& text) {
-  std::map<std::string, std::string> values;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    const auto eq = line.find(" = ");
-    if (eq != std::string::npos) values.emplace(line.substr(0, eq), line.substr(eq + 3));
-  }
-  return values;
-}
-
-// The model settings a checkpoint was trained with, as ddl_train built its ModelConfig from its options.
-ModelConfig model_config(const std::map<std::string, std::string>& values, const std::string& path) {
-  auto number = [&](const std::string& key, double fallback) {
-    const auto it = values.find(key);
-    if (it == values.end()) return fallback;
-    try {
-      return std::stod(it->second);
-    } catch (const std::exception&) {
-      throw InputError(path + ": configuration line '" + key + " = " + it->second + "' does not hold a number");
-    }
-  };
-  ModelConfig c;
-  c.num_classes = static_cast<int>(number("num-classes", 0));
-  c.seed = static_cast<std::uint64_t>(number("seed", 0));
-  c.image_size = static_cast<int>(number("image-size", 0));
-  c.dropout = static_cast<float>(number("dropout", -1));
-  c.patch_size = static_cast<int>(number("patch-size", 0));
-  c.depth = static_cast<int>(number("depth", 0));
-  c.width = static_cast<int>(number("width", 0));
-  c.heads = static_cast<int>(number("heads", 0));
-  return c;
-}
-
-std::size_t parameters_with(const std::string& model, ModelConfig config, int classes) {
-  config.num_classes = classes;
-  const auto m = define_model(model, config);
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < m->num_layers(); ++i) n += m->layer_param_count(i);
-  return n;
-}
-
-// num-classes 0 means "the training set's", which the checkpoint does not record; the classifier makes
-// the parameter count linear in the class count, so the stored count gives it back.
-int classes_from_parameters(const std::string& model, const ModelConfig& config, hsize_t params,
-                            const std::string& path) {
-  const std::size_t p2 = parameters_with(model, config, 2), per_class = parameters_with(model, config, 3) - p2;
-  if (params < p2 || per_class == 0 || (params - p2) % per_class != 0 || (params - p2) / per_class > (1u << 24))
-    throw InputError(path + ": holds " + std::to_string(params) + " parameters, which model " + model +
-                     " has for no class count (corrupt?)");
-  return static_cast<int>(2 + (params - p2) / per_class);
-}
-
 // A checkpoint is read by load_checkpoint, into the model it names: what it describes is what --resume
 // would restore, and a damaged checkpoint is refused here as it would be there.
 void describe_checkpoint(const std::string& path) {
-  std::string model_name, configuration;
-  hsize_t stored_params = 0;
-  {
-    h5::Handle file = h5::open_file(path);
-    model_name = h5::read_string_attribute(file, "model", path);
-    configuration = h5::read_string_attribute(file, "configuration", path);
-    const auto shape = h5::dataset_shape(h5::open_dataset(file, "params", path), path);
-    if (shape.size() == 1) stored_params = shape[0];
-  }
-  const auto values = configuration_values(configuration);
-  ModelConfig config = model_config(values, path);
-  if (config.num_classes <= 0) config.num_classes = classes_from_parameters(model_name, config, stored_params, path);
   Context ctx;
-  const auto model = make_model(model_name, config, ctx);
-  const TrainingState state = load_checkpoint(path, *model, nullptr);
+  const TrainedModel t = load_trained_model(path, ctx);
+  const auto& model = t.model;
+  const TrainingState& state = t.state;
+  const ModelConfig& config = t.config;
+  const auto values = configuration_values(state.configuration);
   auto value = [&](const std::string& key) {
     const auto it = values.find(key);
     return it == values.end() ? std::string("?") : it->second;

@@ -42,6 +42,7 @@
 #include "launch/progress_bar.hpp"
 #include "launch/stage_partition.hpp"
 #include "launch/train_options.hpp"
+#include "launch/trained_model.hpp"
 #include "models/registry.hpp"
 
 namespace ddl {
@@ -240,6 +241,9 @@ void build(Run& run, const Communicator& world) {
   run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
   run.state = {o.model, 0, -1.0, o.seed, o.describe()};
+  run.state.class_names = train.class_names();
+  run.state.input_mean.assign(prep.mean.begin(), prep.mean.end());
+  run.state.input_std.assign(prep.stddev.begin(), prep.stddev.end());
   if (!o.checkpoint_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.checkpoint_dir, ec);
@@ -271,15 +275,6 @@ void save(Run& run, const std::string& path, bool keep_previous) {
     }
     run.pipeline->barrier();
   }
-}
-
-// "key = value" lines of a run's configuration.
-std::map<std::string, std::string> configuration_values(const std::string& text) {
-  std::map<std::string, std::string> values;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);)
-    if (const auto at = line.find(" = "); at != std::string::npos) values[line.substr(0, at)] += line.substr(at + 3);
-  return values;
 }
 
 // What a resumed run does differently from the run that wrote its checkpoint ("lr 0.001 -> 0.01, ..."):
@@ -432,7 +427,12 @@ bool resume(Run& run, const Communicator& world) {
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     std::exception_ptr error;
     try {
-      run.state = load_checkpoint(candidates[i], *run.model, run.optimizer.get());
+      TrainingState loaded = load_checkpoint(candidates[i], *run.model, run.optimizer.get());
+      // What this run's data says (a checkpoint of an older format has no class names).
+      loaded.class_names = run.state.class_names;
+      loaded.input_mean = run.state.input_mean;
+      loaded.input_std = run.state.input_std;
+      run.state = std::move(loaded);
     } catch (...) {
       error = std::current_exception();
     }

@@ -89,6 +89,34 @@ void BatchLoader::produce() {
   }
 }
 
+namespace {
+
+// out = (pixel / 255 - mean) / std  ==  pixel * scale + shift, per channel.
+std::pair<std::vector<float>, std::vector<float>> channel_affine(const Preprocessing& prep, int channels) {
+  std::vector<float> scale(channels, 1.0f / 255.0f), shift(channels, 0.0f);
+  if (prep.normalize_mean_std)
+    for (int k = 0; k < channels; ++k) {
+      scale[k] = 1.0f / (255.0f * prep.stddev[k]);
+      shift[k] = -prep.mean[k] / prep.stddev[k];
+    }
+  return {scale, shift};
+}
+
+}  // namespace
+
+void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, float* out) {
+  const int oh = prep.out_height > 0 ? prep.out_height : h, ow = prep.out_width > 0 ? prep.out_width : w;
+  const std::size_t plane = static_cast<std::size_t>(oh) * ow;
+  const auto [scale, shift] = channel_affine(prep, c);
+  if (oh != h || ow != w) {
+    resample(hwc, h, w, c, CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)}, oh, ow,
+             [&](int y, int x, int k, float v) { out[k * plane + static_cast<std::size_t>(y) * ow + x] = v * scale[k] + shift[k]; });
+    return;
+  }
+  for (int k = 0; k < c; ++k)
+    for (std::size_t p = 0; p < plane; ++p) out[k * plane + p] = hwc[p * c + k] * scale[k] + shift[k];
+}
+
 void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index) {
   const int h = reader_.height(), w = reader_.width(), c = reader_.channels();
   const int oh = out_height(), ow = out_width();
@@ -100,13 +128,12 @@ void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::
   batch.labels.resize(n);
   for (std::size_t i = 0; i < n; ++i) batch.labels[i] = reader_.labels()[indices[i]];
 
-  // out = (pixel / 255 - mean) / std  ==  pixel * scale + shift, per channel.
-  std::vector<float> scale(c, 1.0f / 255.0f), shift(c, 0.0f);
-  if (prep_.normalize_mean_std)
-    for (int k = 0; k < c; ++k) {
-      scale[k] = 1.0f / (255.0f * prep_.stddev[k]);
-      shift[k] = -prep_.mean[k] / prep_.stddev[k];
-    }
+  if (!augment_) {
+    for (std::size_t i = 0; i < n; ++i)
+      prepare_image(pixels_.data() + i * reader_.image_bytes(), h, w, c, prep_, batch.images.data() + i * c * plane);
+    return;
+  }
+  const auto [scale, shift] = channel_affine(prep_, c);
   Rng rng = Rng::derived(seed_, 0xa09 + epoch_, batch_index);
   const bool resample_box = (augment_ && prep_.random_resized_crop) || oh != h || ow != w;
   const int pad = augment_ && !resample_box ? prep_.random_crop_padding : 0;

@@ -29,6 +29,11 @@ struct Preprocessing {
   int out_height = 0, out_width = 0;  // 0: the stored size
 };
 
+// One image (h x w x c, uint8) as the network's input without augmentation, as the loader prepares
+// validation batches: resampled to prep's output size where it differs, then scaled or normalised.
+// out: c x out_height x out_width floats.
+void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, float* out);
+
 struct Batch {
   Tensor images;  // [n, C, H, W] plain
   std::vector<std::int32_t> labels;

@@ -20,7 +20,7 @@ constexpr const char* kMagic = "ddl-checkpoint";
 // superblock, object headers and chunk indexes carry checksums, and every string is of fixed length, kept
 // in an object header rather than in the global heap, which has none), and the header's values in
 // header_checksum. Version 1 files (no checksums) are still read.
-constexpr int kVersion = 2;
+constexpr int kVersion = 3;
 constexpr hsize_t kChunkValues = hsize_t{1} << 20;  // 4 MB of floats: Fletcher-32 checks each chunk on reading
 
 void fsync_path(const std::string& path) {
@@ -94,6 +94,8 @@ std::uint64_t header_checksum(const TrainingState& state, const std::vector<std:
   c.add(state.model_name).add(state.epochs_done).add(state.steps_done).add(state.seed);
   c.add(&state.best_accuracy, sizeof state.best_accuracy).add(state.configuration);
   for (const auto& name : param_names) c.add(name);
+  for (const auto& name : state.class_names) c.add(name);
+  for (const auto& values : {state.input_mean, state.input_std}) c.add(values.data(), values.size() * sizeof(double));
   return c.value();
 }
 
@@ -144,6 +146,10 @@ void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, cons
     h5::write_attribute(file, "seed", static_cast<std::int64_t>(state.seed));
     h5::write_attribute(file, "best_accuracy", std::vector<double>{state.best_accuracy});
     h5::write_fixed_strings_attribute(file, "configuration", {state.configuration});
+    // Absent when empty (a model built without a dataset); the header checksum covers them either way.
+    if (!state.class_names.empty()) h5::write_fixed_strings_attribute(file, "class_names", state.class_names);
+    if (!state.input_mean.empty()) h5::write_attribute(file, "input_mean", state.input_mean);
+    if (!state.input_std.empty()) h5::write_attribute(file, "input_std", state.input_std);
     create_checksummed_vector<float>(file, "params", model.whole_param_count());
     create_group(file, "model_state", tmp);
     h5::Handle opt = create_group(file, "optimizer_state", tmp);
@@ -238,6 +244,9 @@ TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* o
   if (best.size() != 1) throw InputError(path + ": attribute 'best_accuracy' is not a single number");
   state.best_accuracy = best[0];
   state.configuration = h5::read_string_attribute(file, "configuration", path);
+  if (h5::has_attribute(file, "class_names")) state.class_names = h5::read_strings_attribute(file, "class_names", path);
+  if (h5::has_attribute(file, "input_mean")) state.input_mean = h5::read_doubles_attribute(file, "input_mean", path);
+  if (h5::has_attribute(file, "input_std")) state.input_std = h5::read_doubles_attribute(file, "input_std", path);
   const auto shape = h5::dataset_shape(h5::open_dataset(file, "params", path), path);
   if (shape.size() != 1 || shape[0] != model.whole_param_count())
     throw InputError(path + ": checkpoint holds " + std::to_string(shape.empty() ? 0 : shape[0]) +

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/model.hpp"
 #include "core/optim/optimizer.hpp"
@@ -25,6 +26,10 @@ struct TrainingState {
   std::uint64_t seed = 0;
   std::string configuration;  // the options the run was started with, one "key = value" a line
   std::uint64_t steps_done = 0;  // of the next epoch, when a run was stopped in the middle of it
+  // What evaluation and prediction need besides the weights (format 3; empty in older checkpoints): the
+  // training set's class names, and the per-channel normalisation its images had (empty: pixel / 255).
+  std::vector<std::string> class_names;
+  std::vector<double> input_mean, input_std;
 };
 
 // keep_previous: the file that `path` held, if any, stays as previous_checkpoint(path).

@@ -6,6 +6,9 @@
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <sstream>
+#include <fstream>
+#include <algorithm>
 
 #include "core/data/dataset_writer.hpp"
 #include "core/data/hdf5.hpp"
@@ -19,6 +22,8 @@ using test::run_process;
 
 const std::string kTrain = DDL_TRAIN_EXE;
 const std::string kData = DDL_DATA_EXE;
+const std::string kEval = DDL_EVAL_EXE;
+const std::string kPredict = DDL_PREDICT_EXE;
 const std::string kMpirun = std::string(MPIEXEC_EXE) + " --oversubscribe";
 const std::string kSample = DDL_SAMPLE_TARBALL;
 const std::string kSignalRank = std::string("bash ") + DDL_SIGNAL_RANK;
@@ -211,7 +216,8 @@ double train_loss(const std::string& out) {
 // over the same images; without BatchNorm (seed_cnn) the micro-batches change only the order of sums.
 // A pipeline of one replica sums in the one-rank order, bit for bit; a grid's all-reduce does not, and
 // resnet18's BatchNorm over 8 images amplifies such rounding quickly (one rank with --threads 2 instead
-// of 1 already ends these 3 steps with a loss 1e-4 away, after 4 steps 3e-3), hence its looser tolerance.
+// of 1 already ends these 3 steps with a loss 1e-4 away, after 4 steps 3e-3), hence its looser tolerance
+// (the 2 x 2 grid, on an AMD EPYC: 3.7e-5 on oneDNN 2.6, 5.2e-4 on oneDNN 3.7).
 void expect_layouts_match_one_rank(DdlTrain& t, const std::string& model_args, int global_batch, int reference_micro,
                                    int micro, double tolerance) {
   const std::string sgd = model_args + " --epochs 1 --optimizer sgd --momentum 0 --lr 0.01 --threads 1 "
@@ -251,7 +257,7 @@ TEST_F(DdlTrain, PipelinesMatchOneRankForSeedCnn) {
 }
 
 TEST_F(DdlTrain, PipelinesMatchOneRankForResnet18) {
-  expect_layouts_match_one_rank(*this, "--model resnet18 --image-size 64", 32, 4, 4, 5e-4);
+  expect_layouts_match_one_rank(*this, "--model resnet18 --image-size 64", 32, 4, 4, 1e-3);
 }
 
 TEST_F(DdlTrain, CheckpointOfOneLayoutResumesInAnother) {
@@ -618,13 +624,14 @@ TEST_F(DdlTrain, TwoRunsCannotShareACheckpointFolder) {
 }
 
 TEST_F(DdlTrain, TooSmallASharedMemoryIsNamed) {
-  // Docker gives a container 64 MB of /dev/shm; the shared-memory all-reduce of a large model needs more.
-  // Here 1 MB, in a private mount namespace (root only).
+  // Docker gives a container 64 MB of /dev/shm (here in a private mount namespace, root only): room for Open
+  // MPI's own segments (Open MPI 5 needs 16 MB a rank, and without them MPI_Init fails before ddl runs), not
+  // for the shared-memory all-reduce of vgg16_cifar's 15 M gradients.
   if (run("unshare -m true").exit_code != 0) GTEST_SKIP() << "needs root (unshare -m)";
-  const auto r = run("unshare -m sh -c 'mount -t tmpfs -o size=1m shm /dev/shm && timeout 60 " + kMpirun + " -np 2 " +
-                     kTrain + train_args("--epochs 1 --steps-per-epoch 2 --threads 1") + "'");
+  const auto r = run("unshare -m sh -c 'mount -t tmpfs -o size=64m shm /dev/shm && timeout 60 " + kMpirun + " -np 2 " +
+                     kTrain + train_args("--model vgg16_cifar --epochs 1 --steps-per-epoch 2 --threads 1") + "'");
   EXPECT_NE(r.exit_code, 0) << r.err;  // mpirun's code for an aborted job: 1 (Open MPI 4), 14 (5)
-  EXPECT_NE(r.err.find("could not get 2 MB of shared memory per rank of this node"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("could not get 116 MB of shared memory per rank of this node"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("give /dev/shm more room (docker: --shm-size) or use --allreduce ring"), std::string::npos)
       << r.err;
 }
@@ -670,6 +677,145 @@ TEST_F(DdlTrain, DataInfoDescribesACheckpoint) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_EQ(test::count_lines(bad.err), 1u) << bad.err;
   EXPECT_NE(bad.err.find("last.h5"), std::string::npos) << bad.err;
+}
+
+
+// The text after `key` in `text`, up to the next blank ("" when absent).
+std::string value_after(const std::string& text, const std::string& key) {
+  const auto at = text.find(key);
+  if (at == std::string::npos) return "";
+  const auto begin = at + key.size(), end = text.find_first_of(" \n", begin);
+  return text.substr(begin, end - begin);
+}
+
+TEST_F(DdlTrain, EvalGivesTrainingsValidationFiguresOnAnyRankCount) {
+  const std::string ckpt = scratch_ / "ckpt";
+  const auto t = run(kTrain + train_args("--epochs 1 --steps-per-epoch 20 --threads 1 --normalize meanstd "
+                                         "--checkpoint-dir " + ckpt));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const std::string val_acc = value_after(t.out, "val loss " + value_after(t.out, "val loss ") + " acc ");
+  ASSERT_FALSE(val_acc.empty()) << t.out;
+  const std::string json = scratch_ / "eval.json", csv = scratch_ / "eval.csv";
+  const auto one = run(kEval + " --threads 1 --checkpoint " + ckpt + "/last.h5 --data " + (*dir_ / "sample_val.h5") +
+                       " --output " + json);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(value_after(one.out, "loss "), value_after(t.out, "val loss ")) << one.out << t.out;
+  EXPECT_EQ(value_after(one.out, "top-1 accuracy "), val_acc) << one.out << t.out;
+  EXPECT_NE(one.out.find("data " + (*dir_ / "sample_val.h5") + ": 1200 images (1 rank)"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("airplane"), std::string::npos) << one.out;
+  const double top5 = std::stod(value_after(one.out, "top-5 accuracy "));
+  EXPECT_GE(top5, std::stod(val_acc));
+  EXPECT_LE(top5, 1.0);
+  // The confusion matrix in the JSON file: its counts sum to the images, its diagonal to the correct ones.
+  std::ifstream in(json);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto matrix = text.substr(text.find("\"confusion\": ") + 13);
+  double total = 0, diagonal = 0;
+  std::size_t row = 0, column = 0;
+  for (std::size_t i = 0; i < matrix.size(); ++i) {
+    if (matrix[i] == '[' && i > 0) column = 0;
+    if (std::isdigit(static_cast<unsigned char>(matrix[i]))) {
+      std::size_t used = 0;
+      const double v = std::stod(matrix.substr(i), &used);
+      total += v;
+      if (row == column) diagonal += v;
+      ++column;
+      i += used - 1;
+    }
+    if (matrix[i] == ']' && i + 1 < matrix.size() && matrix[i + 1] == ',') ++row;
+  }
+  EXPECT_EQ(total, 1200.0) << text;
+  EXPECT_NEAR(diagonal / 1200.0, std::stod(val_acc), 1e-4) << text;
+  // Two ranks split the images and sum the same counts.
+  const auto two = run(kMpirun + " -np 2 " + kEval + " --threads 1 --checkpoint " + ckpt + "/last.h5 --data " +
+                       (*dir_ / "sample_val.h5") + " --output " + csv);
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_NE(two.out.find("1200 images (2 ranks)"), std::string::npos) << two.out;
+  EXPECT_EQ(value_after(two.out, "top-1 accuracy "), val_acc) << two.out;
+  EXPECT_EQ(value_after(two.out, "loss "), value_after(t.out, "val loss ")) << two.out;
+  std::ifstream csv_in(csv);
+  std::string header, all;
+  std::getline(csv_in, header);
+  std::getline(csv_in, all);
+  EXPECT_EQ(header.substr(0, 37), "class,name,images,accuracy,loss,top5,") << header;
+  EXPECT_EQ(all.substr(0, 10), "all,,1200,") << all;
+}
+
+TEST_F(DdlTrain, PredictAgreesWithEvalOnTheSameImages) {
+  // Two images of each class, as files (ddl_predict) and as an imported dataset (ddl_eval).
+  const std::string images = scratch_ / "images";
+  for (const auto& cls : std::filesystem::directory_iterator(*dir_ / "cifar10_sample")) {
+    std::vector<std::filesystem::path> files;
+    for (const auto& f : std::filesystem::directory_iterator(cls.path())) files.push_back(f.path());
+    std::sort(files.begin(), files.end());
+    std::filesystem::create_directories(images + "/" + cls.path().filename().string());
+    for (std::size_t i = 0; i < 2; ++i)
+      std::filesystem::copy_file(files[i], images + "/" + cls.path().filename().string() + "/" + files[i].filename().string());
+  }
+  ASSERT_EQ(run(kData + " import --from " + images + " --output " + (scratch_ / "twenty.h5")).exit_code, 0);
+  const std::string ckpt = scratch_ / "ckpt";
+  ASSERT_EQ(run(kTrain + train_args("--epochs 1 --steps-per-epoch 30 --threads 1 --checkpoint-dir " + ckpt)).exit_code, 0);
+  const auto eval = run(kEval + " --checkpoint " + ckpt + "/last.h5 --data " + (scratch_ / "twenty.h5"));
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  const auto predict = run(kPredict + " --checkpoint " + ckpt + "/last.h5 --top 3 " + images);
+  ASSERT_EQ(predict.exit_code, 0) << predict.err;
+  ASSERT_EQ(test::count_lines(predict.out), 20u) << predict.out;
+  std::istringstream lines(predict.out);
+  int right = 0;
+  for (std::string line; std::getline(lines, line);) {
+    // ".../images/cat/0001.jpg: cat 0.4123, dog 0.2001, frog 0.1000"
+    const auto colon = line.find(": ");
+    const std::string truth = std::filesystem::path(line.substr(0, colon)).parent_path().filename().string();
+    std::istringstream rest(line.substr(colon + 2));
+    std::string first, name;
+    double p1 = 0, p2 = 0, p3 = 0;
+    char comma = 0;
+    rest >> first >> p1 >> comma >> name >> p2 >> comma >> name >> p3;
+    EXPECT_GE(p1, p2) << line;
+    EXPECT_GE(p2, p3) << line;
+    EXPECT_LE(p1 + p2 + p3, 1.0001) << line;
+    right += first == truth;
+  }
+  char expected[16];
+  std::snprintf(expected, sizeof expected, "%.4f", right / 20.0);
+  EXPECT_EQ(value_after(eval.out, "top-1 accuracy "), expected) << eval.out << predict.out;
+  const auto csv = run(kPredict + " --checkpoint " + ckpt + "/last.h5 --csv --top 2 " + images + "/cat");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  EXPECT_EQ(csv.out.substr(0, csv.out.find('\n')), "image,class_1,probability_1,class_2,probability_2");
+  EXPECT_EQ(test::count_lines(csv.out), 3u) << csv.out;
+}
+
+TEST_F(DdlTrain, EvalAndPredictRefuseBadInputInOneLine) {
+  const std::string ckpt = scratch_ / "ckpt", last = ckpt + "/last.h5", val = *dir_ / "sample_val.h5";
+  ASSERT_EQ(run(kTrain + train_args("--epochs 1 --steps-per-epoch 2 --checkpoint-dir " + ckpt)).exit_code, 0);
+  expect_clean_error(run(kEval + " --checkpoint " + val + " --data " + val), val + ": not a ddl_train checkpoint");
+  expect_clean_error(run(kEval + " --checkpoint " + (scratch_ / "none.h5") + " --data " + val), "none.h5: no such file");
+  expect_clean_error(run(kEval + " --checkpoint " + last + " --data " + (*dir_ / "cifar10_sample")),
+                     "is a folder: import its images first");
+  expect_clean_error(run(kEval + " --checkpoint " + last + " --data " + val + " --output " + (scratch_ / "x.txt")),
+                     "give a .csv or .json file");
+  expect_clean_error(run(kEval + " --checkpoint " + last), "--data is required");
+  // Under mpirun: one ddl line (the first failing rank's) beside mpirun's own notice, exit 2 on every rank.
+  const auto ranks = run(kMpirun + " -np 2 " + kEval + " --checkpoint " + val + " --data " + val);
+  EXPECT_NE(ranks.exit_code, 0);
+  EXPECT_NE(ranks.err.find("ddl_eval: error (rank 0): " + val + ": not a ddl_train checkpoint"), std::string::npos)
+      << ranks.err;
+  EXPECT_EQ(ranks.err.find("(rank 1)"), std::string::npos) << ranks.err;
+  EXPECT_NE(ranks.err.find("Exit code:    2"), std::string::npos) << ranks.err;
+  // Another dataset's classes: the first two classes of the sample, renamed.
+  const std::string other = scratch_ / "other";
+  std::filesystem::create_directories(other);
+  for (const std::string cls : {"airplane", "automobile"})
+    std::filesystem::copy(*dir_ / ("cifar10_sample/" + cls), other + "/x" + cls);
+  ASSERT_EQ(run(kData + " import --from " + other + " --output " + (scratch_ / "other.h5")).exit_code, 0);
+  expect_clean_error(run(kEval + " --checkpoint " + last + " --data " + (scratch_ / "other.h5")),
+                     "class 0 is 'xairplane', the checkpoint's model was trained with 'airplane' there");
+  std::filesystem::create_directories(scratch_ / "empty");
+  expect_clean_error(run(kPredict + " --checkpoint " + last + " " + (scratch_ / "empty")),
+                     "no .jpg, .jpeg or .png images in this folder");
+  std::ofstream(scratch_ / "broken.jpg") << "not a jpeg";
+  expect_clean_error(run(kPredict + " --checkpoint " + last + " " + (scratch_ / "broken.jpg")), "broken.jpg");
+  expect_clean_error(run(kPredict + " --checkpoint " + last), "give one or more images or folders of images");
 }
 
 }  // namespace

@@ -1,0 +1,111 @@
+#include "launch/trained_model.hpp"
+
+#include <sstream>
+
+#include "core/data/hdf5.hpp"
+#include "core/error.hpp"
+
+namespace ddl {
+namespace {
+
+// The model settings a checkpoint was trained with, as ddl_train built its ModelConfig from its options.
+ModelConfig model_config(const std::map<std::string, std::string>& values, const std::string& path) {
+  auto number = [&](const std::string& key, double fallback) {
+    const auto it = values.find(key);
+    if (it == values.end()) return fallback;
+    try {
+      return std::stod(it->second);
+    } catch (const std::exception&) {
+      throw InputError(path + ": configuration line '" + key + " = " + it->second + "' does not hold a number");
+    }
+  };
+  ModelConfig c;
+  c.num_classes = static_cast<int>(number("num-classes", 0));
+  c.seed = static_cast<std::uint64_t>(number("seed", 0));
+  c.image_size = static_cast<int>(number("image-size", 0));
+  c.dropout = static_cast<float>(number("dropout", -1));
+  c.patch_size = static_cast<int>(number("patch-size", 0));
+  c.depth = static_cast<int>(number("depth", 0));
+  c.width = static_cast<int>(number("width", 0));
+  c.heads = static_cast<int>(number("heads", 0));
+  return c;
+}
+
+std::size_t parameters_with(const std::string& model, ModelConfig config, int classes) {
+  config.num_classes = classes;
+  const auto m = define_model(model, config);
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < m->num_layers(); ++i) n += m->layer_param_count(i);
+  return n;
+}
+
+// num-classes 0 means "the training set's", which the configuration does not record; the classifier makes
+// the parameter count linear in the class count, so the stored count gives it back.
+int classes_from_parameters(const std::string& model, const ModelConfig& config, hsize_t params,
+                            const std::string& path) {
+  const std::size_t p2 = parameters_with(model, config, 2), per_class = parameters_with(model, config, 3) - p2;
+  if (params < p2 || per_class == 0 || (params - p2) % per_class != 0 || (params - p2) / per_class > (1u << 24))
+    throw InputError(path + ": holds " + std::to_string(params) + " parameters, which model " + model +
+                     " has for no class count (corrupt?)");
+  return static_cast<int>(2 + (params - p2) / per_class);
+}
+
+// The normalisation of a checkpoint written before they were stored, where the configuration tells it.
+void normalisation_from_configuration(const std::map<std::string, std::string>& values, TrainingState& state,
+                                      const std::string& path) {
+  const auto it = values.find("normalize");
+  const std::string normalize = it == values.end() ? "scale" : it->second;
+  if (normalize == "imagenet") {
+    state.input_mean = {0.485, 0.456, 0.406};
+    state.input_std = {0.229, 0.224, 0.225};
+  } else if (normalize != "scale") {
+    throw InputError(path + ": written by an older ddl_train with --normalize " + normalize +
+                     ", before checkpoints held the normalisation's values; resume it for one epoch with this "
+                     "ddl_train to store them");
+  }
+}
+
+}  // namespace
+
+std::map<std::string, std::string> configuration_values(const std::string& text) {
+  std::map<std::string, std::string> values;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (const auto at = line.find(" = "); at != std::string::npos) values[line.substr(0, at)] += line.substr(at + 3);
+  return values;
+}
+
+TrainedModel load_trained_model(const std::string& path, Context& ctx) {
+  std::string model_name, configuration;
+  hsize_t stored_params = 0;
+  {
+    h5::Handle file = h5::open_file(path);
+    if (!h5::has_attribute(file, "ddl_format") ||
+        h5::read_string_attribute(file, "ddl_format", path) != "ddl-checkpoint")
+      throw InputError(path + ": not a ddl_train checkpoint");
+    model_name = h5::read_string_attribute(file, "model", path);
+    configuration = h5::read_string_attribute(file, "configuration", path);
+    const auto shape = h5::dataset_shape(h5::open_dataset(file, "params", path), path);
+    if (shape.size() == 1) stored_params = shape[0];
+  }
+  const auto values = configuration_values(configuration);
+  TrainedModel t;
+  t.config = model_config(values, path);
+  if (t.config.num_classes <= 0)
+    t.config.num_classes = classes_from_parameters(model_name, t.config, stored_params, path);
+  t.model = make_model(model_name, t.config, ctx);
+  t.state = load_checkpoint(path, *t.model, nullptr);
+  if (t.state.input_mean.empty() && t.state.input_std.empty()) normalisation_from_configuration(values, t.state, path);
+  // Older checkpoints hold no names; a model given more classes than its data had has outputs without one.
+  while (t.state.class_names.size() < static_cast<std::size_t>(t.config.num_classes))
+    t.state.class_names.push_back(std::to_string(t.state.class_names.size()));
+  const dims_t in = t.model->input_shape();
+  t.input.out_height = static_cast<int>(in[1]);
+  t.input.out_width = static_cast<int>(in[2]);
+  t.input.normalize_mean_std = !t.state.input_mean.empty();
+  t.input.mean.assign(t.state.input_mean.begin(), t.state.input_mean.end());
+  t.input.stddev.assign(t.state.input_std.begin(), t.state.input_std.end());
+  return t;
+}
+
+}  // namespace ddl
