@@ -15,20 +15,25 @@
 #include <iostream>
 #include <numeric>
 #include <optional>
-#include <thread>
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_environment.hpp"
 #include "core/data/batch_loader.hpp"
 #include "core/data/hdf5.hpp"
 #include "core/error.hpp"
+#include "launch/error_line.hpp"
 #include "launch/option_error.hpp"
+#include "launch/text_fields.hpp"
+#include "launch/thread_count.hpp"
 #include "launch/trained_model.hpp"
 
 namespace ddl {
 namespace {
 
 namespace po = boost::program_options;
+
+// Larger confusion matrices go to --output only: a row of 1,000 columns is no use on a terminal.
+constexpr std::size_t kPrintedClasses = 30;
 
 struct EvalOptions {
   std::string checkpoint, data, output;
@@ -117,8 +122,7 @@ struct Evaluation {
 
 void set_up(Evaluation& e, const Communicator& world) {
   const EvalOptions& o = e.options;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  omp_set_num_threads(o.threads > 0 ? o.threads : std::max(1, cores / world.size()));
+  omp_set_num_threads(o.threads > 0 ? o.threads : default_threads(world.split_shared().size()));
   e.trained = load_trained_model(o.checkpoint, e.ctx);
   const Model& model = *e.trained.model;
   if (std::filesystem::is_directory(o.data))
@@ -137,13 +141,17 @@ void set_up(Evaluation& e, const Communicator& world) {
     if (data.class_names()[c] != names[c] && names[c] != std::to_string(c))
       throw InputError(o.data + ": class " + std::to_string(c) + " is '" + data.class_names()[c] +
                        "', the checkpoint's model was trained with '" + names[c] + "' there");
-  if (!o.output.empty() && world.rank() == 0) {
+  if (!o.output.empty() && world.rank() == 0) {  // found now, not after the evaluation
     const auto folder = std::filesystem::path(o.output).parent_path();
     if (!folder.empty() && !std::filesystem::is_directory(folder))
       throw InputError("--output " + o.output + ": there is no folder " + folder.string());
+    const std::string probe = o.output + ".tmp";
+    const bool writable = static_cast<bool>(std::ofstream(probe));
+    std::filesystem::remove(probe);
+    if (!writable) throw InputError("--output " + o.output + ": cannot create a file there (not writable?)");
   }
   e.images = data.size();
-  e.loader.emplace(o.data, e.trained.input, static_cast<std::size_t>(o.batch_size), e.ctx);
+  e.loader.emplace(o.data, trained_input(e.trained, o.checkpoint), static_cast<std::size_t>(o.batch_size), e.ctx);
 }
 
 EvalSums evaluate(Evaluation& e, const Communicator& world) {
@@ -155,28 +163,6 @@ EvalSums evaluate(Evaluation& e, const Communicator& world) {
   }
   world.allreduce_sum(sums.values);
   return sums;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-      continue;
-    }
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
 }
 
 void report(Evaluation& e, EvalSums& s, int ranks) {
@@ -195,24 +181,28 @@ void report(Evaluation& e, EvalSums& s, int ranks) {
   std::printf("per class:\n  %3s %-20s %8s %9s\n", "#", "class", "images", "accuracy");
   for (std::size_t t = 0; t < k; ++t)
     if (counts[t] > 0) std::printf("  %3zu %-20s %8.0f %9.4f\n", t, names[t].c_str(), counts[t], per_class[t]);
-  std::printf("confusion matrix (rows: true class, columns: predicted class):\n     ");
-  for (std::size_t p = 0; p < k; ++p) std::printf(" %6zu", p);
-  std::printf("\n");
-  for (std::size_t t = 0; t < k; ++t) {
-    if (counts[t] == 0) continue;
-    std::printf("  %3zu", t);
-    for (std::size_t p = 0; p < k; ++p) std::printf(" %6.0f", s.confusion(t, p));
+  if (k <= kPrintedClasses) {
+    std::printf("confusion matrix (rows: true class, columns: predicted class):\n     ");
+    for (std::size_t p = 0; p < k; ++p) std::printf(" %6zu", p);
     std::printf("\n");
+    for (std::size_t t = 0; t < k; ++t) {
+      if (counts[t] == 0) continue;
+      std::printf("  %3zu", t);
+      for (std::size_t p = 0; p < k; ++p) std::printf(" %6.0f", s.confusion(t, p));
+      std::printf("\n");
+    }
+  } else {
+    std::printf("confusion matrix: %zu x %zu, written with --output only\n", k, k);
   }
   const std::string& path = e.options.output;
   if (path.empty()) return;
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    if (!out) throw InputError("--output " + path + ": cannot create the file (folder missing or not writable?)");
+    if (!out) throw Error("--output " + path + ": cannot create the file");
     char buf[64];
-    auto num = [&](double v) {
-      std::snprintf(buf, sizeof buf, "%.6g", v);
+    auto num = [&](double v) {  // counts in full, shares to six digits
+      std::snprintf(buf, sizeof buf, v == std::floor(v) ? "%.0f" : "%.6g", v);
       return std::string(buf);
     };
     if (std::filesystem::path(path).extension() == ".json") {
@@ -250,21 +240,7 @@ void report(Evaluation& e, EvalSums& s, int ranks) {
   std::printf("wrote %s\n", path.c_str());
 }
 
-void print_error(const Communicator* world, const std::string& message) {
-  if (world && world->size() > 1)
-    std::fprintf(stderr, "ddl_eval: error (rank %d): %s\n", world->rank(), message.c_str());
-  else
-    std::fprintf(stderr, "ddl_eval: error: %s\n", message.c_str());
-  std::fflush(stderr);
-}
-
-std::string describe(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& err) {
-    return err.what();
-  }
-}
+void print_error(const Communicator* world, const std::string& message) { print_error_line("ddl_eval", world, message); }
 
 }  // namespace
 }  // namespace ddl
@@ -289,7 +265,7 @@ int main(int argc, char** argv) {
     setup_error = std::current_exception();
   }
   if (!world) {
-    print_error(nullptr, describe(setup_error));
+    print_error(nullptr, describe_exception(setup_error));
     abort_all_ranks(2);
   }
   try {
@@ -297,7 +273,7 @@ int main(int argc, char** argv) {
     const auto failed = world->allgather(setup_error != nullptr);
     const auto first = std::find(failed.begin(), failed.end(), 1u);
     if (first != failed.end()) {
-      if (first - failed.begin() == world->rank()) print_error(world->size() > 1 ? &*world : nullptr, describe(setup_error));
+      if (first - failed.begin() == world->rank()) print_error(world->size() > 1 ? &*world : nullptr, describe_exception(setup_error));
       return 2;
     }
     if (help) return 0;
@@ -306,7 +282,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (...) {
     // A read error on one rank: the others wait in the all-reduce, which only an abort ends.
-    print_error(&*world, describe(std::current_exception()));
+    print_error(&*world, describe_exception(std::current_exception()));
     abort_all_ranks(1);
   }
 }

@@ -1,6 +1,7 @@
 // ddl_predict: runs a ddl_train checkpoint on JPEG/PNG images and prints, a line per image, the most likely
-// classes with their probabilities (softmax). Images are resized (bilinear, the whole image) to the model's
-// input and normalised as in training; evaluation mode.
+// classes with their probabilities (softmax). Images are prepared as ddl_data import --resize and the loader
+// prepare training images: the centred square of a photo of another shape, resized (bilinear) to the
+// model's input, normalised as in training; evaluation mode.
 //   ddl_predict --checkpoint best.h5 IMAGE... | FOLDER... [--top 5] [--csv] [--batch-size N] [--threads N]
 #include <boost/program_options.hpp>
 
@@ -13,13 +14,16 @@
 #include <iostream>
 #include <numeric>
 #include <optional>
-#include <thread>
 
 #include "core/data/batch_loader.hpp"
 #include "core/data/hdf5.hpp"
 #include "core/data/image_decode.hpp"
+#include "core/data/image_folder.hpp"
+#include "core/data/image_resize.hpp"
 #include "core/error.hpp"
 #include "launch/option_error.hpp"
+#include "launch/text_fields.hpp"
+#include "launch/thread_count.hpp"
 #include "launch/trained_model.hpp"
 
 namespace ddl {
@@ -71,12 +75,6 @@ std::optional<PredictOptions> parse_options(int argc, char** argv) {
   return o;
 }
 
-bool is_image_name(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
 // Files as given; folders as the images under them (hidden ones skipped, as the importer does).
 std::vector<std::string> image_paths(const std::vector<std::string>& inputs) {
   std::vector<std::string> paths;
@@ -92,7 +90,7 @@ std::vector<std::string> image_paths(const std::vector<std::string>& inputs) {
         if (it->is_directory()) it.disable_recursion_pending();
         continue;
       }
-      if (it->is_regular_file() && is_image_name(it->path())) found.push_back(it->path().string());
+      if (it->is_regular_file() && is_image_file_name(it->path())) found.push_back(it->path().string());
     }
     if (found.empty()) throw InputError(input + ": no .jpg, .jpeg or .png images in this folder");
     std::sort(found.begin(), found.end());
@@ -115,20 +113,24 @@ void print_predictions(const std::vector<std::string>& paths, const Tensor& logi
     for (auto& v : p) v /= sum;
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] > p[b]; });
-    std::string line = o.csv ? "\"" + paths[i] + "\"" : paths[i] + ":";
+    std::string line = o.csv ? csv_field(paths[i]) : paths[i] + ":";
     for (std::size_t r = 0; r < top; ++r) {
       char prob[32];
       std::snprintf(prob, sizeof prob, "%.4f", p[order[r]]);
-      line += o.csv ? ",\"" + names[order[r]] + "\"," + prob : (r ? ", " : " ") + names[order[r]] + " " + prob;
+      line += o.csv ? "," : (r ? ", " : " ");
+      line += o.csv ? csv_field(names[order[r]]) : names[order[r]];
+      line += o.csv ? "," : " ";
+      line += prob;
     }
     std::puts(line.c_str());
   }
 }
 
 int predict(const PredictOptions& o) {
-  omp_set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  omp_set_num_threads(o.threads > 0 ? o.threads : default_threads(1));
   Context ctx;
   const TrainedModel t = load_trained_model(o.checkpoint, ctx);
+  const Preprocessing input = trained_input(t, o.checkpoint);
   const auto paths = image_paths(o.inputs);
   const dims_t in = t.model->input_shape();
   if (in[0] != 3)
@@ -149,7 +151,11 @@ int predict(const PredictOptions& o) {
     Tensor images(plain_desc({static_cast<dnnl::memory::dim>(batch.size()), in[0], in[1], in[2]}), ctx.engine());
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const DecodedImage img = decode_image(batch[i]);
-      prepare_image(img.rgb.data(), img.height, img.width, 3, t.input, images.data() + i * plane);
+      // As ddl_data import --resize prepares photos of another shape: the centred square, resized.
+      const CropBox box = img.height != img.width && in[1] == in[2] ? center_square(img.height, img.width)
+                                                                     : CropBox{0, 0, static_cast<float>(img.height),
+                                                                               static_cast<float>(img.width)};
+      prepare_image(img.rgb.data(), img.height, img.width, 3, input, images.data() + i * plane, box);
     }
     print_predictions(batch, t.model->forward(ctx, images, Mode::infer), classes, t.state.class_names, o);
     std::fflush(stdout);

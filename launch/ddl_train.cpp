@@ -5,7 +5,6 @@
 // training abort the whole job with the failing rank's message.
 #include <omp.h>
 #include <signal.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,7 +18,6 @@
 #include <map>
 #include <numeric>
 #include <optional>
-#include <thread>
 
 #include "comm/allreduce.hpp"
 #include "comm/communicator.hpp"
@@ -38,26 +36,17 @@
 #include "core/train/directory_lock.hpp"
 #include "core/train/resources.hpp"
 #include "core/train/trainer.hpp"
+#include "launch/error_line.hpp"
 #include "launch/metrics_log.hpp"
 #include "launch/progress_bar.hpp"
 #include "launch/stage_partition.hpp"
+#include "launch/thread_count.hpp"
 #include "launch/train_options.hpp"
 #include "launch/trained_model.hpp"
 #include "models/registry.hpp"
 
 namespace ddl {
 namespace {
-
-// Cores this process may run on, shared among the ranks of its node.
-int default_threads(const Communicator& world) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int local_ranks = world.split_shared().size();
-  const int share = std::max(1, cores / local_ranks);
-  return allowed > 0 ? std::min(allowed, share) : share;
-}
 
 // "3 nodes: host1 x2, host2 x2, host3 x2" on rank 0 when the job spans several hosts (empty otherwise), so
 // that a launch across nodes can be checked from its output.
@@ -134,7 +123,7 @@ struct Run {
 
 void build(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
-  run.threads = o.threads > 0 ? o.threads : default_threads(world);
+  run.threads = o.threads > 0 ? o.threads : default_threads(world.split_shared().size());
   omp_set_num_threads(run.threads);
   run.nodes = describe_nodes(world);
   run.grid = Grid(world.size(), world.rank(), o.pipeline_stages);
@@ -192,10 +181,9 @@ void build(Run& run, const Communicator& world) {
   prep.random_crop_padding = o.random_crop_padding;
   prep.random_resized_crop = o.random_resized_crop;
   if (o.normalize == "imagenet") {
-    // seeds/002's (and torchvision's) ImageNet statistics.
     prep.normalize_mean_std = true;
-    prep.mean = {0.485f, 0.456f, 0.406f};
-    prep.stddev = {0.229f, 0.224f, 0.225f};
+    prep.mean = kImageNetMean;
+    prep.stddev = kImageNetStd;
   } else if (o.normalize == "meanstd") {
     prep.normalize_mean_std = true;
     prep.mean = o.mean.empty() ? std::vector<float>(train.channel_mean().begin(), train.channel_mean().end()) : o.mean;
@@ -240,7 +228,9 @@ void build(Run& run, const Communicator& world) {
   const float lr = o.scale_lr ? o.lr * static_cast<float>(run.grid.replicas) : o.lr;
   run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
-  run.state = {o.model, 0, -1.0, o.seed, o.describe()};
+  run.state.model_name = o.model;
+  run.state.seed = o.seed;
+  run.state.configuration = o.describe();
   run.state.class_names = train.class_names();
   run.state.input_mean.assign(prep.mean.begin(), prep.mean.end());
   run.state.input_std.assign(prep.stddev.begin(), prep.stddev.end());
@@ -385,23 +375,7 @@ int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps) {
   return 128 + (stop_signal != 0 ? static_cast<int>(stop_signal) : SIGTERM);
 }
 
-void report(const Communicator* world, const std::string& message) {
-  if (world && world->size() > 1)
-    std::fprintf(stderr, "ddl_train: error (rank %d): %s\n", world->rank(), message.c_str());
-  else
-    std::fprintf(stderr, "ddl_train: error: %s\n", message.c_str());
-  std::fflush(stderr);
-}
-
-std::string describe_exception(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const dnnl::error& err) {
-    return std::string("oneDNN: ") + err.what() + " (status " + std::to_string(err.status) + ")";
-  } catch (const std::exception& err) {
-    return err.what();
-  }
-}
+void report(const Communicator* world, const std::string& message) { print_error_line("ddl_train", world, message); }
 
 // A failure during training: its message goes out first, then the whole job ends at once. Unwinding the
 // communication objects first could wait forever for ranks that are not coming (the bucket thread's

@@ -1,5 +1,7 @@
 #include "launch/trained_model.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 #include "core/data/hdf5.hpp"
@@ -50,19 +52,14 @@ int classes_from_parameters(const std::string& model, const ModelConfig& config,
   return static_cast<int>(2 + (params - p2) / per_class);
 }
 
-// The normalisation of a checkpoint written before they were stored, where the configuration tells it.
-void normalisation_from_configuration(const std::map<std::string, std::string>& values, TrainingState& state,
-                                      const std::string& path) {
-  const auto it = values.find("normalize");
-  const std::string normalize = it == values.end() ? "scale" : it->second;
-  if (normalize == "imagenet") {
-    state.input_mean = {0.485, 0.456, 0.406};
-    state.input_std = {0.229, 0.224, 0.225};
-  } else if (normalize != "scale") {
-    throw InputError(path + ": written by an older ddl_train with --normalize " + normalize +
-                     ", before checkpoints held the normalisation's values; resume it for one epoch with this "
-                     "ddl_train to store them");
-  }
+// The values of a list in the configuration, one "key += value" line each.
+std::vector<double> configuration_list(const std::string& text, const std::string& key) {
+  std::vector<double> values;
+  std::istringstream lines(text);
+  const std::string prefix = key + " += ";
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with(prefix)) values.push_back(std::strtod(line.c_str() + prefix.size(), nullptr));
+  return values;
 }
 
 }  // namespace
@@ -95,17 +92,44 @@ TrainedModel load_trained_model(const std::string& path, Context& ctx) {
     t.config.num_classes = classes_from_parameters(model_name, t.config, stored_params, path);
   t.model = make_model(model_name, t.config, ctx);
   t.state = load_checkpoint(path, *t.model, nullptr);
-  if (t.state.input_mean.empty() && t.state.input_std.empty()) normalisation_from_configuration(values, t.state, path);
   // Older checkpoints hold no names; a model given more classes than its data had has outputs without one.
   while (t.state.class_names.size() < static_cast<std::size_t>(t.config.num_classes))
     t.state.class_names.push_back(std::to_string(t.state.class_names.size()));
-  const dims_t in = t.model->input_shape();
-  t.input.out_height = static_cast<int>(in[1]);
-  t.input.out_width = static_cast<int>(in[2]);
-  t.input.normalize_mean_std = !t.state.input_mean.empty();
-  t.input.mean.assign(t.state.input_mean.begin(), t.state.input_mean.end());
-  t.input.stddev.assign(t.state.input_std.begin(), t.state.input_std.end());
   return t;
+}
+
+Preprocessing trained_input(const TrainedModel& trained, const std::string& path) {
+  std::vector<double> mean = trained.state.input_mean, stddev = trained.state.input_std;
+  if (mean.empty() && stddev.empty()) {  // a checkpoint of format 2 or older: what its configuration says
+    const std::string& text = trained.state.configuration;
+    const auto values = configuration_values(text);
+    const auto it = values.find("normalize");
+    const std::string normalize = it == values.end() ? "scale" : it->second;
+    if (normalize == "imagenet") {
+      mean.assign(kImageNetMean.begin(), kImageNetMean.end());
+      stddev.assign(kImageNetStd.begin(), kImageNetStd.end());
+    } else if (normalize == "meanstd") {
+      mean = configuration_list(text, "mean");
+      stddev = configuration_list(text, "std");
+      if (mean.empty())
+        throw InputError(path + ": written by an older ddl_train with --normalize meanstd, before checkpoints held "
+                         "the training set's mean and std; resume it for one epoch with this ddl_train to store them");
+    }
+  }
+  const dims_t in = trained.model->input_shape();
+  const auto channels = static_cast<std::size_t>(in[0]);
+  if (!mean.empty() && (mean.size() != channels || stddev.size() != channels ||
+                        !std::all_of(stddev.begin(), stddev.end(), [](double s) { return s > 0; })))
+    throw InputError(path + ": its input normalisation (" + std::to_string(mean.size()) + " means, " +
+                     std::to_string(stddev.size()) + " standard deviations) does not fit a " + std::to_string(channels) +
+                     "-channel model with positive deviations (damaged?)");
+  Preprocessing input;
+  input.out_height = static_cast<int>(in[1]);
+  input.out_width = static_cast<int>(in[2]);
+  input.normalize_mean_std = !mean.empty();
+  input.mean.assign(mean.begin(), mean.end());
+  input.stddev.assign(stddev.begin(), stddev.end());
+  return input;
 }
 
 }  // namespace ddl

@@ -19,16 +19,20 @@ namespace ddl {
 struct TrainedModel {
   std::unique_ptr<Model> model;
   ModelConfig config;
-  TrainingState state;  // class_names: "0", "1", ... when the checkpoint predates stored names
-  Preprocessing input;  // the model's input size, the training run's normalisation
+  TrainingState state;  // class_names: "0", "1", ... where the checkpoint holds none
 };
 
-// Throws InputError naming `path` for a missing, damaged or foreign file, and for a checkpoint of
-// ddl_train --normalize meanstd written before checkpoints held the values (format 2).
+// Throws InputError naming `path` for a missing, damaged or foreign file.
 TrainedModel load_trained_model(const std::string& path, Context& ctx);
 
-// The "key = value" lines of a run's configuration (TrainOptions::describe); a key given on several lines
-// ("mean += 0.5") gets their values joined.
+// How images are prepared for the model as in its training run, without augmentation: the model's input
+// size and the run's normalisation. Throws InputError for stored values that do not fit the model, and for
+// a checkpoint of ddl_train --normalize meanstd (without --mean and --std) written before checkpoints held
+// the values (format 2).
+Preprocessing trained_input(const TrainedModel& trained, const std::string& path);
+
+// The "key = value" lines of a run's configuration (TrainOptions::describe); lists ("mean += 0.5", a value
+// a line) are not among them.
 std::map<std::string, std::string> configuration_values(const std::string& text);
 
 }  // namespace ddl

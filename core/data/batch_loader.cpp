@@ -104,12 +104,13 @@ std::pair<std::vector<float>, std::vector<float>> channel_affine(const Preproces
 
 }  // namespace
 
-void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, float* out) {
+void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, float* out, CropBox box) {
   const int oh = prep.out_height > 0 ? prep.out_height : h, ow = prep.out_width > 0 ? prep.out_width : w;
   const std::size_t plane = static_cast<std::size_t>(oh) * ow;
   const auto [scale, shift] = channel_affine(prep, c);
-  if (oh != h || ow != w) {
-    resample(hwc, h, w, c, CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)}, oh, ow,
+  if (box.height <= 0) box = CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)};
+  if (oh != h || ow != w || box.height != h || box.width != w) {
+    resample(hwc, h, w, c, box, oh, ow,
              [&](int y, int x, int k, float v) { out[k * plane + static_cast<std::size_t>(y) * ow + x] = v * scale[k] + shift[k]; });
     return;
   }
@@ -135,15 +136,15 @@ void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::
   }
   const auto [scale, shift] = channel_affine(prep_, c);
   Rng rng = Rng::derived(seed_, 0xa09 + epoch_, batch_index);
-  const bool resample_box = (augment_ && prep_.random_resized_crop) || oh != h || ow != w;
-  const int pad = augment_ && !resample_box ? prep_.random_crop_padding : 0;
+  const bool resample_box = prep_.random_resized_crop || oh != h || ow != w;
+  const int pad = resample_box ? 0 : prep_.random_crop_padding;
   float* out = batch.images.data();
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint8_t* img = pixels_.data() + i * reader_.image_bytes();
-    const bool flip = augment_ && prep_.random_flip && rng.uniform() < 0.5f;
+    const bool flip = prep_.random_flip && rng.uniform() < 0.5f;
     float* o = out + i * c * plane;
     if (resample_box) {
-      const CropBox box = augment_ && prep_.random_resized_crop
+      const CropBox box = prep_.random_resized_crop
                               ? random_resized_crop(h, w, rng)
                               : CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)};
       resample(img, h, w, c, box, oh, ow, [&](int y, int x, int k, float v) {

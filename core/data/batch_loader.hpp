@@ -16,6 +16,7 @@
 
 #include "core/context.hpp"
 #include "core/data/image_dataset.hpp"
+#include "core/data/image_resize.hpp"
 #include "core/tensor.hpp"
 
 namespace ddl {
@@ -29,10 +30,14 @@ struct Preprocessing {
   int out_height = 0, out_width = 0;  // 0: the stored size
 };
 
+// seeds/002's (and torchvision's) ImageNet statistics, in pixel/255 units: --normalize imagenet.
+inline const std::vector<float> kImageNetMean{0.485f, 0.456f, 0.406f}, kImageNetStd{0.229f, 0.224f, 0.225f};
+
 // One image (h x w x c, uint8) as the network's input without augmentation, as the loader prepares
-// validation batches: resampled to prep's output size where it differs, then scaled or normalised.
-// out: c x out_height x out_width floats.
-void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, float* out);
+// validation batches: `box` of it (the whole image when empty) resampled to prep's output size where they
+// differ, then scaled or normalised. out: c x out_height x out_width floats.
+void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, float* out,
+                   CropBox box = {});
 
 struct Batch {
   Tensor images;  // [n, C, H, W] plain

@@ -178,10 +178,15 @@ hsize_t file_size(const Handle& loc, const std::string& context) {
 }
 
 std::uintmax_t file_bytes_on_disk(const Handle& file, const std::string& context) {
-  void* handle = nullptr;  // the sec2 driver's file descriptor, an int
-  check_read(H5Fget_vfd_handle(file.get(), H5P_DEFAULT, &handle), "cannot get the file's descriptor", context);
+  Handle access(check_read_id(H5Fget_access_plist(file.get()), "cannot get the file's access properties", context));
   struct stat st {};
-  if (fstat(*static_cast<int*>(handle), &st) != 0) throw Error(context + ": cannot stat the open file");
+  if (H5Pget_driver(access.get()) == H5FD_SEC2) {  // its handle is the file descriptor (an int)
+    void* handle = nullptr;
+    check_read(H5Fget_vfd_handle(file.get(), H5P_DEFAULT, &handle), "cannot get the file's descriptor", context);
+    if (fstat(*static_cast<int*>(handle), &st) != 0) throw Error(context + ": cannot stat the open file");
+  } else if (stat(context.c_str(), &st) != 0) {  // another driver (HDF5_DRIVER): the file by its name
+    throw Error(context + ": cannot stat the file");
+  }
   return static_cast<std::uintmax_t>(st.st_size);
 }
 

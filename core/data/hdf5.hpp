@@ -44,7 +44,7 @@ bool exists(const Handle& loc, const std::string& name);
 std::vector<std::string> member_names(const Handle& group, const std::string& context);
 // The size in bytes of the file that holds `loc` (a file, group, dataset or attribute).
 hsize_t file_size(const Handle& loc, const std::string& context);
-// The size of an open file (opened by open_file) as the file system has it now. file_size() gives HDF5's
+// The size of an open file as the file system has it now (context: its path). file_size() gives HDF5's
 // view at open, which does not see the file cut short by someone else.
 std::uintmax_t file_bytes_on_disk(const Handle& file, const std::string& context);
 Handle open_dataset(const Handle& loc, const std::string& name, const std::string& context);

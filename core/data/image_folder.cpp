@@ -21,13 +21,13 @@ namespace {
 // never a user's class or image.
 bool is_hidden(const fs::path& p) { return p.filename().string().starts_with('.'); }
 
-bool is_image(const fs::path& p) {
+}  // namespace
+
+bool is_image_file_name(const fs::path& p) {
   std::string ext = p.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
-
-}  // namespace
 
 ImageSet import_image_folder(const std::string& root, int threads, int resize) {
   if (!fs::exists(root)) throw InputError(root + ": no such directory");
@@ -43,7 +43,7 @@ ImageSet import_image_folder(const std::string& root, int threads, int resize) {
     std::vector<std::string> class_files;
     const fs::path dir = fs::path(root) / set.class_names[c];
     for (const auto& entry : fs::directory_iterator(dir))
-      if (entry.is_regular_file() && !is_hidden(entry.path()) && is_image(entry.path()))
+      if (entry.is_regular_file() && !is_hidden(entry.path()) && is_image_file_name(entry.path()))
         class_files.push_back(entry.path().string());
     if (class_files.empty()) empty_classes.push_back(dir.string());
     std::sort(class_files.begin(), class_files.end());

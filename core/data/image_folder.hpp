@@ -5,6 +5,7 @@
 // each is scaled (shorter side to S) and centre-cropped to S x S, so sizes may differ.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include "core/data/image_set.hpp"
@@ -12,5 +13,8 @@
 namespace ddl {
 
 ImageSet import_image_folder(const std::string& root, int threads, int resize = 0);
+
+// .jpg, .jpeg or .png, in any case: the files the importer decodes.
+bool is_image_file_name(const std::filesystem::path& p);
 
 }  // namespace ddl

@@ -19,7 +19,8 @@ constexpr const char* kMagic = "ddl-checkpoint";
 // 2: every dataset checksummed (HDF5's Fletcher-32 filter), the file's structure too (the 1.10 format's
 // superblock, object headers and chunk indexes carry checksums, and every string is of fixed length, kept
 // in an object header rather than in the global heap, which has none), and the header's values in
-// header_checksum. Version 1 files (no checksums) are still read.
+// header_checksum. 3: the class names and the input normalisation of the training run. Versions 1 (no
+// checksums) and 2 are still read.
 constexpr int kVersion = 3;
 constexpr hsize_t kChunkValues = hsize_t{1} << 20;  // 4 MB of floats: Fletcher-32 checks each chunk on reading
 
@@ -89,13 +90,18 @@ void write_states(const h5::Handle& group, const std::vector<StateView>& states)
 }
 
 // The header's values, which live partly where HDF5 keeps no checksum (variable-length strings).
-std::uint64_t header_checksum(const TrainingState& state, const std::vector<std::string>& param_names) {
+// `version`: the file's format; version 3 added the class names and the normalisation.
+std::uint64_t header_checksum(const TrainingState& state, const std::vector<std::string>& param_names, int version) {
   Checksum c;
   c.add(state.model_name).add(state.epochs_done).add(state.steps_done).add(state.seed);
   c.add(&state.best_accuracy, sizeof state.best_accuracy).add(state.configuration);
   for (const auto& name : param_names) c.add(name);
-  for (const auto& name : state.class_names) c.add(name);
-  for (const auto& values : {state.input_mean, state.input_std}) c.add(values.data(), values.size() * sizeof(double));
+  if (version >= 3) {
+    c.add(state.class_names.size());
+    for (const auto& name : state.class_names) c.add(name);
+    for (const auto& values : {state.input_mean, state.input_std})
+      c.add(values.size()).add(values.data(), values.size() * sizeof(double));
+  }
   return c.value();
 }
 
@@ -165,7 +171,7 @@ void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, cons
   for (const auto& e : model.param_entries()) names.push_back(e.name);
   h5::write_fixed_strings_attribute(file, "param_names", names);
   // Every stage writes it; the last one's covers every name.
-  h5::write_attribute(file, "header_checksum", static_cast<std::int64_t>(header_checksum(state, names)));
+  h5::write_attribute(file, "header_checksum", static_cast<std::int64_t>(header_checksum(state, names, kVersion)));
   h5::write_slice<float>(file, "params", model.param_offset(), model.params());
   write_states(open_group(file, "model_state", tmp), model.state());
   h5::Handle opt = open_group(file, "optimizer_state", tmp);
@@ -227,7 +233,7 @@ namespace {
 TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* optimizer) {
   h5::Handle file = h5::open_file(path);
   if (!h5::has_attribute(file, "ddl_format") || h5::read_string_attribute(file, "ddl_format", path) != kMagic)
-    throw InputError(path + ": not a ddl checkpoint");
+    throw InputError(path + ": not a ddl_train checkpoint");
   const auto version = h5::read_int_attribute(file, "format_version", path);
   if (version < 1 || version > kVersion)
     throw InputError(path + ": checkpoint format version " + std::to_string(version) + ", this ddl reads " +
@@ -253,8 +259,9 @@ TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* o
                      " parameters, model " + model.name() + " has " + std::to_string(model.whole_param_count()));
   const auto names = h5::read_strings_attribute(file, "param_names", path);
   if (version >= 2 && static_cast<std::uint64_t>(h5::read_int_attribute(file, "header_checksum", path)) !=
-                          header_checksum(state, names))
-    throw InputError(path + ": its header (model, epochs, steps, seed, configuration, parameter names) is damaged "
+                          header_checksum(state, names, static_cast<int>(version)))
+    throw InputError(path + ": its header (model, epochs, steps, seed, configuration, parameter and class names, "
+                     "normalisation) is damaged "
                      "(its checksum does not match)");
   const auto& entries = model.param_entries();
   const auto at = entries.empty() ? names.end() : std::find(names.begin(), names.end(), entries[0].name);

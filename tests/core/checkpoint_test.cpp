@@ -52,6 +52,36 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
   EXPECT_EQ(sb[2].words[0], 1u);                                                            // step count
 }
 
+TEST(Checkpoint, KeepsTheClassNamesAndTheNormalisationUnderTheHeaderChecksum) {
+  test::TempDir dir;
+  Context ctx;
+  auto model = make_model("seed_cnn", {}, ctx);
+  auto sgd = make_sgd(model->param_count(), {});
+  TrainingState state{"seed_cnn", 1, 0.5, 1, "lr = 0.001\n"};
+  state.class_names = {"airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+  state.input_mean = {0.49, 0.48, 0.45};
+  state.input_std = {0.25, 0.24, 0.26};
+  save_checkpoint(dir / "c.h5", *model, *sgd, state);
+  const TrainingState back = load_checkpoint(dir / "c.h5", *model, nullptr);
+  EXPECT_EQ(back.class_names, state.class_names);
+  EXPECT_EQ(back.input_mean, state.input_mean);
+  EXPECT_EQ(back.input_std, state.input_std);
+  // A class name changed in place is refused (by HDF5's checksum of the object header that holds it).
+  std::ifstream in(dir / "c.h5", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const auto at = bytes.find("automobile");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] = 'A';
+  std::ofstream(dir / "c.h5", std::ios::binary | std::ios::trunc) << bytes;
+  try {
+    load_checkpoint(dir / "c.h5", *model, nullptr);
+    ADD_FAILURE() << "a changed class name was loaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("c.h5: "), std::string::npos) << e.what();
+  }
+}
+
 TEST(Checkpoint, RefusesAnotherModelsCheckpoint) {
   test::TempDir dir;
   Context ctx;

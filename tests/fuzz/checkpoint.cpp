@@ -18,7 +18,7 @@ namespace {
 
 const ddl::fuzz::Hdf5Names kNames = {
     {"ddl_format", "format_version", "model", "epochs_done", "steps_done", "seed", "best_accuracy", "configuration",
-     "param_names"},
+     "param_names", "class_names", "input_mean", "input_std"},
     {"params", "model_state", "model_state/1.running_mean", "model_state/1.running_var", "model_state/3.rng",
      "optimizer_state", "optimizer_state/m", "optimizer_state/v", "optimizer_state/step", "optimizer_state/velocity"}};
 
@@ -30,7 +30,11 @@ struct Setup {
                                   stage_adam = ddl::make_adam(stage->param_count(), {});
   std::string with_adam = ddl::fuzz::scratch() + "/adam.h5", with_sgd = ddl::fuzz::scratch() + "/sgd.h5";
   Setup() {
-    ddl::save_checkpoint(with_adam, *whole, *adam, {"fuzz_tiny", 3, 0.5, 1, "model = fuzz_tiny\n", 0});
+    ddl::TrainingState state{"fuzz_tiny", 3, 0.5, 1, "model = fuzz_tiny\n", 0};
+    state.class_names = {"a", "b", "c"};
+    state.input_mean = {0.5};
+    state.input_std = {0.25};
+    ddl::save_checkpoint(with_adam, *whole, *adam, state);
     ddl::save_checkpoint(with_sgd, *whole, *sgd, {"fuzz_tiny", 1, -1.0, 9, "optimizer = sgd\n", 17});
   }
 };

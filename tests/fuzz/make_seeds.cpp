@@ -72,7 +72,11 @@ void checkpoints(const fs::path& dir, const fs::path& scratch) {
   auto adam = make_adam(model->param_count(), {});
   auto sgd = make_sgd(model->param_count(), {.momentum = 0.9f});
   const std::string path = (scratch / "c.h5").string();
-  save_checkpoint(path, *model, *adam, {"fuzz_tiny", 3, 0.5, 1, "model = fuzz_tiny\nepochs = 4\n", 0});
+  TrainingState state{"fuzz_tiny", 3, 0.5, 1, "model = fuzz_tiny\nepochs = 4\n", 0};
+  state.class_names = {"a", "b", "c"};
+  state.input_mean = {0.5};
+  state.input_std = {0.25};
+  save_checkpoint(path, *model, *adam, state);
   write(dir / "adam.h5", read(path));
   save_checkpoint(path, *model, *sgd, {"fuzz_tiny", 1, -1.0, 9, "optimizer = sgd\n", 17});
   write(dir / "sgd_stopped_mid_epoch.h5", read(path));

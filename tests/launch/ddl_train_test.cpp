@@ -709,7 +709,9 @@ TEST_F(DdlTrain, EvalGivesTrainingsValidationFiguresOnAnyRankCount) {
   // The confusion matrix in the JSON file: its counts sum to the images, its diagonal to the correct ones.
   std::ifstream in(json);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto matrix = text.substr(text.find("\"confusion\": ") + 13);
+  const auto key = text.find("\"confusion\": ");
+  ASSERT_NE(key, std::string::npos) << text;
+  const auto matrix = text.substr(key + 13);
   double total = 0, diagonal = 0;
   std::size_t row = 0, column = 0;
   for (std::size_t i = 0; i < matrix.size(); ++i) {

@@ -1,0 +1,21 @@
+// The default thread count of a rank: the cores this process may run on (its CPU binding), shared among
+// the ranks of its node.
+#pragma once
+
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace ddl {
+
+inline int default_threads(int ranks_on_this_node) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int share = std::max(1, cores / std::max(1, ranks_on_this_node));
+  return allowed > 0 ? std::min(allowed, share) : share;
+}
+
+}  // namespace ddl
