@@ -15,6 +15,7 @@
 #include "core/optim/optimizer.hpp"
 #include "core/train/checkpoint.hpp"
 #include "models/registry.hpp"
+#include "tests/fuzz/checkpoint_model.hpp"
 #include "tests/data/fixtures.hpp"
 
 namespace ddl {
@@ -80,6 +81,26 @@ TEST(Checkpoint, KeepsTheClassNamesAndTheNormalisationUnderTheHeaderChecksum) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("c.h5: "), std::string::npos) << e.what();
   }
+}
+
+TEST(Checkpoint, LoadsAFormat2Checkpoint) {
+  // Written by the ddl before format 3 (tests/core/data/README.md): the same model, seed and step here.
+  Context ctx;
+  auto expected = fuzz::checkpoint_model(ctx, 0);
+  auto adam = make_adam(expected->param_count(), {});
+  std::vector<float> grads(expected->param_count(), 0.01f);
+  adam->step(expected->params(), grads, 1e-3f);
+  auto loaded = fuzz::checkpoint_model(ctx, 0);
+  loaded->initialize(2);
+  auto loaded_adam = make_adam(loaded->param_count(), {});
+  const TrainingState state = load_checkpoint(DDL_TEST_DATA "/checkpoint_format2.h5", *loaded, loaded_adam.get());
+  EXPECT_EQ(state.epochs_done, 3u);
+  EXPECT_EQ(state.seed, 7u);
+  EXPECT_DOUBLE_EQ(state.best_accuracy, 0.5);
+  EXPECT_TRUE(state.class_names.empty());
+  EXPECT_TRUE(state.input_mean.empty());
+  EXPECT_EQ(std::memcmp(expected->params().data(), loaded->params().data(), expected->param_count() * 4), 0);
+  EXPECT_EQ(loaded_adam->state()[2].words[0], 1u);  // Adam's step count
 }
 
 TEST(Checkpoint, RefusesAnotherModelsCheckpoint) {
