@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -340,9 +341,13 @@ void write_timeline(const Run& run, const Timeline& timeline, const Communicator
               timeline.dropped() ? " (rank 0 kept only its first events)" : "");
 }
 
-// The one piece of process-wide mutable state: a signal handler can reach nothing else.
-volatile std::sig_atomic_t stop_signal = 0;
-extern "C" void on_stop_signal(int signal) { stop_signal = signal; }
+// The one piece of process-wide mutable state: a signal handler can reach nothing else. Atomic, not merely
+// volatile sig_atomic_t: the handler may run on any thread of the process (Open MPI's and PMIx's threads
+// take signals too), and a lock-free atomic is safe in a handler and between threads (ThreadSanitizer saw
+// the race).
+std::atomic<int> stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+extern "C" void on_stop_signal(int signal) { stop_signal.store(signal); }
 
 void catch_stop_signals() {
   struct sigaction action {};
@@ -372,7 +377,7 @@ int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps) {
       std::printf("; %s holds it: continue with --resume auto\n", last.c_str());
     std::fflush(stdout);
   }
-  return 128 + (stop_signal != 0 ? static_cast<int>(stop_signal) : SIGTERM);
+  return 128 + (stop_signal.load() != 0 ? stop_signal.load() : SIGTERM);
 }
 
 void report(const Communicator* world, const std::string& message) { print_error_line("ddl_train", world, message); }
@@ -555,14 +560,14 @@ int train(Run& run, const Communicator& world) {
         if (perturb.rank == world.rank() && perturb.step == steps_run) run.model->params()[0] += 1.0f;
         if (o.check_replicas > 0 && steps_run % static_cast<unsigned>(o.check_replicas) == 0)
           check_replicas(run, "after step " + std::to_string(steps_run), false);
-        return stop_vote.step(stop_signal != 0);
+        return stop_vote.step(stop_signal.load() != 0);
       };
       hang.set_phase("training");
       const PassMetrics tr =
           trainer.train_epoch(run.train_loader ? &*run.train_loader : nullptr, epoch, steps, first_step, hooks);
       if (bar) progress.finish();
       // A signal that came late in the epoch (or during the last step) stops the run at the epoch's end.
-      const bool stop = world.any(stop_vote.finish() || stop_signal != 0);
+      const bool stop = world.any(stop_vote.finish() || stop_signal.load() != 0);
       if (first_step + tr.steps < steps) {
         run.state.steps_done = first_step + tr.steps;
         return finish(stop_midway(run, tr, epoch, steps));
