@@ -92,30 +92,40 @@ void BatchLoader::produce() {
 namespace {
 
 // out = (pixel / 255 - mean) / std  ==  pixel * scale + shift, per channel.
-std::pair<std::vector<float>, std::vector<float>> channel_affine(const Preprocessing& prep, int channels) {
-  std::vector<float> scale(channels, 1.0f / 255.0f), shift(channels, 0.0f);
+struct ChannelAffine {
+  std::vector<float> scale, shift;
+};
+
+ChannelAffine channel_affine(const Preprocessing& prep, int channels) {
+  ChannelAffine a{std::vector<float>(channels, 1.0f / 255.0f), std::vector<float>(channels, 0.0f)};
   if (prep.normalize_mean_std)
     for (int k = 0; k < channels; ++k) {
-      scale[k] = 1.0f / (255.0f * prep.stddev[k]);
-      shift[k] = -prep.mean[k] / prep.stddev[k];
+      a.scale[k] = 1.0f / (255.0f * prep.stddev[k]);
+      a.shift[k] = -prep.mean[k] / prep.stddev[k];
     }
-  return {scale, shift};
+  return a;
+}
+
+// prepare_image with the per-channel factors worked out once for a whole batch.
+void prepare_one(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, const ChannelAffine& a,
+                 float* out, CropBox box) {
+  const int oh = prep.out_height > 0 ? prep.out_height : h, ow = prep.out_width > 0 ? prep.out_width : w;
+  const std::size_t plane = static_cast<std::size_t>(oh) * ow;
+  if (box.height <= 0) box = CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)};
+  if (oh != h || ow != w || box.height != h || box.width != w) {
+    resample(hwc, h, w, c, box, oh, ow, [&](int y, int x, int k, float v) {
+      out[k * plane + static_cast<std::size_t>(y) * ow + x] = v * a.scale[k] + a.shift[k];
+    });
+    return;
+  }
+  for (int k = 0; k < c; ++k)
+    for (std::size_t p = 0; p < plane; ++p) out[k * plane + p] = hwc[p * c + k] * a.scale[k] + a.shift[k];
 }
 
 }  // namespace
 
 void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, float* out, CropBox box) {
-  const int oh = prep.out_height > 0 ? prep.out_height : h, ow = prep.out_width > 0 ? prep.out_width : w;
-  const std::size_t plane = static_cast<std::size_t>(oh) * ow;
-  const auto [scale, shift] = channel_affine(prep, c);
-  if (box.height <= 0) box = CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)};
-  if (oh != h || ow != w || box.height != h || box.width != w) {
-    resample(hwc, h, w, c, box, oh, ow,
-             [&](int y, int x, int k, float v) { out[k * plane + static_cast<std::size_t>(y) * ow + x] = v * scale[k] + shift[k]; });
-    return;
-  }
-  for (int k = 0; k < c; ++k)
-    for (std::size_t p = 0; p < plane; ++p) out[k * plane + p] = hwc[p * c + k] * scale[k] + shift[k];
+  prepare_one(hwc, h, w, c, prep, channel_affine(prep, c), out, box);
 }
 
 void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index) {
@@ -129,12 +139,14 @@ void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::
   batch.labels.resize(n);
   for (std::size_t i = 0; i < n; ++i) batch.labels[i] = reader_.labels()[indices[i]];
 
+  const ChannelAffine affine = channel_affine(prep_, c);
   if (!augment_) {
     for (std::size_t i = 0; i < n; ++i)
-      prepare_image(pixels_.data() + i * reader_.image_bytes(), h, w, c, prep_, batch.images.data() + i * c * plane);
+      prepare_one(pixels_.data() + i * reader_.image_bytes(), h, w, c, prep_, affine, batch.images.data() + i * c * plane,
+                  {});
     return;
   }
-  const auto [scale, shift] = channel_affine(prep_, c);
+  const auto& [scale, shift] = affine;
   Rng rng = Rng::derived(seed_, 0xa09 + epoch_, batch_index);
   const bool resample_box = prep_.random_resized_crop || oh != h || ow != w;
   const int pad = resample_box ? 0 : prep_.random_crop_padding;
