@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <exception>
@@ -47,12 +48,64 @@ std::string to_string(AllreduceAlgorithm algorithm) {
   return "?";
 }
 
-// The node-local half of the hierarchical all-reduce: one shared-memory window per rank of the node.
+// An MPI-3 shared-memory window of `bytes` per rank of a node, locked for the owner's lifetime; every
+// rank's part is addressable by every other. Collective over `local` to create.
+class SharedWindow {
+ public:
+  SharedWindow(const Communicator& local, std::size_t bytes, const char* purpose) {
+    void* mine = nullptr;
+    const int rc =
+        MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL, local.get(), &mine, &window_);
+    // Most often /dev/shm is too small (Docker gives containers 64 MB unless told otherwise).
+    if (rc != MPI_SUCCESS)
+      throw Error(std::string(purpose) + " could not get " + std::to_string(bytes >> 20) +
+                  " MB of shared memory per rank of this node (" + mpi_error_text(rc) +
+                  "): give /dev/shm more room (docker: --shm-size) or use --allreduce ring");
+    check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_), "MPI_Win_lock_all");
+    bases_.assign(static_cast<std::size_t>(local.size()), nullptr);
+    for (int r = 0; r < local.size(); ++r) {
+      MPI_Aint size = 0;
+      int unit = 0;
+      check_mpi(MPI_Win_shared_query(window_, r, &size, &unit, &bases_[r]), "MPI_Win_shared_query");
+    }
+  }
+  ~SharedWindow() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    // MPI_Win_free is collective: while an error unwinds this rank, the others are not coming, and the
+    // job is about to be aborted anyway, so the window is left to the process's exit.
+    if (!finalized && std::uncaught_exceptions() == 0) {
+      MPI_Win_unlock_all(window_);
+      MPI_Win_free(&window_);
+    }
+  }
+  SharedWindow(const SharedWindow&) = delete;
+  SharedWindow& operator=(const SharedWindow&) = delete;
+
+  template <typename T>
+  T* part(int rank) const { return static_cast<T*>(bases_[rank]); }
+  // Makes this rank's writes to the window visible to the others, and theirs to it.
+  void sync() const { check_mpi(MPI_Win_sync(window_), "MPI_Win_sync"); }
+
+ private:
+  MPI_Win window_ = MPI_WIN_NULL;
+  std::vector<void*> bases_;
+};
+
+// The node-local half of the hierarchical all-reduce: a shared-memory window per rank of the node for
+// the data, and one counter per rank of the barriers it has reached, read only to name the ranks a
+// timed-out barrier waits for (MPI_Barrier itself cannot say).
 class Allreducer::SharedNode {
  public:
   explicit SharedNode(const Communicator& comm)
-      : local_(comm.split_shared()), leaders_(comm.split(local_.rank() == 0 ? 0 : 1, comm.rank())) {}
-  ~SharedNode() { free_window(); }
+      : local_(comm.split_shared()),
+        leaders_(comm.split(local_.rank() == 0 ? 0 : 1, comm.rank())),
+        arrivals_(local_, sizeof(std::uint64_t), "the shared-memory all-reduce (--allreduce hier)") {
+    for (int r = 0; r < local_.size(); ++r) world_ranks_.push_back(local_.world_rank(r));
+    std::atomic_ref(*arrivals_.part<std::uint64_t>(local_.rank())).store(0);
+    arrivals_.sync();
+    local_.barrier();
+  }
 
   const Communicator& local() const { return local_; }
   // Leaders of all nodes; meaningful only on local rank 0.
@@ -60,49 +113,41 @@ class Allreducer::SharedNode {
   // Every local rank's window, at least `count` floats each. Collective over the node.
   std::vector<float*>& windows(std::size_t count) {
     if (count > capacity_) {
-      free_window();
+      data_.reset();
       capacity_ = std::max<std::size_t>(count, 1024);
-      float* mine = nullptr;
-      const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(capacity_ * sizeof(float)), sizeof(float),
-                                             MPI_INFO_NULL, local_.get(), &mine, &window_);
-      // Most often /dev/shm is too small (Docker gives containers 64 MB unless told otherwise).
-      if (rc != MPI_SUCCESS)
-        throw Error("the shared-memory all-reduce (--allreduce hier) could not get " +
-                    std::to_string(capacity_ * sizeof(float) >> 20) + " MB of shared memory per rank of this node (" +
-                    mpi_error_text(rc) + "): give /dev/shm more room (docker: --shm-size) or use --allreduce ring");
-      check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_), "MPI_Win_lock_all");
-      bases_.assign(static_cast<std::size_t>(local_.size()), nullptr);
-      for (int r = 0; r < local_.size(); ++r) {
-        MPI_Aint size = 0;
-        int unit = 0;
-        check_mpi(MPI_Win_shared_query(window_, r, &size, &unit, &bases_[r]), "MPI_Win_shared_query");
-      }
+      data_ = std::make_unique<SharedWindow>(local_, capacity_ * sizeof(float),
+                                             "the shared-memory all-reduce (--allreduce hier)");
+      bases_.resize(static_cast<std::size_t>(local_.size()));
+      for (int r = 0; r < local_.size(); ++r) bases_[r] = data_->part<float>(r);
     }
     return bases_;
   }
   // Makes every local rank's writes so far visible to the others.
   void sync() {
-    check_mpi(MPI_Win_sync(window_), "MPI_Win_sync");
-    local_.barrier();
-    check_mpi(MPI_Win_sync(window_), "MPI_Win_sync");
+    data_->sync();
+    const std::uint64_t barrier = ++barriers_;
+    std::atomic_ref(*arrivals_.part<std::uint64_t>(local_.rank())).store(barrier, std::memory_order_release);
+    local_.barrier([this, barrier] { return late_ranks(barrier); });
+    data_->sync();
   }
 
  private:
-  void free_window() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    // MPI_Win_free is collective: while an error unwinds this rank, the others are not coming, and the
-    // job is about to be aborted anyway, so the window is left to the process's exit.
-    if (window_ != MPI_WIN_NULL && !finalized && std::uncaught_exceptions() == 0) {
-      MPI_Win_unlock_all(window_);
-      MPI_Win_free(&window_);
-    }
-    window_ = MPI_WIN_NULL;
-    capacity_ = 0;
+  // Called by the hang detector's watcher thread: plain loads from shared memory, no MPI.
+  std::string late_ranks(std::uint64_t barrier) const {
+    std::string late;
+    int count = 0;
+    for (int r = 0; r < local_.size(); ++r)
+      if (std::atomic_ref(*arrivals_.part<std::uint64_t>(r)).load(std::memory_order_acquire) < barrier)
+        late += (count++ ? ", " : "") + std::to_string(world_ranks_[r]);
+    if (count == 0) return "";
+    return (count == 1 ? "which rank " + late + " has" : "which ranks " + late + " have") + " not reached";
   }
 
   Communicator local_, leaders_;
-  MPI_Win window_ = MPI_WIN_NULL;
+  std::vector<int> world_ranks_;
+  SharedWindow arrivals_;
+  std::uint64_t barriers_ = 0;
+  std::unique_ptr<SharedWindow> data_;
   std::size_t capacity_ = 0;
   std::vector<float*> bases_;
 };

@@ -77,8 +77,8 @@ Communicator Communicator::split_shared() const {
   return node;
 }
 
-void Communicator::barrier() const {
-  const auto wait = waiting("a barrier");
+void Communicator::barrier(HangDetector::LateRanks late) const {
+  const auto wait = waiting("a barrier", std::move(late));
   check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
@@ -183,12 +183,13 @@ void Communicator::watch(HangDetector* detector, const std::string& name) {
   members_ += ")";
 }
 
-HangDetector::Wait Communicator::waiting(const std::string& what) const {
-  return hang_ ? hang_->waiting("in " + what + " with " + members_) : HangDetector::Wait();
+HangDetector::Wait Communicator::waiting(const std::string& what, HangDetector::LateRanks late) const {
+  return hang_ ? hang_->waiting("in " + what + " with " + members_, std::move(late)) : HangDetector::Wait();
 }
 
-HangDetector::Wait Communicator::waiting_for(const std::string& what, int peer) const {
-  return hang_ ? hang_->waiting(what + " from rank " + std::to_string(world_rank(peer))) : HangDetector::Wait();
+HangDetector::Wait Communicator::waiting_for(const std::string& what, int peer, const char* preposition) const {
+  return hang_ ? hang_->waiting(what + " " + preposition + " rank " + std::to_string(world_rank(peer)))
+               : HangDetector::Wait();
 }
 
 }  // namespace ddl

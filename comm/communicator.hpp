@@ -34,7 +34,8 @@ class Communicator {
   // The ranks that share this node's memory.
   Communicator split_shared() const;
 
-  void barrier() const;
+  // `late` names the ranks that have not arrived, if the barrier times out (see HangDetector::waiting).
+  void barrier(HangDetector::LateRanks late = {}) const;
   void broadcast(std::span<float> values, int root) const;
   void broadcast(std::span<std::uint64_t> values, int root) const;
   // In-place sums with MPI_Allreduce.
@@ -54,8 +55,8 @@ class Communicator {
   void watch(HangDetector* detector, const std::string& name);
   HangDetector* hang_detector() const { return hang_; }
   // A wait to time, in a collective of all these ranks or for one of them (a rank of this communicator).
-  HangDetector::Wait waiting(const std::string& what) const;
-  HangDetector::Wait waiting_for(const std::string& what, int peer) const;
+  HangDetector::Wait waiting(const std::string& what, HangDetector::LateRanks late = {}) const;
+  HangDetector::Wait waiting_for(const std::string& what, int peer, const char* preposition = "from") const;
   // The rank in MPI_COMM_WORLD of this communicator's rank r, the one users see.
   int world_rank(int r) const;
 

@@ -19,9 +19,9 @@ HangDetector::~HangDetector() {
   watcher_.join();
 }
 
-HangDetector::Wait HangDetector::waiting(const std::string& what) {
+HangDetector::Wait HangDetector::waiting(const std::string& what, LateRanks late) {
   std::lock_guard lock(mutex_);
-  open_.push_back({++next_id_, what, phase_ + ": " + what, clock::now()});
+  open_.push_back({++next_id_, what, phase_ + ": " + what, clock::now(), std::move(late)});
   return Wait(this, next_id_);
 }
 
@@ -48,14 +48,23 @@ void HangDetector::step_done() {
 void HangDetector::watch() {
   std::unique_lock lock(mutex_);
   const auto tick = std::chrono::milliseconds(100);
+  auto last_tick = clock::now();
   while (!cv_.wait_for(lock, tick, [this] { return stopping_; })) {
+    // A tick that came seconds late means this process was not running (SIGSTOP, a paused VM): its
+    // peers did not keep it waiting then, so that time is not counted against them.
+    const auto now = clock::now();
+    if (now - last_tick > std::chrono::seconds(2))
+      for (Open& o : open_) o.since += now - last_tick - tick;
+    last_tick = now;
     if (open_.empty()) continue;
     const Open& newest = open_.back();
-    const double waited = std::chrono::duration<double>(clock::now() - newest.since).count();
+    const double waited = std::chrono::duration<double>(now - newest.since).count();
     const double limit = limits_.limit(newest.kind);
     if (limit <= 0 || waited < limit) continue;
+    const std::string late = newest.late ? newest.late() : "";
+    const std::string what = late.empty() ? newest.what : newest.what + ", " + late;
     std::fprintf(stderr, "ddl_train: error (%s): no progress for %.0f s while %s (%s); stopping the job\n",
-                 who_.c_str(), waited, newest.what.c_str(), limits_.explain(newest.kind).c_str());
+                 who_.c_str(), waited, what.c_str(), limits_.explain(newest.kind).c_str());
     std::fflush(stderr);
     std::_Exit(3);
   }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -44,7 +45,10 @@ class HangDetector {
     HangDetector* detector_ = nullptr;
     std::uint64_t id_ = 0;
   };
-  [[nodiscard]] Wait waiting(const std::string& what);
+  // `late`, when given, is asked only when the wait has timed out, on the watcher thread, which ranks
+  // have not come ("rank 3 has not arrived"): a collective alone cannot say who is missing.
+  using LateRanks = std::function<std::string()>;
+  [[nodiscard]] Wait waiting(const std::string& what, LateRanks late = {});
 
   // What the job does now ("training", "evaluation", "checkpoint"): waits are timed per phase, since
   // the same operation may take much longer in one than in another.
@@ -67,6 +71,7 @@ class HangDetector {
     std::uint64_t id;
     std::string what, kind;
     clock::time_point since;
+    LateRanks late;
   };
   std::vector<Open> open_;
   std::uint64_t next_id_ = 0;

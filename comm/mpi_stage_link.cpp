@@ -25,8 +25,9 @@ MpiStageLink::~MpiStageLink() {
   for (auto* v : {&activations_, &gradients_})
     for (auto& p : *v)
       if (p.request != MPI_REQUEST_NULL) MPI_Request_free(&p.request);
-  for (auto& r : sends_)
-    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  for (auto& [peer, requests] : sends_)
+    for (auto& r : requests)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
 }
 
 MpiStageLink::Pending& MpiStageLink::pending(Flow flow, int micro) {
@@ -90,13 +91,17 @@ void MpiStageLink::send(Flow flow, int micro, std::span<const float> from) {
   MPI_Request r = MPI_REQUEST_NULL;
   check_mpi(MPI_Isend(from.data(), count_of(from.size()), MPI_FLOAT, peer, message_tag(flow, micro), comm_.get(), &r),
             "MPI_Isend (pipeline)");
-  sends_.push_back(r);
+  sends_[peer].push_back(r);
 }
 
 void MpiStageLink::wait_sends() {
-  const auto watch = comm_.waiting("finishing the messages to the neighbouring stages");
   const auto t0 = std::chrono::steady_clock::now();
-  check_mpi(MPI_Waitall(static_cast<int>(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (pipeline)");
+  // Peer by peer, so that a timed-out wait names the rank that does not take its messages.
+  for (auto& [peer, requests] : sends_) {
+    const auto watch = comm_.waiting_for("sending this step's messages", peer, "to");
+    check_mpi(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+              "MPI_Waitall (pipeline)");
+  }
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   sends_.clear();
 }
@@ -105,7 +110,7 @@ void MpiStageLink::send_labels(std::span<const std::int32_t> labels) {
   MPI_Request r = MPI_REQUEST_NULL;
   check_mpi(MPI_Isend(labels.data(), count_of(labels.size()), MPI_INT32_T, stages() - 1, kLabelsTag, comm_.get(), &r),
             "MPI_Isend (labels)");
-  sends_.push_back(r);
+  sends_[stages() - 1].push_back(r);
 }
 
 void MpiStageLink::receive_labels(std::span<std::int32_t> labels) {

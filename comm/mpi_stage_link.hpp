@@ -3,6 +3,7 @@
 // a whole step ahead and messages overlap with computation.
 #pragma once
 
+#include <map>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -40,7 +41,7 @@ class MpiStageLink : public StageLink {
 
   const Communicator& comm_;
   std::vector<Pending> activations_, gradients_;  // receives, by micro-batch
-  std::vector<MPI_Request> sends_;
+  std::map<int, std::vector<MPI_Request>> sends_;  // by the rank they go to
   double wait_seconds_ = 0;
 };
 

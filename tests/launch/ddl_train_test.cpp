@@ -6,6 +6,7 @@
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <regex>
 #include <sstream>
 #include <fstream>
 #include <algorithm>
@@ -315,9 +316,10 @@ TEST_F(DdlTrain, AStoppedRankIsNamedWithinTheTimeout) {
   const std::string args = "--epochs 100 --threads 1 --timeout 2 ";
   const auto dp = run(kSignalRank + " STOP 1 'epoch 1/' " + kMpirun + " -np 2 " + kTrain + train_args(args));
   EXPECT_NE(dp.exit_code, 0);
-  // The default all-reduce (hier) of two ranks on one node waits in its shared-memory step.
+  // The default all-reduce (hier) of two ranks on one node waits in its shared-memory step, and names
+  // the rank that has not come.
   EXPECT_NE(dp.err.find("ddl_train: error (rank 0): no progress for 2 s while in a barrier with the ranks of this "
-                        "node among the replicas of stage 0 (ranks 0, 1)"),
+                        "node among the replicas of stage 0 (ranks 0, 1), which rank 1 has not reached"),
             std::string::npos)
       << dp.err;
   EXPECT_LT(seconds_after_signal(dp.err), 15.0) << dp.err;
@@ -328,6 +330,17 @@ TEST_F(DdlTrain, AStoppedRankIsNamedWithinTheTimeout) {
       << pipe.err;
   EXPECT_NE(pipe.err.find("from rank 1"), std::string::npos) << pipe.err;
   EXPECT_LT(seconds_after_signal(pipe.err), 15.0) << pipe.err;
+  // The other way round: rank 1 names the stopped rank 0, and rank 0, woken by mpirun to be ended, does
+  // not blame rank 1 for the time it was stopped itself.
+  const auto first = run(kSignalRank + " STOP 0 'epoch 1/' " + kMpirun + " -np 2 " + kTrain +
+                         train_args(args + "--pipeline-stages 2 --micro-batches 2"));
+  EXPECT_NE(first.exit_code, 0);
+  // Rank 1 may be waiting for its messages to be taken or for rank 0's.
+  EXPECT_TRUE(std::regex_search(first.err, std::regex("ddl_train: error \\(rank 1\\): no progress for 2 s while "
+                                                      "[^\n]* (to|from) rank 0 \\(--timeout 2\\)")))
+      << first.err;
+  EXPECT_EQ(first.err.find("error (rank 0)"), std::string::npos) << first.err;
+  EXPECT_LT(seconds_after_signal(first.err), 15.0) << first.err;
 }
 
 TEST_F(DdlTrain, WithTheDefaultTimeoutAStoppedRankIsNamedWithinAMinute) {
@@ -336,7 +349,8 @@ TEST_F(DdlTrain, WithTheDefaultTimeoutAStoppedRankIsNamedWithinAMinute) {
                      train_args("--epochs 100 --threads 1"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("ddl_train: error (rank 0): no progress for 30 s while "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("(ranks 0, 1) (--timeout auto: 30 s, from 10 x the slowest such wait or step so far"),
+  EXPECT_NE(r.err.find("(ranks 0, 1), which rank 1 has not reached (--timeout auto: 30 s, from 10 x the slowest "
+                     "such wait or step so far"),
             std::string::npos)
       << r.err;
   const double seconds = seconds_after_signal(r.err);
