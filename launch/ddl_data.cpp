@@ -2,6 +2,8 @@
 //   ddl_data import --from DIR [--format folder|cifar10|cifar100] --output OUT.h5 [--shards K]
 //                   [--val-fraction F --seed S [--val-output VAL.h5]] [--threads N] [--resize S]
 //   ddl_data info FILE.h5       (a dataset, or a checkpoint of ddl_train)
+//   ddl_data model NAME [--num-classes N] [--image-size S] [--patch-size P --depth L --width D --heads H]
+//                               (the model's parameters and layer state, a line each, as checkpoints name them)
 #include <boost/program_options.hpp>
 
 #include <chrono>
@@ -32,7 +34,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: ddl_data import --from DIR|FILE... --output OUT.h5 [options]\n"
-    "       ddl_data info FILE.h5   (a dataset or a checkpoint)\n";
+    "       ddl_data info FILE.h5   (a dataset or a checkpoint)\n"
+    "       ddl_data model NAME [--num-classes N] [--image-size S] ...   (its parameters and state)\n";
 
 std::string detect_format(const std::vector<std::string>& inputs) {
   const fs::path first(inputs.at(0));
@@ -180,8 +183,12 @@ void describe_checkpoint(const std::string& path) {
   else
     std::printf(", not validated");
   std::printf(", seed %llu\n", static_cast<unsigned long long>(state.seed));
-  std::printf("  optimizer %s, lr %s, batch size %s per rank, trained from %s\n", value("optimizer").c_str(),
-              value("lr").c_str(), value("batch-size").c_str(), value("train").c_str());
+  if (values.count("imported-from"))
+    std::printf("  weights imported from %s by launch/import_torch.py (no optimizer state: ddl_train --init takes it)\n",
+                value("imported-from").c_str());
+  else
+    std::printf("  optimizer %s, lr %s, batch size %s per rank, trained from %s\n", value("optimizer").c_str(),
+                value("lr").c_str(), value("batch-size").c_str(), value("train").c_str());
   std::printf("  configuration (every option of the run):\n");
   std::istringstream lines(state.configuration);
   for (std::string line; std::getline(lines, line);) std::printf("    %s\n", line.c_str());
@@ -222,6 +229,59 @@ int run_info(const std::vector<std::string>& args) {
   return 0;
 }
 
+// What launch/import_torch.py needs to write a checkpoint for a model: every parameter's and every
+// layer state's name and shape, in the order checkpoints keep them.
+int run_model(const std::vector<std::string>& args) {
+  std::string name;
+  ModelConfig config;
+  po::options_description opts("ddl_data model NAME");
+  opts.add_options()("help,h", "print this help")("num-classes", po::value(&config.num_classes)->default_value(10),
+                                                  "classes")(
+      "image-size", po::value(&config.image_size)->default_value(0), "input height and width (0: the model's)")(
+      "patch-size", po::value(&config.patch_size)->default_value(0), "vit: patch size (0: the model's)")(
+      "depth", po::value(&config.depth)->default_value(0), "vit: encoder blocks (0: the model's)")(
+      "width", po::value(&config.width)->default_value(0), "vit: hidden size (0: the model's)")(
+      "heads", po::value(&config.heads)->default_value(0), "vit: attention heads (0: the model's)");
+  po::options_description hidden;
+  hidden.add_options()("name", po::value(&name));
+  po::options_description all;
+  all.add(opts).add(hidden);
+  po::positional_options_description positional;
+  positional.add("name", 1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InputError(option_error_message(e, args) + " (see ddl_data model --help)");
+  }
+  if (vm.count("help")) {
+    std::cout << opts << "\nPrints \"param NAME DIMS...\" and \"state NAME SIZE\" lines.\n";
+    return 0;
+  }
+  if (name.empty()) {
+    std::string known;
+    for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+    throw InputError("model needs a model name (" + known + ")");
+  }
+  if (config.image_size < 0 || config.patch_size < 0 || config.depth < 0 || config.width < 0 || config.heads < 0)
+    throw InputError("--image-size, --patch-size, --depth, --width and --heads must be >= 0");
+  Context ctx;
+  const auto model = make_model(name, config, ctx);
+  const dims_t in = model->input_shape();
+  std::printf("model %s: input %lld x %lld x %lld, %d classes, %zu parameters\n", name.c_str(),
+              static_cast<long long>(in[0]), static_cast<long long>(in[1]), static_cast<long long>(in[2]),
+              model->num_classes(), model->param_count());
+  for (const auto& e : model->param_entries()) {
+    std::printf("param %s", e.name.c_str());
+    for (const auto d : e.spec.dims) std::printf(" %lld", static_cast<long long>(d));
+    std::printf("\n");
+  }
+  for (const auto& s : model->state())
+    if (!s.floats.empty()) std::printf("state %s %zu\n", s.name.c_str(), s.floats.size());
+  return 0;
+}
+
 }  // namespace
 }  // namespace ddl
 
@@ -236,6 +296,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "import") return ddl::run_import(args);
     if (command == "info") return ddl::run_info(args);
+    if (command == "model") return ddl::run_model(args);
     if (command == "--help" || command == "-h") {
       std::fputs(ddl::kUsage, stdout);
       return 0;

@@ -2,7 +2,8 @@
 // classes with their probabilities (softmax). Images are prepared as ddl_data import --resize and the loader
 // prepare training images: the centred square of a photo of another shape, resized (bilinear) to the
 // model's input, normalised as in training; evaluation mode.
-//   ddl_predict --checkpoint best.h5 IMAGE... | FOLDER... [--top 5] [--csv] [--batch-size N] [--threads N]
+//   ddl_predict --checkpoint best.h5 IMAGE... | FOLDER... [--top 5] [--csv | --logits] [--batch-size N]
+//               [--threads N]
 #include <boost/program_options.hpp>
 
 #include <omp.h>
@@ -37,6 +38,7 @@ struct PredictOptions {
   std::vector<std::string> inputs;
   int top = 5;
   bool csv = false;
+  bool logits = false;
   int batch_size = 32;
   int threads = 0;
 };
@@ -47,6 +49,8 @@ std::optional<PredictOptions> parse_options(int argc, char** argv) {
   desc.add_options()("help,h", "this text")("checkpoint", po::value(&o.checkpoint), "a ddl_train checkpoint")(
       "top", po::value(&o.top)->default_value(o.top), "classes shown per image")(
       "csv", po::bool_switch(&o.csv), "CSV: image, then class and probability for each of the top classes")(
+      "logits", po::bool_switch(&o.logits),
+      "CSV: image, then the model's raw output (before softmax) for every class, to 9 digits")(
       "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "images per forward pass")(
       "threads", po::value(&o.threads)->default_value(o.threads), "0: every core");
   po::options_description hidden;
@@ -70,6 +74,7 @@ std::optional<PredictOptions> parse_options(int argc, char** argv) {
   if (o.checkpoint.empty()) throw InputError("--checkpoint is required");
   if (o.inputs.empty()) throw InputError("give one or more images or folders of images");
   if (o.top < 1) throw InputError("--top must be at least 1");
+  if (o.csv && o.logits) throw InputError("--csv and --logits are two output formats: give one");
   if (o.batch_size < 1) throw InputError("--batch-size must be at least 1");
   if (o.threads < 0 || o.threads > 1024) throw InputError("--threads must be between 0 and 1024");
   return o;
@@ -126,6 +131,18 @@ void print_predictions(const std::vector<std::string>& paths, const Tensor& logi
   }
 }
 
+void print_logits(const std::vector<std::string>& paths, const Tensor& logits, std::size_t classes) {
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    std::string line = csv_field(paths[i]);
+    for (std::size_t j = 0; j < classes; ++j) {
+      char value[32];
+      std::snprintf(value, sizeof value, ",%.9g", logits.data()[i * classes + j]);
+      line += value;
+    }
+    std::puts(line.c_str());
+  }
+}
+
 int predict(const PredictOptions& o) {
   omp_set_num_threads(o.threads > 0 ? o.threads : default_threads(1));
   Context ctx;
@@ -137,7 +154,11 @@ int predict(const PredictOptions& o) {
     throw InputError("model " + t.model->name() + " takes " + std::to_string(in[0]) +
                      "-channel images; ddl_predict reads images as RGB");
   const auto classes = static_cast<std::size_t>(t.model->num_classes());
-  if (o.csv) {
+  if (o.logits) {
+    std::string header = "image";
+    for (const auto& name : t.state.class_names) header += "," + csv_field(name);
+    std::puts(header.c_str());
+  } else if (o.csv) {
     std::string header = "image";
     for (int r = 1; r <= std::min<int>(o.top, static_cast<int>(classes)); ++r)
       header += ",class_" + std::to_string(r) + ",probability_" + std::to_string(r);
@@ -157,7 +178,11 @@ int predict(const PredictOptions& o) {
                                                                                static_cast<float>(img.width)};
       prepare_image(img.rgb.data(), img.height, img.width, 3, input, images.data() + i * plane, box);
     }
-    print_predictions(batch, t.model->forward(ctx, images, Mode::infer), classes, t.state.class_names, o);
+    const Tensor& out = t.model->forward(ctx, images, Mode::infer);
+    if (o.logits)
+      print_logits(batch, out, classes);
+    else
+      print_predictions(batch, out, classes, t.state.class_names, o);
     std::fflush(stdout);
   }
   return 0;

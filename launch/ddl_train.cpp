@@ -117,6 +117,7 @@ struct Run {
   std::unique_ptr<Optimizer> optimizer;
   LrSchedule schedule;
   TrainingState state;
+  std::string init_note;  // what --init did, for rank 0's header
   std::optional<DirectoryLock> checkpoint_lock;  // on rank 0, when there is a checkpoint folder
   int threads = 1;
   std::string nodes;  // describe_nodes()
@@ -320,7 +321,9 @@ void print_header(Run& run, const Communicator& world) {
                                      : "");
     const std::string changed = changed_options(run.state.configuration, o.describe());
     if (!changed.empty()) std::printf("options changed since the checkpoint: %s\n", changed.c_str());
+    if (!o.init.empty()) std::printf("--init %s not used: the run resumed instead\n", o.init.c_str());
   }
+  if (!run.init_note.empty()) std::printf("%s\n", run.init_note.c_str());
   std::fflush(stdout);
 }
 
@@ -436,6 +439,62 @@ bool resume(Run& run, const Communicator& world) {
                        "; resume with the same seed to continue the same run");
     return false;
   }
+  return true;
+}
+
+// --init, in a run that did not resume: the weights and BatchNorm statistics of a checkpoint of the same
+// model (ddl_train's, or launch/import_torch.py's), matched by name. A parameter of another size there (the
+// classifier, for another class count) keeps its fresh initialisation, and rank 0 says which. Returns
+// false, each failing rank having printed its error, when the checkpoint cannot be used.
+bool initialize(Run& run, const Communicator& world) {
+  const std::string& path = run.options.init;
+  if (path.empty() || !run.resume_path.empty()) return true;
+  std::exception_ptr error;
+  std::string fresh;  // this rank's parameters that keep their initialisation
+  int source_classes = 0;
+  try {
+    Context ctx;
+    const TrainedModel source = load_trained_model(path, ctx);
+    if (source.model->name() != run.model->name())
+      throw InputError("--init " + path + ": weights of model " + source.model->name() + ", not of --model " +
+                       run.model->name());
+    source_classes = source.model->num_classes();
+    std::map<std::string, std::span<const float>> values;
+    const std::span<const float> from = source.model->params();
+    for (const auto& e : source.model->param_entries()) values[e.name] = from.subspan(e.offset, e.size);
+    for (const auto& s : source.model->state()) values[s.name] = s.floats;
+    const std::span<float> to = run.model->params();
+    for (const auto& e : run.model->param_entries()) {
+      const auto it = values.find(e.name);
+      if (it != values.end() && it->second.size() == e.size)
+        std::copy(it->second.begin(), it->second.end(), to.begin() + static_cast<std::ptrdiff_t>(e.offset));
+      else
+        fresh += (fresh.empty() ? "" : ", ") + e.name;
+    }
+    for (const auto& s : run.model->state()) {
+      const auto it = values.find(s.name);
+      if (!s.floats.empty() && it != values.end() && it->second.size() == s.floats.size())
+        std::copy(it->second.begin(), it->second.end(), s.floats.begin());
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (world.any(error != nullptr)) {
+    if (error) report(&world, describe_exception(error));
+    return false;
+  }
+  // Stages hold different layers: rank 0 names what every stage kept fresh.
+  std::string all_fresh;
+  for (const auto& part : world.gather(fresh, 0))
+    if (!part.empty() && all_fresh.find(part) == std::string::npos) all_fresh += (all_fresh.empty() ? "" : ", ") + part;
+  run.init_note = "initialised from " + path;
+  if (!all_fresh.empty())
+    run.init_note += "; " + all_fresh + " start afresh (" +
+                     (source_classes != run.model->num_classes()
+                          ? "its classifier is for " + std::to_string(source_classes) + " classes, this run's for " +
+                                std::to_string(run.model->num_classes())
+                          : std::string("of another size there")) +
+                     ")";
   return true;
 }
 
@@ -675,7 +734,7 @@ int main(int argc, char** argv) {
       if (setup_error) report(&*world, describe_exception(setup_error));
       return 2;
     }
-    if (!resume(*run, *world)) return 2;
+    if (!resume(*run, *world) || !initialize(*run, *world)) return 2;
     return train(*run, *world);
   } catch (...) {
     fail_during_training(*world, std::current_exception());

@@ -26,6 +26,8 @@ test_packages=(
   debootstrap git                         # bare Debian root file systems (the fresh-machine test)
   clang libclang-rt-dev libomp-dev llvm   # the fuzz build: clang (14 on Debian 12, 19 on 13), its libFuzzer
                                           # and sanitizer runtimes, its OpenMP, llvm-symbolizer (named stacks)
+  python3-torch python3-torchvision       # launch/export_torch.py and import_torch.py, checked against
+  python3-h5py python3-onnx python3-pil   # torchvision (tests/launch/torch_interop_test.py)
 )
 # Debian 13 moved docker.io's client into docker-cli, which docker.io only recommends.
 [ "$(. /etc/os-release && echo "$VERSION_CODENAME")" = bookworm ] || test_packages+=(docker-cli)

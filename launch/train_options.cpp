@@ -74,7 +74,7 @@ std::string TrainOptions::describe() const {
     << "\nallreduce = " << allreduce << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
     << "\nscale-lr = " << scale_lr << "\npipeline-stages = " << pipeline_stages
     << "\nmicro-batches = " << micro_batches << "\npartition = " << to_string(partition) << "\nschedule = " << schedule
-    << "\n";
+    << "\ninit = " << init << "\n";
   for (float m : mean) s << "mean += " << m << "\n";
   for (float d : stddev) s << "std += " << d << "\n";
   return s.str();
@@ -164,6 +164,9 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
+      "init", po::value(&o.init),
+      "start from the weights of this checkpoint (ddl_train's, or launch/import_torch.py's), not its optimizer "
+      "state or epochs; a classifier for another class count starts afresh. --resume wins when it finds one")(
       "metrics", po::value(&o.metrics_path), "per-epoch figures to this file (.csv, or .jsonl for JSON lines)")(
       "timeline", po::value(&o.timeline_path),
       "write every rank's forward, backward, communication and data-wait spans to this Chrome trace (.json)")(

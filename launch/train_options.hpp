@@ -64,6 +64,7 @@ struct TrainOptions {
   // output
   std::string checkpoint_dir;
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5
+  std::string init;    // a checkpoint whose weights a fresh run starts from
   std::string metrics_path;
   std::string timeline_path;  // Chrome trace of every rank's spans
   std::string progress = "auto";  // auto | always | never

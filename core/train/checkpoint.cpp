@@ -270,7 +270,11 @@ TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* o
         *(at + static_cast<std::ptrdiff_t>(e)) != entries[e].name)
       throw InputError(path + ": parameter " + entries[e].name + " is not where this model keeps it");
   read_tensor(path, "params", [&] { h5::read_slice<float>(file, "params", model.param_offset(), model.params(), path); });
-  read_states(open_group(file, "model_state", path), "model_state", model.state(), path);
+  h5::Handle states = open_group(file, "model_state", path);
+  std::vector<StateView> held;
+  for (const auto& s : model.state())  // weights imported from PyTorch hold no dropout generators:
+    if (s.words.empty() || h5::exists(states, s.name)) held.push_back(s);  // the layers keep their seeded ones
+  read_states(states, "model_state", held, path);
   if (optimizer) {
     h5::Handle opt = open_group(file, "optimizer_state", path);
     std::string expected, held;

@@ -2,6 +2,7 @@
 // mpirun, resuming, and failing cleanly on bad input.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -301,6 +302,37 @@ TEST_F(DdlTrain, BadLayoutsAreRefusedOnEveryRank) {
   expect_clean_error(run(kTrain + train_args("--batch-size 30 --micro-batches 4")),
                      "--batch-size 30 does not split into 4 micro-batches");
   expect_clean_error(run(kTrain + train_args("--schedule zigzag")), "--schedule must be gpipe or 1f1b");
+}
+
+TEST_F(DdlTrain, InitStartsFromACheckpointsWeights) {
+  const std::string source = scratch_ / "source", weights = source + "/last.h5";
+  ASSERT_EQ(run(kTrain + train_args("--epochs 1 --steps-per-epoch 2 --checkpoint-dir " + source)).exit_code, 0);
+  // 12 classes here, 10 there: the classifier, on the second stage, starts afresh; rank 0 says so.
+  const auto r = run(kMpirun + " -np 2 " + kTrain +
+                     train_args("--epochs 1 --steps-per-epoch 2 --num-classes 12 --pipeline-stages 2 --threads 1 "
+                                "--init " + weights));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("initialised from " + weights +
+                       "; 6.weight, 6.bias start afresh (its classifier is for 10 classes, this run's for 12)\n"),
+            std::string::npos)
+      << r.out;
+  // The same classes: every weight comes from the checkpoint, and a step of learning rate 1e-30 keeps them
+  // (one that is exactly 0, a dead unit's bias, moves by less than 1e-25).
+  const std::string same = scratch_ / "same";
+  const auto kept = run(kTrain + train_args("--epochs 1 --steps-per-epoch 1 --optimizer sgd --momentum 0 --lr 1e-30 "
+                                            "--init " + weights + " --checkpoint-dir " + same));
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_NE(kept.out.find("initialised from " + weights + "\n"), std::string::npos) << kept.out;
+  const auto before = params(weights), after = params(same + "/last.h5");
+  ASSERT_EQ(before.size(), after.size());
+  for (std::size_t i = 0; i < before.size(); ++i)
+    if (std::abs(before[i]) > 1e-20f)
+      ASSERT_EQ(before[i], after[i]) << i;
+    else
+      ASSERT_LT(std::abs(after[i] - before[i]), 1e-25f) << i;
+  expect_every_rank_refuses(
+      run(kMpirun + " -np 2 " + kTrain + train_args("--model seed_cnn_bn --threads 1 --init " + weights)), 2,
+      weights + ": weights of model seed_cnn, not of --model seed_cnn_bn");
 }
 
 // Seconds from the signal to the end of the job, from signal_rank.sh's lines.

@@ -15,7 +15,7 @@ case "$mode" in
   address)
     build=${DDL_SANITIZE_BUILD:-$root/build-asan}
     targets=(core_tests data_tests comm_unit_tests comm_tests launch_tests ddl_train ddl_data)
-    select=(-E "fresh_machine|docker_compose|fuzz_parsers|slurm|sanitizer_")
+    select=(-E "fresh_machine|docker_compose|fuzz_parsers|slurm|sanitizer_|torch_interop")
     probe_flags=(-fsanitize=address,undefined) ;;
   thread)
     build=${DDL_SANITIZE_BUILD:-$root/build-tsan}

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Exports a ddl_train checkpoint to PyTorch: a state_dict (torch.save of the dict) for torchvision's
+definition of the same model, with torchvision's own keys, and optionally an ONNX file.
+    python3 launch/export_torch.py best.h5 model.pt [--onnx model.onnx]
+alexnet, vgg16, resnet18, resnet50: torchvision.models.<name>(num_classes=N).load_state_dict(...);
+vit_b16: torchvision.models.VisionTransformer (vit_b_16's shape); the CIFAR-size ResNets: torchvision's
+ResNet with a 3x3 stride-1 conv1 and an Identity maxpool; seed_cnn, seed_cnn_bn, alexnet_cifar, vgg16_cifar:
+the modules of launch/ddl_torch.py (ddl_torch.torch_model(name, N) builds any of them).
+"""
+import argparse
+import os
+import sys
+import warnings
+
+import ddl_torch
+from ddl_torch import ToolError, fail, torch
+
+
+def export(args):
+    onnx = ddl_torch.need("onnx") if args.onnx else None
+    c = ddl_torch.read_checkpoint(args.checkpoint)
+    settings = ddl_torch.model_settings(c.model, ddl_torch.parse_configuration(c.configuration))
+    def parameter_count(classes):
+        return sum(p.numel() for p in ddl_torch.torch_model(c.model, classes, **settings).parameters())
+    # The classifier makes the count linear in the class count (as ddl_eval finds it).
+    two, per_class = parameter_count(2), parameter_count(3) - parameter_count(2)
+    classes = 2 + (len(c.params) - two) // per_class
+    if len(c.params) < two or parameter_count(classes) != len(c.params):
+        raise ToolError(f"{args.checkpoint}: holds {len(c.params)} parameters, which model {c.model} has for no "
+                        "class count")
+    model = ddl_torch.torch_model(c.model, classes, **settings)
+    tensors = model.state_dict()
+    keys = ddl_torch.torch_keys_in_ddl_order(c.model, model)
+    if len(keys) != len(c.param_names):
+        raise ToolError(f"{args.checkpoint}: names {len(c.param_names)} parameter tensors, {c.model} has {len(keys)}")
+    at = 0
+    sizes = [(name, tensors[key].numel()) for name, key in zip(c.param_names, keys)]
+    for name, key in ddl_torch.pair_tensors(c.model, model, sizes, c.states):
+        if name in c.states:
+            values = c.states[name]
+        else:
+            values = c.params[at:at + tensors[key].numel()]
+            at += tensors[key].numel()
+        tensors[key].copy_(torch.from_numpy(values.copy()).reshape(tensors[key].shape))
+    model.eval()
+    save_atomically(lambda path: torch.save(model.state_dict(), path), args.output)
+    print(f"export_torch: wrote {args.output}: {c.model} with {classes} classes, {len(c.params)} parameters")
+    if onnx:
+        size = settings["image_size"]
+        images = torch.zeros(1, 3, size, size)
+        # torchvision's ViT asserts its input size, which tracing fixes anyway: no news to the user.
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        # Traced with gradients on: in evaluation without them, PyTorch's attention takes a fused path
+        # (aten::_native_multi_head_attention) that ONNX has no operator for.
+        save_atomically(lambda path: torch.onnx.export(
+            model, images, path, input_names=["images"], output_names=["logits"], opset_version=14,
+            dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}), args.onnx)
+        onnx.checker.check_model(onnx.load(args.onnx))
+        print(f"export_torch: wrote {args.onnx} (input 'images' [N, 3, {size}, {size}], output 'logits'), "
+              "checked by onnx.checker")
+    if c.input_mean:
+        print(f"export_torch: the model takes RGB images in [0, 1] less mean {tuple(c.input_mean)}, divided by "
+              f"std {tuple(c.input_std)}, as in training")
+    else:
+        print("export_torch: the model takes RGB images scaled to [0, 1], as in training")
+
+
+def save_atomically(write, path):
+    tmp = path + ".tmp"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    parser.add_argument("checkpoint", help="a ddl_train checkpoint (best.h5, last.h5)")
+    parser.add_argument("output", help="the state_dict to write (.pt)")
+    parser.add_argument("--onnx", metavar="FILE", help="also an ONNX file of the model in evaluation mode")
+    try:
+        export(parser.parse_args())
+    except ToolError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
