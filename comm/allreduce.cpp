@@ -58,7 +58,7 @@ class SharedWindow {
         MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, MPI_INFO_NULL, local.get(), &mine, &window_);
     // Most often /dev/shm is too small (Docker gives containers 64 MB unless told otherwise).
     if (rc != MPI_SUCCESS)
-      throw Error(std::string(purpose) + " could not get " + std::to_string(bytes >> 20) +
+      throw Error(std::string(purpose) + " could not get " + std::to_string(std::max<std::size_t>(1, bytes >> 20)) +
                   " MB of shared memory per rank of this node (" + mpi_error_text(rc) +
                   "): give /dev/shm more room (docker: --shm-size) or use --allreduce ring");
     check_mpi(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_), "MPI_Win_lock_all");
@@ -93,16 +93,21 @@ class SharedWindow {
 };
 
 // The node-local half of the hierarchical all-reduce: a shared-memory window per rank of the node for
-// the data, and one counter per rank of the barriers it has reached, read only to name the ranks a
-// timed-out barrier waits for (MPI_Barrier itself cannot say).
+// the data, and per rank a count of the barriers it has reached and whether it is in the all-reduce
+// between nodes (the node's leader), read only to name the ranks a timed-out barrier waits for
+// (MPI_Barrier itself cannot say).
 class Allreducer::SharedNode {
+  // Shared between processes: only lock-free atomics work across address spaces.
+  static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free);
+  enum Word { kBarriers, kBetweenNodes, kWords };
+
  public:
   explicit SharedNode(const Communicator& comm)
       : local_(comm.split_shared()),
         leaders_(comm.split(local_.rank() == 0 ? 0 : 1, comm.rank())),
-        arrivals_(local_, sizeof(std::uint64_t), "the shared-memory all-reduce (--allreduce hier)") {
+        arrivals_(local_, kWords * sizeof(std::uint64_t), "the shared-memory all-reduce (--allreduce hier)") {
     for (int r = 0; r < local_.size(); ++r) world_ranks_.push_back(local_.world_rank(r));
-    std::atomic_ref(*arrivals_.part<std::uint64_t>(local_.rank())).store(0);
+    for (int w = 0; w < kWords; ++w) word(local_.rank(), static_cast<Word>(w)).store(0);
     arrivals_.sync();
     local_.barrier();
   }
@@ -114,9 +119,11 @@ class Allreducer::SharedNode {
   std::vector<float*>& windows(std::size_t count) {
     if (count > capacity_) {
       data_.reset();
-      capacity_ = std::max<std::size_t>(count, 1024);
-      data_ = std::make_unique<SharedWindow>(local_, capacity_ * sizeof(float),
+      capacity_ = 0;
+      const std::size_t capacity = std::max<std::size_t>(count, 1024);
+      data_ = std::make_unique<SharedWindow>(local_, capacity * sizeof(float),
                                              "the shared-memory all-reduce (--allreduce hier)");
+      capacity_ = capacity;
       bases_.resize(static_cast<std::size_t>(local_.size()));
       for (int r = 0; r < local_.size(); ++r) bases_[r] = data_->part<float>(r);
     }
@@ -126,19 +133,26 @@ class Allreducer::SharedNode {
   void sync() {
     data_->sync();
     const std::uint64_t barrier = ++barriers_;
-    std::atomic_ref(*arrivals_.part<std::uint64_t>(local_.rank())).store(barrier, std::memory_order_release);
+    word(local_.rank(), kBarriers).store(barrier, std::memory_order_release);
     local_.barrier([this, barrier] { return late_ranks(barrier); });
     data_->sync();
   }
+  // The leader says so while it is in the all-reduce between nodes, which names its own peers.
+  void between_nodes(bool in) { word(local_.rank(), kBetweenNodes).store(in ? 1 : 0, std::memory_order_release); }
 
  private:
+  std::atomic_ref<std::uint64_t> word(int rank, Word w) const { return std::atomic_ref(arrivals_.part<std::uint64_t>(rank)[w]); }
+
   // Called by the hang detector's watcher thread: plain loads from shared memory, no MPI.
   std::string late_ranks(std::uint64_t barrier) const {
     std::string late;
     int count = 0;
     for (int r = 0; r < local_.size(); ++r)
-      if (std::atomic_ref(*arrivals_.part<std::uint64_t>(r)).load(std::memory_order_acquire) < barrier)
+      if (word(r, kBarriers).load(std::memory_order_acquire) < barrier) {
         late += (count++ ? ", " : "") + std::to_string(world_ranks_[r]);
+        if (word(r, kBetweenNodes).load(std::memory_order_acquire))
+          late += " (this node's leader, in the all-reduce between nodes)";
+      }
     if (count == 0) return "";
     return (count == 1 ? "which rank " + late + " has" : "which ranks " + late + " have") + " not reached";
   }
@@ -286,7 +300,9 @@ void Allreducer::hierarchical(std::span<float> data) {
     // Several nodes: the leaders run the ring on their nodes' sums and share the result.
     if (me == 0) {
       gather_slices();
+      node_->between_nodes(true);
       ring(node_->leaders(), data);
+      node_->between_nodes(false);
       std::memcpy(windows[0] + count, data.data(), count * sizeof(float));
     }
     node_->sync();

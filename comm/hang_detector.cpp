@@ -53,8 +53,11 @@ void HangDetector::watch() {
     // A tick that came seconds late means this process was not running (SIGSTOP, a paused VM): its
     // peers did not keep it waiting then, so that time is not counted against them.
     const auto now = clock::now();
-    if (now - last_tick > std::chrono::seconds(2))
-      for (Open& o : open_) o.since += now - last_tick - tick;
+    if (now - last_tick > std::chrono::seconds(2)) {
+      const auto paused = now - last_tick - tick;
+      for (Open& o : open_) o.since = std::min(o.since + paused, now);
+      last_step_ = std::min(last_step_ + paused, now);  // nor does the step that the pause fell into
+    }
     last_tick = now;
     if (open_.empty()) continue;
     const Open& newest = open_.back();

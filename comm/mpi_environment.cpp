@@ -1,5 +1,8 @@
 #include "comm/mpi_environment.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <mpi.h>
 
 #include <cstdlib>
@@ -32,7 +35,12 @@ void abort_all_ranks(int code) {
   MPI_Finalized(&finalized);
   int size = 1;
   if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (size > 1) {
+    // mpirun forwards a rank's output in pieces (Open MPI 5: 128 bytes) and prints its own abort notice as
+    // soon as it learns of the abort, which can cut the rank's error line in two: let the line go first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::exit(code);
 }
 
