@@ -156,7 +156,7 @@ int predict(const PredictOptions& o) {
   const auto classes = static_cast<std::size_t>(t.model->num_classes());
   if (o.logits) {
     std::string header = "image";
-    for (const auto& name : t.state.class_names) header += "," + csv_field(name);
+    for (const auto& name : t.state.class_names) header.append(",").append(csv_field(name));
     std::puts(header.c_str());
   } else if (o.csv) {
     std::string header = "image";

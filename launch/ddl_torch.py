@@ -186,11 +186,11 @@ def pair_tensors(name, model, ddl_params, ddl_states):
     tensors = model.state_dict()
     keys = torch_keys_in_ddl_order(name, model)
     if len(keys) != len(ddl_params):
-        raise RuntimeError(f"{name}: ddl has {len(ddl_params)} parameter tensors, the PyTorch module {len(keys)}")
+        raise ToolError(f"{name}: ddl has {len(ddl_params)} parameter tensors, the PyTorch module {len(keys)}")
     pairs = []
     for (ddl_name, count), key in zip(ddl_params, keys):
         if tensors[key].numel() != count:
-            raise RuntimeError(f"{name}: ddl's {ddl_name} holds {count} values, PyTorch's {key} "
+            raise ToolError(f"{name}: ddl's {ddl_name} holds {count} values, PyTorch's {key} "
                                f"{tensors[key].numel()}")
         pairs.append((ddl_name, key))
         layer, _, kind = ddl_name.rpartition(".")
@@ -200,7 +200,7 @@ def pair_tensors(name, model, ddl_params, ddl_states):
                 pairs.append((f"{layer}.{stat}", f"{module}.{stat}"))
     paired_states = {d for d, _ in pairs if d in ddl_states}
     if paired_states != set(ddl_states):
-        raise RuntimeError(f"{name}: ddl's layer state {sorted(set(ddl_states) - paired_states)} has no PyTorch match")
+        raise ToolError(f"{name}: ddl's layer state {sorted(set(ddl_states) - paired_states)} has no PyTorch match")
     return pairs
 
 
@@ -252,6 +252,8 @@ def read_checkpoint(path):
                 float(a["best_accuracy"][0]))
     except OSError as e:  # h5py's word for a missing, foreign or damaged file
         raise ToolError(f"{path}: cannot be read as a ddl checkpoint ({e})")
+    except KeyError as e:
+        raise ToolError(f"{path}: not a whole ddl checkpoint (no {e})")
 
 
 def header_checksum(c):
@@ -268,7 +270,7 @@ def header_checksum(c):
         h = ((h ^ tail ^ ((len(data) << 56) & mask)) * prime) & mask
 
     def word(n):
-        add(struct.pack("<Q", n))
+        add(struct.pack("<Q", n & mask))  # as uint64, like the C++ (a seed may be stored negative)
     add(c.model.encode())
     word(c.epochs_done)
     word(c.steps_done)

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,7 @@
 #include "comm/replica_check.hpp"
 #include "comm/stop_vote.hpp"
 #include "core/checksum.hpp"
+#include "core/cpu_bf16.hpp"
 #include "core/data/hdf5.hpp"
 #include "core/data/sampler.hpp"
 #include "core/error.hpp"
@@ -128,6 +130,12 @@ void build(Run& run, const Communicator& world) {
   run.threads = o.threads > 0 ? o.threads : default_threads(world.split_shared().size());
   omp_set_num_threads(run.threads);
   run.nodes = describe_nodes(world);
+  if (o.precision == "bf16") {
+    if (!cpu_computes_bf16())
+      throw InputError("--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
+                       "slower than f32): train with --precision f32");
+    run.ctx.set_compute_type(dt::bf16);
+  }
   run.grid = Grid(world.size(), world.rank(), o.pipeline_stages);
   run.pipeline.emplace(world.split(run.grid.replica, run.grid.stage));
   run.stage_replicas.emplace(world.split(run.grid.stage, run.grid.replica));
@@ -305,6 +313,9 @@ void print_header(Run& run, const Communicator& world) {
     std::printf("%s images resampled to %ldx%ld (bilinear)\n", image_shape(data).c_str(), static_cast<long>(in[1]),
                 static_cast<long>(in[2]));
   std::printf("optimizer %s, schedule %s\n", run.optimizer->describe().c_str(), run.schedule.describe().c_str());
+  if (o.precision == "bf16")
+    std::printf("precision bf16: convolutions and dense layers multiply in bf16 and accumulate in f32; weights, "
+                "gradients and every other layer f32\n");
   if (g.replicas > 1 && o.bucket_mb > 0 && g.stages == 1)
     std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", o.allreduce.c_str(),
                 o.allreduce_wire.c_str(), o.bucket_mb);
@@ -443,15 +454,17 @@ bool resume(Run& run, const Communicator& world) {
 }
 
 // --init, in a run that did not resume: the weights and BatchNorm statistics of a checkpoint of the same
-// model (ddl_train's, or launch/import_torch.py's), matched by name. A parameter of another size there (the
-// classifier, for another class count) keeps its fresh initialisation, and rank 0 says which. Returns
-// false, each failing rank having printed its error, when the checkpoint cannot be used.
+// model (ddl_train's, or launch/import_torch.py's), matched by name. The classifier, when the class count
+// differs, keeps its fresh initialisation, and rank 0 says so; any other parameter of another size there
+// (another --image-size) is an error. Returns false, each failing rank having printed its error, when the
+// checkpoint cannot be used.
 bool initialize(Run& run, const Communicator& world) {
   const std::string& path = run.options.init;
   if (path.empty() || !run.resume_path.empty()) return true;
   std::exception_ptr error;
-  std::string fresh;  // this rank's parameters that keep their initialisation
+  std::string fresh;  // this rank's classifier parameters, when they keep their initialisation
   int source_classes = 0;
+  bool other_normalisation = false;
   try {
     Context ctx;
     const TrainedModel source = load_trained_model(path, ctx);
@@ -459,6 +472,14 @@ bool initialize(Run& run, const Communicator& world) {
       throw InputError("--init " + path + ": weights of model " + source.model->name() + ", not of --model " +
                        run.model->name());
     source_classes = source.model->num_classes();
+    // Within float's precision: a run keeps its normalisation in float, an imported file in double.
+    auto same = [](const std::vector<double>& a, const std::vector<double>& b) {
+      return a.size() == b.size() &&
+             std::equal(a.begin(), a.end(), b.begin(), [](double x, double y) { return std::abs(x - y) < 1e-6; });
+    };
+    other_normalisation =
+        !same(source.state.input_mean, run.state.input_mean) || !same(source.state.input_std, run.state.input_std);
+    const std::size_t classifier = run.model->whole_layer_count() - 1;
     std::map<std::string, std::span<const float>> values;
     const std::span<const float> from = source.model->params();
     for (const auto& e : source.model->param_entries()) values[e.name] = from.subspan(e.offset, e.size);
@@ -468,8 +489,12 @@ bool initialize(Run& run, const Communicator& world) {
       const auto it = values.find(e.name);
       if (it != values.end() && it->second.size() == e.size)
         std::copy(it->second.begin(), it->second.end(), to.begin() + static_cast<std::ptrdiff_t>(e.offset));
-      else
+      else if (run.model->first_layer() + e.layer == classifier && source_classes != run.model->num_classes())
         fresh += (fresh.empty() ? "" : ", ") + e.name;
+      else
+        throw InputError("--init " + path + ": " + e.name + " holds " +
+                         std::to_string(it == values.end() ? 0 : it->second.size()) + " values there, " +
+                         std::to_string(e.size) + " here (trained with another --image-size or shape?)");
     }
     for (const auto& s : run.model->state()) {
       const auto it = values.find(s.name);
@@ -483,18 +508,16 @@ bool initialize(Run& run, const Communicator& world) {
     if (error) report(&world, describe_exception(error));
     return false;
   }
-  // Stages hold different layers: rank 0 names what every stage kept fresh.
+  // The classifier lives on the last stage: rank 0 learns from the others what they kept fresh.
   std::string all_fresh;
   for (const auto& part : world.gather(fresh, 0))
-    if (!part.empty() && all_fresh.find(part) == std::string::npos) all_fresh += (all_fresh.empty() ? "" : ", ") + part;
+    if (!part.empty() && all_fresh.empty()) all_fresh = part;  // every replica of the last stage says the same
   run.init_note = "initialised from " + path;
   if (!all_fresh.empty())
-    run.init_note += "; " + all_fresh + " start afresh (" +
-                     (source_classes != run.model->num_classes()
-                          ? "its classifier is for " + std::to_string(source_classes) + " classes, this run's for " +
-                                std::to_string(run.model->num_classes())
-                          : std::string("of another size there")) +
-                     ")";
+    run.init_note += "; " + all_fresh + " start afresh (its classifier is for " + std::to_string(source_classes) +
+                     " classes, this run's for " + std::to_string(run.model->num_classes()) + ")";
+  if (other_normalisation)
+    run.init_note += "\nnote: " + path + " was trained on inputs normalised otherwise than this run's (--normalize)";
   return true;
 }
 

@@ -20,20 +20,23 @@ def export(args):
     onnx = ddl_torch.need("onnx") if args.onnx else None
     c = ddl_torch.read_checkpoint(args.checkpoint)
     settings = ddl_torch.model_settings(c.model, ddl_torch.parse_configuration(c.configuration))
-    def parameter_count(classes):
-        return sum(p.numel() for p in ddl_torch.torch_model(c.model, classes, **settings).parameters())
-    # The classifier makes the count linear in the class count (as ddl_eval finds it).
-    two, per_class = parameter_count(2), parameter_count(3) - parameter_count(2)
-    classes = 2 + (len(c.params) - two) // per_class
-    if len(c.params) < two or parameter_count(classes) != len(c.params):
-        raise ToolError(f"{args.checkpoint}: holds {len(c.params)} parameters, which model {c.model} has for no "
-                        "class count")
+    # --num-classes, else the training set's (its class names), else solved from the parameter count.
+    classes = int(ddl_torch.parse_configuration(c.configuration).get("num-classes", "0")) or len(c.class_names)
+    if classes < 2:  # "the training set's" and no names: the classifier makes the count linear in it
+        def parameter_count(n):
+            return sum(p.numel() for p in ddl_torch.torch_model(c.model, n, **settings).parameters())
+        two = parameter_count(2)
+        classes = 2 + (len(c.params) - two) // (parameter_count(3) - two)
     model = ddl_torch.torch_model(c.model, classes, **settings)
+    if sum(p.numel() for p in model.parameters()) != len(c.params):
+        raise ToolError(f"{args.checkpoint}: holds {len(c.params)} parameters, not those of {c.model} with {classes} "
+                        "classes")
     tensors = model.state_dict()
     keys = ddl_torch.torch_keys_in_ddl_order(c.model, model)
     if len(keys) != len(c.param_names):
         raise ToolError(f"{args.checkpoint}: names {len(c.param_names)} parameter tensors, {c.model} has {len(keys)}")
     at = 0
+    # The sizes are PyTorch's own: what checks the pairing is the total above and the logits (the tests).
     sizes = [(name, tensors[key].numel()) for name, key in zip(c.param_names, keys)]
     for name, key in ddl_torch.pair_tensors(c.model, model, sizes, c.states):
         if name in c.states:
@@ -55,12 +58,15 @@ def export(args):
         save_atomically(lambda path: torch.onnx.export(
             model, images, path, input_names=["images"], output_names=["logits"], opset_version=14,
             dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}), args.onnx)
-        onnx.checker.check_model(onnx.load(args.onnx))
+        try:
+            onnx.checker.check_model(onnx.load(args.onnx))
+        except Exception as e:  # onnx.checker.ValidationError, or a file onnx cannot parse
+            raise ToolError(f"{args.onnx}: refused by onnx.checker ({str(e).splitlines()[0]})")
         print(f"export_torch: wrote {args.onnx} (input 'images' [N, 3, {size}, {size}], output 'logits'), "
               "checked by onnx.checker")
     if c.input_mean:
-        print(f"export_torch: the model takes RGB images in [0, 1] less mean {tuple(c.input_mean)}, divided by "
-              f"std {tuple(c.input_std)}, as in training")
+        print(f"export_torch: the model takes RGB images in [0, 1] less mean {[float(m) for m in c.input_mean]}, "
+              f"divided by std {[float(d) for d in c.input_std]}, as in training")
     else:
         print("export_torch: the model takes RGB images scaled to [0, 1], as in training")
 
@@ -70,9 +76,11 @@ def save_atomically(write, path):
     try:
         write(tmp)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(e, RuntimeError):  # torch.save's word for a missing folder or a full disk
+            raise ToolError(f"{path}: cannot be written ({str(e).splitlines()[0]})")
         raise
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Imports PyTorch weights into a ddl checkpoint: a state_dict (or a pickled module) of torchvision's
-definition of a ddl model (as launch/export_torch.py writes it, or torchvision's published weights) becomes
-a checkpoint that ddl_train --init starts from and ddl_eval and ddl_predict run.
+"""Imports PyTorch weights into a ddl checkpoint: a state_dict of torchvision's definition of a ddl model
+(as launch/export_torch.py writes it, or torchvision's published weights) becomes a checkpoint that
+ddl_train --init starts from and ddl_eval and ddl_predict run.
     python3 launch/import_torch.py model.pt init.h5 --model resnet18 [--class-names FILE]
                                    [--normalize imagenet|scale] [--image-size S] [--ddl-data PATH]
 The class count is the classifier's. ddl's own parameter names come from `ddl_data model` (found on PATH
@@ -18,13 +18,12 @@ IMAGENET_MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "vit_b16")
 
 def load_state_dict(path):
     try:
-        loaded = torch.load(path, map_location="cpu")
+        # Tensors and containers only: unpickling anything else could run code from the file.
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch.load's errors for a foreign or damaged file are of many kinds
-        raise ToolError(f"{path}: cannot be read by torch.load ({e})")
-    if isinstance(loaded, torch.nn.Module):
-        loaded = loaded.state_dict()
+        raise ToolError(f"{path}: cannot be read by torch.load as a state_dict ({str(e).splitlines()[0]})")
     if not isinstance(loaded, dict) or not all(isinstance(v, torch.Tensor) for v in loaded.values()):
-        raise ToolError(f"{path}: holds neither a state_dict nor a module")
+        raise ToolError(f"{path}: does not hold a state_dict (a dict of tensors)")
     return loaded
 
 
@@ -52,8 +51,11 @@ def import_weights(args):
                         f"unexpected {unexpected[:3]}")
     class_names = []
     if args.class_names:
-        with open(args.class_names, encoding="utf-8") as f:
-            class_names = [line.strip() for line in f if line.strip()]
+        try:
+            with open(args.class_names, encoding="utf-8") as f:
+                class_names = [line.strip() for line in f if line.strip()]
+        except UnicodeDecodeError:
+            raise ToolError(f"{args.class_names}: not UTF-8 text")
         if len(class_names) != classes:
             raise ToolError(f"{args.class_names}: {len(class_names)} class names for a classifier of {classes}")
     normalize = args.normalize or ("imagenet" if args.model in IMAGENET_MODELS else "scale")
@@ -70,7 +72,7 @@ def import_weights(args):
         else:
             flat.append(values)
     import numpy
-    configuration = f"model = {args.model}\nnum-classes = {classes}\nimage-size = {args.image_size}\n"
+    configuration = f"model = {args.model}\nnum-classes = {classes}\nimage-size = {settings['image_size']}\n"
     if args.model in ddl_torch.VIT_SHAPES:
         configuration += "".join(f"{k.replace('_', '-')} = {settings[k]}\n" for k in ddl_torch.VIT_SHAPES[args.model])
     checkpoint = ddl_torch.Checkpoint(args.model, configuration + f"imported-from = {args.weights}\n",
@@ -83,7 +85,7 @@ def import_weights(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    parser.add_argument("weights", help="a state_dict or module saved with torch.save (.pt, .pth)")
+    parser.add_argument("weights", help="a state_dict saved with torch.save (.pt, .pth)")
     parser.add_argument("output", help="the ddl checkpoint to write (.h5)")
     parser.add_argument("--model", required=True, help="ddl's name of the model: " + ", ".join(ddl_torch.MODELS))
     parser.add_argument("--class-names", metavar="FILE", help="the classes' names, a line each, in output order")

@@ -271,12 +271,17 @@ TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* o
       throw InputError(path + ": parameter " + entries[e].name + " is not where this model keeps it");
   read_tensor(path, "params", [&] { h5::read_slice<float>(file, "params", model.param_offset(), model.params(), path); });
   h5::Handle states = open_group(file, "model_state", path);
-  std::vector<StateView> held;
-  for (const auto& s : model.state())  // weights imported from PyTorch hold no dropout generators:
-    if (s.words.empty() || h5::exists(states, s.name)) held.push_back(s);  // the layers keep their seeded ones
-  read_states(states, "model_state", held, path);
+  std::vector<StateView> present;
+  // Weights imported from PyTorch hold no dropout generators: without an optimizer (not resuming) the
+  // layers keep their own seeded ones.
+  for (const auto& s : model.state())
+    if (optimizer || s.words.empty() || h5::exists(states, s.name)) present.push_back(s);
+  read_states(states, "model_state", present, path);
   if (optimizer) {
     h5::Handle opt = open_group(file, "optimizer_state", path);
+    if (!optimizer->state().empty() && h5::member_names(opt, path).empty())
+      throw InputError(path + ": holds weights only (launch/import_torch.py writes such files): start from it with "
+                       "--init, not --resume");
     std::string expected, held;
     bool missing = false;
     for (const auto& s : optimizer->state()) {
