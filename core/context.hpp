@@ -24,6 +24,12 @@ class Context {
   const dnnl::engine& engine() const { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
+  // What convolutions and dense layers compute in: f32, or bf16 (mixed precision: their inputs and weights
+  // rounded to bf16 on the way in, products accumulated and written in f32, so every other layer, the
+  // gradients and the optimizer stay f32). Set before the layers are set up.
+  void set_compute_type(dnnl::memory::data_type type) { compute_type_ = type; }
+  dnnl::memory::data_type compute_type() const { return compute_type_; }
+
   // Layers reserve at set-up what they need; during steps scratch() stays put (it never reallocates then).
   void reserve_scratch(std::size_t bytes) {
     if (bytes > scratch_.size()) scratch_ = AlignedBuffer<std::byte>(bytes);
@@ -59,6 +65,7 @@ class Context {
   AlignedBuffer<std::byte> scratch_;
   dnnl::engine engine_;
   dnnl::stream stream_;
+  dnnl::memory::data_type compute_type_ = dnnl::memory::data_type::f32;
 };
 
 }  // namespace ddl

@@ -74,7 +74,7 @@ std::string TrainOptions::describe() const {
     << "\nallreduce = " << allreduce << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
     << "\nscale-lr = " << scale_lr << "\npipeline-stages = " << pipeline_stages
     << "\nmicro-batches = " << micro_batches << "\npartition = " << to_string(partition) << "\nschedule = " << schedule
-    << "\ninit = " << init << "\n";
+    << "\ninit = " << init << "\nprecision = " << precision << "\n";
   for (float m : mean) s << "mean += " << m << "\n";
   for (float d : stddev) s << "std += " << d << "\n";
   return s.str();
@@ -136,6 +136,9 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   po::options_description system("System");
   system.add_options()("threads", po::value(&o.threads)->default_value(0),
                        "compute threads per rank (0: the node's cores / its ranks)")(
+      "precision", po::value(&o.precision)->default_value(o.precision),
+      "f32 | bf16: convolutions and dense layers compute in bf16 (AVX512-BF16 or AMX), the rest, the weights "
+      "and the gradients stay f32")(
       "allreduce", po::value(&o.allreduce)->default_value(o.allreduce),
       "gradient all-reduce: ring | hier (shared memory in a node, ring across) | mpi")(
       "allreduce-wire", po::value(&o.allreduce_wire)->default_value(o.allreduce_wire),
@@ -246,6 +249,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   else
     throw InputError("--lr-schedule must be constant, step or cosine, not '" + o.lr_schedule + "'");
   require(o.allreduce_wire == "f32" || o.allreduce_wire == "bf16", "--allreduce-wire must be f32 or bf16");
+  require(o.precision == "f32" || o.precision == "bf16", "--precision must be f32 or bf16");
   require(o.allreduce_wire == "f32" || o.allreduce == "ring", "--allreduce-wire bf16 needs --allreduce ring");
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0");
   if (o.timeout != "auto") {

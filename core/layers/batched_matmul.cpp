@@ -11,10 +11,12 @@ namespace ddl {
 BatchedMatmul::Product::Product(Context& ctx, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                                 const dnnl::memory::desc& c, float alpha, const dnnl::memory::desc& bias) {
   const dnnl::primitive_attr attr = output_scale_attr(alpha);
+  // In bf16 the operands are converted, so copied anyway: to plain bf16 copies; C stays f32.
+  const dt compute = ctx.compute_type();
   // Try the operands as given first, then with plain copies of A, B, C, in rising order of copying.
-  for (int copies = 0; copies < 8; ++copies) {
-    const dnnl::memory::desc ma = copies & 1 ? plain_desc(dims_of(a)) : a;
-    const dnnl::memory::desc mb = copies & 2 ? plain_desc(dims_of(b)) : b;
+  for (int copies = compute == dt::f32 ? 0 : 3; copies < 8; copies += compute == dt::f32 ? 1 : 4) {
+    const dnnl::memory::desc ma = copies & 1 ? plain_desc(dims_of(a), compute) : a;
+    const dnnl::memory::desc mb = copies & 2 ? plain_desc(dims_of(b), compute) : b;
     const dnnl::memory::desc mc = copies & 4 ? plain_desc(dims_of(c)) : c;
     const auto pd = make_matmul_pd(ctx.engine(), ma, mb, bias, mc, attr);
     if (std::string(pd.impl_info_str()).starts_with("ref")) continue;
@@ -28,10 +30,12 @@ BatchedMatmul::Product::Product(Context& ctx, const dnnl::memory::desc& a, const
     }
     return;
   }
-  // Only the reference kernel exists for this problem: copying would not help it.
-  matmul_ = dnnl::matmul(make_matmul_pd(ctx.engine(), a, b, bias, c, attr));
-  a_ = Relayout();
-  b_ = Relayout();
+  // Only the reference kernel exists for this problem: copying would not help it (but for bf16's).
+  const dnnl::memory::desc ma = compute == dt::f32 ? a : plain_desc(dims_of(a), compute);
+  const dnnl::memory::desc mb = compute == dt::f32 ? b : plain_desc(dims_of(b), compute);
+  matmul_ = dnnl::matmul(make_matmul_pd(ctx.engine(), ma, mb, bias, c, attr));
+  a_ = Relayout(ctx, a, ma);
+  b_ = Relayout(ctx, b, mb);
   c_.reset();
 }
 

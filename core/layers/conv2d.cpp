@@ -45,8 +45,11 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
 
   const dims_t dst_dims = {in[0], opt_.out_channels, out_h, out_w};
   const dims_t strides = {opt_.stride, opt_.stride}, padding = {opt_.padding, opt_.padding};
-  memory::desc src_any(in, dt::f32, tag::any), dst_any(dst_dims, dt::f32, tag::any);
-  memory::desc weights_any(weights_dims_, dt::f32, tag::any);
+  // In bf16 the products' inputs (source, weights, output gradient) are bf16; what they write is f32.
+  const dt compute = ctx.compute_type();
+  memory::desc src_any(in, compute, tag::any), dst_any(dst_dims, dt::f32, tag::any);
+  memory::desc diff_src_any(in, dt::f32, tag::any), diff_dst_any(dst_dims, compute, tag::any);
+  memory::desc weights_any(weights_dims_, compute, tag::any), diff_weights_any(weights_dims_, dt::f32, tag::any);
   memory::desc bias_md = opt_.bias ? memory::desc({opt_.out_channels}, dt::f32, tag::x) : memory::desc();
 
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
@@ -63,7 +66,8 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md) : FusedReluBackward();
 
   const auto bw_pd = make_conv_backward_weights_pd(ctx.engine(), dnnl::algorithm::convolution_direct, src_any,
-                                                   weights_any, bias_md, dst_any, strides, padding, padding, fwd_pd);
+                                                   diff_weights_any, bias_md, diff_dst_any, strides, padding,
+                                                   padding, fwd_pd);
   bwd_weights_ = dnnl::convolution_backward_weights(bw_pd);
   bwd_weights_src_ = Relayout(ctx, fwd_pd.src_desc(), bw_pd.src_desc());
   bwd_weights_diff_dst_ = Relayout(ctx, dst_md, bw_pd.diff_dst_desc());
@@ -72,8 +76,8 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   bwd_data_.reset();
   diff_src_to_input_layout_.reset();
   if (need_diff_src) {
-    const auto bd_pd = make_conv_backward_data_pd(ctx.engine(), dnnl::algorithm::convolution_direct, src_any,
-                                                  weights_any, dst_any, strides, padding, padding, fwd_pd);
+    const auto bd_pd = make_conv_backward_data_pd(ctx.engine(), dnnl::algorithm::convolution_direct, diff_src_any,
+                                                  weights_any, diff_dst_any, strides, padding, padding, fwd_pd);
     bwd_data_ = dnnl::convolution_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();

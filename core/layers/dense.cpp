@@ -39,24 +39,31 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   if (src_md != plain_desc(in)) throw Error(describe() + ": expects a plain [N, I] input");
   mode_ = mode;
   const memory::desc dst_md = plain_desc({in[0], opt_.out_features});
-  const memory::desc weights_any({opt_.out_features, opt_.in_features}, dt::f32, tag::any);
+  // In bf16 the products' inputs (source, weights, output gradient) are bf16; what they write is f32.
+  const dt compute = ctx.compute_type();
+  const memory::desc src_c(in, compute, tag::ab), diff_dst_c({in[0], opt_.out_features}, compute, tag::ab);
+  const memory::desc weights_any({opt_.out_features, opt_.in_features}, compute, tag::any);
+  const memory::desc diff_weights_any({opt_.out_features, opt_.in_features}, dt::f32, tag::any);
   const memory::desc bias_md = opt_.bias ? bias_.value.get_desc() : memory::desc();
 
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   const auto fwd_pd =
-      make_inner_product_forward_pd(ctx.engine(), prop, src_md, weights_any, bias_md, dst_md, relu_post_op(opt_.relu));
+      make_inner_product_forward_pd(ctx.engine(), prop, src_c, weights_any, bias_md, dst_md, relu_post_op(opt_.relu));
   fwd_ = dnnl::inner_product_forward(fwd_pd);
+  fwd_src_ = Relayout(ctx, src_md, src_c);
   fwd_weights_ = Relayout(ctx, weights_.value, fwd_pd.weights_desc());
   dst_ = Tensor(dst_md, ctx.engine());
   if (mode == Mode::infer) return dst_md;
 
   relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md) : FusedReluBackward();
-  const auto bw_pd = make_inner_product_backward_weights_pd(ctx.engine(), src_md, weights_any, bias_md, dst_md, fwd_pd);
+  const auto bw_pd =
+      make_inner_product_backward_weights_pd(ctx.engine(), src_c, diff_weights_any, bias_md, diff_dst_c, fwd_pd);
   bwd_weights_ = dnnl::inner_product_backward_weights(bw_pd);
   weight_gradients_.setup(ctx, bw_pd.diff_weights_desc(), weights_, bias_);
+  bwd_diff_dst_ = Relayout(ctx, dst_md, diff_dst_c);
   bwd_data_.reset();
   if (need_diff_src) {
-    const auto bd_pd = make_inner_product_backward_data_pd(ctx.engine(), src_md, weights_any, dst_md, fwd_pd);
+    const auto bd_pd = make_inner_product_backward_data_pd(ctx.engine(), src_md, weights_any, diff_dst_c, fwd_pd);
     bwd_data_ = dnnl::inner_product_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
@@ -68,7 +75,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
 
 const Tensor& Dense::forward(Context& ctx, const Tensor& src) {
   src_ = &src;
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src.memory()},
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, fwd_src_(ctx, src.memory())},
                                        {DNNL_ARG_WEIGHTS, fwd_weights_(ctx, weights_.value)},
                                        {DNNL_ARG_DST, dst_.memory()}};
   if (opt_.bias) args.insert({DNNL_ARG_BIAS, bias_.value});
@@ -78,9 +85,9 @@ const Tensor& Dense::forward(Context& ctx, const Tensor& src) {
 
 const Tensor& Dense::backward(Context& ctx, const Tensor& diff_dst) {
   if (mode_ != Mode::train) throw Error(describe() + ": backward called on a layer set up for inference");
-  const memory& grad = relu_backward_(ctx, dst_.memory(), diff_dst.memory());
+  const memory& grad = bwd_diff_dst_(ctx, relu_backward_(ctx, dst_.memory(), diff_dst.memory()));
   std::unordered_map<int, memory> wargs{
-      {DNNL_ARG_SRC, src_->memory()},
+      {DNNL_ARG_SRC, fwd_src_.last(src_->memory())},
       {DNNL_ARG_DIFF_DST, grad}};
   weight_gradients_.bind(ctx, wargs);
   bwd_weights_.execute(ctx.stream(), wargs);

@@ -40,7 +40,8 @@ class Dense : public Layer {
   Mode mode_ = Mode::train;
 
   dnnl::inner_product_forward fwd_;
-  Relayout fwd_weights_;
+  Relayout fwd_src_, fwd_weights_;  // to the compute type (bf16), or nothing to do
+  Relayout bwd_diff_dst_;
   Tensor dst_;
   const Tensor* src_ = nullptr;
 

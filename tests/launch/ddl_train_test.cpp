@@ -304,6 +304,56 @@ TEST_F(DdlTrain, BadLayoutsAreRefusedOnEveryRank) {
   expect_clean_error(run(kTrain + train_args("--schedule zigzag")), "--schedule must be gpipe or 1f1b");
 }
 
+// --precision bf16 (skipped on a CPU without AVX512-BF16 or AMX, where ddl_train refuses it: tested too).
+TEST_F(DdlTrain, Bf16TracksF32AndItsCheckpointsResumeInF32) {
+  const auto bf16 = run(kTrain + train_args("--epochs 2 --threads 2 --precision bf16 --checkpoint-dir " +
+                                            (scratch_ / "bf16")));
+  if (bf16.exit_code == 2 && bf16.err.find("neither AVX512-BF16 nor AMX") != std::string::npos)
+    GTEST_SKIP() << bf16.err;
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  EXPECT_NE(bf16.out.find("precision bf16: convolutions and dense layers multiply in bf16"), std::string::npos);
+  const auto f32 = run(kTrain + train_args("--epochs 2 --threads 2"));
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  // Two epochs on the sample: the loss curves agree within 3% (measured: 0.1-0.7%).
+  auto losses = [](const std::string& out) {
+    std::vector<double> l;
+    for (auto at = out.find("train loss "); at != std::string::npos; at = out.find("train loss ", at + 1))
+      l.push_back(std::stod(out.substr(at + 11)));
+    return l;
+  };
+  const auto lb = losses(bf16.out), lf = losses(f32.out);
+  ASSERT_EQ(lb.size(), 2u) << bf16.out;
+  ASSERT_EQ(lf.size(), 2u) << f32.out;
+  for (std::size_t e = 0; e < 2; ++e) EXPECT_NEAR(lb[e], lf[e], 0.03 * lf[e]) << "epoch " << e + 1;
+  // Checkpoints hold f32 weights: a bf16 run resumes in f32.
+  const auto resumed = run(kTrain + train_args("--epochs 3 --threads 2 --precision f32 --resume auto --checkpoint-dir " +
+                                               (scratch_ / "bf16")));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("options changed since the checkpoint: precision bf16 -> f32"), std::string::npos)
+      << resumed.out;
+  EXPECT_NE(resumed.out.find("epoch 3/3"), std::string::npos) << resumed.out;
+}
+
+TEST_F(DdlTrain, Bf16RanksMatchOneRankWithTheGlobalBatch) {
+  // bf16 rounds each image's values alone, and the mean's 1/64 or 1/32 scale is a power of two, which
+  // rounding commutes with: only the order of f32 sums differs, as in f32.
+  const std::string sgd = "--epochs 1 --optimizer sgd --momentum 0 --lr 0.05 --threads 1 --steps-per-epoch 8 "
+                          "--precision bf16 ";
+  const std::string one = scratch_ / "one", two = scratch_ / "two";
+  const auto single = run(kTrain + train_args(sgd + "--batch-size 64 --checkpoint-dir " + one));
+  if (single.exit_code == 2 && single.err.find("neither AVX512-BF16 nor AMX") != std::string::npos)
+    GTEST_SKIP() << single.err;
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const auto pair = run(kMpirun + " -np 2 " + kTrain + train_args(sgd + "--batch-size 32 --checkpoint-dir " + two));
+  ASSERT_EQ(pair.exit_code, 0) << pair.err;
+  const auto a = params(one + "/last.h5"), b = params(two + "/last.h5");
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+  std::cout << "bf16, 2 ranks: largest parameter difference " << worst << "\n";
+  EXPECT_LT(worst, 1e-5);
+}
+
 TEST_F(DdlTrain, InitStartsFromACheckpointsWeights) {
   const std::string source = scratch_ / "source", weights = source + "/last.h5";
   ASSERT_EQ(run(kTrain + train_args("--epochs 1 --steps-per-epoch 2 --checkpoint-dir " + source)).exit_code, 0);
