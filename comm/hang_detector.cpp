@@ -6,7 +6,8 @@
 
 namespace ddl {
 
-HangDetector::HangDetector(const WaitLimits& limits, std::string who) : who_(std::move(who)), limits_(limits) {
+HangDetector::HangDetector(const WaitLimits& limits, std::string who, const std::atomic<int>* stop_signal)
+    : who_(std::move(who)), limits_(limits), stop_signal_(stop_signal) {
   watcher_ = std::thread([this] { watch(); });
 }
 
@@ -64,6 +65,12 @@ void HangDetector::watch() {
     const double waited = std::chrono::duration<double>(now - newest.since).count();
     const double limit = limits_.limit(newest.kind);
     if (limit <= 0 || waited < limit) continue;
+    if (const int signal = stop_signal_ ? stop_signal_->load() : 0; signal != 0) {
+      std::fprintf(stderr, "ddl_train (%s): stopped by signal %d while %s\n", who_.c_str(), signal,
+                   newest.what.c_str());
+      std::fflush(stderr);
+      std::_Exit(128 + signal);
+    }
     const std::string late = newest.late ? newest.late() : "";
     const std::string what = late.empty() ? newest.what : newest.what + ", " + late;
     std::fprintf(stderr, "ddl_train: error (%s): no progress for %.0f s while %s (%s); stopping the job\n",

@@ -7,6 +7,7 @@
 // wait may.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -22,8 +23,10 @@ namespace ddl {
 
 class HangDetector {
  public:
-  // who: how the messages name this process ("rank 3").
-  HangDetector(const WaitLimits& limits, std::string who);
+  // who: how the messages name this process ("rank 3"). stop_signal, when given, holds the signal that
+  // asked this process to stop (0: none): a wait that times out after one is the job being ended (mpirun
+  // ends the others when one rank fails), not a peer's fault, and is said so, without an error.
+  HangDetector(const WaitLimits& limits, std::string who, const std::atomic<int>* stop_signal = nullptr);
   ~HangDetector();
   HangDetector(const HangDetector&) = delete;
   HangDetector& operator=(const HangDetector&) = delete;
@@ -63,6 +66,7 @@ class HangDetector {
   using clock = std::chrono::steady_clock;
   std::string who_;
   WaitLimits limits_;
+  const std::atomic<int>* stop_signal_;
   std::string phase_ = "start-up";
   clock::time_point last_step_ = clock::now();
   std::mutex mutex_;

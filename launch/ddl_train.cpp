@@ -740,7 +740,7 @@ int main(int argc, char** argv) {
     world.emplace();
     auto options = parse_train_options(argc, argv);
     if (!options) return world->any(false) ? 2 : 0;
-    hang.emplace(WaitLimits(options->timeout_seconds), "rank " + std::to_string(world->rank()));
+    hang.emplace(WaitLimits(options->timeout_seconds), "rank " + std::to_string(world->rank()), &stop_signal);
     world->watch(&*hang, "all ranks");
     run.emplace();
     run->options = *options;

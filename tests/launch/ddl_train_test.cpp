@@ -417,8 +417,8 @@ TEST_F(DdlTrain, AStoppedRankIsNamedWithinTheTimeout) {
       << pipe.err;
   EXPECT_NE(pipe.err.find("from rank 1"), std::string::npos) << pipe.err;
   EXPECT_LT(seconds_after_signal(pipe.err), 15.0) << pipe.err;
-  // The other way round: rank 1 names the stopped rank 0, and rank 0, woken by mpirun to be ended, does
-  // not blame rank 1 for the time it was stopped itself.
+  // The other way round: rank 1 names the stopped rank 0, and rank 0, woken by mpirun to be ended, blames
+  // nobody: not rank 1 for the time it was stopped itself, nor for rank 1's end while mpirun ends the job.
   const auto first = run(kSignalRank + " STOP 0 'epoch 1/' " + kMpirun + " -np 2 " + kTrain +
                          train_args(args + "--pipeline-stages 2 --micro-batches 2"));
   EXPECT_NE(first.exit_code, 0);
@@ -522,15 +522,17 @@ TEST_F(DdlTrain, ThreeHostsOverTcpMatchOneHostAndSurviveACutLink) {
   EXPECT_EQ(params(hosts + "/last.h5"), params(local + "/last.h5"));
 
   // Host 3's link is cut during epoch 3: ranks 0 and 1 wait for it in the all-reduce. Each rank must stop
-  // by itself within the timeout, rank 0 naming rank 2, and the last checkpoint must still resume.
+  // by itself within the timeout, naming rank 2 (rank 0 receiving from it, or rank 1 sending to it: whichever
+  // times out first), and the last checkpoint must still resume.
   const auto cut = run(kThreeHosts + " cut " + (scratch_ / "cut") + " 'epoch 2/'" + args + hosts +
                        " --epochs 1000 --timeout 4");
   ASSERT_EQ(cut.exit_code, 0) << cut.out;
   std::ifstream in(scratch_ / "cut/err.txt");
   const std::string err((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(err.find("ddl_train: error (rank 0): no progress for 4 s while receiving a ring all-reduce step from "
-                     "rank 2"),
-            std::string::npos)
+  EXPECT_TRUE(err.find("ddl_train: error (rank 0): no progress for 4 s while receiving a ring all-reduce step from "
+                       "rank 2") != std::string::npos ||
+              err.find("ddl_train: error (rank 1): no progress for 4 s while in a ring all-reduce step (sending to "
+                       "rank 2)") != std::string::npos)
       << err;
   const double cut_at = seconds_at(cut.out, "cut after");
   EXPECT_LT(seconds_at(cut.out, "reported after") - cut_at, 10.0) << cut.out;
