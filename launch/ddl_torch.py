@@ -54,6 +54,30 @@ torchvision = need("torchvision")
 nn = torch.nn
 
 
+def run_tool(action, args):
+    """Runs a tool's action: a problem with its input ends in one line and exit 2, not a traceback."""
+    try:
+        action(args)
+    except ToolError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
+
+
+def save_atomically(write, path):
+    """write(tmp) writes the file to path.tmp, which then replaces path: a failure leaves path as it was."""
+    tmp = path + ".tmp"
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, RuntimeError):  # torch.save's word for a missing folder or a full disk
+            raise ToolError(f"{path}: cannot be written ({str(e).splitlines()[0]})")
+        raise
+
+
 def model_settings(name, values):
     """The settings a model was built with, from a checkpoint's configuration (0: the model's own)."""
     if name not in MODELS:
@@ -290,7 +314,7 @@ def header_checksum(c):
 
 def write_checkpoint(path, c):
     """A checkpoint of format 3 with weights and layer state, without optimizer state (it resumes nothing:
-    ddl_train --init, ddl_eval and ddl_predict take it). Written to path.tmp, then renamed."""
+    ddl_train --init, ddl_eval and ddl_predict take it)."""
     h5py = need("h5py")
     import numpy
 
@@ -302,8 +326,8 @@ def write_checkpoint(path, c):
         values = numpy.ascontiguousarray(values)
         chunks = dict(chunks=(min(len(values), CHUNK_VALUES),), fletcher32=True) if len(values) else {}
         group.create_dataset(name, data=values, **chunks)
-    tmp = path + ".tmp"
-    try:
+
+    def write(tmp):
         with h5py.File(tmp, "w", libver=("v110", "v110")) as f:
             a = f.attrs
             a.create("ddl_format", strings(["ddl-checkpoint"]))
@@ -328,11 +352,7 @@ def write_checkpoint(path, c):
             f.create_group("optimizer_state")
             f.flush()
             os.fsync(f.id.get_vfd_handle())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    save_atomically(write, path)
 
 
 def ddl_layout(ddl_data, name, num_classes, settings):

@@ -8,12 +8,11 @@ ResNet with a 3x3 stride-1 conv1 and an Identity maxpool; seed_cnn, seed_cnn_bn,
 the modules of launch/ddl_torch.py (ddl_torch.torch_model(name, N) builds any of them).
 """
 import argparse
-import os
 import sys
 import warnings
 
 import ddl_torch
-from ddl_torch import ToolError, fail, torch
+from ddl_torch import ToolError, torch
 
 
 def export(args):
@@ -46,7 +45,7 @@ def export(args):
             at += tensors[key].numel()
         tensors[key].copy_(torch.from_numpy(values.copy()).reshape(tensors[key].shape))
     model.eval()
-    save_atomically(lambda path: torch.save(model.state_dict(), path), args.output)
+    ddl_torch.save_atomically(lambda path: torch.save(model.state_dict(), path), args.output)
     print(f"export_torch: wrote {args.output}: {c.model} with {classes} classes, {len(c.params)} parameters")
     if onnx:
         size = settings["image_size"]
@@ -55,7 +54,7 @@ def export(args):
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         # Traced with gradients on: in evaluation without them, PyTorch's attention takes a fused path
         # (aten::_native_multi_head_attention) that ONNX has no operator for.
-        save_atomically(lambda path: torch.onnx.export(
+        ddl_torch.save_atomically(lambda path: torch.onnx.export(
             model, images, path, input_names=["images"], output_names=["logits"], opset_version=14,
             dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}), args.onnx)
         try:
@@ -71,30 +70,12 @@ def export(args):
         print("export_torch: the model takes RGB images scaled to [0, 1], as in training")
 
 
-def save_atomically(write, path):
-    tmp = path + ".tmp"
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        if isinstance(e, RuntimeError):  # torch.save's word for a missing folder or a full disk
-            raise ToolError(f"{path}: cannot be written ({str(e).splitlines()[0]})")
-        raise
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     parser.add_argument("checkpoint", help="a ddl_train checkpoint (best.h5, last.h5)")
     parser.add_argument("output", help="the state_dict to write (.pt)")
     parser.add_argument("--onnx", metavar="FILE", help="also an ONNX file of the model in evaluation mode")
-    try:
-        export(parser.parse_args())
-    except ToolError as e:
-        fail(str(e))
-    except OSError as e:
-        fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
+    ddl_torch.run_tool(export, parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 import ddl_torch
-from ddl_torch import ToolError, fail, torch
+from ddl_torch import ToolError, torch
 
 IMAGENET_MODELS = ("alexnet", "vgg16", "resnet18", "resnet50", "vit_b16")
 
@@ -94,13 +94,7 @@ def main():
                              "ImageNet-size models), or pixels scaled to [0, 1] (the default for the others)")
     parser.add_argument("--image-size", type=int, default=0, help="input height and width (0: the model's)")
     parser.add_argument("--ddl-data", default=ddl_torch.default_ddl_data(), help="the ddl_data program")
-    args = parser.parse_args()
-    try:
-        import_weights(args)
-    except ToolError as e:
-        fail(str(e))
-    except OSError as e:
-        fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
+    ddl_torch.run_tool(import_weights, parser.parse_args())
 
 
 if __name__ == "__main__":
