@@ -82,7 +82,9 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
     if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value, bd_pd.weights_desc());
-    bwd_data_diff_dst_ = Relayout(ctx, dst_md, bd_pd.diff_dst_desc());
+    // And the weights' backward's converted output gradient (bf16, or another layout) when it fits.
+    reuse_weights_diff_dst_ = bd_pd.diff_dst_desc() == bw_pd.diff_dst_desc();
+    bwd_data_diff_dst_ = reuse_weights_diff_dst_ ? Relayout() : Relayout(ctx, dst_md, bd_pd.diff_dst_desc());
     diff_src_.reset(src_md);
     if (bd_pd.diff_src_desc() != src_md) {
       diff_src_raw_ = Tensor(bd_pd.diff_src_desc(), ctx.engine());
@@ -116,7 +118,8 @@ const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
 
   if (!bwd_data_) return diff_src_.current();
   const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.get(ctx).memory();
-  bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, bwd_data_diff_dst_(ctx, grad)},
+  bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, reuse_weights_diff_dst_ ? bwd_weights_diff_dst_.last(grad)
+                                                                               : bwd_data_diff_dst_(ctx, grad)},
                                     {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value)
                                                                               : bwd_data_weights_(ctx, weights_.value)},
                                     {DNNL_ARG_DIFF_SRC, out}});

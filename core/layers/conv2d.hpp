@@ -56,7 +56,7 @@ class Conv2d : public Layer {
   Relayout bwd_weights_src_, bwd_weights_diff_dst_;
   WeightGradients weight_gradients_;
   std::optional<dnnl::convolution_backward_data> bwd_data_;
-  bool reuse_forward_weights_ = false;
+  bool reuse_forward_weights_ = false, reuse_weights_diff_dst_ = false;
   Relayout bwd_data_weights_, bwd_data_diff_dst_;
   Tensor diff_src_raw_;
   std::optional<Copy> diff_src_to_input_layout_;
