@@ -6,6 +6,8 @@
 
 #include "core/error.hpp"
 #include "core/initializer.hpp"
+#include "core/layers/dense.hpp"
+#include "core/layers/split_dense.hpp"
 
 namespace ddl {
 
@@ -21,8 +23,24 @@ void Model::add(std::unique_ptr<Layer> layer) {
 
 std::size_t Model::layer_param_count(std::size_t i) const {
   std::size_t n = 0;
-  for (const auto& spec : layers_.at(i)->param_specs()) n += product(spec.dims);
+  for (const auto& spec : layers_.at(i)->param_specs()) n += whole_size(spec);
   return n;
+}
+
+void Model::split_layers(const std::vector<std::size_t>& layers, TensorGroup& group) {
+  if (finalized_ || whole_layers_ != 0) throw Error("model " + name_ + ": split_layers() after keep_layers or finalize");
+  if (layers.empty()) return;
+  batch_gather_layer_ = *std::min_element(layers.begin(), layers.end());
+  for (const std::size_t i : layers) {
+    if (i >= layers_.size())
+      throw InputError("model " + name_ + " has " + std::to_string(layers_.size()) + " layers, no layer " +
+                       std::to_string(i) + " to split");
+    const auto* dense = dynamic_cast<const Dense*>(layers_[i].get());
+    if (!dense)
+      throw InputError("model " + name_ + ": layer " + std::to_string(i) + " (" + layers_[i]->describe() +
+                       ") is not a dense layer; only dense layers split across ranks");
+    layers_[i] = std::make_unique<SplitDense>(dense->options(), group, i == batch_gather_layer_);
+  }
 }
 
 void Model::keep_layers(std::size_t begin, std::size_t end) {
@@ -47,17 +65,19 @@ void Model::keep_layers(std::size_t begin, std::size_t end) {
 
 void Model::finalize(Context& ctx, Model* share) {
   if (whole_layers_ == 0) whole_layers_ = layers_.size();
-  std::size_t total = 0;
+  std::size_t total = 0, whole = param_offset_;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     layer_param_begin_.push_back(total);
     for (const auto& spec : layers_[i]->param_specs()) {
       const std::size_t n = product(spec.dims);
-      entries_.push_back({i, std::to_string(first_layer_ + i) + "." + spec.name, spec, total, n});
+      entries_.push_back(
+          {i, std::to_string(first_layer_ + i) + "." + spec.name, spec, total, n, whole + slice_offset(spec)});
       total += n;
+      whole += whole_size(spec);
     }
   }
   layer_param_begin_.push_back(total);
-  if (whole_params_ == 0) whole_params_ = total;
+  if (whole_params_ == 0) whole_params_ = whole;
   std::span<float>& params = params_view_;
   std::span<float>& grads = grads_view_;
   if (share) {
@@ -83,9 +103,37 @@ void Model::finalize(Context& ctx, Model* share) {
 }
 
 void Model::initialize(std::uint64_t seed) {
-  for (std::size_t e = 0; e < entries_.size(); ++e)
-    initialize_param(entries_[e].spec, params_view_.subspan(entries_[e].offset, entries_[e].size), seed,
-                     first_entry_ + e);
+  for (std::size_t e = 0; e < entries_.size(); ++e) {
+    const ParamSpec& spec = entries_[e].spec;
+    const std::span<float> values = params_view_.subspan(entries_[e].offset, entries_[e].size);
+    if (spec.whole_dims.empty()) {
+      initialize_param(spec, values, seed, first_entry_ + e);
+      continue;
+    }
+    // A slice holds the values the whole array would hold there.
+    std::vector<float> whole(whole_size(spec));
+    initialize_param(spec, whole, seed, first_entry_ + e);
+    const auto from = whole.begin() + static_cast<std::ptrdiff_t>(slice_offset(spec));
+    std::copy(from, from + static_cast<std::ptrdiff_t>(values.size()), values.begin());
+  }
+}
+
+std::vector<WholeSegment> Model::whole_segments() const {
+  std::vector<WholeSegment> segments;
+  for (const auto& e : entries_) {
+    if (!segments.empty() && segments.back().offset + segments.back().count == e.offset &&
+        segments.back().whole_offset + segments.back().count == e.whole_offset)
+      segments.back().count += e.size;
+    else
+      segments.push_back({e.offset, e.whole_offset, e.size});
+  }
+  return segments;
+}
+
+std::size_t Model::params_before_batch_gather() const {
+  std::size_t i = 0;
+  while (i < layers_.size() && first_layer_ + i < batch_gather_layer_) ++i;
+  return layer_param_begin_.empty() ? 0 : layer_param_begin_[i];
 }
 
 void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {

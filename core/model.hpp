@@ -6,6 +6,9 @@
 // range before finalize(). A stage names and initialises its parameters exactly as the whole model
 // would, so its flat buffer is the slice [param_offset(), param_offset() + param_count()) of the whole
 // model's, bit for bit.
+//
+// A layer may also be split across a tensor group (split_layers): each rank then holds a slice of its
+// parameters, and whole_segments() says where the rank's values lie in the whole model's buffer.
 #pragma once
 
 #include <functional>
@@ -16,6 +19,7 @@
 #include "core/aligned_buffer.hpp"
 #include "core/layers/layer.hpp"
 #include "core/profiler.hpp"
+#include "core/tensor_group.hpp"
 
 namespace ddl {
 
@@ -26,6 +30,12 @@ struct ParamEntry {
   ParamSpec spec;
   std::size_t offset;
   std::size_t size;
+  std::size_t whole_offset;  // of this rank's values in the whole model's flat buffer (checkpoints)
+};
+
+// A run of this rank's flat buffer that is contiguous in the whole model's too.
+struct WholeSegment {
+  std::size_t offset, whole_offset, count;
 };
 
 class Model {
@@ -34,6 +44,9 @@ class Model {
   Model(std::string name, dims_t input_shape, int num_classes);
 
   void add(std::unique_ptr<Layer> layer);
+  // Before keep_layers and finalize: splits the dense layers at these indices across `group` (SplitDense),
+  // the first of them gathering the group's batch. Throws InputError for a layer that cannot be split.
+  void split_layers(const std::vector<std::size_t>& layers, TensorGroup& group);
   // Before finalize: keeps only layers [begin, end) of the whole model (a pipeline stage).
   void keep_layers(std::size_t begin, std::size_t end);
   // Allocates the flat buffers and binds every layer to its slices; no layer may be added after. With
@@ -76,6 +89,13 @@ class Model {
   std::span<const float> params() const { return params_view_; }
   const std::vector<ParamEntry>& param_entries() const { return entries_; }
   std::size_t param_count() const { return params_view_.size(); }
+  // Where this rank's flat buffer lies in the whole model's: one segment unless layers are split.
+  std::vector<WholeSegment> whole_segments() const;
+  // The parameters (at the front of the flat buffer) of the layers below the one that gathers a tensor
+  // group's batch: each rank of the group trains them on its own images. All of them without a split.
+  std::size_t params_before_batch_gather() const;
+  // Whether a split layer (on this stage or an earlier one) gathers the tensor group's batch in training.
+  bool gathers_batch() const { return batch_gather_layer_ != static_cast<std::size_t>(-1); }
   // Every layer's non-trainable state, named "<layer index>.<name>".
   std::vector<StateView> state();
 
@@ -91,6 +111,7 @@ class Model {
   int num_classes_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::size_t first_layer_ = 0, whole_layers_ = 0;  // whole_layers_ is set by keep_layers or finalize
+  std::size_t batch_gather_layer_ = static_cast<std::size_t>(-1);  // whole index (split_layers)
   std::size_t first_entry_ = 0, param_offset_ = 0, whole_params_ = 0;
   std::vector<ParamEntry> entries_;
   std::vector<std::size_t> layer_param_begin_;  // flat offset of each layer's first parameter, plus the end

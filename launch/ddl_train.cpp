@@ -27,6 +27,7 @@
 #include "comm/mpi_environment.hpp"
 #include "comm/mpi_replica_group.hpp"
 #include "comm/mpi_stage_link.hpp"
+#include "comm/mpi_tensor_group.hpp"
 #include "comm/replica_check.hpp"
 #include "comm/stop_vote.hpp"
 #include "core/checksum.hpp"
@@ -43,6 +44,7 @@
 #include "launch/metrics_log.hpp"
 #include "launch/progress_bar.hpp"
 #include "launch/stage_partition.hpp"
+#include "launch/tensor_split.hpp"
 #include "launch/thread_count.hpp"
 #include "launch/train_options.hpp"
 #include "launch/trained_model.hpp"
@@ -88,18 +90,27 @@ std::vector<T> select(const std::vector<T>& from, const std::vector<std::size_t>
   return out;
 }
 
-// World rank = replica * stages + stage: a replica's stages are neighbouring ranks, on one node when
+// World rank = (replica * stages + stage) * tensor + t: the ranks that split a stage's layers are
+// neighbours (they exchange activations at every split layer), then a replica's stages, on one node when
 // the node has room for them.
 struct Grid {
-  int replicas = 1, stages = 1, replica = 0, stage = 0;
-  Grid(int ranks, int rank, int pipeline_stages) : stages(pipeline_stages) {
-    if (ranks % stages != 0)
+  int replicas = 1, stages = 1, tensor = 1;  // D x S x T
+  int replica = 0, stage = 0, t = 0;
+  Grid(int ranks, int rank, int pipeline_stages, int tensor_parallel) : stages(pipeline_stages), tensor(tensor_parallel) {
+    if (ranks % (stages * tensor) != 0)
       throw InputError(std::to_string(ranks) + " ranks do not form a grid of replicas x " + std::to_string(stages) +
-                       " pipeline stages (the rank count must be a multiple of --pipeline-stages)");
-    replicas = ranks / stages;
-    replica = rank / stages;
-    stage = rank % stages;
+                       " pipeline stages x " + std::to_string(tensor) +
+                       " tensor-parallel ranks (the rank count must be a multiple of --pipeline-stages times "
+                       "--tensor-parallel)");
+    replicas = ranks / (stages * tensor);
+    replica = rank / (stages * tensor);
+    stage = rank / tensor % stages;
+    t = rank % tensor;
   }
+  // Each rank of a tensor group trains on its own images (the split layers gather them), so the training
+  // data is dealt among D x T ranks.
+  int data_rank() const { return replica * tensor + t; }
+  int data_ranks() const { return replicas * tensor; }
 };
 
 // Everything a run holds, built before the first step.
@@ -107,8 +118,13 @@ struct Run {
   TrainOptions options;
   std::string resume_path;
   Context ctx;
-  Grid grid{1, 0, 1};
-  std::optional<Communicator> pipeline, stage_replicas;  // this replica's stages; this stage's replicas
+  Grid grid{1, 0, 1, 1};
+  // The stages of this replica (of this rank's tensor index); the replicas of this stage (likewise); the
+  // ranks that split this stage's layers; every rank of this replica (checkpoints are written in turn).
+  std::optional<Communicator> pipeline, stage_replicas, tensor, replica_ranks;
+  std::optional<MpiTensorGroup> tensor_group;  // with --tensor-parallel > 1
+  std::vector<std::size_t> split_layers;
+  std::string split_report;
   std::vector<std::size_t> partition;                    // layers per stage
   std::string partition_report;
   std::optional<BatchLoader> train_loader, val_loader;   // on the first stage only
@@ -136,11 +152,16 @@ void build(Run& run, const Communicator& world) {
                        "slower than f32): train with --precision f32");
     run.ctx.set_compute_type(dt::bf16);
   }
-  run.grid = Grid(world.size(), world.rank(), o.pipeline_stages);
-  run.pipeline.emplace(world.split(run.grid.replica, run.grid.stage));
-  run.stage_replicas.emplace(world.split(run.grid.stage, run.grid.replica));
-  run.pipeline->watch(world.hang_detector(), "the stages of replica " + std::to_string(run.grid.replica));
-  run.stage_replicas->watch(world.hang_detector(), "the replicas of stage " + std::to_string(run.grid.stage));
+  const Grid& g = run.grid = Grid(world.size(), world.rank(), o.pipeline_stages, o.tensor_parallel);
+  run.pipeline.emplace(world.split(g.replica * g.tensor + g.t, g.stage));
+  run.stage_replicas.emplace(world.split(g.stage * g.tensor + g.t, g.replica));
+  run.tensor.emplace(world.split(g.replica * g.stages + g.stage, g.t));
+  run.replica_ranks.emplace(world.split(g.replica, g.stage * g.tensor + g.t));
+  run.pipeline->watch(world.hang_detector(), "the stages of replica " + std::to_string(g.replica));
+  run.stage_replicas->watch(world.hang_detector(), "the replicas of stage " + std::to_string(g.stage));
+  run.tensor->watch(world.hang_detector(), "the ranks that split stage " + std::to_string(g.stage) + "'s layers");
+  run.replica_ranks->watch(world.hang_detector(), "the ranks of replica " + std::to_string(g.replica));
+  if (g.tensor > 1) run.tensor_group.emplace(*run.tensor);
   const bool first_stage = run.grid.stage == 0;
 
   for (const auto& [option, path] : {std::pair{"--train", o.train_path}, std::pair{"--val", o.val_path}})
@@ -173,15 +194,22 @@ void build(Run& run, const Communicator& world) {
   if (train.channels() != in[0])
     throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
                      " holds " + image_shape(train));
-  StagePartition partition = choose_partition(o, config, layers, run.grid.stage, *run.pipeline, world, run.ctx);
+  LayerSplit split;
+  if (g.tensor > 1) {
+    TensorSplitChoice choice = choose_tensor_split(o.tensor_split, *whole, g.tensor);
+    run.split_layers = choice.layers;
+    run.split_report = std::move(choice.report);
+    split = {run.split_layers, &*run.tensor_group};
+  }
+  StagePartition partition = choose_partition(o, config, layers, g.stage, *run.pipeline, world, run.ctx);
   run.partition = std::move(partition.counts);
   run.partition_report = std::move(partition.report);
-  const LayerRange range = stage_range(run.partition, run.grid.stage);
-  run.model = make_model(o.model, config, run.ctx, range);
+  const LayerRange range = stage_range(run.partition, g.stage);
+  run.model = make_model(o.model, config, run.ctx, range, nullptr, split);
   run.model->initialize(o.seed);
   run.plan = {o.micro_batches, o.pipeline_schedule, static_cast<std::size_t>(o.batch_size)};
-  for (int c = 1; c < Trainer::slots_needed(run.plan, run.grid.stage, run.grid.stages); ++c)
-    run.model_copies.push_back(make_model(o.model, config, run.ctx, range, run.model.get()));
+  for (int c = 1; c < Trainer::slots_needed(run.plan, g.stage, g.stages); ++c)
+    run.model_copies.push_back(make_model(o.model, config, run.ctx, range, run.model.get(), split));
 
   // Images of another size than the model's input are resampled by the loader.
   Preprocessing prep;
@@ -224,7 +252,7 @@ void build(Run& run, const Communicator& world) {
     run.train_subset.assign(order.begin() + n_val, order.end());
     if (first_stage) run.val_loader.emplace(o.train_path, eval_prep, static_cast<std::size_t>(o.batch_size), run.ctx);
   }
-  const std::size_t global_batch = static_cast<std::size_t>(o.batch_size) * static_cast<std::size_t>(run.grid.replicas);
+  const std::size_t global_batch = static_cast<std::size_t>(o.batch_size) * static_cast<std::size_t>(g.data_ranks());
   if (run.train_subset.size() < global_batch)
     throw InputError("the training set has " + std::to_string(run.train_subset.size()) +
                      " images, fewer than one global batch of " + std::to_string(global_batch));
@@ -235,7 +263,7 @@ void build(Run& run, const Communicator& world) {
     run.optimizer = make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
   else
     run.optimizer = make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
-  const float lr = o.scale_lr ? o.lr * static_cast<float>(run.grid.replicas) : o.lr;
+  const float lr = o.scale_lr ? o.lr * static_cast<float>(g.data_ranks()) : o.lr;
   run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
   run.state.model_name = o.model;
@@ -264,16 +292,18 @@ void print_profile(const Profiler& profiler, double train_seconds, std::size_t s
               100.0 * (train_seconds - layers) / train_seconds);
 }
 
-// One checkpoint file from the first replica's stages, written in turn (checkpoint.hpp).
+// One checkpoint file from the first replica's ranks, written in turn, stage after stage and within a
+// stage rank after rank of its tensor group (checkpoint.hpp).
 // keep_previous: the file `path` held stays as previous_checkpoint(path) (for last.h5).
 void save(Run& run, const std::string& path, bool keep_previous) {
   if (run.grid.replica != 0) return;
-  for (int s = 0; s < run.grid.stages; ++s) {
-    if (s == run.grid.stage) {
-      write_checkpoint_part(path, *run.model, *run.optimizer, run.state);
-      if (s + 1 == run.grid.stages) publish_checkpoint(path, keep_previous);
+  const Communicator& writers = *run.replica_ranks;
+  for (int turn = 0; turn < writers.size(); ++turn) {
+    if (turn == writers.rank()) {
+      write_checkpoint_part(path, *run.model, *run.optimizer, run.state, {turn == 0, run.grid.t == 0});
+      if (turn + 1 == writers.size()) publish_checkpoint(path, keep_previous);
     }
-    run.pipeline->barrier();
+    writers.barrier();
   }
 }
 
@@ -297,7 +327,11 @@ void print_header(Run& run, const Communicator& world) {
     std::cout << run.model->summary(run.ctx);
   else
     std::printf("model %s in %d pipeline stages:\n%s", o.model.c_str(), g.stages, run.partition_report.c_str());
-  if (g.stages == 1)
+  if (g.tensor > 1)
+    std::printf("ranks %d in a grid %d x %d x %d (replicas x stages x tensor-parallel), threads per rank %d, batch %d "
+                "per rank (global %d)",
+                world.size(), g.replicas, g.stages, g.tensor, run.threads, o.batch_size, o.batch_size * g.data_ranks());
+  else if (g.stages == 1)
     std::printf("ranks %d, threads per rank %d, batch %d per rank (global %d)", world.size(), run.threads,
                 o.batch_size, o.batch_size * g.replicas);
   else
@@ -307,6 +341,7 @@ void print_header(Run& run, const Communicator& world) {
     std::printf(" in %d micro-batches (%s)", o.micro_batches, o.schedule.c_str());
   std::printf(", %zu training / %zu validation images\n", run.train_subset.size(), run.val_subset.size());
   if (!run.nodes.empty()) std::printf("%s\n", run.nodes.c_str());
+  if (!run.split_report.empty()) std::printf("%s\n", run.split_report.c_str());
   const ImageDataset& data = run.train_loader->dataset();
   const dims_t& in = run.model->input_shape();
   if (data.height() != in[1] || data.width() != in[2])
@@ -316,7 +351,7 @@ void print_header(Run& run, const Communicator& world) {
   if (o.precision == "bf16")
     std::printf("precision bf16: convolutions and dense layers multiply in bf16 and accumulate in f32; weights, "
                 "gradients and every other layer f32\n");
-  if (g.replicas > 1 && o.bucket_mb > 0 && g.stages == 1)
+  if (g.replicas > 1 && o.bucket_mb > 0 && g.stages == 1 && g.tensor == 1)
     std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", o.allreduce.c_str(),
                 o.allreduce_wire.c_str(), o.bucket_mb);
   else if (g.replicas > 1)
@@ -341,7 +376,8 @@ void print_header(Run& run, const Communicator& world) {
 // One Chrome trace file for the whole job, written by rank 0.
 void write_timeline(const Run& run, const Timeline& timeline, const Communicator& world) {
   const std::string label = "rank " + std::to_string(world.rank()) + " (replica " +
-                            std::to_string(run.grid.replica) + ", stage " + std::to_string(run.grid.stage) + ")";
+                            std::to_string(run.grid.replica) + ", stage " + std::to_string(run.grid.stage) +
+                            (run.grid.tensor > 1 ? ", tensor rank " + std::to_string(run.grid.t) : "") + ")";
   const auto texts = world.gather(timeline.json_events(world.rank(), label), 0);
   if (world.rank() != 0) return;
   const std::string& path = run.options.timeline_path;
@@ -374,12 +410,17 @@ void catch_stop_signals() {
 // After SIGINT or SIGTERM (Slurm's pre-emption): every rank stopped after the same step; the checkpoint
 // records how far the run got (`steps` of the epoch, 0 at an epoch's end), so --resume continues it
 // exactly. Exit code 128 + the signal, as a shell reports a process ended by it.
+// The one rank that speaks for the job.
+bool world_rank_zero(const Run& run) {
+  return run.grid.replica == 0 && run.grid.stage == 0 && run.grid.t == 0;
+}
+
 int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps) {
   const TrainOptions& o = run.options;
   run.state.epochs_done = static_cast<std::uint64_t>(epoch);
   const std::string last = (std::filesystem::path(o.checkpoint_dir) / "last.h5").string();
   if (!o.checkpoint_dir.empty() && run.state.steps_done > 0) save(run, last, true);
-  if (run.pipeline->rank() == 0 && run.grid.replica == 0) {
+  if (world_rank_zero(run)) {
     if (run.state.steps_done > 0)
       std::printf("stopped by a signal in epoch %d at step %llu/%zu (train loss %.4f over its last %zu steps)",
                   epoch + 1, static_cast<unsigned long long>(run.state.steps_done), steps, tr.loss, tr.steps);
@@ -487,14 +528,15 @@ bool initialize(Run& run, const Communicator& world) {
     const std::span<float> to = run.model->params();
     for (const auto& e : run.model->param_entries()) {
       const auto it = values.find(e.name);
-      if (it != values.end() && it->second.size() == e.size)
-        std::copy(it->second.begin(), it->second.end(), to.begin() + static_cast<std::ptrdiff_t>(e.offset));
+      if (it != values.end() && it->second.size() == whole_size(e.spec))
+        std::copy_n(it->second.begin() + static_cast<std::ptrdiff_t>(slice_offset(e.spec)), e.size,
+                    to.begin() + static_cast<std::ptrdiff_t>(e.offset));
       else if (run.model->first_layer() + e.layer == classifier && source_classes != run.model->num_classes())
         fresh += (fresh.empty() ? "" : ", ") + e.name;
       else
         throw InputError("--init " + path + ": " + e.name + " holds " +
                          std::to_string(it == values.end() ? 0 : it->second.size()) + " values there, " +
-                         std::to_string(e.size) + " here (trained with another --image-size or shape?)");
+                         std::to_string(whole_size(e.spec)) + " here (trained with another --image-size or shape?)");
     }
     for (const auto& s : run.model->state()) {
       const auto it = values.find(s.name);
@@ -573,9 +615,10 @@ int train(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   const Grid& g = run.grid;
   const bool lead = world.rank() == 0;
-  // The communication thread of buckets and the pipeline's messages would call MPI from two threads at
-  // once, which MPI_THREAD_SERIALIZED forbids: a pipeline averages its gradients after the step.
-  const double bucket_mb = g.stages > 1 ? 0.0 : o.bucket_mb;
+  // The communication thread of buckets and the pipeline's messages (or a split layer's collectives) would
+  // call MPI from two threads at once, which MPI_THREAD_SERIALIZED forbids: such a run averages its
+  // gradients after the step.
+  const double bucket_mb = g.stages > 1 || g.tensor > 1 ? 0.0 : o.bucket_mb;
   MpiReplicaGroup group(*run.stage_replicas,
                         {o.allreduce_algorithm, o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
                         static_cast<std::size_t>(bucket_mb * (1 << 20)));
@@ -596,7 +639,8 @@ int train(Run& run, const Communicator& world) {
   if (o.profile) run.model->attach_profiler(&profiler);
   std::vector<Model*> copies{run.model.get()};
   for (auto& c : run.model_copies) copies.push_back(c.get());
-  Trainer trainer(run.ctx, copies, *run.optimizer, run.schedule, group, link ? &*link : nullptr, run.plan);
+  Trainer trainer(run.ctx, copies, *run.optimizer, run.schedule, group, link ? &*link : nullptr, run.plan,
+                  run.tensor_group ? &*run.tensor_group : nullptr);
   std::optional<MetricsLog> metrics;
   if (lead && !o.metrics_path.empty()) metrics.emplace(o.metrics_path, !run.resume_path.empty());
   // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
@@ -623,7 +667,8 @@ int train(Run& run, const Communicator& world) {
     double train_seconds = 0;
     std::size_t train_steps = 0;
     for (auto epoch = static_cast<int>(run.state.epochs_done); epoch < o.epochs; ++epoch) {
-      auto indices = training_indices(run.train_subset.size(), o.seed, epoch, g.replica, g.replicas, o.batch_size);
+      auto indices =
+          training_indices(run.train_subset.size(), o.seed, epoch, g.data_rank(), g.data_ranks(), o.batch_size);
       if (o.steps_per_epoch > 0)
         indices.resize(std::min(indices.size(), static_cast<std::size_t>(o.steps_per_epoch) * o.batch_size));
       const std::size_t steps = indices.size() / o.batch_size;
@@ -634,6 +679,7 @@ int train(Run& run, const Communicator& world) {
       ProgressBar progress(epoch + 1, o.epochs);
       group.take_stats();
       if (link) link->take_wait_seconds();
+      if (run.tensor_group) run.tensor_group->take_bytes_sent();
       EpochHooks hooks;
       if (bar) hooks.progress = [&](const StepProgress& p) { progress.update(p); };
       hooks.stop = [&] {
@@ -666,6 +712,10 @@ int train(Run& run, const Communicator& world) {
       world.allreduce_sum(bytes);
       double pipeline_wait[1] = {link ? link->take_wait_seconds() / world.size() : 0.0};
       world.allreduce_sum(pipeline_wait);
+      // What one rank sent to its tensor group (activations, labels, gradients of the layers below the
+      // gather), the busiest rank's.
+      double tensor_bytes[1] = {run.tensor_group ? run.tensor_group->take_bytes_sent() : 0.0};
+      world.allreduce_max(tensor_bytes);
       train_seconds += tr.seconds;
       train_steps += steps;
       PassMetrics val;
@@ -698,6 +748,9 @@ int train(Run& run, const Communicator& world) {
           std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * comm_share[0],
                       bytes[0] / static_cast<double>(std::max<std::size_t>(tr.steps, 1)) / (1 << 20));
         if (link) std::printf("  pipeline wait %.1f%%", 100.0 * pipeline_wait[0] / tr.seconds);
+        if (run.tensor_group)
+          std::printf("  tensor group %.0f bytes/step sent per rank",
+                      tensor_bytes[0] / static_cast<double>(std::max<std::size_t>(tr.steps, 1)));
         std::printf("\n");
         std::fflush(stdout);
         if (metrics)

@@ -74,7 +74,8 @@ std::string TrainOptions::describe() const {
     << "\nallreduce = " << allreduce << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
     << "\nscale-lr = " << scale_lr << "\npipeline-stages = " << pipeline_stages
     << "\nmicro-batches = " << micro_batches << "\npartition = " << to_string(partition) << "\nschedule = " << schedule
-    << "\ninit = " << init << "\nprecision = " << precision << "\n";
+    << "\ninit = " << init << "\nprecision = " << precision << "\ntensor-parallel = " << tensor_parallel
+    << "\ntensor-split = " << tensor_split << "\n";
   for (float m : mean) s << "mean += " << m << "\n";
   for (float d : stddev) s << "std += " << d << "\n";
   return s.str();
@@ -164,6 +165,14 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "layers per stage, e.g. 5,4,6 (default: balanced by measured time and memory)")(
       "schedule", po::value(&o.schedule)->default_value(o.schedule),
       "gpipe (all forwards, then all backwards) | 1f1b (fewer micro-batches in flight)");
+  po::options_description split("Split layers (ranks = replicas x stages x tensor-parallel)");
+  split.add_options()("tensor-parallel", po::value(&o.tensor_parallel)->default_value(1),
+                      "split the chosen dense layers across groups of this many ranks: below them each rank trains "
+                      "on its own images, the group gathers them, and each rank computes its share of every split "
+                      "layer's outputs for the group's whole batch")(
+      "tensor-split", po::value(&o.tensor_split)->default_value(o.tensor_split),
+      "which layers split: classifier (the dense layers after the last convolution that the group size divides) or "
+      "layer indices as the model table numbers them, e.g. 9,11");
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
@@ -179,7 +188,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
 
   po::options_description all(
       "ddl_train: train a model on an HDF5 image dataset (run under mpirun for data parallelism)");
-  all.add(general).add(model).add(data).add(training).add(system).add(pipeline).add(output);
+  all.add(general).add(model).add(data).add(training).add(system).add(pipeline).add(split).add(output);
   po::variables_map vm;
   std::vector<std::string> inputs(argv, argv + argc);  // what an error message may quote
   try {
@@ -264,6 +273,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.resume != "auto" || !o.checkpoint_dir.empty(), "--resume auto needs --checkpoint-dir");
   require(o.num_classes == 0 || o.num_classes >= 2, "--num-classes must be at least 2");
   require(o.pipeline_stages >= 1, "--pipeline-stages must be at least 1");
+  require(o.tensor_parallel >= 1, "--tensor-parallel must be at least 1");
   require(o.micro_batches >= 1, "--micro-batches must be at least 1");
   require(o.batch_size % o.micro_batches == 0, "--batch-size " + std::to_string(o.batch_size) +
                                                    " does not split into " + std::to_string(o.micro_batches) +

@@ -62,6 +62,9 @@ struct TrainOptions {
   std::vector<std::size_t> partition;  // layers per stage; empty: balanced by measurement
   std::string schedule = "1f1b";       // gpipe | 1f1b
   PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;  // schedule, parsed
+  // split layers (ranks = replicas x stages x tensor-parallel)
+  int tensor_parallel = 1;
+  std::string tensor_split = "classifier";  // classifier | layer indices, e.g. 9,11
   // output
   std::string checkpoint_dir;
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5

@@ -33,8 +33,9 @@ std::unique_ptr<Model> define_model(const std::string& name, const ModelConfig& 
 }
 
 std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, Context& ctx, LayerRange stage,
-                                  Model* share) {
+                                  Model* share, const LayerSplit& split) {
   auto model = define_model(name, config);
+  if (!split.layers.empty()) model->split_layers(split.layers, *split.group);
   if (stage.begin != 0 || stage.end != 0)
     model->keep_layers(stage.begin, stage.end == 0 ? model->num_layers() : stage.end);
   model->finalize(ctx, share);

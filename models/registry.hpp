@@ -41,12 +41,18 @@ struct LayerRange {
   std::size_t begin = 0, end = 0;
 };
 
+// Dense layers split across a tensor group (Model::split_layers); none when `layers` is empty.
+struct LayerSplit {
+  std::vector<std::size_t> layers;  // indices in the whole model
+  TensorGroup* group = nullptr;
+};
+
 // The model's layers, not finalized: to count layers and parameters before choosing pipeline stages.
 std::unique_ptr<Model> define_model(const std::string& name, const ModelConfig& config);
 // Builds, finalizes and returns the model, or the stage of it in `stage`; parameters are not initialised
 // yet (Model::initialize). With `share`, the copy binds to that copy's parameters (Model::finalize).
 std::unique_ptr<Model> make_model(const std::string& name, const ModelConfig& config, Context& ctx,
-                                  LayerRange stage = {}, Model* share = nullptr);
+                                  LayerRange stage = {}, Model* share = nullptr, const LayerSplit& split = {});
 std::vector<std::string> model_names();
 
 // Definitions, one per file.

@@ -23,6 +23,7 @@ class Dense : public Layer {
  public:
   explicit Dense(const DenseOptions& options);
 
+  const DenseOptions& options() const { return opt_; }
   std::string describe() const override;
   std::vector<ParamSpec> param_specs() const override;
   void bind(const std::vector<ParamView>& views, Context& ctx) override;

@@ -139,8 +139,21 @@ bool per_parameter(const StateView& s, const Model& model) {
   return s.words.empty() && s.floats.size() == model.param_count();
 }
 
-void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, const TrainingState& state) {
-  const bool first = model.is_first_stage();
+// This rank's values of a whole-model array, in the whole array's places.
+void write_segments(const h5::Handle& loc, const std::string& name, const Model& model, std::span<const float> values) {
+  for (const auto& seg : model.whole_segments())
+    h5::write_slice<float>(loc, name, seg.whole_offset, values.subspan(seg.offset, seg.count));
+}
+
+void read_segments(const h5::Handle& loc, const std::string& name, const Model& model, std::span<float> values,
+                   const std::string& path) {
+  for (const auto& seg : model.whole_segments())
+    h5::read_slice<float>(loc, name, seg.whole_offset, values.subspan(seg.offset, seg.count), path);
+}
+
+void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, const TrainingState& state,
+                CheckpointPart part) {
+  const bool first = part.creates;
   h5::Handle file = first ? create_checksummed_file(tmp) : h5::open_file_for_update(tmp);
   std::vector<std::string> names;
   if (first) {
@@ -168,24 +181,27 @@ void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, cons
   } else {
     names = h5::read_strings_attribute(file, "param_names", tmp);
   }
-  for (const auto& e : model.param_entries()) names.push_back(e.name);
+  // The ranks of a split stage hold the same names: the first of them adds them.
+  for (const auto& e : model.param_entries())
+    if (std::find(names.begin(), names.end(), e.name) == names.end()) names.push_back(e.name);
   h5::write_fixed_strings_attribute(file, "param_names", names);
   // Every stage writes it; the last one's covers every name.
   h5::write_attribute(file, "header_checksum", static_cast<std::int64_t>(header_checksum(state, names, kVersion)));
-  h5::write_slice<float>(file, "params", model.param_offset(), model.params());
-  write_states(open_group(file, "model_state", tmp), model.state());
+  write_segments(file, "params", model, model.params());
+  if (part.layer_state) write_states(open_group(file, "model_state", tmp), model.state());
   h5::Handle opt = open_group(file, "optimizer_state", tmp);
   for (const auto& s : optimizer.state())
-    if (per_parameter(s, model)) h5::write_slice<float>(opt, s.name, model.param_offset(), s.floats);
+    if (per_parameter(s, model)) write_segments(opt, s.name, model, s.floats);
   h5::flush(file, tmp);
 }
 
 }  // namespace
 
-void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& optimizer, const TrainingState& state) {
+void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& optimizer, const TrainingState& state,
+                           CheckpointPart part) {
   const std::string tmp = temporary(path);
   try {
-    write_part(tmp, stage, optimizer, state);
+    write_part(tmp, stage, optimizer, state, part);
   } catch (const std::exception& e) {
     std::error_code ignored;  // a half-written temporary (full disk, say) is of no use to anyone
     std::filesystem::remove(tmp, ignored);
@@ -224,7 +240,7 @@ void publish_checkpoint(const std::string& path, bool keep_previous) {
 
 void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state,
                      bool keep_previous) {
-  write_checkpoint_part(path, model, optimizer, state);
+  write_checkpoint_part(path, model, optimizer, state, {});
   publish_checkpoint(path, keep_previous);
 }
 
@@ -269,7 +285,7 @@ TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* o
     if (at == names.end() || at + static_cast<std::ptrdiff_t>(e) >= names.end() ||
         *(at + static_cast<std::ptrdiff_t>(e)) != entries[e].name)
       throw InputError(path + ": parameter " + entries[e].name + " is not where this model keeps it");
-  read_tensor(path, "params", [&] { h5::read_slice<float>(file, "params", model.param_offset(), model.params(), path); });
+  read_tensor(path, "params", [&] { read_segments(file, "params", model, model.params(), path); });
   h5::Handle states = open_group(file, "model_state", path);
   std::vector<StateView> present;
   // Weights imported from PyTorch hold no dropout generators: without an optimizer (not resuming) the
@@ -296,7 +312,7 @@ TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* o
     for (const auto& s : optimizer->state()) {
       if (per_parameter(s, model))
         read_tensor(path, "optimizer_state/" + s.name,
-                    [&] { h5::read_slice<float>(opt, s.name, model.param_offset(), s.floats, path); });
+                    [&] { read_segments(opt, s.name, model, s.floats, path); });
       else
         read_states(opt, "optimizer_state", {s}, path);
     }

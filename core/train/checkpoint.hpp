@@ -6,8 +6,9 @@
 //
 // A pipeline writes the same file as a single process: its stages take turns, in order, each adding its
 // slice of the parameters and of the optimizer's arrays and its layers' state (a shared file system is
-// assumed), and the last stage publishes the file. Any stage of any layout reads back its own slice, so
-// a run can resume or be evaluated with another number of stages.
+// assumed), and the last stage publishes the file. Ranks that split a layer write their slices of it the
+// same way. Any stage of any layout reads back its own slices, so a run can resume or be evaluated with
+// another number of stages, replicas or ranks per split layer.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +36,16 @@ struct TrainingState {
 // keep_previous: the file that `path` held, if any, stays as previous_checkpoint(path).
 void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state,
                      bool keep_previous = false);
-// The pieces of save_checkpoint for a pipeline: every stage in turn, then the last one publishes.
-void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& optimizer, const TrainingState& state);
+// Which part of a checkpoint a rank writes: the first writer creates the file; of the ranks that split a
+// stage's layers (each writing its slices), one writes the layers' state.
+struct CheckpointPart {
+  bool creates = true;
+  bool layer_state = true;
+};
+// The pieces of save_checkpoint for a pipeline: every stage (every rank of a stage's tensor group) in
+// turn, then the last one publishes.
+void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& optimizer, const TrainingState& state,
+                           CheckpointPart part);
 void publish_checkpoint(const std::string& path, bool keep_previous = false);
 // "dir/last.h5" -> "dir/last.prev.h5".
 std::string previous_checkpoint(const std::string& path);

@@ -24,14 +24,15 @@ void grow(std::vector<Tensor>& v, std::size_t n) {
 }  // namespace
 
 Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, const LrSchedule& schedule,
-                 ReplicaGroup& replicas, StageLink* link, const StepPlan& plan)
+                 ReplicaGroup& replicas, StageLink* link, const StepPlan& plan, TensorGroup* tensor)
     : ctx_(ctx),
       slots_(std::move(slots)),
       optimizer_(optimizer),
       schedule_(schedule),
       replicas_(replicas),
       link_(link),
-      plan_(plan) {
+      plan_(plan),
+      tensor_(tensor) {
   if (slots_.empty()) throw Error("trainer: no model");
   const int needed = slots_needed(plan_, stage(), stages());
   if (static_cast<int>(slots_.size()) < needed)
@@ -150,9 +151,16 @@ void Trainer::forward(const Batch* batch, int m, std::size_t micro, Mode mode, S
   const Tensor& out = slots_[slot]->forward(ctx_, *input, mode);
   if (last()) {
     std::span<const std::int32_t> labels = first() ? std::span<const std::int32_t>(batch->labels) : labels_;
-    const LossSums s = loss_.forward(ctx_, out, labels.subspan(i * micro, micro));
+    labels = labels.subspan(i * micro, micro);
+    if (group_batch(mode)) {  // in the order the split layer gathered the images: rank after rank
+      group_labels_.resize(micro * static_cast<std::size_t>(tensor_->size()));
+      tensor_->all_gather(labels, group_labels_);
+      labels = group_labels_;
+    }
+    const LossSums s = loss_.forward(ctx_, out, labels);
     sums.loss += s.loss;
     sums.correct += static_cast<double>(s.correct);
+    sums.images += static_cast<double>(labels.size());
     if (mode == Mode::train) {
       grow(diff_logits_, i + 1);
       const Tensor& diff = loss_.backward();
@@ -246,6 +254,13 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
     {
       const auto reducing = Timeline::span(timeline_, "gradient all-reduce");
       replicas_.average(slots_[0]->grads());
+      // The layers below the batch gather trained on each group rank's own images.
+      const std::span<float> below = slots_[0]->grads().first(slots_[0]->params_before_batch_gather());
+      if (group_batch(Mode::train) && !below.empty()) {
+        tensor_->all_reduce_sum(below);
+        const float scale = 1.0f / static_cast<float>(tensor_->size());
+        for (float& g : below) g *= scale;
+      }
     }
     {
       const auto stepping = Timeline::span(timeline_, "optimizer");
@@ -254,7 +269,7 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
     carry_state(0);
     loss_sum += sums.loss;
     correct += sums.correct;
-    images += static_cast<double>(n);
+    images += sums.images;
     if (hooks.progress) {
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
       hooks.progress({step + 1, steps, loss_sum / images, images * replicas_.size() / s});
@@ -286,7 +301,7 @@ PassMetrics Trainer::evaluate(BatchLoader* loader, std::size_t images) {
     const StepSums sums = run_step(batch, n, Mode::infer);
     loss_sum += sums.loss;
     correct += sums.correct;
-    done += static_cast<double>(n);
+    done += sums.images;
     seen += n;
   }
   return reduce(loss_sum, correct, done,

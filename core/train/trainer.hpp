@@ -17,6 +17,7 @@
 #include "core/optim/optimizer.hpp"
 #include "core/train/pipeline_schedule.hpp"
 #include "core/train/replica_group.hpp"
+#include "core/tensor_group.hpp"
 #include "core/train/stage_link.hpp"
 #include "core/train/timeline.hpp"
 
@@ -52,10 +53,12 @@ struct StepPlan {
 class Trainer {
  public:
   // slots: copies of this rank's model (or stage) sharing the parameters of slots[0], one for each
-  // micro-batch the schedule keeps in flight (slots_needed). link: null for a whole model. Subscribes to
-  // the models' gradients-ready hooks for its lifetime.
+  // micro-batch the schedule keeps in flight (slots_needed). link: null for a whole model. tensor: the
+  // ranks this one splits layers with (null: none); when a split layer gathers their batch, the loss
+  // covers the group's images, and the gradients of the layers below it are averaged over the group too.
+  // Subscribes to the models' gradients-ready hooks for its lifetime.
   Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, const LrSchedule& schedule,
-          ReplicaGroup& replicas, StageLink* link, const StepPlan& plan);
+          ReplicaGroup& replicas, StageLink* link, const StepPlan& plan, TensorGroup* tensor = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -75,7 +78,7 @@ class Trainer {
 
  private:
   struct StepSums {
-    double loss = 0, correct = 0;
+    double loss = 0, correct = 0, images = 0;  // images: those the loss covered (the last stage's)
   };
   StepSums run_step(const Batch* batch, std::size_t n, Mode mode);
   void forward(const Batch* batch, int m, std::size_t micro, Mode mode, StepSums& sums);
@@ -88,6 +91,7 @@ class Trainer {
   int stages() const { return link_ ? link_->stages() : 1; }
   bool first() const { return stage() == 0; }
   bool last() const { return stage() + 1 == stages(); }
+  bool group_batch(Mode mode) const { return tensor_ && mode == Mode::train && slots_[0]->gathers_batch(); }
 
   Context& ctx_;
   std::vector<Model*> slots_;
@@ -96,6 +100,7 @@ class Trainer {
   ReplicaGroup& replicas_;
   StageLink* link_;
   StepPlan plan_;
+  TensorGroup* tensor_;
   SoftmaxCrossEntropy loss_;
   float last_lr_ = 0.0f;
   Timeline* timeline_ = nullptr;
@@ -104,6 +109,7 @@ class Trainer {
   int micro_batches_ = 1, slots_in_use_ = 1, backwards_done_ = 0;
   std::size_t last_forward_slot_ = 0;
   std::vector<std::int32_t> labels_;  // the last stage's copy, from the first
+  std::vector<std::int32_t> group_labels_;  // a micro-batch's labels of every rank of the tensor group
   std::vector<Tensor> inputs_, outputs_, received_gradients_, sent_gradients_, diff_logits_;  // one per micro-batch
   std::vector<std::pair<std::size_t, dims_t>> input_dims_;  // by micro-batch size, from the previous stage
   std::vector<std::size_t> dims_sent_;                      // micro-batch sizes whose output shape was sent

@@ -175,7 +175,7 @@ TEST(ModelStages, CheckpointWrittenByStagesLoadsIntoAnyLayout) {
     optimizers.back()->step(stages.back()->params(), grads, 1e-2f);
   }
   const std::string path = dir / "c.h5";
-  for (std::size_t s = 0; s < stages.size(); ++s) write_checkpoint_part(path, *stages[s], *optimizers[s], {"seed_cnn", 4, 0.5, 2, ""});
+  for (std::size_t s = 0; s < stages.size(); ++s) write_checkpoint_part(path, *stages[s], *optimizers[s], {"seed_cnn", 4, 0.5, 2, ""}, {s == 0, true});
   EXPECT_FALSE(std::filesystem::exists(path));  // not published yet: a previous checkpoint would still be there
   publish_checkpoint(path);
 

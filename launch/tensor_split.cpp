@@ -1,0 +1,77 @@
+#include "launch/tensor_split.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "core/layers/dense.hpp"
+
+namespace ddl {
+namespace {
+
+const Dense* dense_at(Model& model, std::size_t i) { return dynamic_cast<const Dense*>(&model.layer(i)); }
+
+std::vector<std::size_t> parse_indices(const std::string& text) {
+  std::vector<std::size_t> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError("--tensor-split must be classifier or layer indices such as 9,11, not '" + text + "'");
+    out.push_back(std::stoul(item));
+    at = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, int ranks) {
+  TensorSplitChoice choice;
+  std::string kept;
+  if (option == "classifier") {
+    std::size_t begin = 0;
+    for (std::size_t i = 0; i < whole.num_layers(); ++i)
+      if (!dense_at(whole, i) && whole.layer_param_count(i) > 0) begin = i + 1;
+    for (std::size_t i = begin; i < whole.num_layers(); ++i) {
+      const Dense* dense = dense_at(whole, i);
+      if (!dense) continue;
+      if (dense->options().out_features % ranks == 0)
+        choice.layers.push_back(i);
+      else
+        kept += (kept.empty() ? "" : ", ") + std::to_string(i) + " (" + std::to_string(dense->options().out_features) +
+                " outputs)";
+    }
+    if (choice.layers.empty())
+      throw InputError("--tensor-split classifier: model " + whole.name() + " has no dense layer after its last " +
+                       "convolution whose outputs " + std::to_string(ranks) + " ranks divide" +
+                       (kept.empty() ? "" : ": " + kept));
+  } else {
+    choice.layers = parse_indices(option);
+    std::sort(choice.layers.begin(), choice.layers.end());
+    choice.layers.erase(std::unique(choice.layers.begin(), choice.layers.end()), choice.layers.end());
+    for (const std::size_t i : choice.layers) {
+      if (i >= whole.num_layers())
+        throw InputError("--tensor-split " + option + ": model " + whole.name() + " has layers 0-" +
+                         std::to_string(whole.num_layers() - 1));
+      const Dense* dense = dense_at(whole, i);
+      if (!dense)
+        throw InputError("--tensor-split " + option + ": layer " + std::to_string(i) + " of " + whole.name() + " (" +
+                         whole.layer(i).describe() + ") is not a dense layer; only dense layers split");
+      if (dense->options().out_features % ranks != 0)
+        throw InputError("--tensor-split " + option + ": --tensor-parallel " + std::to_string(ranks) +
+                         " does not divide the " + std::to_string(dense->options().out_features) +
+                         " outputs of layer " + std::to_string(i));
+    }
+  }
+  choice.report = "split across " + std::to_string(ranks) + " ranks: layer";
+  choice.report += choice.layers.size() > 1 ? "s " : " ";
+  for (std::size_t k = 0; k < choice.layers.size(); ++k)
+    choice.report += (k ? ", " : "") + std::to_string(choice.layers[k]) + " (" +
+                     whole.layer(choice.layers[k]).describe() + ")";
+  choice.report += "; the group's batch is gathered at layer " + std::to_string(choice.layers.front());
+  if (!kept.empty()) choice.report += "; whole on every rank: " + kept + ", which " + std::to_string(ranks) + " does not divide";
+  return choice;
+}
+
+}  // namespace ddl

@@ -1,0 +1,22 @@
+// Which layers ddl_train splits across a tensor group (--tensor-split), checked against the model: a
+// per-layer property of the layout, so that a planner can later choose it layer by layer.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/model.hpp"
+
+namespace ddl {
+
+struct TensorSplitChoice {
+  std::vector<std::size_t> layers;  // indices in the whole model, ascending
+  std::string report;               // for the run's header: what splits, what stays whole and why
+};
+
+// option: "classifier" (the dense layers after the last layer of another kind that holds parameters, those
+// whose outputs `ranks` divides) or layer indices "9,11". Throws InputError naming --tensor-split for a
+// layer that is not dense or does not divide, or when nothing would split.
+TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, int ranks);
+
+}  // namespace ddl
