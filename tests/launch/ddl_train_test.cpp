@@ -282,6 +282,109 @@ TEST_F(DdlTrain, CheckpointOfOneLayoutResumesInAnother) {
   EXPECT_EQ(params(straight + "/last.h5"), params(cut + "/last.h5"));
 }
 
+TEST_F(DdlTrain, CheckpointOfSplitLayersResumesInEveryLayout) {
+  // Through split layers and back: T = 2, S = 2, D = 2, T = 2, one rank, an epoch each. The split layers'
+  // slices and their momentum go into the single-rank file and are cut from it again. SGD with momentum:
+  // a change of layout changes the order of float sums (below 1e-6 here), which Adam's normalised steps
+  // can amplify on near-zero gradients to 4e-4 in 15 steps (an unchanged layout resumes bit for bit).
+  const std::string args = "--model seed_cnn --optimizer sgd --momentum 0.9 --lr 0.05 --threads 1 "
+                           "--steps-per-epoch 3 ";
+  const std::string straight = scratch_ / "straight", chain = scratch_ / "chain";
+  ASSERT_EQ(run(kTrain + train_args(args + "--epochs 5 --batch-size 16 --micro-batches 2 --checkpoint-dir " +
+                                    straight)).exit_code, 0);
+  const std::string layouts[] = {"-np 2 " + kTrain + " --batch-size 8 --tensor-parallel 2",
+                                 "-np 2 " + kTrain + " --batch-size 16 --micro-batches 2 --pipeline-stages 2",
+                                 "-np 2 " + kTrain + " --batch-size 8",
+                                 "-np 2 " + kTrain + " --batch-size 8 --tensor-parallel 2",
+                                 "-np 1 " + kTrain + " --batch-size 16 --micro-batches 2"};
+  for (int epoch = 1; epoch <= 5; ++epoch) {
+    const auto r = run(kMpirun + " " + layouts[epoch - 1] +
+                       train_args(args + "--epochs " + std::to_string(epoch) + " --resume auto --checkpoint-dir " + chain));
+    ASSERT_EQ(r.exit_code, 0) << layouts[epoch - 1] << "\n" << r.err;
+    if (epoch > 1) EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
+  }
+  const double worst = largest_difference(params(straight + "/last.h5"), params(chain + "/last.h5"));
+  std::cout << "five layouts, an epoch each: largest parameter difference " << worst << "\n";
+  EXPECT_LT(worst, 1e-6);
+}
+
+// Dense layers split across tensor groups against one rank with the same global batch: plain SGD, no
+// dropout. The reference runs its batch in as many micro-batches as the layout has batches below the
+// split (ranks bringing their own images, times micro-batches), so the convolutions see the same
+// batches: oneDNN's kernels sum in another order for another batch size, which after 3 steps of
+// alexnet_cifar differs by 1.4e-4 (as plain data parallelism does), against 3e-8 this way.
+TEST_F(DdlTrain, SplitLayersMatchOneRank) {
+  struct Layout {
+    std::string model;
+    int replicas, stages, tensor, micro;
+  };
+  const Layout layouts[] = {{"seed_cnn", 1, 1, 2, 1},
+                            {"alexnet_cifar --dropout 0", 1, 1, 2, 1},
+                            {"seed_cnn", 2, 1, 2, 1},
+                            {"seed_cnn", 1, 2, 2, 2},
+                            {"seed_cnn", 1, 1, 4, 1}};
+  const int global = 32;
+  for (const Layout& l : layouts) {
+    const std::string sgd = "--model " + l.model + " --epochs 1 --optimizer sgd --momentum 0 --lr 0.01 --threads 1 "
+                            "--steps-per-epoch 3 --seed 3 ";
+    const int data_ranks = l.replicas * l.tensor;
+    const std::string name = std::to_string(&l - &layouts[0]);
+    const auto ref = run(kTrain + train_args(sgd + "--batch-size " + std::to_string(global) + " --micro-batches " +
+                                             std::to_string(data_ranks * l.micro) + " --checkpoint-dir " +
+                                             (scratch_ / ("one" + name))));
+    ASSERT_EQ(ref.exit_code, 0) << ref.err;
+    const std::string grid = std::to_string(l.replicas) + " x " + std::to_string(l.stages) + " x " +
+                             std::to_string(l.tensor);
+    const auto r = run(kMpirun + " -np " + std::to_string(l.replicas * l.stages * l.tensor) + " " + kTrain +
+                       train_args(sgd + "--batch-size " + std::to_string(global / data_ranks) + " --pipeline-stages " +
+                                  std::to_string(l.stages) + " --micro-batches " + std::to_string(l.micro) +
+                                  " --tensor-parallel " + std::to_string(l.tensor) + " --checkpoint-dir " +
+                                  (scratch_ / ("split" + name))));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("grid " + grid + " (replicas x stages x tensor-parallel)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("global 32"), std::string::npos) << r.out;
+    if (l.tensor == 4)  // seed_cnn's 10 classes
+      EXPECT_NE(r.out.find("whole on every rank: 6 (10 outputs), which 4 does not divide"), std::string::npos) << r.out;
+    const double worst = largest_difference(params(scratch_ / ("one" + name) + "/last.h5"),
+                                            params(scratch_ / ("split" + name) + "/last.h5"));
+    std::cout << l.model << ", " << grid << ": largest parameter difference " << worst << ", loss "
+              << train_loss(r.out) << " vs " << train_loss(ref.out) << "\n";
+    EXPECT_LT(worst, 1e-5) << l.model << ", " << grid;
+    EXPECT_NEAR(train_loss(r.out), train_loss(ref.out), 1e-4) << r.out;
+  }
+}
+
+// The bytes one rank sends to its tensor group each step, counted as ring algorithms send them, for
+// seed_cnn's dense layers (4096->64, then 64->10 when T divides 10, else whole on every rank) split over T
+// ranks of b images each: forward, the features (T - 1) b 4096, each split layer's output share
+// (T - 1) T b out / T, the labels (T - 1) b; backward, the second layer's input gradient all-reduced when
+// it is split, 2 (T - 1) / T x T b 64, the features' gradient reduce-scattered, (T - 1) b 4096, and the
+// gradients of the 19,392 convolution parameters averaged over the group, 2 (T - 1) / T x 19392. Four
+// bytes a value.
+double seed_cnn_tensor_bytes(int T, int b) {
+  const double t = T, n = b;
+  const bool second_split = 10 % T == 0;
+  const double forward = (t - 1) * n * 4096 + (t - 1) * n * (64 + (second_split ? 10 : 0)) + (t - 1) * n;
+  const double backward = (second_split ? 2 * (t - 1) / t * t * n * 64 : 0) + (t - 1) * n * 4096 + 2 * (t - 1) / t * 19392;
+  return 4 * (forward + backward);
+}
+
+TEST_F(DdlTrain, SplitLayersReportTheBytesTheySend) {
+  struct Layout {
+    int replicas, tensor, batch;
+  };
+  for (const Layout& l : {Layout{1, 2, 16}, Layout{2, 2, 8}, Layout{1, 4, 8}}) {
+    const auto r = run(kMpirun + " -np " + std::to_string(l.replicas * l.tensor) + " " + kTrain +
+                       train_args("--epochs 1 --steps-per-epoch 2 --threads 1 --batch-size " + std::to_string(l.batch) +
+                                  " --tensor-parallel " + std::to_string(l.tensor)));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    char expected[64];
+    std::snprintf(expected, sizeof expected, "tensor group %.0f bytes/step sent per rank",
+                  seed_cnn_tensor_bytes(l.tensor, l.batch));
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+}
+
 // Every rank prints the one line, and the job ends with a non-zero code.
 void expect_every_rank_refuses(const test::ProcessResult& r, int ranks, const std::string& needle) {
   EXPECT_NE(r.exit_code, 0);
@@ -303,6 +406,16 @@ TEST_F(DdlTrain, BadLayoutsAreRefusedOnEveryRank) {
   expect_clean_error(run(kTrain + train_args("--batch-size 30 --micro-batches 4")),
                      "--batch-size 30 does not split into 4 micro-batches");
   expect_clean_error(run(kTrain + train_args("--schedule zigzag")), "--schedule must be gpipe or 1f1b");
+  expect_every_rank_refuses(run(kMpirun + " -np 3 " + kTrain + train_args("--tensor-parallel 2")), 3,
+                            "3 ranks do not form a grid of replicas x 1 pipeline stages x 2 tensor-parallel ranks");
+  expect_every_rank_refuses(run(kMpirun + " -np 2 " + kTrain + train_args("--tensor-parallel 2 --tensor-split 2")), 2,
+                            "--tensor-split 2: layer 2 of seed_cnn (conv2d 32->64 k3 s1 p1 +relu) is not a dense layer");
+  expect_every_rank_refuses(run(kMpirun + " -np 4 " + kTrain + train_args("--tensor-parallel 4 --tensor-split 5,6")),
+                            4, "--tensor-parallel 4 does not divide the 10 outputs of layer 6");
+  expect_every_rank_refuses(run(kMpirun + " -np 2 " + kTrain + train_args("--tensor-parallel 2 --tensor-split 5,x")),
+                            2, "--tensor-split must be classifier or layer indices such as 9,11, not '5,x'");
+  expect_every_rank_refuses(run(kMpirun + " -np 2 " + kTrain + train_args("--tensor-parallel 2 --tensor-split 7")),
+                            2, "--tensor-split 7: model seed_cnn has layers 0-6");
 }
 
 // --precision bf16; on a CPU without AVX512-BF16 or AMX, the one line that refuses it.
