@@ -7,7 +7,9 @@
 #include "core/error.hpp"
 #include "core/initializer.hpp"
 #include "core/layers/dense.hpp"
+#include "core/layers/param_slice.hpp"
 #include "core/layers/split_dense.hpp"
+#include "core/layers/split_linear.hpp"
 
 namespace ddl {
 
@@ -29,17 +31,22 @@ std::size_t Model::layer_param_count(std::size_t i) const {
 
 void Model::split_layers(const std::vector<std::size_t>& layers, TensorGroup& group) {
   if (finalized_ || whole_layers_ != 0) throw Error("model " + name_ + ": split_layers() after keep_layers or finalize");
-  if (layers.empty()) return;
-  batch_gather_layer_ = *std::min_element(layers.begin(), layers.end());
   for (const std::size_t i : layers) {
     if (i >= layers_.size())
       throw InputError("model " + name_ + " has " + std::to_string(layers_.size()) + " layers, no layer " +
                        std::to_string(i) + " to split");
+    if (auto* block = dynamic_cast<Residual*>(layers_[i].get())) {
+      split_transformer_block(*block, group);
+      continue;
+    }
     const auto* dense = dynamic_cast<const Dense*>(layers_[i].get());
     if (!dense)
       throw InputError("model " + name_ + ": layer " + std::to_string(i) + " (" + layers_[i]->describe() +
-                       ") is not a dense layer; only dense layers split across ranks");
-    layers_[i] = std::make_unique<SplitDense>(dense->options(), group, i == batch_gather_layer_);
+                       ") is neither a dense layer nor a transformer block; only those split across ranks");
+    // The first split dense layer gathers the group's batch.
+    const bool gathers = batch_gather_layer_ == static_cast<std::size_t>(-1);
+    if (gathers) batch_gather_layer_ = i;
+    layers_[i] = std::make_unique<SplitDense>(dense->options(), group, gathers);
   }
 }
 
@@ -71,7 +78,7 @@ void Model::finalize(Context& ctx, Model* share) {
     for (const auto& spec : layers_[i]->param_specs()) {
       const std::size_t n = product(spec.dims);
       entries_.push_back(
-          {i, std::to_string(first_layer_ + i) + "." + spec.name, spec, total, n, whole + slice_offset(spec)});
+          {i, std::to_string(first_layer_ + i) + "." + spec.name, spec, total, n, whole});
       total += n;
       whole += whole_size(spec);
     }
@@ -110,23 +117,25 @@ void Model::initialize(std::uint64_t seed) {
       initialize_param(spec, values, seed, first_entry_ + e);
       continue;
     }
-    // A slice holds the values the whole array would hold there.
+    // A part holds the values the whole array would hold there.
     std::vector<float> whole(whole_size(spec));
     initialize_param(spec, whole, seed, first_entry_ + e);
-    const auto from = whole.begin() + static_cast<std::ptrdiff_t>(slice_offset(spec));
-    std::copy(from, from + static_cast<std::ptrdiff_t>(values.size()), values.begin());
+    take_slice(whole, spec, values);
   }
 }
 
 std::vector<WholeSegment> Model::whole_segments() const {
   std::vector<WholeSegment> segments;
-  for (const auto& e : entries_) {
-    if (!segments.empty() && segments.back().offset + segments.back().count == e.offset &&
-        segments.back().whole_offset + segments.back().count == e.whole_offset)
-      segments.back().count += e.size;
-    else
-      segments.push_back({e.offset, e.whole_offset, e.size});
-  }
+  for (const auto& e : entries_)
+    for (const SliceRun& run : slice_runs(e.spec)) {
+      const WholeSegment next{e.offset + run.offset, e.whole_offset + run.whole_offset, run.count, run.blocks, run.stride};
+      WholeSegment* last = segments.empty() ? nullptr : &segments.back();
+      if (last && last->blocks == 1 && next.blocks == 1 && last->offset + last->count == next.offset &&
+          last->whole_offset + last->count == next.whole_offset)
+        last->count += next.count;
+      else
+        segments.push_back(next);
+    }
   return segments;
 }
 

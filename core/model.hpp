@@ -30,12 +30,13 @@ struct ParamEntry {
   ParamSpec spec;
   std::size_t offset;
   std::size_t size;
-  std::size_t whole_offset;  // of this rank's values in the whole model's flat buffer (checkpoints)
+  std::size_t whole_offset;  // of the whole array in the whole model's flat buffer (checkpoints)
 };
 
-// A run of this rank's flat buffer that is contiguous in the whole model's too.
+// Where a piece of this rank's flat buffer lies in the whole model's: `blocks` runs of `count` values,
+// one after another here (from `offset`), `stride` apart there (from `whole_offset`).
 struct WholeSegment {
-  std::size_t offset, whole_offset, count;
+  std::size_t offset, whole_offset, count, blocks, stride;
 };
 
 class Model {
@@ -44,8 +45,9 @@ class Model {
   Model(std::string name, dims_t input_shape, int num_classes);
 
   void add(std::unique_ptr<Layer> layer);
-  // Before keep_layers and finalize: splits the dense layers at these indices across `group` (SplitDense),
-  // the first of them gathering the group's batch. Throws InputError for a layer that cannot be split.
+  // Before keep_layers and finalize: splits the layers at these indices (ascending) across `group`: dense
+  // layers (SplitDense, the first of them gathering the group's batch) and transformer blocks
+  // (split_transformer_block, on a batch the group shares). Throws InputError for a layer that cannot be split.
   void split_layers(const std::vector<std::size_t>& layers, TensorGroup& group);
   // Before finalize: keeps only layers [begin, end) of the whole model (a pipeline stage).
   void keep_layers(std::size_t begin, std::size_t end);

@@ -35,6 +35,7 @@
 #include "core/data/hdf5.hpp"
 #include "core/data/sampler.hpp"
 #include "core/error.hpp"
+#include "core/layers/param_slice.hpp"
 #include "core/rng.hpp"
 #include "core/train/checkpoint.hpp"
 #include "core/train/directory_lock.hpp"
@@ -96,6 +97,7 @@ std::vector<T> select(const std::vector<T>& from, const std::vector<std::size_t>
 struct Grid {
   int replicas = 1, stages = 1, tensor = 1;  // D x S x T
   int replica = 0, stage = 0, t = 0;
+  bool gathers_batch = false;  // split dense layers gather the group's images; split blocks share them
   Grid(int ranks, int rank, int pipeline_stages, int tensor_parallel) : stages(pipeline_stages), tensor(tensor_parallel) {
     if (ranks % (stages * tensor) != 0)
       throw InputError(std::to_string(ranks) + " ranks do not form a grid of replicas x " + std::to_string(stages) +
@@ -107,10 +109,10 @@ struct Grid {
     stage = rank / tensor % stages;
     t = rank % tensor;
   }
-  // Each rank of a tensor group trains on its own images (the split layers gather them), so the training
-  // data is dealt among D x T ranks.
-  int data_rank() const { return replica * tensor + t; }
-  int data_ranks() const { return replicas * tensor; }
+  // Where each rank of a tensor group trains on its own images (split dense layers gather them), the
+  // training data is dealt among D x T ranks; where the group shares a batch, among the D replicas.
+  int data_rank() const { return gathers_batch ? replica * tensor + t : replica; }
+  int data_ranks() const { return gathers_batch ? replicas * tensor : replicas; }
 };
 
 // Everything a run holds, built before the first step.
@@ -199,6 +201,7 @@ void build(Run& run, const Communicator& world) {
     TensorSplitChoice choice = choose_tensor_split(o.tensor_split, *whole, g.tensor);
     run.split_layers = choice.layers;
     run.split_report = std::move(choice.report);
+    run.grid.gathers_batch = choice.gathers_batch;
     split = {run.split_layers, &*run.tensor_group};
   }
   StagePartition partition = choose_partition(o, config, layers, g.stage, *run.pipeline, world, run.ctx);
@@ -329,8 +332,9 @@ void print_header(Run& run, const Communicator& world) {
     std::printf("model %s in %d pipeline stages:\n%s", o.model.c_str(), g.stages, run.partition_report.c_str());
   if (g.tensor > 1)
     std::printf("ranks %d in a grid %d x %d x %d (replicas x stages x tensor-parallel), threads per rank %d, batch %d "
-                "per rank (global %d)",
-                world.size(), g.replicas, g.stages, g.tensor, run.threads, o.batch_size, o.batch_size * g.data_ranks());
+                "per %s (global %d)",
+                world.size(), g.replicas, g.stages, g.tensor, run.threads, o.batch_size,
+                g.gathers_batch ? "rank" : "tensor group", o.batch_size * g.data_ranks());
   else if (g.stages == 1)
     std::printf("ranks %d, threads per rank %d, batch %d per rank (global %d)", world.size(), run.threads,
                 o.batch_size, o.batch_size * g.replicas);
@@ -529,8 +533,7 @@ bool initialize(Run& run, const Communicator& world) {
     for (const auto& e : run.model->param_entries()) {
       const auto it = values.find(e.name);
       if (it != values.end() && it->second.size() == whole_size(e.spec))
-        std::copy_n(it->second.begin() + static_cast<std::ptrdiff_t>(slice_offset(e.spec)), e.size,
-                    to.begin() + static_cast<std::ptrdiff_t>(e.offset));
+        take_slice(it->second, e.spec, to.subspan(e.offset, e.size));
       else if (run.model->first_layer() + e.layer == classifier && source_classes != run.model->num_classes())
         fresh += (fresh.empty() ? "" : ", ") + e.name;
       else

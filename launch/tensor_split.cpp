@@ -4,11 +4,27 @@
 
 #include "core/error.hpp"
 #include "core/layers/dense.hpp"
+#include "core/layers/linear.hpp"
+#include "core/layers/residual.hpp"
 
 namespace ddl {
 namespace {
 
 const Dense* dense_at(Model& model, std::size_t i) { return dynamic_cast<const Dense*>(&model.layer(i)); }
+
+bool holds_linear(Sequential& s) {
+  for (auto& part : s.parts()) {
+    auto* inner = dynamic_cast<Sequential*>(part.get());
+    if (dynamic_cast<Linear*>(part.get()) || (inner && holds_linear(*inner))) return true;
+  }
+  return false;
+}
+
+// A residual block of linear layers (a transformer's attention or MLP), not of convolutions.
+bool transformer_block_at(Model& model, std::size_t i) {
+  auto* block = dynamic_cast<Residual*>(&model.layer(i));
+  return block && holds_linear(block->body());
+}
 
 std::vector<std::size_t> parse_indices(const std::string& text) {
   std::vector<std::size_t> out;
@@ -17,7 +33,7 @@ std::vector<std::size_t> parse_indices(const std::string& text) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
     if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
-      throw InputError("--tensor-split must be classifier or layer indices such as 9,11, not '" + text + "'");
+      throw InputError("--tensor-split must be classifier, blocks or layer indices such as 9,11, not '" + text + "'");
     out.push_back(std::stoul(item));
     at = comma + 1;
   }
@@ -46,30 +62,44 @@ TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, i
       throw InputError("--tensor-split classifier: model " + whole.name() + " has no dense layer after its last " +
                        "convolution whose outputs " + std::to_string(ranks) + " ranks divide" +
                        (kept.empty() ? "" : ": " + kept));
+  } else if (option == "blocks") {
+    for (std::size_t i = 0; i < whole.num_layers(); ++i)
+      if (transformer_block_at(whole, i)) choice.layers.push_back(i);
+    if (choice.layers.empty())
+      throw InputError("--tensor-split blocks: model " + whole.name() + " has no transformer blocks (try classifier)");
   } else {
     choice.layers = parse_indices(option);
     std::sort(choice.layers.begin(), choice.layers.end());
     choice.layers.erase(std::unique(choice.layers.begin(), choice.layers.end()), choice.layers.end());
+    bool blocks = false;
     for (const std::size_t i : choice.layers) {
       if (i >= whole.num_layers())
         throw InputError("--tensor-split " + option + ": model " + whole.name() + " has layers 0-" +
                          std::to_string(whole.num_layers() - 1));
       const Dense* dense = dense_at(whole, i);
-      if (!dense)
+      blocks = blocks || !dense;
+      if (!dense && !transformer_block_at(whole, i))
         throw InputError("--tensor-split " + option + ": layer " + std::to_string(i) + " of " + whole.name() + " (" +
-                         whole.layer(i).describe() + ") is not a dense layer; only dense layers split");
-      if (dense->options().out_features % ranks != 0)
+                         whole.layer(i).describe() + ") is neither a dense layer nor a transformer block");
+      if (dense && dense->options().out_features % ranks != 0)
         throw InputError("--tensor-split " + option + ": --tensor-parallel " + std::to_string(ranks) +
                          " does not divide the " + std::to_string(dense->options().out_features) +
                          " outputs of layer " + std::to_string(i));
     }
+    if (blocks && std::any_of(choice.layers.begin(), choice.layers.end(), [&](std::size_t i) { return dense_at(whole, i); }))
+      throw InputError("--tensor-split " + option + ": split dense layers (each rank brings its own images) or "
+                       "transformer blocks (the group shares its images), not both");
   }
+  choice.gathers_batch = dense_at(whole, choice.layers.front()) != nullptr;
   choice.report = "split across " + std::to_string(ranks) + " ranks: layer";
   choice.report += choice.layers.size() > 1 ? "s " : " ";
   for (std::size_t k = 0; k < choice.layers.size(); ++k)
     choice.report += (k ? ", " : "") + std::to_string(choice.layers[k]) + " (" +
                      whole.layer(choice.layers[k]).describe() + ")";
-  choice.report += "; the group's batch is gathered at layer " + std::to_string(choice.layers.front());
+  if (choice.gathers_batch)
+    choice.report += "; the group's batch is gathered at layer " + std::to_string(choice.layers.front());
+  else
+    choice.report += "; the group shares one batch";
   if (!kept.empty()) choice.report += "; whole on every rank: " + kept + ", which " + std::to_string(ranks) + " does not divide";
   return choice;
 }

@@ -11,12 +11,16 @@ namespace ddl {
 
 struct TensorSplitChoice {
   std::vector<std::size_t> layers;  // indices in the whole model, ascending
-  std::string report;               // for the run's header: what splits, what stays whole and why
+  // Dense layers split: each rank brings its own images and the first split layer gathers them.
+  // Transformer blocks split: the group shares one batch.
+  bool gathers_batch = false;
+  std::string report;  // for the run's header: what splits, what stays whole and why
 };
 
 // option: "classifier" (the dense layers after the last layer of another kind that holds parameters, those
-// whose outputs `ranks` divides) or layer indices "9,11". Throws InputError naming --tensor-split for a
-// layer that is not dense or does not divide, or when nothing would split.
+// whose outputs `ranks` divides), "blocks" (every transformer block), or layer indices "9,11" (dense
+// layers or transformer blocks, not both). Throws InputError naming --tensor-split for a layer that cannot
+// split or does not divide, or when nothing would split.
 TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, int ranks);
 
 }  // namespace ddl

@@ -171,7 +171,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
                       "on its own images, the group gathers them, and each rank computes its share of every split "
                       "layer's outputs for the group's whole batch")(
       "tensor-split", po::value(&o.tensor_split)->default_value(o.tensor_split),
-      "which layers split: classifier (the dense layers after the last convolution that the group size divides) or "
+      "which layers split: classifier (the dense layers after the last convolution that the group size divides), "
+      "blocks (a transformer's blocks: attention heads and MLP features divided, the group sharing one batch) or "
       "layer indices as the model table numbers them, e.g. 9,11");
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(

@@ -64,7 +64,7 @@ struct TrainOptions {
   PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;  // schedule, parsed
   // split layers (ranks = replicas x stages x tensor-parallel)
   int tensor_parallel = 1;
-  std::string tensor_split = "classifier";  // classifier | layer indices, e.g. 9,11
+  std::string tensor_split = "classifier";  // classifier | blocks | layer indices, e.g. 9,11
   // output
   std::string checkpoint_dir;
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5

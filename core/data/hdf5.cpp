@@ -319,15 +319,19 @@ void create_vector(const Handle& loc, const std::string& name, std::size_t size)
 namespace {
 
 // The file's selection [offset, offset + n) of a 1-D dataset, and a memory space of n values.
-std::pair<Handle, Handle> slice_spaces(const Handle& ds, std::size_t offset, std::size_t n, const std::string& name) {
+std::pair<Handle, Handle> slice_spaces(const Handle& ds, std::size_t offset, std::size_t n, const std::string& name,
+                                       std::size_t blocks, std::size_t stride) {
   Handle file_space(check_id(H5Dget_space(ds.get()), "H5Dget_space", name));
   hsize_t size = 0;
-  if (H5Sget_simple_extent_ndims(file_space.get()) != 1 ||
-      H5Sget_simple_extent_dims(file_space.get(), &size, nullptr) < 0 || offset + n > size)
-    throw InputError(name + ": no values [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
+  const std::size_t block = blocks > 0 ? n / blocks : 0;
+  const std::size_t end = blocks > 1 ? offset + (blocks - 1) * stride + block : offset + n;
+  if (blocks == 0 || block * blocks != n || (blocks > 1 && stride < block) ||
+      H5Sget_simple_extent_ndims(file_space.get()) != 1 ||
+      H5Sget_simple_extent_dims(file_space.get(), &size, nullptr) < 0 || end > size)
+    throw InputError(name + ": no values [" + std::to_string(offset) + ", " + std::to_string(end) +
                      ") in a dataset of " + std::to_string(size));
-  const hsize_t start = offset, count = n;
-  check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr), "H5Sselect_hyperslab",
+  const hsize_t start = offset, step = blocks > 1 ? stride : 1, count = blocks, length = block;
+  check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, &step, &count, &length), "H5Sselect_hyperslab",
         name);
   return {std::move(file_space), vector_space(n)};
 }
@@ -335,19 +339,21 @@ std::pair<Handle, Handle> slice_spaces(const Handle& ds, std::size_t offset, std
 }  // namespace
 
 template <typename T>
-void write_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<const T> data) {
+void write_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<const T> data,
+                 std::size_t blocks, std::size_t stride) {
   Handle ds = open_dataset(loc, name, name);
   if (data.empty()) return;
-  auto [file_space, memory_space] = slice_spaces(ds, offset, data.size(), name);
+  auto [file_space, memory_space] = slice_spaces(ds, offset, data.size(), name, blocks, stride);
   check(H5Dwrite(ds.get(), native_type<T>(), memory_space.get(), file_space.get(), H5P_DEFAULT, data.data()),
         "cannot write dataset", name);
 }
 
 template <typename T>
 void read_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<T> out,
-                const std::string& context) {
+                const std::string& context, std::size_t blocks, std::size_t stride) {
   Handle ds = open_dataset(loc, name, context);
-  auto [file_space, memory_space] = slice_spaces(ds, offset, out.size(), context + ": dataset '" + name + "'");
+  auto [file_space, memory_space] =
+      slice_spaces(ds, offset, out.size(), context + ": dataset '" + name + "'", blocks, stride);
   if (out.empty()) return;
   check_read(H5Dread(ds.get(), native_type<T>(), memory_space.get(), file_space.get(), H5P_DEFAULT, out.data()),
              "cannot read dataset " + name, context);
@@ -355,8 +361,10 @@ void read_slice(const Handle& loc, const std::string& name, std::size_t offset, 
 
 #define DDL_H5_INSTANTIATE(T)                                                                                         \
   template void create_vector<T>(const Handle&, const std::string&, std::size_t);                                    \
-  template void write_slice<T>(const Handle&, const std::string&, std::size_t, std::span<const T>);                  \
-  template void read_slice<T>(const Handle&, const std::string&, std::size_t, std::span<T>, const std::string&);     \
+  template void write_slice<T>(const Handle&, const std::string&, std::size_t, std::span<const T>, std::size_t,      \
+                               std::size_t);                                                                         \
+  template void read_slice<T>(const Handle&, const std::string&, std::size_t, std::span<T>, const std::string&,      \
+                              std::size_t, std::size_t);                                                             \
   template void write_dataset<T>(const Handle&, const std::string&, std::span<const T>, const std::vector<hsize_t>&); \
   template std::vector<T> read_dataset<T>(const Handle&, const std::string&, const std::string&);                     \
   template void read_dataset_into<T>(const Handle&, const std::string&, std::span<T>, const std::string&);

@@ -62,14 +62,17 @@ std::vector<T> read_dataset(const Handle& loc, const std::string& name, const st
 template <typename T>
 void read_dataset_into(const Handle& loc, const std::string& name, std::span<T> out, const std::string& context);
 
-// Slices of 1-D datasets: a dataset of `size` values made empty, then written or read piece by piece.
+// Slices of 1-D datasets: a dataset of `size` values made empty, then written or read piece by piece. A
+// slice is one run of values from `offset`, or `blocks` equal runs `stride` values apart (a column block
+// of a matrix), in one call.
 template <typename T>
 void create_vector(const Handle& loc, const std::string& name, std::size_t size);
 template <typename T>
-void write_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<const T> data);
+void write_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<const T> data,
+                 std::size_t blocks = 1, std::size_t stride = 0);
 template <typename T>
 void read_slice(const Handle& loc, const std::string& name, std::size_t offset, std::span<T> out,
-                const std::string& context);
+                const std::string& context, std::size_t blocks = 1, std::size_t stride = 0);
 
 // Attributes.
 void write_attribute(const Handle& loc, const std::string& name, std::int64_t value);

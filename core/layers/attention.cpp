@@ -11,10 +11,17 @@ namespace ddl {
 using memory = dnnl::memory;
 
 ScaledDotProductAttention::ScaledDotProductAttention(int dim, int heads, float dropout, std::uint64_t seed)
-    : dim_(dim), heads_(heads), dropout_(dropout, seed) {
+    : dropout_p_(dropout), seed_(seed), dim_(dim), heads_(heads), dropout_(dropout, seed) {
   if (dim <= 0 || heads <= 0 || dim % heads != 0)
     throw InputError("attention: width " + std::to_string(dim) + " is not a positive multiple of " +
                      std::to_string(heads) + " heads");
+}
+
+std::unique_ptr<ScaledDotProductAttention> ScaledDotProductAttention::share_of_heads(int parts) const {
+  if (parts < 1 || heads_ % parts != 0)
+    throw InputError(describe() + ": " + std::to_string(parts) + " ranks do not split its " + std::to_string(heads_) +
+                     " heads evenly");
+  return std::make_unique<ScaledDotProductAttention>(dim_ / parts, heads_ / parts, dropout_p_, seed_);
 }
 
 std::string ScaledDotProductAttention::describe() const {

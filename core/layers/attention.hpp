@@ -18,6 +18,8 @@ class ScaledDotProductAttention : public Layer {
  public:
   ScaledDotProductAttention(int dim, int heads, float dropout, std::uint64_t seed);
 
+  // The same attention over heads / parts of the heads (a tensor group's share of them).
+  std::unique_ptr<ScaledDotProductAttention> share_of_heads(int parts) const;
   std::string describe() const override;
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
@@ -25,6 +27,8 @@ class ScaledDotProductAttention : public Layer {
   std::vector<StateView> state() override { return dropout_.state(); }
 
  private:
+  float dropout_p_;
+  std::uint64_t seed_;
   // One head-batched view [N, H, T, d] of the packed input (part 0, 1, 2 = Q, K, V) or of the output.
   dnnl::memory part(Context& ctx, const Tensor& packed, int which) const;
   dnnl::memory heads_of(Context& ctx, const Tensor& out) const;

@@ -27,20 +27,17 @@ struct ParamSpec {
   Init init;
   std::size_t fan_in = 0;
   std::size_t fan_out = 0;
-  // Of a layer split across a tensor group: this rank holds rows [row_begin, row_begin + dims[0]) of a
-  // whole array of whole_dims (empty: the array is whole). Checkpoints and initialisers see the whole.
+  // Of a layer split across a tensor group (empty whole_dims: the array is whole). This rank holds a part
+  // of a whole array of whole_dims, either rows or columns:
+  //  - rows: the whole's rows form row_groups equal groups (Q, K and V of a packed projection: 3), and
+  //    this rank holds rows [row_begin, row_begin + dims[0] / row_groups) of each group;
+  //  - columns (col_begin > 0 or dims[1] < whole_dims[1]): columns [col_begin, col_begin + dims[1]).
+  // Checkpoints and initialisers see the whole array.
   dims_t whole_dims = {};
   dnnl::memory::dim row_begin = 0;
+  int row_groups = 1;
+  dnnl::memory::dim col_begin = 0;
 };
-
-// Values in the whole array of a parameter that this rank may hold only a slice of.
-inline std::size_t whole_size(const ParamSpec& spec) {
-  return product(spec.whole_dims.empty() ? spec.dims : spec.whole_dims);
-}
-// Where this rank's slice starts in the whole array, in values.
-inline std::size_t slice_offset(const ParamSpec& spec) {
-  return spec.whole_dims.empty() ? 0 : static_cast<std::size_t>(spec.row_begin) * (product(spec.dims) / spec.dims[0]);
-}
 
 // A parameter's value and gradient: slices of the model's flat buffers.
 struct ParamView {

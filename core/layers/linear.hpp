@@ -20,6 +20,7 @@ class Linear : public Layer {
  public:
   explicit Linear(const LinearOptions& options);
 
+  const LinearOptions& options() const { return opt_; }
   std::string describe() const override;
   std::vector<ParamSpec> param_specs() const override;
   void bind(const std::vector<ParamView>& views, Context& ctx) override;

@@ -16,6 +16,7 @@ class Residual : public Layer {
   Residual(std::string name, Sequential body, Sequential shortcut = Sequential(), bool relu = false);
 
   std::string describe() const override { return name_; }
+  Sequential& body() { return body_; }
   std::vector<ParamSpec> param_specs() const override;
   void bind(const std::vector<ParamView>& views, Context& ctx) override;
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;

@@ -142,13 +142,15 @@ bool per_parameter(const StateView& s, const Model& model) {
 // This rank's values of a whole-model array, in the whole array's places.
 void write_segments(const h5::Handle& loc, const std::string& name, const Model& model, std::span<const float> values) {
   for (const auto& seg : model.whole_segments())
-    h5::write_slice<float>(loc, name, seg.whole_offset, values.subspan(seg.offset, seg.count));
+    h5::write_slice<float>(loc, name, seg.whole_offset, values.subspan(seg.offset, seg.count * seg.blocks), seg.blocks,
+                           seg.stride);
 }
 
 void read_segments(const h5::Handle& loc, const std::string& name, const Model& model, std::span<float> values,
                    const std::string& path) {
   for (const auto& seg : model.whole_segments())
-    h5::read_slice<float>(loc, name, seg.whole_offset, values.subspan(seg.offset, seg.count), path);
+    h5::read_slice<float>(loc, name, seg.whole_offset, values.subspan(seg.offset, seg.count * seg.blocks), path,
+                          seg.blocks, seg.stride);
 }
 
 void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, const TrainingState& state,
