@@ -25,7 +25,8 @@ std::string linear_name(const LinearOptions& o) {
 
 // Of each of `groups` groups of output features, a share.
 LinearOptions column_share(LinearOptions whole, int parts, int groups) {
-  whole.out_features = share(whole.out_features, parts * groups, linear_name(whole)) * groups;
+  const std::string what = groups > 1 ? linear_name(whole) + " (" + std::to_string(groups) + " groups)" : linear_name(whole);
+  whole.out_features = share(whole.out_features / groups, parts, what) * groups;
   return whole;
 }
 

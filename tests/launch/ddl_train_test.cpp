@@ -306,6 +306,22 @@ TEST_F(DdlTrain, CheckpointOfSplitLayersResumesInEveryLayout) {
   const double worst = largest_difference(params(straight + "/last.h5"), params(chain + "/last.h5"));
   std::cout << "five layouts, an epoch each: largest parameter difference " << worst << "\n";
   EXPECT_LT(worst, 1e-6);
+
+  // A transformer's blocks, split by columns and rows (strided slices of the file), T = 2, 1, 4.
+  const std::string vit = "--model vit_tiny --optimizer sgd --momentum 0.9 --lr 0.01 --threads 1 --steps-per-epoch 3 "
+                          "--batch-size 16 --tensor-split blocks ";
+  const std::string vit_straight = scratch_ / "vit_straight", vit_chain = scratch_ / "vit_chain";
+  ASSERT_EQ(run(kTrain + train_args(vit + "--epochs 3 --checkpoint-dir " + vit_straight)).exit_code, 0);
+  for (int epoch = 1; epoch <= 3; ++epoch) {
+    const int tensor = epoch == 1 ? 2 : epoch == 2 ? 1 : 4;
+    const auto r = run(kMpirun + " -np " + std::to_string(tensor) + " " + kTrain +
+                       train_args(vit + "--tensor-parallel " + std::to_string(tensor) + " --epochs " +
+                                  std::to_string(epoch) + " --resume auto --checkpoint-dir " + vit_chain));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const double vit_worst = largest_difference(params(vit_straight + "/last.h5"), params(vit_chain + "/last.h5"));
+  std::cout << "vit_tiny, T = 2, 1, 4: largest parameter difference " << vit_worst << "\n";
+  EXPECT_LT(vit_worst, 1e-6);
 }
 
 // Dense layers split across tensor groups against one rank with the same global batch: plain SGD, no
@@ -322,12 +338,17 @@ TEST_F(DdlTrain, SplitLayersMatchOneRank) {
                             {"alexnet_cifar --dropout 0", 1, 1, 2, 1},
                             {"seed_cnn", 2, 1, 2, 1},
                             {"seed_cnn", 1, 2, 2, 2},
-                            {"seed_cnn", 1, 1, 4, 1}};
+                            {"seed_cnn", 1, 1, 4, 1},
+                            {"vit_tiny --tensor-split blocks", 1, 1, 2, 1},
+                            {"vit_tiny --tensor-split blocks", 2, 1, 2, 1},
+                            {"vit_tiny --tensor-split blocks", 1, 2, 2, 2}};
   const int global = 32;
   for (const Layout& l : layouts) {
     const std::string sgd = "--model " + l.model + " --epochs 1 --optimizer sgd --momentum 0 --lr 0.01 --threads 1 "
                             "--steps-per-epoch 3 --seed 3 ";
-    const int data_ranks = l.replicas * l.tensor;
+    // Split blocks share their group's batch; split dense layers gather one from every rank.
+    const bool shared = l.model.find("blocks") != std::string::npos;
+    const int data_ranks = shared ? l.replicas : l.replicas * l.tensor;
     const std::string name = std::to_string(&l - &layouts[0]);
     const auto ref = run(kTrain + train_args(sgd + "--batch-size " + std::to_string(global) + " --micro-batches " +
                                              std::to_string(data_ranks * l.micro) + " --checkpoint-dir " +
@@ -343,6 +364,8 @@ TEST_F(DdlTrain, SplitLayersMatchOneRank) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("grid " + grid + " (replicas x stages x tensor-parallel)"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("global 32"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(shared ? "the group shares one batch" : "the group's batch is gathered"), std::string::npos)
+        << r.out;
     if (l.tensor == 4)  // seed_cnn's 10 classes
       EXPECT_NE(r.out.find("whole on every rank: 6 (10 outputs), which 4 does not divide"), std::string::npos) << r.out;
     const double worst = largest_difference(params(scratch_ / ("one" + name) + "/last.h5"),
@@ -369,18 +392,29 @@ double seed_cnn_tensor_bytes(int T, int b) {
   return 4 * (forward + backward);
 }
 
+// For vit_tiny's blocks split over T ranks sharing a batch of b images: each of the 4 pairs of split
+// linear layers (attention and MLP of 2 blocks) all-reduces one [b, 65, 64] activation in forward and one
+// in backward, 2 (T - 1) / T of it sent by each rank.
+double vit_tiny_tensor_bytes(int T, int b) { return 4.0 * 2 * 4 * 2.0 * (T - 1) / T * b * 65 * 64; }
+
 TEST_F(DdlTrain, SplitLayersReportTheBytesTheySend) {
   struct Layout {
+    std::string model;
     int replicas, tensor, batch;
+    double bytes;
   };
-  for (const Layout& l : {Layout{1, 2, 16}, Layout{2, 2, 8}, Layout{1, 4, 8}}) {
+  const Layout layouts[] = {{"seed_cnn", 1, 2, 16, seed_cnn_tensor_bytes(2, 16)},
+                            {"seed_cnn", 2, 2, 8, seed_cnn_tensor_bytes(2, 8)},
+                            {"seed_cnn", 1, 4, 8, seed_cnn_tensor_bytes(4, 8)},
+                            {"vit_tiny --tensor-split blocks", 1, 2, 16, vit_tiny_tensor_bytes(2, 16)},
+                            {"vit_tiny --tensor-split blocks", 1, 4, 8, vit_tiny_tensor_bytes(4, 8)}};
+  for (const Layout& l : layouts) {
     const auto r = run(kMpirun + " -np " + std::to_string(l.replicas * l.tensor) + " " + kTrain +
-                       train_args("--epochs 1 --steps-per-epoch 2 --threads 1 --batch-size " + std::to_string(l.batch) +
-                                  " --tensor-parallel " + std::to_string(l.tensor)));
+                       train_args("--model " + l.model + " --epochs 1 --steps-per-epoch 2 --threads 1 --batch-size " +
+                                  std::to_string(l.batch) + " --tensor-parallel " + std::to_string(l.tensor)));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     char expected[64];
-    std::snprintf(expected, sizeof expected, "tensor group %.0f bytes/step sent per rank",
-                  seed_cnn_tensor_bytes(l.tensor, l.batch));
+    std::snprintf(expected, sizeof expected, "tensor group %.0f bytes/step sent per rank", l.bytes);
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
   }
 }
@@ -409,11 +443,20 @@ TEST_F(DdlTrain, BadLayoutsAreRefusedOnEveryRank) {
   expect_every_rank_refuses(run(kMpirun + " -np 3 " + kTrain + train_args("--tensor-parallel 2")), 3,
                             "3 ranks do not form a grid of replicas x 1 pipeline stages x 2 tensor-parallel ranks");
   expect_every_rank_refuses(run(kMpirun + " -np 2 " + kTrain + train_args("--tensor-parallel 2 --tensor-split 2")), 2,
-                            "--tensor-split 2: layer 2 of seed_cnn (conv2d 32->64 k3 s1 p1 +relu) is not a dense layer");
+                            "--tensor-split 2: layer 2 of seed_cnn (conv2d 32->64 k3 s1 p1 +relu) is neither a dense layer nor a "
+                            "transformer block");
   expect_every_rank_refuses(run(kMpirun + " -np 4 " + kTrain + train_args("--tensor-parallel 4 --tensor-split 5,6")),
                             4, "--tensor-parallel 4 does not divide the 10 outputs of layer 6");
   expect_every_rank_refuses(run(kMpirun + " -np 2 " + kTrain + train_args("--tensor-parallel 2 --tensor-split 5,x")),
-                            2, "--tensor-split must be classifier or layer indices such as 9,11, not '5,x'");
+                            2, "--tensor-split must be classifier, blocks or layer indices such as 9,11, not '5,x'");
+  expect_every_rank_refuses(run(kMpirun + " -np 2 " + kTrain + train_args("--tensor-parallel 2 --tensor-split blocks")),
+                            2, "--tensor-split blocks: model seed_cnn has no transformer blocks");
+  expect_every_rank_refuses(
+      run(kMpirun + " -np 3 " + kTrain + train_args("--model vit_tiny --tensor-parallel 3 --tensor-split blocks")), 3,
+      "encoder 0 attention cannot be split: linear 64->192 (3 groups): 3 ranks do not split its 64 features evenly");
+  expect_every_rank_refuses(
+      run(kMpirun + " -np 2 " + kTrain + train_args("--model vit_tiny --tensor-parallel 2 --tensor-split 1,7")), 2,
+      "--tensor-split 1,7: layer 7 of vit_tiny (linear 64->10) is neither a dense layer nor a transformer block");
   expect_every_rank_refuses(run(kMpirun + " -np 2 " + kTrain + train_args("--tensor-parallel 2 --tensor-split 7")),
                             2, "--tensor-split 7: model seed_cnn has layers 0-6");
 }
