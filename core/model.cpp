@@ -31,12 +31,16 @@ std::size_t Model::layer_param_count(std::size_t i) const {
 
 void Model::split_layers(const std::vector<std::size_t>& layers, TensorGroup& group) {
   if (finalized_ || whole_layers_ != 0) throw Error("model " + name_ + ": split_layers() after keep_layers or finalize");
+  if (!std::is_sorted(layers.begin(), layers.end()) || std::adjacent_find(layers.begin(), layers.end()) != layers.end())
+    throw Error("model " + name_ + ": split_layers() needs ascending indices");
+  bool blocks = false;
   for (const std::size_t i : layers) {
     if (i >= layers_.size())
       throw InputError("model " + name_ + " has " + std::to_string(layers_.size()) + " layers, no layer " +
                        std::to_string(i) + " to split");
     if (auto* block = dynamic_cast<Residual*>(layers_[i].get())) {
       split_transformer_block(*block, group);
+      blocks = true;
       continue;
     }
     const auto* dense = dynamic_cast<const Dense*>(layers_[i].get());
@@ -48,6 +52,9 @@ void Model::split_layers(const std::vector<std::size_t>& layers, TensorGroup& gr
     if (gathers) batch_gather_layer_ = i;
     layers_[i] = std::make_unique<SplitDense>(dense->options(), group, gathers);
   }
+  // Split blocks need the group to share its batch; split dense layers gather one from every rank.
+  if (blocks && batch_gather_layer_ != static_cast<std::size_t>(-1))
+    throw InputError("model " + name_ + ": split dense layers or transformer blocks, not both");
 }
 
 void Model::keep_layers(std::size_t begin, std::size_t end) {
