@@ -1,0 +1,138 @@
+#include "core/plan/cost_model.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+std::string Layout::describe() const {
+  std::ostringstream s;
+  s << replicas << " x " << stages << " x " << tensor << ", " << micro_batches << " micro-batch"
+    << (micro_batches > 1 ? "es" : "");
+  if (stages > 1) {
+    s << ", cut";
+    for (std::size_t i = 0; i < cut.size(); ++i) s << (i ? "," : " ") << cut[i];
+  }
+  if (!split.empty()) {
+    s << ", split";
+    for (std::size_t i = 0; i < split.size(); ++i) s << (i ? "," : " ") << split[i];
+  }
+  s << ", batch " << batch;
+  return s.str();
+}
+
+namespace {
+
+// Ring collectives over n ranks: seconds, and the bytes each rank sends.
+double all_reduce_s(const Link& link, int n, double bytes) {
+  return n <= 1 ? 0.0 : 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * bytes / link.bytes_per_s;
+}
+double all_reduce_sent(int n, double bytes) { return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * bytes; }
+// An all-gather of n pieces (or a reduce-scatter into them).
+double gather_s(const Link& link, int n, double piece) {
+  return n <= 1 ? 0.0 : (n - 1) * link.latency_s + (n - 1) * piece / link.bytes_per_s;
+}
+
+// Whether every group of `count` consecutive blocks of `block` ranks (aligned on its own size) lies on
+// one node of `per_node` consecutive ranks.
+bool within_a_node(int block, int count, int per_node) {
+  const int span = block * count;
+  return span <= per_node && per_node % span == 0;
+}
+
+}  // namespace
+
+Prediction predict(const Profile& profile, const Cluster& cluster, const Layout& layout, int global_batch) {
+  const int D = layout.replicas, S = layout.stages, T = layout.tensor, M = layout.micro_batches;
+  const std::size_t L = profile.layers.size();
+  if (D < 1 || S < 1 || T < 1 || M < 1 || layout.ranks() != cluster.ranks)
+    throw InputError("layout " + layout.describe() + " does not fill " + std::to_string(cluster.ranks) + " ranks");
+  if (layout.cut.size() != static_cast<std::size_t>(S))
+    throw InputError("layout " + layout.describe() + ": one layer count per stage");
+  std::size_t covered = 0;
+  for (auto c : layout.cut) covered += c;
+  if (covered != L) throw InputError("layout " + layout.describe() + ": its cut does not cover the model's layers");
+  std::vector<char> split(L, 0);
+  std::size_t gather = L;  // the first split dense layer: the group's batch is gathered there
+  for (auto i : layout.split) {
+    if (i >= L || profile.layers[i].split == SplitKind::none || T < 2 || profile.layers[i].divisor % T != 0)
+      throw InputError("layout " + layout.describe() + ": layer " + std::to_string(i) + " cannot split " +
+                       std::to_string(T) + " ways");
+    split[i] = 1;
+    if (profile.layers[i].split == SplitKind::dense) gather = std::min(gather, i);
+  }
+  const bool gathers = gather < L;
+  const int data_ranks = gathers ? D * T : D;
+  if (global_batch % data_ranks != 0 || (global_batch / data_ranks) % M != 0)
+    throw InputError("layout " + layout.describe() + ": a global batch of " + std::to_string(global_batch) +
+                     " does not divide among its ranks and micro-batches");
+  const double m = static_cast<double>(global_batch / data_ranks / M);  // images a rank's micro-batch holds
+  const int P = cluster.ranks_per_node;
+  const Link& tensor_link = within_a_node(1, T, P) ? profile.within_node : profile.between_nodes;
+  const Link& stage_link = within_a_node(T, S, P) ? profile.within_node : profile.between_nodes;
+  const Link& replica_link = within_a_node(S * T, D, P) ? profile.within_node : profile.between_nodes;
+
+  Prediction p;
+  double slowest_slot = 0, slot_comm = 0;
+  std::size_t first = 0;
+  for (int s = 0; s < S; ++s) {
+    const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
+    double slot = 0, comm = 0, sent = 0, params = 0, below_gather = 0, activations = 0;
+    for (std::size_t i = first; i < end; ++i) {
+      const LayerCost& l = profile.layers[i];
+      const double rows = gathers && i >= gather ? T * m : m;
+      const double share = split[i] ? 1.0 / T : 1.0;
+      slot += l.seconds * rows * share;
+      params += l.params * share;
+      if (gathers && i < gather) below_gather += l.params;
+      activations += rows * l.output_bytes;
+      if (split[i] && l.split == SplitKind::dense) {
+        double c = gather_s(tensor_link, T, rows * l.output_bytes / T);  // the outputs' shares
+        sent += (T - 1) * rows * l.output_bytes / T;
+        if (i == gather) {  // the features gathered, their gradient reduce-scattered
+          c += 2 * gather_s(tensor_link, T, m * l.input_bytes);
+          sent += 2 * (T - 1) * m * l.input_bytes;
+        } else {  // the input gradient summed
+          c += all_reduce_s(tensor_link, T, rows * l.input_bytes);
+          sent += all_reduce_sent(T, rows * l.input_bytes);
+        }
+        comm += c;
+      } else if (split[i]) {  // a block: one all-reduce of its output each way
+        comm += 2 * all_reduce_s(tensor_link, T, rows * l.output_bytes);
+        sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
+      }
+    }
+    if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
+      const double rows = gathers && end - 1 >= gather ? T * m : m;
+      const double bytes = rows * profile.layers[end - 1].output_bytes;
+      comm += 2 * stage_link.seconds(bytes);
+      sent += 2 * bytes;
+    }
+    slot += comm;
+    if (slot > slowest_slot) {
+      slowest_slot = slot;
+      slot_comm = comm;
+    }
+    const double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * below_gather);
+    const double reduce = reduce_comm + params * profile.optimizer_s_per_param;
+    if (reduce > p.reduce_s) p.reduce_s = reduce;
+    p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the slots' share
+    const double step_sent = (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * below_gather);
+    p.sent_bytes = std::max(p.sent_bytes, step_sent);
+    // 1F1B keeps min(M, S - s) micro-batches' activations on stage s.
+    const double in_flight = std::min(M, S - s);
+    const double memory = profile.base_bytes + 4.0 * params * (3.0 + profile.optimizer_floats) +
+                          in_flight * (activations + m * profile.layers[first].input_bytes);
+    p.peak_bytes = std::max(p.peak_bytes, memory);
+    first = end;
+  }
+  const double slots = M + S - 1;
+  p.compute_s = slots * slowest_slot;
+  p.comm_s += slots * slot_comm;
+  p.step_s = p.compute_s + p.reduce_s;
+  return p;
+}
+
+}  // namespace ddl

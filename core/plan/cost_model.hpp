@@ -1,0 +1,40 @@
+// The planner's cost model: a layout's predicted step time and peak memory per rank from a profile
+// (seeds/004: compute from the measured layers, communication from activation and gradient sizes).
+//   - Compute: each layer's time per image times the images it sees (a split layer's share of a gathered
+//     batch, or 1/T of a shared one); a pipeline's step lasts (M + S - 1) of its slowest stage's
+//     micro-batch slots (GPipe and 1F1B have the same bubble), each slot with its activation messages.
+//   - Communication: split layers' collectives inside each slot; after backward, each stage's gradients
+//     all-reduced over its D replicas (and, below a batch gather, over its group too), then the
+//     optimizer; nothing overlapped (ddl_train averages after the step when S or T > 1). Collectives are
+//     costed as rings: an all-reduce of B bytes over n ranks takes 2 (n - 1) latencies and sends
+//     2 (n - 1) / n B; an all-gather or reduce-scatter half of that.
+//   - Memory: parameters, gradients, optimizer state and a blocked weight copy (a split layer's 1/T), the
+//     activations of the micro-batches a stage keeps in flight under 1F1B, and the profile's base.
+// Links: a group whose ranks all sit on one node uses the profile's within-node link, else the other.
+#pragma once
+
+#include "core/plan/layout.hpp"
+#include "core/plan/profile.hpp"
+
+namespace ddl {
+
+struct Cluster {
+  int ranks = 1;
+  int ranks_per_node = 1;
+};
+
+struct Prediction {
+  double step_s = 0;
+  double compute_s = 0;   // the pipeline's slots, split layers' collectives and messages included
+  double reduce_s = 0;    // gradient all-reduces and the optimizer, after backward
+  double peak_bytes = 0;  // the largest rank's
+  double sent_bytes = 0;  // per step, by the busiest rank
+  double comm_share() const { return step_s > 0 ? comm_s / step_s : 0; }
+  double comm_s = 0;      // the communication within step_s
+};
+
+// Global batch: the images of one step over the whole job. Throws InputError for a layout the profile
+// cannot run (a cut or split that does not fit the model, a batch that does not divide).
+Prediction predict(const Profile& profile, const Cluster& cluster, const Layout& layout, int global_batch);
+
+}  // namespace ddl

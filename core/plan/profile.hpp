@@ -1,0 +1,47 @@
+// What the planner knows about a model and the machines it runs on (seeds/004's profile): each layer's
+// measured compute time and sizes, the optimizer's cost, and a latency + bandwidth model of the links
+// within a node and between nodes. Plain data, measured by ddl_train on the job's own ranks (launch/) or
+// read from a file, so that planning needs no MPI and runs on a laptop.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ddl {
+
+// How a layer can be split across a tensor group (core/layers/split_dense.hpp, split_linear.hpp).
+enum class SplitKind { none, dense, block };
+
+struct LayerCost {
+  std::string name;           // as the model table describes it
+  double seconds = 0;         // forward + backward per image, on one rank's threads
+  double params = 0;          // parameters
+  double input_bytes = 0;     // one image's input to the layer (f32)
+  double output_bytes = 0;    // one image's output (f32)
+  SplitKind split = SplitKind::none;
+  int divisor = 0;            // what a tensor group's size must divide: a dense layer's outputs, a block's heads
+};
+
+// Seconds to move `bytes` once between two ranks: latency + bytes / bandwidth.
+struct Link {
+  double latency_s = 0;
+  double bytes_per_s = 1e9;
+  double seconds(double bytes) const { return latency_s + bytes / bytes_per_s; }
+};
+
+struct Profile {
+  std::string model;
+  int batch = 0;                   // images per rank the times were measured at
+  double optimizer_s_per_param = 0;
+  double optimizer_floats = 2;     // state floats per parameter (Adam 2, SGD with momentum 1)
+  double base_bytes = 0;           // a rank's memory besides the model (runtime, loader, libraries)
+  std::vector<LayerCost> layers;
+  Link within_node, between_nodes;
+};
+
+// A text form ("key value" lines, one "layer" line per layer), to keep a profile and plan from it later.
+std::string to_text(const Profile& profile);
+// Throws InputError naming `source` and the line for anything it cannot read.
+Profile profile_from_text(const std::string& text, const std::string& source);
+
+}  // namespace ddl

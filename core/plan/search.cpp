@@ -1,0 +1,144 @@
+#include "core/plan/search.hpp"
+
+#include <functional>
+
+#include "core/error.hpp"
+#include "core/train/pipeline_schedule.hpp"
+
+namespace ddl {
+namespace {
+
+constexpr std::size_t kMostCuts = 4096;   // beyond: the balanced cut only
+constexpr std::size_t kMostSubsets = 64;  // of splittable dense layers; beyond: the last k of them
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int k = 1; k <= n; ++k)
+    if (n % k == 0) d.push_back(k);
+  return d;
+}
+
+// Every way of cutting n layers into s non-empty runs, in order, or none when there are more than `most`.
+std::vector<std::vector<std::size_t>> every_cut(std::size_t n, std::size_t s, std::size_t most) {
+  std::vector<std::vector<std::size_t>> cuts;
+  std::vector<std::size_t> counts;
+  bool too_many = false;
+  std::function<void(std::size_t, std::size_t)> place = [&](std::size_t left, std::size_t stages) {
+    if (too_many) return;
+    if (stages == 1) {
+      counts.push_back(left);
+      cuts.push_back(counts);
+      counts.pop_back();
+      too_many = cuts.size() > most;
+      return;
+    }
+    for (std::size_t k = 1; k + stages - 1 <= left; ++k) {
+      counts.push_back(k);
+      place(left - k, stages - 1);
+      counts.pop_back();
+    }
+  };
+  if (s >= 1 && s <= n) place(n, s);
+  if (too_many) cuts.clear();
+  return cuts;
+}
+
+// The splits a group of T ranks may take: subsets of the dense layers it divides (all of them, or the
+// last k when there are many), and all transformer blocks when T divides every one.
+std::vector<std::vector<std::size_t>> every_split(const Profile& profile, int T) {
+  std::vector<std::size_t> dense, blocks;
+  bool all_blocks = true;
+  for (std::size_t i = 0; i < profile.layers.size(); ++i) {
+    const LayerCost& l = profile.layers[i];
+    const bool divides = l.divisor > 0 && l.divisor % T == 0;
+    if (l.split == SplitKind::dense && divides) dense.push_back(i);
+    if (l.split == SplitKind::block) {
+      blocks.push_back(i);
+      all_blocks = all_blocks && divides;
+    }
+  }
+  std::vector<std::vector<std::size_t>> splits;
+  if ((std::size_t{1} << std::min<std::size_t>(dense.size(), 63)) <= kMostSubsets) {
+    for (std::size_t mask = 1; mask < (std::size_t{1} << dense.size()); ++mask) {
+      std::vector<std::size_t> s;
+      for (std::size_t k = 0; k < dense.size(); ++k)
+        if (mask & (std::size_t{1} << k)) s.push_back(dense[k]);
+      splits.push_back(s);
+    }
+  } else {
+    for (std::size_t k = 0; k < dense.size(); ++k) splits.emplace_back(dense.begin() + static_cast<std::ptrdiff_t>(k), dense.end());
+  }
+  if (!blocks.empty() && all_blocks) splits.push_back(blocks);
+  return splits;
+}
+
+// Each layer's time and memory under a layout without a cut: what the balanced cut weighs.
+std::vector<std::size_t> balanced_cut(const Profile& profile, int stages) {
+  std::vector<double> time, memory;
+  for (const auto& l : profile.layers) {
+    time.push_back(l.seconds);
+    memory.push_back(16.0 * l.params + l.output_bytes);
+  }
+  return balanced_partition(time, memory, stages);
+}
+
+bool fits(const Constraints& c, int D, int S, int T, int M) {
+  return (c.replicas == 0 || c.replicas == D) && (c.stages == 0 || c.stages == S) && (c.tensor == 0 || c.tensor == T) &&
+         (c.micro_batches == 0 || c.micro_batches == M);
+}
+
+}  // namespace
+
+void for_each_layout(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits,
+                     const std::function<void(const Plan&)>& visit) {
+  const std::size_t L = profile.layers.size();
+  for (const int T : divisors(cluster.ranks)) {
+    std::vector<std::vector<std::size_t>> splits{{}};
+    if (T > 1) splits = every_split(profile, T);
+    if (splits.empty()) continue;
+    for (const int S : divisors(cluster.ranks / T)) {
+      if (static_cast<std::size_t>(S) > L) continue;
+      const int D = cluster.ranks / (T * S);
+      auto cuts = every_cut(L, static_cast<std::size_t>(S), kMostCuts);
+      if (cuts.empty()) cuts.push_back(balanced_cut(profile, S));
+      for (const auto& split : splits) {
+        const bool gathers = !split.empty() && profile.layers[split.front()].split == SplitKind::dense;
+        const int data_ranks = gathers ? D * T : D;
+        if (global_batch % data_ranks != 0) continue;
+        const int batch = global_batch / data_ranks;
+        for (const int M : {1, 2, 4, 8, 16, 32}) {
+          if (batch % M != 0 || !fits(limits, D, S, T, M)) continue;
+          for (const auto& cut : cuts) {
+            Layout layout{D, S, T, M, cut, split, batch};
+            visit({layout, predict(profile, cluster, layout, global_batch)});
+          }
+        }
+      }
+    }
+  }
+}
+
+PlanResult plan_layouts(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits) {
+  PlanResult result;
+  auto better = [](const std::optional<Plan>& held, const Plan& p) {
+    return !held || p.prediction.step_s < held->prediction.step_s;
+  };
+  for_each_layout(profile, cluster, global_batch, limits, [&](const Plan& p) {
+    ++result.considered;
+    if (limits.memory_limit_bytes > 0 && p.prediction.peak_bytes > limits.memory_limit_bytes) {
+      ++result.over_memory;
+      return;
+    }
+    const Layout& l = p.layout;
+    if (better(result.fastest, p)) result.fastest = p;
+    if (l.stages == 1 && l.tensor == 1 && better(result.best_data, p)) result.best_data = p;
+    if (l.replicas == 1 && l.tensor == 1 && l.stages > 1 && better(result.best_pipeline, p)) result.best_pipeline = p;
+  });
+  result.best = result.fastest;
+  if (result.best_data && result.fastest &&
+      result.best_data->prediction.step_s <= (1 + kDataParallelMargin) * result.fastest->prediction.step_s)
+    result.best = result.best_data;
+  return result;
+}
+
+}  // namespace ddl

@@ -1,0 +1,44 @@
+// The planner's search (seeds/004's Algorithm 1 over ddl's layouts): every grid D x S x T of the ranks,
+// micro-batches from {1, 2, 4, 8, 16, 32}, every cut of the layers into S stages (or, where there are too
+// many, the cut balanced by time and memory), and for T > 1 every split the profile allows (any subset of
+// the splittable dense layers, or the last k of them where there are many; every transformer block).
+// Layouts over the memory limit are dropped; the least predicted step time wins, unless plain data
+// parallelism is predicted within kDataParallelMargin of it: the cost model's own error is larger than
+// that, and the plainer layout has fewer ways to be slow that the model does not know.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include "core/plan/cost_model.hpp"
+
+namespace ddl {
+
+struct Constraints {
+  double memory_limit_bytes = 0;  // per rank; 0: none
+  // > 0: fixed to this value.
+  int replicas = 0, stages = 0, tensor = 0, micro_batches = 0;
+};
+
+struct Plan {
+  Layout layout;
+  Prediction prediction;
+};
+
+constexpr double kDataParallelMargin = 0.03;
+
+struct PlanResult {
+  std::optional<Plan> best;           // the choice
+  std::optional<Plan> fastest;        // the least predicted step time
+  std::optional<Plan> best_data;      // S = T = 1
+  std::optional<Plan> best_pipeline;  // D = T = 1
+  std::size_t considered = 0, over_memory = 0;
+};
+
+PlanResult plan_layouts(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits);
+
+// Calls `visit` with every layout plan_layouts considers and its prediction, memory limit aside.
+void for_each_layout(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits,
+                     const std::function<void(const Plan&)>& visit);
+
+}  // namespace ddl

@@ -1,0 +1,220 @@
+// The planner on hand-made profiles: which layout it chooses when links are fast or slow and memory is
+// short, that its choice is the fastest of an exhaustive enumeration, that its byte counts are ddl_train's,
+// and that it plans a thousand ranks from a saved profile.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+
+#include "core/error.hpp"
+#include "core/plan/search.hpp"
+
+namespace ddl {
+namespace {
+
+LayerCost layer(const std::string& name, double seconds, double params, double in, double out,
+                SplitKind split = SplitKind::none, int divisor = 0) {
+  return {name, seconds, params, in, out, split, divisor};
+}
+
+// seed_cnn as ddl builds it: sizes exact (f32 bytes per image), times made up.
+Profile seed_cnn_profile(const Link& link) {
+  Profile p;
+  p.model = "seed_cnn";
+  p.batch = 32;
+  p.optimizer_s_per_param = 1e-9;
+  p.base_bytes = 50e6;
+  p.layers = {layer("conv2d 3->32", 2e-5, 896, 3 * 32 * 32 * 4, 32 * 32 * 32 * 4),
+              layer("max_pool", 2e-6, 0, 32 * 32 * 32 * 4, 32 * 16 * 16 * 4),
+              layer("conv2d 32->64", 6e-5, 18496, 32 * 16 * 16 * 4, 64 * 16 * 16 * 4),
+              layer("max_pool", 1e-6, 0, 64 * 16 * 16 * 4, 64 * 8 * 8 * 4),
+              layer("flatten", 1e-7, 0, 4096 * 4, 4096 * 4),
+              layer("dense 4096->64", 1e-5, 4096 * 64 + 64, 4096 * 4, 64 * 4, SplitKind::dense, 64),
+              layer("dense 64->10", 1e-6, 650, 64 * 4, 10 * 4, SplitKind::dense, 10)};
+  p.within_node = p.between_nodes = link;
+  return p;
+}
+
+// AlexNet's shape at 224x224: 2.5 M parameters of convolutions, 58.6 M in three dense layers.
+Profile alexnet_profile(const Link& within, const Link& between) {
+  Profile p;
+  p.model = "alexnet";
+  p.batch = 32;
+  p.optimizer_s_per_param = 1e-9;
+  p.base_bytes = 100e6;
+  p.layers = {layer("convolutions", 20e-3, 2.47e6, 3 * 224 * 224 * 4, 9216 * 4),
+              layer("dense 9216->4096", 1.5e-3, 37.75e6, 9216 * 4, 4096 * 4, SplitKind::dense, 4096),
+              layer("dense 4096->4096", 0.7e-3, 16.78e6, 4096 * 4, 4096 * 4, SplitKind::dense, 4096),
+              layer("dense 4096->1000", 0.2e-3, 4.1e6, 4096 * 4, 1000 * 4, SplitKind::dense, 1000)};
+  p.within_node = within;
+  p.between_nodes = between;
+  return p;
+}
+
+// Shared memory (a small collective costs MPI some 10 us) and a slow network.
+const Link kFast{10e-6, 20e9}, kSlow{100e-6, 0.1e9};
+
+TEST(Planner, FastLinksAndASmallModelChooseDataParallelism) {
+  const PlanResult r = plan_layouts(seed_cnn_profile(kFast), {4, 4}, 256, {});
+  ASSERT_TRUE(r.best && r.best_data && r.fastest);
+  EXPECT_EQ(r.best->layout.replicas, 4) << r.best->layout.describe();
+  EXPECT_DOUBLE_EQ(r.best->prediction.step_s, r.best_data->prediction.step_s);
+  std::cout << "fastest predicted: " << r.fastest->layout.describe() << ", " << r.fastest->prediction.step_s
+            << " s against data parallelism's " << r.best_data->prediction.step_s << " s\n";
+  EXPECT_GT(r.considered, 50u);
+}
+
+TEST(Planner, SlowLinksWithLargeDenseLayersSplitThem) {
+  // Two nodes of one rank, a slow network between them: all-reducing 61 M gradients costs more than
+  // exchanging a batch of features.
+  const PlanResult r = plan_layouts(alexnet_profile(kFast, kSlow), {2, 1}, 64, {});
+  ASSERT_TRUE(r.best && r.best_data);
+  EXPECT_EQ(r.best->layout.tensor, 2) << r.best->layout.describe();
+  EXPECT_FALSE(r.best->layout.split.empty());
+  EXPECT_LT(r.best->prediction.sent_bytes * 5, r.best_data->prediction.sent_bytes);
+  EXPECT_LT(r.best->prediction.step_s, r.best_data->prediction.step_s);
+}
+
+TEST(Planner, AMemoryLimitBelowDataParallelismsNeedChoosesAPipelineOrASplit) {
+  const Profile p = alexnet_profile(kFast, kFast);
+  const PlanResult free = plan_layouts(p, {2, 2}, 64, {});
+  ASSERT_TRUE(free.best_data);
+  Constraints limits;
+  limits.memory_limit_bytes = 0.75 * free.best_data->prediction.peak_bytes;
+  const PlanResult tight = plan_layouts(p, {2, 2}, 64, limits);
+  EXPECT_FALSE(tight.best_data) << "data parallelism needs " << free.best_data->prediction.peak_bytes;
+  ASSERT_TRUE(tight.best);
+  EXPECT_TRUE(tight.best->layout.stages > 1 || tight.best->layout.tensor > 1) << tight.best->layout.describe();
+  EXPECT_LE(tight.best->prediction.peak_bytes, limits.memory_limit_bytes);
+  EXPECT_GT(tight.over_memory, 0u);
+}
+
+// Every layout of a small case, enumerated here without the search's shortcuts: every grid, every
+// micro-batch count, every cut, every subset of the splittable layers.
+double fastest_by_enumeration(const Profile& p, const Cluster& c, int global_batch) {
+  const std::size_t L = p.layers.size();
+  double best = 1e300;
+  std::function<void(std::vector<std::size_t>&, std::size_t, int, const Layout&)> cuts =
+      [&](std::vector<std::size_t>& counts, std::size_t left, int stages, const Layout& base) {
+        if (stages == 0) {
+          if (left != 0) return;
+          Layout l = base;
+          l.cut = counts;
+          try {
+            best = std::min(best, predict(p, c, l, global_batch).step_s);
+          } catch (const InputError&) {  // a batch that does not divide
+          }
+          return;
+        }
+        for (std::size_t k = 1; k <= left; ++k) {
+          counts.push_back(k);
+          cuts(counts, left - k, stages - 1, base);
+          counts.pop_back();
+        }
+      };
+  for (int T = 1; T <= c.ranks; ++T)
+    for (int S = 1; S * T <= c.ranks; ++S) {
+      if (c.ranks % (S * T) != 0 || static_cast<std::size_t>(S) > L) continue;
+      const int D = c.ranks / (S * T);
+      for (std::size_t mask = 0; mask < (std::size_t{1} << L); ++mask) {
+        std::vector<std::size_t> split;
+        bool possible = (mask == 0) == (T == 1);
+        for (std::size_t i = 0; i < L; ++i)
+          if (mask & (std::size_t{1} << i)) {
+            split.push_back(i);
+            possible = possible && p.layers[i].split != SplitKind::none && p.layers[i].divisor % T == 0;
+          }
+        if (!possible) continue;
+        for (int M : {1, 2, 4, 8, 16, 32}) {
+          const int data_ranks = !split.empty() ? D * T : D;
+          if (global_batch % data_ranks != 0 || (global_batch / data_ranks) % M != 0) continue;
+          std::vector<std::size_t> counts;
+          cuts(counts, L, S, Layout{D, S, T, M, {}, split, global_batch / data_ranks});
+        }
+      }
+    }
+  return best;
+}
+
+TEST(Planner, ItsChoiceIsTheFastestOfAnExhaustiveEnumeration) {
+  for (const Cluster c : {Cluster{4, 4}, Cluster{4, 2}, Cluster{6, 3}}) {
+    for (const Profile& p : {seed_cnn_profile(kSlow), alexnet_profile(kFast, kSlow)}) {
+      const PlanResult r = plan_layouts(p, c, 96, {});
+      ASSERT_TRUE(r.fastest && r.best);
+      EXPECT_DOUBLE_EQ(r.fastest->prediction.step_s, fastest_by_enumeration(p, c, 96))
+          << p.model << " on " << c.ranks << " ranks: " << r.fastest->layout.describe();
+      // The choice: the fastest, or data parallelism within 3% of it.
+      EXPECT_LE(r.best->prediction.step_s, (1 + kDataParallelMargin) * r.fastest->prediction.step_s);
+    }
+  }
+}
+
+TEST(Planner, PredictsTheBytesDdlTrainReportsForASplitClassifier) {
+  // DdlTrain.SplitLayersReportTheBytesTheySend: seed_cnn, T = 2, batch 16 a rank, 614,848 bytes a step,
+  // of which 64 are the labels, which the planner leaves out.
+  const Profile p = seed_cnn_profile(kFast);
+  const Layout split{1, 1, 2, 1, {7}, {5, 6}, 16};
+  EXPECT_DOUBLE_EQ(predict(p, {2, 2}, split, 32).sent_bytes, 614848.0 - 64.0);
+  // Data parallelism on 2 ranks sends each rank's 282,250 gradients once (2 (n - 1) / n of them).
+  const Layout data{2, 1, 1, 1, {7}, {}, 16};
+  EXPECT_DOUBLE_EQ(predict(p, {2, 2}, data, 32).sent_bytes, 282250.0 * 4);
+}
+
+TEST(Planner, RefusesLayoutsThatDoNotFit) {
+  const Profile p = seed_cnn_profile(kFast);
+  EXPECT_THROW(predict(p, {2, 2}, Layout{1, 1, 2, 1, {7}, {4}, 16}, 32), InputError);    // flatten splits not
+  EXPECT_THROW(predict(p, {4, 4}, Layout{1, 1, 4, 1, {7}, {5, 6}, 8}, 32), InputError);  // 4 does not divide 10
+  EXPECT_THROW(predict(p, {2, 2}, Layout{1, 2, 1, 1, {3, 3}, {}, 32}, 32), InputError);  // the cut misses a layer
+  EXPECT_THROW(predict(p, {4, 4}, Layout{2, 1, 1, 1, {7}, {}, 16}, 32), InputError);     // 2 of 4 ranks
+  EXPECT_THROW(predict(p, {3, 3}, Layout{3, 1, 1, 1, {7}, {}, 10}, 32), InputError);     // 32 images on 3 ranks
+}
+
+// ViT-B/16's shape: an embedding, 24 residual blocks (12 attention, 12 MLP; 12 heads), a head.
+Profile vit_b16_profile() {
+  Profile p;
+  p.model = "vit_b16";
+  p.batch = 32;
+  p.optimizer_s_per_param = 1e-9;
+  p.base_bytes = 200e6;
+  const double tokens = 197 * 768 * 4;
+  p.layers.push_back(layer("patch embedding", 2e-3, 0.74e6, 3 * 224 * 224 * 4, tokens));
+  for (int b = 0; b < 12; ++b) {
+    p.layers.push_back(layer("attention", 6e-3, 2.36e6, tokens, tokens, SplitKind::block, 12));
+    p.layers.push_back(layer("mlp", 9e-3, 4.72e6, tokens, tokens, SplitKind::block, 12));
+  }
+  p.layers.push_back(layer("layer_norm", 1e-4, 1536, tokens, tokens));
+  p.layers.push_back(layer("take class token", 1e-6, 0, tokens, 768 * 4));
+  p.layers.push_back(layer("linear 768->100", 1e-5, 76900, 768 * 4, 100 * 4));
+  p.within_node = kFast;
+  p.between_nodes = {20e-6, 10e9};
+  return p;
+}
+
+TEST(Planner, PlansAThousandRanksFromASavedProfile) {
+  const Profile saved = profile_from_text(to_text(vit_b16_profile()), "saved");
+  for (const int ranks : {64, 1024}) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const PlanResult r = plan_layouts(saved, {ranks, 16}, 4 * ranks, {});
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(r.best);
+    std::cout << ranks << " ranks: " << r.considered << " layouts in " << seconds << " s, best "
+              << r.best->layout.describe() << ", " << r.best->prediction.step_s << " s a step\n";
+    EXPECT_EQ(r.best->layout.ranks(), ranks);
+  }
+}
+
+TEST(Planner, AProfileSurvivesItsTextForm) {
+  const Profile p = alexnet_profile(kFast, kSlow);
+  const Profile back = profile_from_text(to_text(p), "text");
+  EXPECT_EQ(to_text(back), to_text(p));
+  ASSERT_EQ(back.layers.size(), 4u);
+  EXPECT_EQ(back.layers[1].name, "dense 9216->4096");
+  EXPECT_EQ(back.layers[1].split, SplitKind::dense);
+  EXPECT_DOUBLE_EQ(back.between_nodes.bytes_per_s, kSlow.bytes_per_s);
+  EXPECT_THROW(profile_from_text("model x\n", "bad.txt"), InputError);
+  EXPECT_THROW(profile_from_text("ddl-profile 1\nbatch 32\nlayer 1 2 3\n", "short.txt"), InputError);
+  EXPECT_THROW(profile_from_text("ddl-profile 1\nbatch 32\nlayer 1 2 3 4 sideways 0 x\n", "kind.txt"), InputError);
+}
+
+}  // namespace
+}  // namespace ddl
