@@ -2,24 +2,27 @@
 # Split layers against data parallelism and a pipeline for one model at 224x224 (issue 13): images/s, the
 # bytes one rank sends per step and the largest rank's peak memory of `ddl_train` on 2 ranks laid out as
 # 2 x 1 x 1 (data parallel), 1 x 1 x 2 (the classifier split: convolutions data parallel, dense layers
-# split), 1 x 2 x 1 (a pipeline of 4 micro-batches), one thread per rank, batch 32 per rank that brings its
-# own images (global 64). Run twice: both ranks on this machine, then one rank on each of two "hosts"
+# split; for a vision transformer the blocks split, the two ranks sharing each batch), 1 x 2 x 1 (a
+# pipeline of 4 micro-batches), one thread per rank, a global batch of 64. Run twice: both ranks on this machine, then one rank on each of two "hosts"
 # (network namespaces, Open MPI over TCP, bench/two_hosts.sh: root only), where the link is slow. The
 # second epoch of each run is reported (the first builds the primitives).
-#   bash bench/split_layers.sh [MODEL] [steps] [data.h5]
+#   bash bench/split_layers.sh [MODEL] [steps] [data.h5] [more ddl_train options, e.g. --image-size 112]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-alexnet}
 steps=${2:-3}
 data=${3:-runs/sample/train.h5}
+shift $(($# < 3 ? $# : 3))
 [ -x build/launch/ddl_train ] || bash launch/setup.sh
 [ -f "$data" ] || bash launch/run_sample.sh --epochs 1 --steps-per-epoch 1 > /dev/null
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 data=$(realpath "$data")
 common=(--model "$model" --train "$data" --epochs 2 --steps-per-epoch "$steps" --optimizer sgd --lr 0.01
-        --progress never --threads 1 --bucket-mb 0)
+        --progress never --threads 1 --bucket-mb 0 "$@")
+split="split 1x1x2|--batch-size 32 --tensor-parallel 2"
+[[ $model == vit* ]] && split="split blocks 1x1x2|--batch-size 64 --tensor-parallel 2 --tensor-split blocks"
 layouts=("data parallel 2x1x1|--batch-size 32"
-         "split 1x1x2|--batch-size 32 --tensor-parallel 2"
+         "$split"
          "pipeline 1x2x1 M=4|--batch-size 64 --pipeline-stages 2 --micro-batches 4")
 
 # The figures of one epoch line: img/s, bytes sent per rank and step, peak MB.
@@ -43,7 +46,7 @@ run_all() {  # launcher...
   done
 }
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model 224x224, 2 ranks x 1 thread, global batch 64"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model $*, 2 ranks x 1 thread, global batch 64"
 echo "pipeline bytes are activation messages, not counted here"
 echo "-- one machine (shared memory)"
 run_all mpirun --oversubscribe -np 2

@@ -146,10 +146,16 @@ std::vector<WholeSegment> Model::whole_segments() const {
   return segments;
 }
 
-std::size_t Model::params_before_batch_gather() const {
-  std::size_t i = 0;
-  while (i < layers_.size() && first_layer_ + i < batch_gather_layer_) ++i;
-  return layer_param_begin_.empty() ? 0 : layer_param_begin_[i];
+std::vector<std::pair<std::size_t, std::size_t>> Model::whole_param_ranges() const {
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (const auto& e : entries_) {
+    if (!e.spec.whole_dims.empty()) continue;
+    if (!ranges.empty() && ranges.back().first + ranges.back().second == e.offset)
+      ranges.back().second += e.size;
+    else
+      ranges.emplace_back(e.offset, e.size);
+  }
+  return ranges;
 }
 
 void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {

@@ -93,9 +93,9 @@ class Model {
   std::size_t param_count() const { return params_view_.size(); }
   // Where this rank's flat buffer lies in the whole model's: one segment unless layers are split.
   std::vector<WholeSegment> whole_segments() const;
-  // The parameters (at the front of the flat buffer) of the layers below the one that gathers a tensor
-  // group's batch: each rank of the group trains them on its own images. All of them without a split.
-  std::size_t params_before_batch_gather() const;
+  // The ranges (offset, count) of the flat buffer that hold whole parameters, not a split layer's share:
+  // every rank of a tensor group holds them, and their gradients are averaged over the group.
+  std::vector<std::pair<std::size_t, std::size_t>> whole_param_ranges() const;
   // Whether a split layer (on this stage or an earlier one) gathers the tensor group's batch in training.
   bool gathers_batch() const { return batch_gather_layer_ != static_cast<std::size_t>(-1); }
   // Every layer's non-trainable state, named "<layer index>.<name>".

@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstddef>
+#include <span>
 #include <string>
 
 #include "core/aligned_buffer.hpp"
@@ -46,6 +47,10 @@ class Tensor {
 };
 
 std::size_t product(const dims_t& dims);
+
+// An f32 tensor's values as one array, for what works on flat buffers (collectives, messages).
+inline std::span<float> floats(Tensor& t) { return {t.data(), t.elements()}; }
+inline std::span<const float> floats(const Tensor& t) { return {t.data(), t.elements()}; }
 std::string to_string(const dims_t& dims);
 
 // A plain row-major descriptor (nc, nchw, ...) for the given dims.

@@ -44,7 +44,9 @@
 #include "launch/error_line.hpp"
 #include "launch/metrics_log.hpp"
 #include "launch/progress_bar.hpp"
+#include "launch/plan_profile.hpp"
 #include "launch/stage_partition.hpp"
+#include "launch/strategy.hpp"
 #include "launch/tensor_split.hpp"
 #include "launch/thread_count.hpp"
 #include "launch/train_options.hpp"
@@ -127,6 +129,8 @@ struct Run {
   std::optional<MpiTensorGroup> tensor_group;  // with --tensor-parallel > 1
   std::vector<std::size_t> split_layers;
   std::string split_report;
+  std::string plan_report;      // --strategy other than manual
+  double predicted_step_s = 0;  // by the plan
   std::vector<std::size_t> partition;                    // layers per stage
   std::string partition_report;
   std::optional<BatchLoader> train_loader, val_loader;   // on the first stage only
@@ -143,8 +147,43 @@ struct Run {
   std::string nodes;  // describe_nodes()
 };
 
+// --strategy auto | data | pipeline: the profile (measured on these ranks, or --load-profile), the plan,
+// and the options that build the chosen layout, which every rank must agree on.
+void choose_layout(Run& run, const Communicator& world, const ModelConfig& config) {
+  TrainOptions& o = run.options;
+  MeasuredProfile measured;
+  if (!o.load_profile.empty()) {
+    std::ifstream in(o.load_profile);
+    if (!in) throw InputError("--load-profile: cannot read " + o.load_profile);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    measured.profile = profile_from_text(text, o.load_profile);
+    if (measured.profile.model != o.model)
+      throw InputError("--load-profile " + o.load_profile + " profiles model " + measured.profile.model + ", not " + o.model);
+    measured.links = "profile and links from " + o.load_profile;
+  } else {
+    measured = measure_profile(o, config, world, run.ctx);
+  }
+  if (!o.save_profile.empty() && world.rank() == 0) {
+    std::ofstream out(o.save_profile);
+    out << to_text(measured.profile);
+    out.close();
+    if (!out) throw InputError("--save-profile: cannot write " + o.save_profile);
+  }
+  std::vector<double> per_node{static_cast<double>(world.split_shared().size())};
+  world.allreduce_max(per_node);
+  const Cluster cluster{o.plan_for_ranks > 0 ? o.plan_for_ranks : world.size(),
+                        o.plan_for_ranks > 0 ? o.plan_for_per_node : static_cast<int>(per_node[0])};
+  const double limit = o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9 : default_memory_limit(cluster.ranks_per_node);
+  StrategyPlan plan = plan_strategy(o, measured.profile, cluster, limit);
+  run.plan_report = plan.report + "  " + measured.links + "\n";
+  run.predicted_step_s = plan.chosen.prediction.step_s;
+  if (o.plan_only) return;
+  o = plan.options;
+  world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")", Checksum().add(o.describe()).value());
+}
+
 void build(Run& run, const Communicator& world) {
-  const TrainOptions& o = run.options;
+  const TrainOptions& o = run.options;  // the planner may change the layout's options below
   run.threads = o.threads > 0 ? o.threads : default_threads(world.split_shared().size());
   omp_set_num_threads(run.threads);
   run.nodes = describe_nodes(world);
@@ -154,17 +193,6 @@ void build(Run& run, const Communicator& world) {
                        "slower than f32): train with --precision f32");
     run.ctx.set_compute_type(dt::bf16);
   }
-  const Grid& g = run.grid = Grid(world.size(), world.rank(), o.pipeline_stages, o.tensor_parallel);
-  run.pipeline.emplace(world.split(g.replica * g.tensor + g.t, g.stage));
-  run.stage_replicas.emplace(world.split(g.stage * g.tensor + g.t, g.replica));
-  run.tensor.emplace(world.split(g.replica * g.stages + g.stage, g.t));
-  run.replica_ranks.emplace(world.split(g.replica, g.stage * g.tensor + g.t));
-  run.pipeline->watch(world.hang_detector(), "the stages of replica " + std::to_string(g.replica));
-  run.stage_replicas->watch(world.hang_detector(), "the replicas of stage " + std::to_string(g.stage));
-  run.tensor->watch(world.hang_detector(), "the ranks that split stage " + std::to_string(g.stage) + "'s layers");
-  run.replica_ranks->watch(world.hang_detector(), "the ranks of replica " + std::to_string(g.replica));
-  if (g.tensor > 1) run.tensor_group.emplace(*run.tensor);
-  const bool first_stage = run.grid.stage == 0;
 
   for (const auto& [option, path] : {std::pair{"--train", o.train_path}, std::pair{"--val", o.val_path}})
     if (!path.empty() && std::filesystem::is_directory(path))
@@ -196,6 +224,21 @@ void build(Run& run, const Communicator& world) {
   if (train.channels() != in[0])
     throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
                      " holds " + image_shape(train));
+  if (o.strategy != "manual") {
+    choose_layout(run, world, config);
+    if (o.plan_only) return;
+  }
+  const Grid& g = run.grid = Grid(world.size(), world.rank(), o.pipeline_stages, o.tensor_parallel);
+  run.pipeline.emplace(world.split(g.replica * g.tensor + g.t, g.stage));
+  run.stage_replicas.emplace(world.split(g.stage * g.tensor + g.t, g.replica));
+  run.tensor.emplace(world.split(g.replica * g.stages + g.stage, g.t));
+  run.replica_ranks.emplace(world.split(g.replica, g.stage * g.tensor + g.t));
+  run.pipeline->watch(world.hang_detector(), "the stages of replica " + std::to_string(g.replica));
+  run.stage_replicas->watch(world.hang_detector(), "the replicas of stage " + std::to_string(g.stage));
+  run.tensor->watch(world.hang_detector(), "the ranks that split stage " + std::to_string(g.stage) + "'s layers");
+  run.replica_ranks->watch(world.hang_detector(), "the ranks of replica " + std::to_string(g.replica));
+  if (g.tensor > 1) run.tensor_group.emplace(*run.tensor);
+  const bool first_stage = run.grid.stage == 0;
   LayerSplit split;
   if (g.tensor > 1) {
     TensorSplitChoice choice = choose_tensor_split(o.tensor_split, *whole, g.tensor);
@@ -295,6 +338,15 @@ void print_profile(const Profiler& profiler, double train_seconds, std::size_t s
               100.0 * (train_seconds - layers) / train_seconds);
 }
 
+// Below a split layer that gathers its group's batch, each rank of the group kept its own BatchNorm
+// statistics, from its own images; evaluation runs the same images on every rank of the group and a
+// checkpoint keeps one rank's, so the group takes its first rank's first, as if one model had run.
+void share_group_state(Run& run) {
+  if (!run.tensor_group) return;
+  for (const StateView& s : run.model->state())
+    if (!s.floats.empty()) run.tensor->broadcast(s.floats, 0);
+}
+
 // One checkpoint file from the first replica's ranks, written in turn, stage after stage and within a
 // stage rank after rank of its tensor group (checkpoint.hpp).
 // keep_previous: the file `path` held stays as previous_checkpoint(path) (for last.h5).
@@ -346,6 +398,7 @@ void print_header(Run& run, const Communicator& world) {
   std::printf(", %zu training / %zu validation images\n", run.train_subset.size(), run.val_subset.size());
   if (!run.nodes.empty()) std::printf("%s\n", run.nodes.c_str());
   if (!run.split_report.empty()) std::printf("%s\n", run.split_report.c_str());
+  if (!run.plan_report.empty()) std::printf("%s", run.plan_report.c_str());
   const ImageDataset& data = run.train_loader->dataset();
   const dims_t& in = run.model->input_shape();
   if (data.height() != in[1] || data.width() != in[2])
@@ -411,14 +464,14 @@ void catch_stop_signals() {
     if (sigaction(signal, &action, nullptr) != 0) throw Error("cannot install the SIGINT/SIGTERM handler");
 }
 
-// After SIGINT or SIGTERM (Slurm's pre-emption): every rank stopped after the same step; the checkpoint
-// records how far the run got (`steps` of the epoch, 0 at an epoch's end), so --resume continues it
-// exactly. Exit code 128 + the signal, as a shell reports a process ended by it.
 // The one rank that speaks for the job.
 bool world_rank_zero(const Run& run) {
   return run.grid.replica == 0 && run.grid.stage == 0 && run.grid.t == 0;
 }
 
+// After SIGINT or SIGTERM (Slurm's pre-emption): every rank stopped after the same step; the checkpoint
+// records how far the run got (`steps` of the epoch, 0 at an epoch's end), so --resume continues it
+// exactly. Exit code 128 + the signal, as a shell reports a process ended by it.
 int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps) {
   const TrainOptions& o = run.options;
   run.state.epochs_done = static_cast<std::uint64_t>(epoch);
@@ -723,6 +776,7 @@ int train(Run& run, const Communicator& world) {
       train_steps += steps;
       PassMetrics val;
       hang.set_phase("evaluation");
+      share_group_state(run);
       if (validate) {
         const auto mine = evaluation_indices(run.val_subset.size(), g.replica, g.replicas);
         if (run.val_loader) run.val_loader->start(select(run.val_subset, mine), false, o.seed, epoch);
@@ -754,6 +808,9 @@ int train(Run& run, const Communicator& world) {
         if (run.tensor_group)
           std::printf("  tensor group %.0f bytes/step sent per rank",
                       tensor_bytes[0] / static_cast<double>(std::max<std::size_t>(tr.steps, 1)));
+        if (run.predicted_step_s > 0)
+          std::printf("  step %.3f s (planned %.3f s)", tr.seconds / static_cast<double>(std::max<std::size_t>(tr.steps, 1)),
+                      run.predicted_step_s);
         std::printf("\n");
         std::fflush(stdout);
         if (metrics)
@@ -812,6 +869,10 @@ int main(int argc, char** argv) {
     if (world->any(setup_error != nullptr)) {
       if (setup_error) report(&*world, describe_exception(setup_error));
       return 2;
+    }
+    if (run->options.plan_only) {
+      if (world->rank() == 0) std::printf("%s", run->plan_report.c_str());
+      return 0;
     }
     if (!resume(*run, *world) || !initialize(*run, *world)) return 2;
     return train(*run, *world);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/layers/attention.hpp"
 #include "core/layers/dense.hpp"
 #include "core/layers/linear.hpp"
 #include "core/layers/residual.hpp"
@@ -20,6 +21,18 @@ bool holds_linear(Sequential& s) {
   return false;
 }
 
+// What a group splitting a block must divide: its attention's heads, else its first linear layer's outputs.
+int block_divisor(Sequential& s) {
+  for (auto& part : s.parts()) {
+    if (auto* attention = dynamic_cast<ScaledDotProductAttention*>(part.get())) return attention->heads();
+    if (auto* inner = dynamic_cast<Sequential*>(part.get()))
+      if (const int d = block_divisor(*inner)) return d;
+  }
+  for (auto& part : s.parts())
+    if (auto* linear = dynamic_cast<Linear*>(part.get())) return linear->options().out_features;
+  return 0;
+}
+
 // A residual block of linear layers (a transformer's attention or MLP), not of convolutions.
 bool transformer_block_at(Model& model, std::size_t i) {
   auto* block = dynamic_cast<Residual*>(&model.layer(i));
@@ -32,7 +45,7 @@ std::vector<std::size_t> parse_indices(const std::string& text) {
   while (at <= text.size()) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
-    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+    if (item.empty() || item.size() > 6 || item.find_first_not_of("0123456789") != std::string::npos)
       throw InputError("--tensor-split must be classifier, blocks or layer indices such as 9,11, not '" + text + "'");
     out.push_back(std::stoul(item));
     at = comma + 1;
@@ -60,8 +73,9 @@ TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, i
     }
     if (choice.layers.empty())
       throw InputError("--tensor-split classifier: model " + whole.name() + " has no dense layer after its last " +
-                       "convolution whose outputs " + std::to_string(ranks) + " ranks divide" +
-                       (kept.empty() ? "" : ": " + kept));
+                       "layer of another kind with parameters whose outputs " + std::to_string(ranks) +
+                       " ranks divide" + (kept.empty() ? "" : ": " + kept) +
+                       (whole.name().rfind("vit", 0) == 0 ? " (try --tensor-split blocks)" : ""));
   } else if (option == "blocks") {
     for (std::size_t i = 0; i < whole.num_layers(); ++i)
       if (transformer_block_at(whole, i)) choice.layers.push_back(i);
@@ -102,6 +116,19 @@ TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, i
     choice.report += "; the group shares one batch";
   if (!kept.empty()) choice.report += "; whole on every rank: " + kept + ", which " + std::to_string(ranks) + " does not divide";
   return choice;
+}
+
+SplitKind split_kind(Model& whole, std::size_t i, int& divisor) {
+  divisor = 0;
+  if (const Dense* dense = dense_at(whole, i)) {
+    divisor = dense->options().out_features;
+    return SplitKind::dense;
+  }
+  if (transformer_block_at(whole, i)) {
+    divisor = block_divisor(dynamic_cast<Residual&>(whole.layer(i)).body());
+    return SplitKind::block;
+  }
+  return SplitKind::none;
 }
 
 }  // namespace ddl

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/model.hpp"
+#include "core/plan/profile.hpp"
 
 namespace ddl {
 
@@ -22,5 +23,9 @@ struct TensorSplitChoice {
 // layers or transformer blocks, not both). Throws InputError naming --tensor-split for a layer that cannot
 // split or does not divide, or when nothing would split.
 TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, int ranks);
+
+// How layer i of the whole model can split, for the planner: a dense layer (T must divide its outputs), a
+// transformer block (its heads, or its MLP's hidden features), or not at all. divisor: what T must divide.
+SplitKind split_kind(Model& whole, std::size_t i, int& divisor);
 
 }  // namespace ddl

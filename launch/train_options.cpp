@@ -8,6 +8,7 @@
 #include <map>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "launch/option_error.hpp"
@@ -75,7 +76,7 @@ std::string TrainOptions::describe() const {
     << "\nscale-lr = " << scale_lr << "\npipeline-stages = " << pipeline_stages
     << "\nmicro-batches = " << micro_batches << "\npartition = " << to_string(partition) << "\nschedule = " << schedule
     << "\ninit = " << init << "\nprecision = " << precision << "\ntensor-parallel = " << tensor_parallel
-    << "\ntensor-split = " << tensor_split << "\n";
+    << "\ntensor-split = " << tensor_split << "\nstrategy = " << strategy << "\n";
   for (float m : mean) s << "mean += " << m << "\n";
   for (float d : stddev) s << "std += " << d << "\n";
   return s.str();
@@ -167,13 +168,32 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "gpipe (all forwards, then all backwards) | 1f1b (fewer micro-batches in flight)");
   po::options_description split("Split layers (ranks = replicas x stages x tensor-parallel)");
   split.add_options()("tensor-parallel", po::value(&o.tensor_parallel)->default_value(1),
-                      "split the chosen dense layers across groups of this many ranks: below them each rank trains "
-                      "on its own images, the group gathers them, and each rank computes its share of every split "
-                      "layer's outputs for the group's whole batch")(
+                      "split the chosen layers across groups of this many ranks, each holding a share of their "
+                      "parameters: dense layers (below them each rank trains on its own images, which the group "
+                      "gathers) or transformer blocks (the group shares one batch)")(
       "tensor-split", po::value(&o.tensor_split)->default_value(o.tensor_split),
       "which layers split: classifier (the dense layers after the last convolution that the group size divides), "
       "blocks (a transformer's blocks: attention heads and MLP features divided, the group sharing one batch) or "
       "layer indices as the model table numbers them, e.g. 9,11");
+  std::string plan_for, link_within, link_between;
+  po::options_description planner("Planner (seeds/004: the layout chosen from a profile measured at start)");
+  planner.add_options()("strategy", po::value(&o.strategy)->default_value(o.strategy),
+                        "manual (the options above) | auto (the fastest predicted layout of replicas, stages, "
+                        "split layers and micro-batches that fits the memory limit) | data | pipeline (the best of "
+                        "those kinds); the global batch is --batch-size times the ranks")(
+      "memory-limit", po::value(&o.memory_limit_gb),
+      "GB per rank a plan may use (default: the node's memory shared among its ranks, less 10%)")(
+      "plan-only", po::bool_switch(&o.plan_only), "print the plan and stop")(
+      "plan-for", po::value(&plan_for),
+      "RANKS[,RANKS_PER_NODE]: plan a larger cluster from the profile measured here (or --load-profile), print it "
+      "and stop")(
+      "save-profile", po::value(&o.save_profile), "write the measured profile to this file (rank 0)")(
+      "load-profile", po::value(&o.load_profile),
+      "plan from this profile file instead of measuring (e.g. a saved one with another network's link figures)")(
+      "link-within", po::value(&link_within),
+      "LATENCY_US,GB_PER_S of an all-reduce link within a node, where it cannot be measured (default 5,5)")(
+      "link-between", po::value(&link_between),
+      "LATENCY_US,GB_PER_S between nodes, where it cannot be measured (default 50,1.25: 10 Gbit/s Ethernet)");
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
@@ -189,7 +209,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
 
   po::options_description all(
       "ddl_train: train a model on an HDF5 image dataset (run under mpirun for data parallelism)");
-  all.add(general).add(model).add(data).add(training).add(system).add(pipeline).add(split).add(output);
+  all.add(general).add(model).add(data).add(training).add(system).add(pipeline).add(split).add(planner).add(output);
   po::variables_map vm;
   std::vector<std::string> inputs(argv, argv + argc);  // what an error message may quote
   try {
@@ -226,6 +246,28 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
     o.partition.push_back(static_cast<std::size_t>(count));
   }
 
+  if (!plan_for.empty()) {
+    const auto counts = parse_floats(plan_for, "plan-for");
+    require((counts.size() == 1 || counts.size() == 2) && counts[0] >= 1 && counts[0] <= 1e6f &&
+                counts[0] == std::floor(counts[0]) && (counts.size() == 1 || (counts[1] >= 1 && counts[1] <= counts[0])),
+            "--plan-for takes RANKS or RANKS,RANKS_PER_NODE, e.g. 64,16");
+    o.plan_for_ranks = static_cast<int>(counts[0]);
+    o.plan_for_per_node = counts.size() == 2 ? static_cast<int>(counts[1]) : o.plan_for_ranks;
+    o.plan_only = true;
+  }
+  for (auto [text, link, name] : {std::tuple{&link_within, &o.link_within, "link-within"},
+                                  std::tuple{&link_between, &o.link_between, "link-between"}}) {
+    if (text->empty()) continue;
+    const auto v = parse_floats(*text, name);
+    require(v.size() == 2 && v[0] >= 0 && v[1] > 0,
+            std::string("--") + name + " takes LATENCY_US,GB_PER_S, e.g. 50,1.25");
+    *link = {v[0] * 1e-6, v[1] * 1e9};
+  }
+  require(o.strategy == "manual" || o.strategy == "auto" || o.strategy == "data" || o.strategy == "pipeline",
+          "--strategy must be manual, auto, data or pipeline, not '" + o.strategy + "'");
+  require(o.memory_limit_gb >= 0, "--memory-limit must be >= 0");
+  require(o.strategy != "manual" || (!o.plan_only && o.load_profile.empty() && o.save_profile.empty()),
+          "--plan-only, --plan-for, --load-profile and --save-profile go with --strategy auto, data or pipeline");
   require(!o.train_path.empty(), "--train is required (an .h5 dataset from 'ddl_data import')");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.batch_size >= 1, "--batch-size must be at least 1");

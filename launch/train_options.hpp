@@ -9,6 +9,7 @@
 
 #include "comm/allreduce.hpp"
 #include "core/optim/lr_schedule.hpp"
+#include "core/plan/profile.hpp"
 #include "core/train/pipeline_schedule.hpp"
 
 namespace ddl {
@@ -65,6 +66,13 @@ struct TrainOptions {
   // split layers (ranks = replicas x stages x tensor-parallel)
   int tensor_parallel = 1;
   std::string tensor_split = "classifier";  // classifier | blocks | layer indices, e.g. 9,11
+  // planner (core/plan): the layout chosen from a profile measured at start
+  std::string strategy = "manual";  // manual | auto | data | pipeline
+  double memory_limit_gb = 0;       // per rank; 0: the node's memory shared among its ranks, less 10%
+  bool plan_only = false;           // print the plan and stop
+  int plan_for_ranks = 0, plan_for_per_node = 0;  // plan another cluster (--plan-for R[,P]); 0: this one
+  std::string save_profile, load_profile;
+  Link link_within{5e-6, 5e9}, link_between{50e-6, 1.25e9};  // where they cannot be measured
   // output
   std::string checkpoint_dir;
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5

@@ -18,6 +18,7 @@ class ScaledDotProductAttention : public Layer {
  public:
   ScaledDotProductAttention(int dim, int heads, float dropout, std::uint64_t seed);
 
+  int heads() const { return heads_; }
   // The same attention over heads / parts of the heads (a tensor group's share of them).
   std::unique_ptr<ScaledDotProductAttention> share_of_heads(int parts) const;
   std::string describe() const override;

@@ -31,7 +31,7 @@ struct ParamSpec {
   // of a whole array of whole_dims, either rows or columns:
   //  - rows: the whole's rows form row_groups equal groups (Q, K and V of a packed projection: 3), and
   //    this rank holds rows [row_begin, row_begin + dims[0] / row_groups) of each group;
-  //  - columns (col_begin > 0 or dims[1] < whole_dims[1]): columns [col_begin, col_begin + dims[1]).
+  //  - columns (when it holds every row): columns [col_begin, col_begin + dims[1]).
   // Checkpoints and initialisers see the whole array.
   dims_t whole_dims = {};
   dnnl::memory::dim row_begin = 0;

@@ -23,7 +23,7 @@ class Sequential : public Layer {
     return add(std::make_unique<L>(std::forward<Args>(args)...));
   }
   bool empty() const { return layers_.empty(); }
-  // Before the model is finalized: a layer may be replaced by its split form (split_block.hpp).
+  // Before the model is finalized: a layer may be replaced by its split form (split_linear.hpp).
   std::vector<std::unique_ptr<Layer>>& parts() { return layers_; }
 
   // The name given, or the children's descriptions joined.

@@ -17,9 +17,6 @@ DenseOptions share_of(DenseOptions whole, int parts) {
   return whole;
 }
 
-std::span<float> floats(Tensor& t) { return {t.data(), t.elements()}; }
-std::span<const float> floats(const Tensor& t) { return {t.data(), t.elements()}; }
-
 }  // namespace
 
 SplitDense::SplitDense(const DenseOptions& whole, TensorGroup& group, bool gathers_batch)

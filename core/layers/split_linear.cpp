@@ -10,8 +10,6 @@
 namespace ddl {
 namespace {
 
-std::span<float> floats(Tensor& t) { return {t.data(), t.elements()}; }
-
 int share(int features, int parts, const std::string& what) {
   if (parts < 1 || features % parts != 0)
     throw InputError(what + ": " + std::to_string(parts) + " ranks do not split its " + std::to_string(features) +

@@ -79,14 +79,16 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   std::size_t first = 0;
   for (int s = 0; s < S; ++s) {
     const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
-    double slot = 0, comm = 0, sent = 0, params = 0, below_gather = 0, activations = 0;
+    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, activations = 0;
+    const double in_flight = std::min(M, S - s);  // 1F1B keeps min(M, S - s) micro-batches on stage s
     for (std::size_t i = first; i < end; ++i) {
       const LayerCost& l = profile.layers[i];
       const double rows = gathers && i >= gather ? T * m : m;
       const double share = split[i] ? 1.0 / T : 1.0;
+      const double before = comm, sent_before = sent;
       slot += l.seconds * rows * share;
       params += l.params * share;
-      if (gathers && i < gather) below_gather += l.params;
+      if (T > 1 && !split[i]) whole += l.params;  // averaged over the group too
       activations += rows * l.output_bytes;
       if (split[i] && l.split == SplitKind::dense) {
         double c = gather_s(tensor_link, T, rows * l.output_bytes / T);  // the outputs' shares
@@ -103,6 +105,9 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         comm += 2 * all_reduce_s(tensor_link, T, rows * l.output_bytes);
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
+      p.layers.push_back({s, split[i] != 0, M * (l.seconds * rows * share + comm - before),
+                          4.0 * l.params * share * (3.0 + profile.optimizer_floats) + in_flight * rows * l.output_bytes,
+                          M * (sent - sent_before)});
     }
     if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
       const double rows = gathers && end - 1 >= gather ? T * m : m;
@@ -115,14 +120,12 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       slowest_slot = slot;
       slot_comm = comm;
     }
-    const double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * below_gather);
+    const double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
     const double reduce = reduce_comm + params * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
     p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the slots' share
-    const double step_sent = (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * below_gather);
+    const double step_sent = (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole);
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
-    // 1F1B keeps min(M, S - s) micro-batches' activations on stage s.
-    const double in_flight = std::min(M, S - s);
     const double memory = profile.base_bytes + 4.0 * params * (3.0 + profile.optimizer_floats) +
                           in_flight * (activations + m * profile.layers[first].input_bytes);
     p.peak_bytes = std::max(p.peak_bytes, memory);

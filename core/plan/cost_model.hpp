@@ -23,7 +23,17 @@ struct Cluster {
   int ranks_per_node = 1;
 };
 
+// One layer under a layout, per step on its rank: what the plan report shows per component.
+struct LayerPrediction {
+  int stage = 0;
+  bool split = false;
+  double seconds = 0;       // compute and its split collectives, over the step's micro-batches
+  double memory_bytes = 0;  // parameters and their state, and the activations kept
+  double sent_bytes = 0;    // the split collectives'
+};
+
 struct Prediction {
+  std::vector<LayerPrediction> layers;
   double step_s = 0;
   double compute_s = 0;   // the pipeline's slots, split layers' collectives and messages included
   double reduce_s = 0;    // gradient all-reduces and the optimizer, after backward

@@ -83,7 +83,7 @@ std::vector<std::size_t> balanced_cut(const Profile& profile, int stages) {
 }
 
 bool fits(const Constraints& c, int D, int S, int T, int M) {
-  return (c.replicas == 0 || c.replicas == D) && (c.stages == 0 || c.stages == S) && (c.tensor == 0 || c.tensor == T) &&
+  return S >= c.min_stages && (c.replicas == 0 || c.replicas == D) && (c.stages == 0 || c.stages == S) && (c.tensor == 0 || c.tensor == T) &&
          (c.micro_batches == 0 || c.micro_batches == M);
 }
 

@@ -18,6 +18,7 @@ struct Constraints {
   double memory_limit_bytes = 0;  // per rank; 0: none
   // > 0: fixed to this value.
   int replicas = 0, stages = 0, tensor = 0, micro_batches = 0;
+  int min_stages = 1;
 };
 
 struct Plan {

@@ -15,8 +15,6 @@ void ensure_plain(Tensor& t, const dims_t& dims, Context& ctx) {
   if (t.empty() || t.dims() != dims) t = Tensor(plain_desc(dims), ctx.engine());
 }
 
-std::span<float> floats(Tensor& t) { return {t.data(), t.elements()}; }
-
 void grow(std::vector<Tensor>& v, std::size_t n) {
   if (v.size() < n) v.resize(n);
 }
@@ -62,6 +60,19 @@ void Trainer::gradients_ready(std::size_t offset, std::size_t count) {
   replicas_.gradients_ready(grads, offset, count);
 }
 
+void Trainer::average_whole_over_group() {
+  const std::span<float> grads = slots_[0]->grads();
+  const auto ranges = slots_[0]->whole_param_ranges();
+  whole_grads_.clear();
+  for (const auto& [offset, count] : ranges) whole_grads_.insert(whole_grads_.end(), &grads[offset], &grads[offset] + count);
+  if (whole_grads_.empty()) return;
+  tensor_->all_reduce_sum(whole_grads_);
+  const float scale = 1.0f / static_cast<float>(tensor_->size());
+  const float* from = whole_grads_.data();
+  for (const auto& [offset, count] : ranges)
+    for (std::size_t i = 0; i < count; ++i) grads[offset + i] = scale * *from++;
+}
+
 // Copies hold one set of parameters but each its own layer state (BatchNorm running statistics, dropout
 // generators); the state passes from copy to copy in forward order, as if one model ran every micro-batch.
 void Trainer::carry_state(std::size_t to) {
@@ -75,16 +86,17 @@ void Trainer::carry_state(std::size_t to) {
   last_forward_slot_ = to;
 }
 
-dims_t Trainer::input_dims(const Batch* batch, std::size_t micro) {
+dims_t Trainer::input_dims(const Batch* batch, std::size_t micro, Mode mode) {
   if (first()) {
     dims_t d = batch->images.dims();
     d[0] = static_cast<dnnl::memory::dim>(micro);
     return d;
   }
-  for (const auto& [size, dims] : input_dims_)
-    if (size == micro) return dims;
+  const ShapeKey key{micro, mode};
+  for (const auto& [k, dims] : input_dims_)
+    if (k == key) return dims;
   const dims_t d = link_->receive_dims();
-  input_dims_.emplace_back(micro, d);
+  input_dims_.emplace_back(key, d);
   return d;
 }
 
@@ -111,7 +123,7 @@ Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode
     link_->receive_labels(labels_);
   }
   if (!first() || M > 1) {
-    const dims_t in = input_dims(batch, micro);
+    const dims_t in = input_dims(batch, micro, mode);
     grow(inputs_, M);
     for (std::size_t m = 0; m < M; ++m) {
       ensure_plain(inputs_[m], in, ctx_);
@@ -177,9 +189,9 @@ void Trainer::forward(const Batch* batch, int m, std::size_t micro, Mode mode, S
     to_plain_from_ = out.desc();
   }
   (*to_plain_)(ctx_, out.memory(), outputs_[i].memory());
-  if (std::find(dims_sent_.begin(), dims_sent_.end(), micro) == dims_sent_.end()) {
+  if (std::find(dims_sent_.begin(), dims_sent_.end(), ShapeKey{micro, mode}) == dims_sent_.end()) {
     link_->send_dims(out.dims());
-    dims_sent_.push_back(micro);
+    dims_sent_.push_back({micro, mode});
   }
   link_->send(StageLink::Flow::activation, m, floats(outputs_[i]));
   if (mode == Mode::train) {
@@ -254,13 +266,7 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
     {
       const auto reducing = Timeline::span(timeline_, "gradient all-reduce");
       replicas_.average(slots_[0]->grads());
-      // The layers below the batch gather trained on each group rank's own images.
-      const std::span<float> below = slots_[0]->grads().first(slots_[0]->params_before_batch_gather());
-      if (group_batch(Mode::train) && !below.empty()) {
-        tensor_->all_reduce_sum(below);
-        const float scale = 1.0f / static_cast<float>(tensor_->size());
-        for (float& g : below) g *= scale;
-      }
+      if (tensor_ && tensor_->size() > 1) average_whole_over_group();
     }
     {
       const auto stepping = Timeline::span(timeline_, "optimizer");

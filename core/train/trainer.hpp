@@ -55,7 +55,8 @@ class Trainer {
   // slots: copies of this rank's model (or stage) sharing the parameters of slots[0], one for each
   // micro-batch the schedule keeps in flight (slots_needed). link: null for a whole model. tensor: the
   // ranks this one splits layers with (null: none); when a split layer gathers their batch, the loss
-  // covers the group's images, and the gradients of the layers below it are averaged over the group too.
+  // covers the group's images. The gradients of whole parameters are averaged over the group as well: below
+  // a gather each rank trained them on its own images, elsewhere the average keeps the copies alike.
   // Subscribes to the models' gradients-ready hooks for its lifetime.
   Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, const LrSchedule& schedule,
           ReplicaGroup& replicas, StageLink* link, const StepPlan& plan, TensorGroup* tensor = nullptr);
@@ -83,8 +84,9 @@ class Trainer {
   StepSums run_step(const Batch* batch, std::size_t n, Mode mode);
   void forward(const Batch* batch, int m, std::size_t micro, Mode mode, StepSums& sums);
   void backward(int m);
-  dims_t input_dims(const Batch* batch, std::size_t micro);
+  dims_t input_dims(const Batch* batch, std::size_t micro, Mode mode);
   void gradients_ready(std::size_t offset, std::size_t count);
+  void average_whole_over_group();
   void carry_state(std::size_t to);
   PassMetrics reduce(double loss_sum, double correct, double images, double seconds);
   int stage() const { return link_ ? link_->stage() : 0; }
@@ -110,9 +112,13 @@ class Trainer {
   std::size_t last_forward_slot_ = 0;
   std::vector<std::int32_t> labels_;  // the last stage's copy, from the first
   std::vector<std::int32_t> group_labels_;  // a micro-batch's labels of every rank of the tensor group
+  std::vector<float> whole_grads_;           // the whole parameters' gradients, packed for one all-reduce
   std::vector<Tensor> inputs_, outputs_, received_gradients_, sent_gradients_, diff_logits_;  // one per micro-batch
-  std::vector<std::pair<std::size_t, dims_t>> input_dims_;  // by micro-batch size, from the previous stage
-  std::vector<std::size_t> dims_sent_;                      // micro-batch sizes whose output shape was sent
+  // Shapes exchanged once per micro-batch size and mode (a split layer that gathers its group's batch in
+  // training gives another shape in evaluation): received from the previous stage, sent to the next.
+  using ShapeKey = std::pair<std::size_t, Mode>;
+  std::vector<std::pair<ShapeKey, dims_t>> input_dims_;
+  std::vector<ShapeKey> dims_sent_;
   dnnl::memory::desc to_plain_from_, from_plain_to_;
   std::optional<Copy> to_plain_;
   Relayout from_plain_;

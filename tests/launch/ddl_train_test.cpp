@@ -214,6 +214,11 @@ double train_loss(const std::string& out) {
   return pos == std::string::npos ? -1.0 : std::stod(out.substr(pos + 11));
 }
 
+double val_loss(const std::string& out) {
+  const auto pos = out.find("val loss ");
+  return pos == std::string::npos ? -1.0 : std::stod(out.substr(pos + 9));
+}
+
 // Pipelines and grids of them against one rank with the same global batch: plain SGD, no dropout. The
 // one-rank reference splits its batch into the same micro-batches, so BatchNorm (resnet18) normalises
 // over the same images; without BatchNorm (seed_cnn) the micro-batches change only the order of sums.
@@ -333,11 +338,15 @@ TEST_F(DdlTrain, SplitLayersMatchOneRank) {
   struct Layout {
     std::string model;
     int replicas, stages, tensor, micro;
+    std::string cut = "";  // --partition
   };
+  // With the cut 6,1 the gathering layer sits on the first stage, whose output is then the group's batch
+  // in training and its own in evaluation.
   const Layout layouts[] = {{"seed_cnn", 1, 1, 2, 1},
                             {"alexnet_cifar --dropout 0", 1, 1, 2, 1},
                             {"seed_cnn", 2, 1, 2, 1},
                             {"seed_cnn", 1, 2, 2, 2},
+                            {"seed_cnn", 1, 2, 2, 2, " --partition 6,1"},
                             {"seed_cnn", 1, 1, 4, 1},
                             {"vit_tiny --tensor-split blocks", 1, 1, 2, 1},
                             {"vit_tiny --tensor-split blocks", 2, 1, 2, 1},
@@ -359,7 +368,7 @@ TEST_F(DdlTrain, SplitLayersMatchOneRank) {
     const auto r = run(kMpirun + " -np " + std::to_string(l.replicas * l.stages * l.tensor) + " " + kTrain +
                        train_args(sgd + "--batch-size " + std::to_string(global / data_ranks) + " --pipeline-stages " +
                                   std::to_string(l.stages) + " --micro-batches " + std::to_string(l.micro) +
-                                  " --tensor-parallel " + std::to_string(l.tensor) + " --checkpoint-dir " +
+                                  " --tensor-parallel " + std::to_string(l.tensor) + l.cut + " --checkpoint-dir " +
                                   (scratch_ / ("split" + name))));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("grid " + grid + " (replicas x stages x tensor-parallel)"), std::string::npos) << r.out;
@@ -374,6 +383,7 @@ TEST_F(DdlTrain, SplitLayersMatchOneRank) {
               << train_loss(r.out) << " vs " << train_loss(ref.out) << "\n";
     EXPECT_LT(worst, 1e-5) << l.model << ", " << grid;
     EXPECT_NEAR(train_loss(r.out), train_loss(ref.out), 1e-4) << r.out;
+    EXPECT_NEAR(val_loss(r.out), val_loss(ref.out), 1e-4) << r.out;
   }
 }
 
@@ -381,21 +391,23 @@ TEST_F(DdlTrain, SplitLayersMatchOneRank) {
 // seed_cnn's dense layers (4096->64, then 64->10 when T divides 10, else whole on every rank) split over T
 // ranks of b images each: forward, the features (T - 1) b 4096, each split layer's output share
 // (T - 1) T b out / T, the labels (T - 1) b; backward, the second layer's input gradient all-reduced when
-// it is split, 2 (T - 1) / T x T b 64, the features' gradient reduce-scattered, (T - 1) b 4096, and the
-// gradients of the 19,392 convolution parameters averaged over the group, 2 (T - 1) / T x 19392. Four
-// bytes a value.
+// it is split, 2 (T - 1) / T x T b 64, the features' gradient reduce-scattered, (T - 1) b 4096; and the
+// gradients of the whole parameters averaged over the group, 2 (T - 1) / T of them: the 19,392 of the
+// convolutions, and the second layer's 650 when it stays whole. Four bytes a value.
 double seed_cnn_tensor_bytes(int T, int b) {
   const double t = T, n = b;
   const bool second_split = 10 % T == 0;
   const double forward = (t - 1) * n * 4096 + (t - 1) * n * (64 + (second_split ? 10 : 0)) + (t - 1) * n;
-  const double backward = (second_split ? 2 * (t - 1) / t * t * n * 64 : 0) + (t - 1) * n * 4096 + 2 * (t - 1) / t * 19392;
-  return 4 * (forward + backward);
+  const double backward = (second_split ? 2 * (t - 1) / t * t * n * 64 : 0) + (t - 1) * n * 4096;
+  const double whole = 2 * (t - 1) / t * (19392 + (second_split ? 0 : 650));
+  return 4 * (forward + backward + whole);
 }
 
 // For vit_tiny's blocks split over T ranks sharing a batch of b images: each of the 4 pairs of split
 // linear layers (attention and MLP of 2 blocks) all-reduces one [b, 65, 64] activation in forward and one
-// in backward, 2 (T - 1) / T of it sent by each rank.
-double vit_tiny_tensor_bytes(int T, int b) { return 4.0 * 2 * 4 * 2.0 * (T - 1) / T * b * 65 * 64; }
+// in backward; the gradients of the 8,906 whole parameters (embeddings, LayerNorms, the biases added after
+// the row splits' sums, the head) are averaged over the group; 2 (T - 1) / T of each sent by each rank.
+double vit_tiny_tensor_bytes(int T, int b) { return 4.0 * 2.0 * (T - 1) / T * (4 * 2 * b * 65 * 64 + 8906); }
 
 TEST_F(DdlTrain, SplitLayersReportTheBytesTheySend) {
   struct Layout {
@@ -417,6 +429,62 @@ TEST_F(DdlTrain, SplitLayersReportTheBytesTheySend) {
     std::snprintf(expected, sizeof expected, "tensor group %.0f bytes/step sent per rank", l.bytes);
     EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
   }
+}
+
+TEST_F(DdlTrain, AutoStrategyTrainsLikeOneRank) {
+  // Whatever layout the planner picks on 2, 3 and 4 ranks, it trains the global batch of 48 as one rank
+  // does (plain SGD, no dropout or BatchNorm: only the order of float sums may differ).
+  const std::string sgd = "--model seed_cnn --epochs 1 --optimizer sgd --momentum 0 --lr 0.01 --threads 1 "
+                          "--steps-per-epoch 3 --seed 3 ";
+  const std::string one = scratch_ / "one";
+  const auto ref = run(kTrain + train_args(sgd + "--batch-size 48 --checkpoint-dir " + one));
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  for (const int ranks : {2, 3, 4}) {
+    const std::string dir = scratch_ / ("auto" + std::to_string(ranks));
+    const auto r = run(kMpirun + " -np " + std::to_string(ranks) + " " + kTrain +
+                       train_args(sgd + "--strategy auto --batch-size " + std::to_string(48 / ranks) +
+                                  " --checkpoint-dir " + dir));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("plan (--strategy auto, global batch 48 on " + std::to_string(ranks) + " ranks"),
+              std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("  chosen "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("(planned "), std::string::npos) << r.out;
+    const double worst = largest_difference(params(one + "/last.h5"), params(dir + "/last.h5"));
+    std::cout << ranks << " ranks, --strategy auto: largest parameter difference " << worst << "\n";
+    EXPECT_LT(worst, 1e-5);
+  }
+}
+
+TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
+  const std::string profile = scratch_ / "seed_cnn.profile";
+  const auto here = run(kMpirun + " -np 2 " + kTrain +
+                        train_args("--strategy auto --plan-only --threads 1 --batch-size 16 --save-profile " + profile));
+  ASSERT_EQ(here.exit_code, 0) << here.err;
+  EXPECT_NE(here.out.find("global batch 32 on 2 ranks, 2 a node"), std::string::npos) << here.out;
+  EXPECT_NE(here.out.find("links: within a node"), std::string::npos) << here.out;
+  EXPECT_EQ(here.out.find("epoch 1"), std::string::npos) << here.out;
+  // A cluster of 64 ranks, 16 a node, from the saved profile, with another network's figures in it.
+  std::ifstream in(profile);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_NE(text.find("ddl-profile 1"), std::string::npos);
+  const auto line = text.find("between_nodes");
+  text.replace(line, text.find('\n', line) - line, "between_nodes 0.0002 1e8");
+  std::ofstream(profile) << text;
+  const auto big = run(kTrain + train_args("--strategy data --plan-for 64,16 --batch-size 16 --load-profile " + profile));
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  EXPECT_NE(big.out.find("plan (--strategy data, global batch 1024 on 64 ranks, 16 a node)"), std::string::npos)
+      << big.out;
+  EXPECT_NE(big.out.find("  chosen     64 x 1 x 1"), std::string::npos) << big.out;
+  EXPECT_NE(big.out.find("profile and links from " + profile), std::string::npos) << big.out;
+  expect_clean_error(run(kTrain + train_args("--strategy fastest")),
+                     "--strategy must be manual, auto, data or pipeline, not 'fastest'");
+  expect_clean_error(run(kTrain + train_args("--plan-only")),
+                     "--plan-only, --plan-for, --load-profile and --save-profile go with --strategy auto");
+  expect_clean_error(run(kTrain + train_args("--strategy auto --plan-for 0")), "--plan-for takes RANKS or");
+  expect_clean_error(run(kTrain + train_args("--strategy auto --load-profile " + (scratch_ / "none.profile"))),
+                     "--load-profile: cannot read");
+  expect_clean_error(run(kTrain + train_args("--strategy auto --memory-limit 0.001 --plan-only")),
+                     "--strategy auto: no layout of 1 ranks fits the memory limit");
 }
 
 // Every rank prints the one line, and the job ends with a non-zero code.

@@ -1,0 +1,134 @@
+#include "launch/plan_profile.hpp"
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/optim/optimizer.hpp"
+#include "core/profiler.hpp"
+#include "core/train/resources.hpp"
+#include "launch/tensor_split.hpp"
+
+namespace ddl {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double since(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
+
+// The seconds of one MPI all-reduce of `values` floats over `comm` (the best of a few, after a warm-up).
+double time_allreduce(const Communicator& comm, std::size_t values) {
+  std::vector<float> buffer(values, 1.0f);
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    comm.barrier();
+    const auto t0 = clock::now();
+    comm.allreduce_sum(buffer);
+    if (rep > 0) best = std::min(best, since(t0));
+  }
+  double worst[1] = {best};  // the collective ends when its slowest rank does
+  comm.allreduce_max(worst);
+  return worst[0];
+}
+
+// Latency and bandwidth of a ring all-reduce over n ranks, from two sizes: t = 2 (n - 1) lat + 2 (n - 1) / n B / bw.
+Link fit_link(const Communicator& comm) {
+  constexpr std::size_t small = 256, large = 2 << 20;  // floats: 1 KB and 8 MB
+  const double t1 = time_allreduce(comm, small), t2 = time_allreduce(comm, large);
+  const double n = comm.size(), a = 2 * (n - 1), c = 2 * (n - 1) / n;
+  Link link;
+  link.bytes_per_s = t2 > t1 ? c * 4.0 * (large - small) / (t2 - t1) : 1e12;
+  link.latency_s = std::max(0.0, (t1 - c * 4.0 * small / link.bytes_per_s) / a);
+  return link;
+}
+
+std::string describe(const Link& link) {
+  char text[80];
+  std::snprintf(text, sizeof text, "%.1f us + %.2f GB/s", 1e6 * link.latency_s, link.bytes_per_s / 1e9);
+  return text;
+}
+
+}  // namespace
+
+MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config, const Communicator& world,
+                                Context& ctx) {
+  MeasuredProfile measured;
+  Profile& p = measured.profile;
+  p.model = o.model;
+  p.batch = o.batch_size;
+  p.base_bytes = static_cast<double>(peak_resident_bytes());
+  {
+    auto probe = make_model(o.model, config, ctx);
+    probe->initialize(o.seed);
+    const dims_t& in = probe->input_shape();
+    const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
+    Tensor input(plain_desc({b, in[0], in[1], in[2]}), ctx.engine());
+    std::fill(input.data(), input.data() + input.elements(), 0.5f);
+    Profiler profiler;
+    constexpr int kWarmup = 1, kTimed = 2;
+    for (int step = 0; step < kWarmup + kTimed; ++step) {
+      if (step == kWarmup) probe->attach_profiler(&profiler);
+      const Tensor& out = probe->forward(ctx, input, Mode::train);
+      Tensor diff(out.desc(), ctx.engine());
+      std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
+      probe->backward(ctx, diff);
+    }
+    double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
+    for (std::size_t i = 0; i < probe->num_layers(); ++i) {
+      const auto& e = profiler.entries()[i];
+      LayerCost l;
+      l.name = probe->layer(i).describe();
+      l.seconds = (e.forward_s + e.backward_s) / kTimed / static_cast<double>(b);
+      l.params = static_cast<double>(probe->layer_param_count(i));
+      l.input_bytes = input_bytes;
+      l.output_bytes = static_cast<double>(probe->output_descs()[i].get_size()) / static_cast<double>(b);
+      l.split = split_kind(*probe, i, l.divisor);
+      input_bytes = l.output_bytes;
+      p.layers.push_back(l);
+    }
+    const std::size_t n = probe->param_count();
+    auto optimizer = o.optimizer == "adam" ? make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay})
+                                           : make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
+    p.optimizer_floats = o.optimizer == "adam" ? 2 : (o.momentum != 0 ? 1 : 0);
+    optimizer->step(probe->params(), probe->grads(), 0.0f);
+    const auto t0 = clock::now();
+    optimizer->step(probe->params(), probe->grads(), 0.0f);
+    p.optimizer_s_per_param = since(t0) / static_cast<double>(n);
+  }
+  // Every rank's figures, averaged: the ranks then plan alike.
+  std::vector<double> figures{p.base_bytes, p.optimizer_s_per_param};
+  for (const auto& l : p.layers) figures.push_back(l.seconds);
+  world.allreduce_sum(figures);
+  for (double& f : figures) f /= world.size();
+  p.base_bytes = figures[0];
+  p.optimizer_s_per_param = figures[1];
+  for (std::size_t i = 0; i < p.layers.size(); ++i) p.layers[i].seconds = figures[2 + i];
+
+  // Links: within the largest node, and between one rank of each node.
+  const Communicator node = world.split_shared();
+  const Communicator leaders = world.split(node.rank() == 0 ? 0 : 1, world.rank());
+  std::vector<double> node_sizes(1, static_cast<double>(node.size()));
+  world.allreduce_max(node_sizes);
+  const bool several_nodes = world.any(node.size() < world.size());
+  // Latency and seconds per byte, within a node and between nodes; 0: not measured. The slowest of each.
+  std::vector<double> links{0, 0, 0, 0};
+  if (node.size() > 1 && node.size() == static_cast<int>(node_sizes[0])) {
+    const Link within = fit_link(node);
+    links[0] = within.latency_s;
+    links[1] = 1 / within.bytes_per_s;
+  }
+  if (several_nodes && node.rank() == 0 && leaders.size() > 1) {
+    const Link between = fit_link(leaders);
+    links[2] = between.latency_s;
+    links[3] = 1 / between.bytes_per_s;
+  }
+  world.allreduce_max(links);
+  const bool within_measured = links[1] > 0, between_measured = links[3] > 0;
+  p.within_node = within_measured ? Link{links[0], 1 / links[1]} : o.link_within;
+  p.between_nodes = between_measured ? Link{links[2], 1 / links[3]} : o.link_between;
+  measured.links = "links: within a node " + describe(p.within_node) + (within_measured ? " (measured)" : " (--link-within)") +
+                   ", between nodes " + describe(p.between_nodes) +
+                   (between_measured ? " (measured)" : " (--link-between)");
+  return measured;
+}
+
+}  // namespace ddl

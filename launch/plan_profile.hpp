@@ -1,0 +1,28 @@
+// The planner's profile, measured at start on the job's own ranks (--strategy auto): every layer's forward
+// and backward time at the per-rank batch on the rank's threads (a few steps of the whole model, every
+// rank at once, as training will load the cores), its sizes, the optimizer's step, and the links: MPI
+// all-reduce times at two sizes within a node and between nodes, fitted as latency + bytes / bandwidth.
+// A link that cannot be measured here (one node, or one rank per node) takes the figures given with
+// --link-within / --link-between, or defaults, and the report says so.
+#pragma once
+
+#include <string>
+
+#include "comm/communicator.hpp"
+#include "core/context.hpp"
+#include "core/plan/profile.hpp"
+#include "launch/train_options.hpp"
+#include "models/registry.hpp"
+
+namespace ddl {
+
+struct MeasuredProfile {
+  Profile profile;
+  std::string links;  // one line: what was measured and what was assumed
+};
+
+// Collective over `world`; every rank returns the same figures (averaged over the ranks).
+MeasuredProfile measure_profile(const TrainOptions& options, const ModelConfig& config, const Communicator& world,
+                                Context& ctx);
+
+}  // namespace ddl

@@ -1,0 +1,93 @@
+#include "launch/strategy.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.hpp"
+
+namespace ddl {
+namespace {
+
+std::string join(const std::vector<std::size_t>& values) {
+  std::string text;
+  for (std::size_t i = 0; i < values.size(); ++i) text += (i ? "," : "") + std::to_string(values[i]);
+  return text;
+}
+
+std::string summary(const char* label, const Plan& plan) {
+  const Prediction& p = plan.prediction;
+  char line[320];
+  std::snprintf(line, sizeof line, "  %-10s %s: step %.3f s, peak %.2f GB, %.2f MB sent per rank, communication %.0f%%\n",
+                label, plan.layout.describe().c_str(), p.step_s, p.peak_bytes / 1e9, p.sent_bytes / (1 << 20),
+                100 * p.comm_share());
+  return line;
+}
+
+}  // namespace
+
+double default_memory_limit(int ranks_on_this_node) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  while (meminfo >> key >> kb)
+    if (key == "MemTotal:") return 0.9 * kb * 1024 / std::max(1, ranks_on_this_node);
+  return 0;
+}
+
+StrategyPlan plan_strategy(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
+                           double memory_limit_bytes) {
+  Constraints limits;
+  limits.memory_limit_bytes = memory_limit_bytes;
+  if (o.strategy == "data") limits.stages = limits.tensor = 1;
+  if (o.strategy == "pipeline") {
+    limits.tensor = 1;
+    limits.min_stages = 2;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const int global = o.batch_size * cluster.ranks;
+  const PlanResult r = plan_layouts(profile, cluster, global, limits);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.best)
+    throw InputError("--strategy " + o.strategy + ": no layout of " + std::to_string(cluster.ranks) + " ranks " +
+                     (r.considered ? "fits the memory limit of " + std::to_string(memory_limit_bytes / 1e9) +
+                                         " GB per rank (--memory-limit)"
+                                   : "trains a global batch of " + std::to_string(global)));
+  StrategyPlan plan{o, *r.best, {}};
+  const Layout& l = plan.chosen.layout;
+  TrainOptions& chosen = plan.options;
+  chosen.pipeline_stages = l.stages;
+  chosen.tensor_parallel = l.tensor;
+  chosen.micro_batches = l.micro_batches;
+  chosen.partition = l.stages > 1 ? l.cut : std::vector<std::size_t>{};
+  if (!l.split.empty()) chosen.tensor_split = join(l.split);
+  chosen.batch_size = l.batch;
+
+  std::ostringstream report;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "plan (--strategy %s, global batch %d on %d ranks, %d a node): %zu layouts in %.3f s, %zu over the "
+                "memory limit of %.2f GB per rank\n",
+                o.strategy.c_str(), global, cluster.ranks, cluster.ranks_per_node, r.considered, seconds, r.over_memory,
+                memory_limit_bytes / 1e9);
+  report << line << summary("chosen", plan.chosen);
+  if (r.fastest && r.fastest->layout.describe() != l.describe()) report << summary("fastest", *r.fastest);
+  if (r.best_data) report << summary("data", *r.best_data);
+  if (r.best_pipeline) report << summary("pipeline", *r.best_pipeline);
+  std::snprintf(line, sizeof line, "  %-3s %-40s %5s %5s %10s %10s %10s\n", "#", "layer", "stage", "split", "time ms",
+                "memory MB", "sent MB");
+  report << line;
+  const Prediction& p = plan.chosen.prediction;
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    const LayerPrediction& lp = p.layers[i];
+    std::snprintf(line, sizeof line, "  %-3zu %-40.40s %5d %5s %10.2f %10.1f %10.2f\n", i, profile.layers[i].name.c_str(),
+                  lp.stage, lp.split ? "yes" : "-", 1e3 * lp.seconds, lp.memory_bytes / (1 << 20),
+                  lp.sent_bytes / (1 << 20));
+    report << line;
+  }
+  plan.report = report.str();
+  return plan;
+}
+
+}  // namespace ddl
