@@ -46,7 +46,7 @@ run_all() {  # launcher...
   done
 }
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model $*, 2 ranks x 1 thread, global batch 64"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model ${*:-224x224}, 2 ranks x 1 thread, global batch 64"
 echo "pipeline bytes are activation messages, not counted here"
 echo "-- one machine (shared memory)"
 run_all mpirun --oversubscribe -np 2
