@@ -11,5 +11,8 @@
 namespace ddl {
 
 void initialize_param(const ParamSpec& spec, std::span<float> values, std::uint64_t seed, std::size_t index);
+// A rank's part of a split parameter (ParamSpec's whole_dims): the values the whole array would hold
+// there, without holding the whole array.
+void initialize_part(const ParamSpec& spec, std::span<float> values, std::uint64_t seed, std::size_t index);
 
 }  // namespace ddl

@@ -120,14 +120,10 @@ void Model::initialize(std::uint64_t seed) {
   for (std::size_t e = 0; e < entries_.size(); ++e) {
     const ParamSpec& spec = entries_[e].spec;
     const std::span<float> values = params_view_.subspan(entries_[e].offset, entries_[e].size);
-    if (spec.whole_dims.empty()) {
+    if (spec.whole_dims.empty())
       initialize_param(spec, values, seed, first_entry_ + e);
-      continue;
-    }
-    // A part holds the values the whole array would hold there.
-    std::vector<float> whole(whole_size(spec));
-    initialize_param(spec, whole, seed, first_entry_ + e);
-    take_slice(whole, spec, values);
+    else
+      initialize_part(spec, values, seed, first_entry_ + e);
   }
 }
 
