@@ -72,6 +72,16 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
       probe->backward(ctx, diff);
     }
+    // The optimizer's state is allocated below; the formula counts it, so it is measured with it.
+    const std::size_t n = probe->param_count();
+    auto optimizer = o.optimizer == "adam" ? make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay})
+                                           : make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
+    p.optimizer_floats = o.optimizer == "adam" ? 2 : (o.momentum != 0 ? 1 : 0);
+    optimizer->step(probe->params(), probe->grads(), 0.0f);
+    const auto t0 = clock::now();
+    optimizer->step(probe->params(), probe->grads(), 0.0f);
+    p.optimizer_s_per_param = since(t0) / static_cast<double>(n);
+    p.measured_bytes = static_cast<double>(peak_resident_bytes()) - p.base_bytes;
     double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
     for (std::size_t i = 0; i < probe->num_layers(); ++i) {
       const auto& e = profiler.entries()[i];
@@ -85,23 +95,16 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       input_bytes = l.output_bytes;
       p.layers.push_back(l);
     }
-    const std::size_t n = probe->param_count();
-    auto optimizer = o.optimizer == "adam" ? make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay})
-                                           : make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
-    p.optimizer_floats = o.optimizer == "adam" ? 2 : (o.momentum != 0 ? 1 : 0);
-    optimizer->step(probe->params(), probe->grads(), 0.0f);
-    const auto t0 = clock::now();
-    optimizer->step(probe->params(), probe->grads(), 0.0f);
-    p.optimizer_s_per_param = since(t0) / static_cast<double>(n);
   }
   // Every rank's figures, averaged: the ranks then plan alike.
-  std::vector<double> figures{p.base_bytes, p.optimizer_s_per_param};
+  std::vector<double> figures{p.base_bytes, p.optimizer_s_per_param, p.measured_bytes};
   for (const auto& l : p.layers) figures.push_back(l.seconds);
-  world.allreduce_sum(figures);
+  world.allreduce_sum(figures);  // averaged below
   for (double& f : figures) f /= world.size();
   p.base_bytes = figures[0];
   p.optimizer_s_per_param = figures[1];
-  for (std::size_t i = 0; i < p.layers.size(); ++i) p.layers[i].seconds = figures[2 + i];
+  p.measured_bytes = figures[2];
+  for (std::size_t i = 0; i < p.layers.size(); ++i) p.layers[i].seconds = figures[3 + i];
 
   // Links: within the largest node, and between one rank of each node.
   const Communicator node = world.split_shared();

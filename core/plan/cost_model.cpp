@@ -74,6 +74,15 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   const Link& stage_link = within_a_node(T, S, P) ? profile.within_node : profile.between_nodes;
   const Link& replica_link = within_a_node(S * T, D, P) ? profile.within_node : profile.between_nodes;
 
+  // The formula's memory for one rank training the whole model at the profiled batch, against the
+  // measured figure: the scale for every layout's.
+  double memory_scale = 1;
+  if (profile.measured_bytes > 0) {
+    double formula = profile.batch * profile.layers.front().input_bytes;
+    for (const auto& l : profile.layers)
+      formula += 4.0 * l.params * (3.0 + profile.optimizer_floats) + profile.batch * l.output_bytes;
+    memory_scale = profile.measured_bytes / formula;
+  }
   Prediction p;
   double slowest_slot = 0, slot_comm = 0;
   std::size_t first = 0;
@@ -106,7 +115,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
       p.layers.push_back({s, split[i] != 0, M * (l.seconds * rows * share + comm - before),
-                          4.0 * l.params * share * (3.0 + profile.optimizer_floats) + in_flight * rows * l.output_bytes,
+                          memory_scale * (4.0 * l.params * share * (3.0 + profile.optimizer_floats) +
+                                          in_flight * rows * l.output_bytes),
                           M * (sent - sent_before)});
     }
     if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
@@ -126,9 +136,11 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the slots' share
     const double step_sent = (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole);
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
-    const double memory = profile.base_bytes + 4.0 * params * (3.0 + profile.optimizer_floats) +
-                          in_flight * (activations + m * profile.layers[first].input_bytes);
-    p.peak_bytes = std::max(p.peak_bytes, memory);
+    const double memory = profile.base_bytes + memory_scale * (4.0 * params * (3.0 + profile.optimizer_floats) +
+                                                               in_flight * (activations + m * profile.layers[first].input_bytes));
+    // The all-reduce's own buffers (the hierarchical one's shared window holds every gradient once).
+    const double reduce_buffers = D > 1 ? 4.0 * params : 0.0;
+    p.peak_bytes = std::max(p.peak_bytes, memory + reduce_buffers);
     first = end;
   }
   const double slots = M + S - 1;

@@ -9,7 +9,9 @@
 //     costed as rings: an all-reduce of B bytes over n ranks takes 2 (n - 1) latencies and sends
 //     2 (n - 1) / n B; an all-gather or reduce-scatter half of that.
 //   - Memory: parameters, gradients, optimizer state and a blocked weight copy (a split layer's 1/T), the
-//     activations of the micro-batches a stage keeps in flight under 1F1B, and the profile's base.
+//     activations of the micro-batches a stage keeps in flight under 1F1B, scaled by what one rank was
+//     measured to hold against what this formula says for it; the all-reduce's buffers (a copy of the
+//     gradients) with replicas; and the profile's base.
 // Links: a group whose ranks all sit on one node uses the profile's within-node link, else the other.
 #pragma once
 

@@ -22,7 +22,7 @@ std::string to_text(const Profile& p) {
   std::ostringstream s;
   s << std::setprecision(9);
   s << "ddl-profile 1\nmodel " << p.model << "\nbatch " << p.batch << "\noptimizer_s_per_param "
-    << p.optimizer_s_per_param << "\noptimizer_floats " << p.optimizer_floats << "\nbase_bytes " << p.base_bytes
+    << p.optimizer_s_per_param << "\noptimizer_floats " << p.optimizer_floats << "\nbase_bytes " << p.base_bytes << "\nmeasured_bytes " << p.measured_bytes
     << "\nwithin_node " << p.within_node.latency_s << " " << p.within_node.bytes_per_s << "\nbetween_nodes "
     << p.between_nodes.latency_s << " " << p.between_nodes.bytes_per_s << "\n";
   // The name last: it holds spaces.
@@ -62,6 +62,8 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
       ok = static_cast<bool>(in >> p.optimizer_floats);
     } else if (key == "base_bytes") {
       ok = static_cast<bool>(in >> p.base_bytes);
+    } else if (key == "measured_bytes") {
+      ok = static_cast<bool>(in >> p.measured_bytes);
     } else if (key == "within_node" || key == "between_nodes") {
       Link& link = key == "within_node" ? p.within_node : p.between_nodes;
       ok = static_cast<bool>(in >> link.latency_s >> link.bytes_per_s) && link.bytes_per_s > 0 && link.latency_s >= 0;

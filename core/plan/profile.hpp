@@ -35,6 +35,9 @@ struct Profile {
   double optimizer_s_per_param = 0;
   double optimizer_floats = 2;     // state floats per parameter (Adam 2, SGD with momentum 1)
   double base_bytes = 0;           // a rank's memory besides the model (runtime, loader, libraries)
+  // What one rank training the whole model at `batch` held beyond base_bytes (0: not measured): the cost
+  // model's memory figures are scaled to it, for the workspaces, layout copies and pools it does not count.
+  double measured_bytes = 0;
   std::vector<LayerCost> layers;
   Link within_node, between_nodes;
 };
