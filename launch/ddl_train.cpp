@@ -130,7 +130,7 @@ struct Run {
   std::vector<std::size_t> split_layers;
   std::string split_report;
   std::string plan_report;      // --strategy other than manual
-  double predicted_step_s = 0;  // by the plan
+  double predicted_step_s = 0, predicted_comm_share = 0;  // by the plan
   std::vector<std::size_t> partition;                    // layers per stage
   std::string partition_report;
   std::optional<BatchLoader> train_loader, val_loader;   // on the first stage only
@@ -147,36 +147,64 @@ struct Run {
   std::string nodes;  // describe_nodes()
 };
 
+// Runs `step`, which one rank may fail alone (its files), and makes every rank fail with it: the ranks must
+// not part before the collectives that follow, which a failed rank would never join.
+template <typename Step>
+void on_every_rank(const Communicator& world, const std::string& what, Step step) {
+  std::string failure;
+  try {
+    step();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (world.any(!failure.empty())) throw InputError(failure.empty() ? what + " failed on another rank" : failure);
+}
+
 // --strategy auto | data | pipeline: the profile (measured on these ranks, or --load-profile), the plan,
 // and the options that build the chosen layout, which every rank must agree on.
-void choose_layout(Run& run, const Communicator& world, const ModelConfig& config) {
+void choose_layout(Run& run, const Communicator& world, const ModelConfig& config, std::size_t run_layers) {
   TrainOptions& o = run.options;
   MeasuredProfile measured;
   if (!o.load_profile.empty()) {
-    std::ifstream in(o.load_profile);
-    if (!in) throw InputError("--load-profile: cannot read " + o.load_profile);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    measured.profile = profile_from_text(text, o.load_profile);
-    if (measured.profile.model != o.model)
-      throw InputError("--load-profile " + o.load_profile + " profiles model " + measured.profile.model + ", not " + o.model);
+    on_every_rank(world, "--load-profile", [&] {
+      std::ifstream in(o.load_profile);
+      if (!in) throw InputError("--load-profile: cannot read " + o.load_profile);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      measured.profile = profile_from_text(text, o.load_profile);
+      if (measured.profile.model != o.model)
+        throw InputError("--load-profile " + o.load_profile + " profiles model " + measured.profile.model + ", not " +
+                         o.model);
+    });
     measured.links = "profile and links from " + o.load_profile;
   } else {
     measured = measure_profile(o, config, world, run.ctx);
   }
-  if (!o.save_profile.empty() && world.rank() == 0) {
+  on_every_rank(world, "--save-profile", [&] {
+    if (o.save_profile.empty() || world.rank() != 0) return;
     std::ofstream out(o.save_profile);
     out << to_text(measured.profile);
     out.close();
     if (!out) throw InputError("--save-profile: cannot write " + o.save_profile);
-  }
+  });
+  if (measured.profile.layers.size() != run_layers)
+    throw InputError("--load-profile " + o.load_profile + " holds " + std::to_string(measured.profile.layers.size()) +
+                     " layers, model " + o.model + " has " + std::to_string(run_layers));
   std::vector<double> per_node{static_cast<double>(world.split_shared().size())};
   world.allreduce_max(per_node);
+  const int this_per_node = static_cast<int>(per_node[0]);
   const Cluster cluster{o.plan_for_ranks > 0 ? o.plan_for_ranks : world.size(),
-                        o.plan_for_ranks > 0 ? o.plan_for_per_node : static_cast<int>(per_node[0])};
-  const double limit = o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9 : default_memory_limit(cluster.ranks_per_node);
-  StrategyPlan plan = plan_strategy(o, measured.profile, cluster, limit);
+                        o.plan_for_per_node > 0 ? o.plan_for_per_node
+                                                : std::min(this_per_node, o.plan_for_ranks > 0 ? o.plan_for_ranks
+                                                                                              : world.size())};
+  // The smallest node's share: every rank must plan with the same limit.
+  std::vector<double> limit{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
+                                                  : default_memory_limit(cluster.ranks_per_node)};
+  for (double& l : limit) l = -l;
+  world.allreduce_max(limit);
+  StrategyPlan plan = plan_strategy(o, measured.profile, cluster, -limit[0]);
   run.plan_report = plan.report + "  " + measured.links + "\n";
   run.predicted_step_s = plan.chosen.prediction.step_s;
+  run.predicted_comm_share = plan.chosen.prediction.comm_share();
   if (o.plan_only) return;
   o = plan.options;
   world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")", Checksum().add(o.describe()).value());
@@ -187,45 +215,47 @@ void build(Run& run, const Communicator& world) {
   run.threads = o.threads > 0 ? o.threads : default_threads(world.split_shared().size());
   omp_set_num_threads(run.threads);
   run.nodes = describe_nodes(world);
-  if (o.precision == "bf16") {
-    if (!cpu_computes_bf16())
-      throw InputError("--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
-                       "slower than f32): train with --precision f32");
-    run.ctx.set_compute_type(dt::bf16);
-  }
-
-  for (const auto& [option, path] : {std::pair{"--train", o.train_path}, std::pair{"--val", o.val_path}})
-    if (!path.empty() && std::filesystem::is_directory(path))
-      throw InputError(std::string(option) + " " + path + " is a folder: import its images first (ddl_data import --from " +
-                       path + " --output data.h5) and give the .h5 file");
-  if (world.rank() == 0 && !o.metrics_path.empty()) {
-    const auto folder = std::filesystem::path(o.metrics_path).parent_path();
-    if (!folder.empty() && !std::filesystem::is_directory(folder))
-      throw InputError("--metrics " + o.metrics_path + ": there is no folder " + folder.string());
-  }
-  const ImageDataset train(o.train_path);
-  const ModelConfig config{.num_classes = o.num_classes > 0 ? o.num_classes : static_cast<int>(train.num_classes()),
-                           .seed = o.seed,
-                           .image_size = o.image_size,
-                           .dropout = o.dropout,
-                           .patch_size = o.patch_size,
-                           .depth = o.depth,
-                           .width = o.width,
-                           .heads = o.heads};
-  if (static_cast<std::size_t>(config.num_classes) < train.num_classes())
-    throw InputError(o.train_path + " has " + std::to_string(train.num_classes()) + " classes but --num-classes is " +
-                     std::to_string(config.num_classes));
-  const auto whole = define_model(o.model, config);  // not finalized: only its layer count and input shape
+  // What one rank may fail alone (its CPU, its files) is checked before the collectives that follow.
+  std::optional<ImageDataset> train_set;
+  ModelConfig config;
+  std::unique_ptr<Model> whole;  // not finalized: only its layer count and input shape
+  on_every_rank(world, "setting up", [&] {
+    if (o.precision == "bf16") {
+      if (!cpu_computes_bf16())
+        throw InputError("--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
+                         "slower than f32): train with --precision f32");
+      run.ctx.set_compute_type(dt::bf16);
+    }
+    for (const auto& [option, path] : {std::pair{"--train", o.train_path}, std::pair{"--val", o.val_path}})
+      if (!path.empty() && std::filesystem::is_directory(path))
+        throw InputError(std::string(option) + " " + path + " is a folder: import its images first (ddl_data import "
+                         "--from " + path + " --output data.h5) and give the .h5 file");
+    const ImageDataset& train = train_set.emplace(o.train_path);
+    config = {.num_classes = o.num_classes > 0 ? o.num_classes : static_cast<int>(train.num_classes()),
+              .seed = o.seed,
+              .image_size = o.image_size,
+              .dropout = o.dropout,
+              .patch_size = o.patch_size,
+              .depth = o.depth,
+              .width = o.width,
+              .heads = o.heads};
+    if (static_cast<std::size_t>(config.num_classes) < train.num_classes())
+      throw InputError(o.train_path + " has " + std::to_string(train.num_classes()) + " classes but --num-classes is " +
+                       std::to_string(config.num_classes));
+    whole = define_model(o.model, config);
+    const dims_t in = whole->input_shape();
+    if (o.image_size > 0 && in[1] != o.image_size)
+      throw InputError("model " + o.model + " takes " + std::to_string(in[1]) + "x" + std::to_string(in[2]) +
+                       " images; --image-size does not apply to it");
+    if (train.channels() != in[0])
+      throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
+                       " holds " + image_shape(train));
+  });
+  const ImageDataset& train = *train_set;
   const std::size_t layers = whole->num_layers();
   const dims_t in = whole->input_shape();
-  if (o.image_size > 0 && in[1] != o.image_size)
-    throw InputError("model " + o.model + " takes " + std::to_string(in[1]) + "x" + std::to_string(in[2]) +
-                     " images; --image-size does not apply to it");
-  if (train.channels() != in[0])
-    throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
-                     " holds " + image_shape(train));
   if (o.strategy != "manual") {
-    choose_layout(run, world, config);
+    choose_layout(run, world, config, whole->num_layers());
     if (o.plan_only) return;
   }
   const Grid& g = run.grid = Grid(world.size(), world.rank(), o.pipeline_stages, o.tensor_parallel);
@@ -309,7 +339,9 @@ void build(Run& run, const Communicator& world) {
     run.optimizer = make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
   else
     run.optimizer = make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
-  const float lr = o.scale_lr ? o.lr * static_cast<float>(g.data_ranks()) : o.lr;
+  // --scale-lr multiplies by the global batch over the batch given: under a strategy, the ranks.
+  const int scale = o.strategy == "manual" ? g.data_ranks() : world.size();
+  const float lr = o.scale_lr ? o.lr * static_cast<float>(scale) : o.lr;
   run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
   run.state.model_name = o.model;
@@ -318,6 +350,13 @@ void build(Run& run, const Communicator& world) {
   run.state.class_names = train.class_names();
   run.state.input_mean.assign(prep.mean.begin(), prep.mean.end());
   run.state.input_std.assign(prep.stddev.begin(), prep.stddev.end());
+  // Last, after every collective of the set-up: a check that only rank 0 makes must not leave the other
+  // ranks in a collective that rank 0 never joins (they all agree on set-up errors after this).
+  if (world.rank() == 0 && !o.metrics_path.empty()) {
+    const auto folder = std::filesystem::path(o.metrics_path).parent_path();
+    if (!folder.empty() && !std::filesystem::is_directory(folder))
+      throw InputError("--metrics " + o.metrics_path + ": there is no folder " + folder.string());
+  }
   if (!o.checkpoint_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.checkpoint_dir, ec);
@@ -797,6 +836,7 @@ int train(Run& run, const Communicator& world) {
         world.barrier();  // the ranks that write nothing wait here, in the checkpoint phase's time limit
       }
       if (lead) {
+        const double step_seconds = tr.seconds / static_cast<double>(std::max<std::size_t>(tr.steps, 1));
         std::printf("epoch %d/%d  train loss %.4f acc %.4f", epoch + 1, o.epochs, tr.loss, tr.accuracy);
         if (validate) std::printf("  val loss %.4f acc %.4f", val.loss, val.accuracy);
         std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB%s", tr.seconds, tr.images_per_second(),
@@ -808,14 +848,13 @@ int train(Run& run, const Communicator& world) {
         if (run.tensor_group)
           std::printf("  tensor group %.0f bytes/step sent per rank",
                       tensor_bytes[0] / static_cast<double>(std::max<std::size_t>(tr.steps, 1)));
-        if (run.predicted_step_s > 0)
-          std::printf("  step %.3f s (planned %.3f s)", tr.seconds / static_cast<double>(std::max<std::size_t>(tr.steps, 1)),
-                      run.predicted_step_s);
+        if (run.predicted_step_s > 0) std::printf("  step %.3f s (planned %.3f s)", step_seconds, run.predicted_step_s);
         std::printf("\n");
         std::fflush(stdout);
         if (metrics)
           metrics->write({epoch + 1, tr.loss, tr.accuracy, val.loss, val.accuracy, tr.seconds, tr.images_per_second(),
-                          trainer.last_lr(), peak_mb[0], comm_share[0], pipeline_wait[0] / tr.seconds});
+                          trainer.last_lr(), peak_mb[0], comm_share[0], pipeline_wait[0] / tr.seconds, step_seconds,
+                          run.predicted_step_s, run.predicted_comm_share});
       }
       if (stop) return finish(stop_midway(run, tr, epoch + 1, 0));
     }

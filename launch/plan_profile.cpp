@@ -55,7 +55,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   Profile& p = measured.profile;
   p.model = o.model;
   p.batch = o.batch_size;
-  p.base_bytes = static_cast<double>(peak_resident_bytes());
+  p.base_bytes = static_cast<double>(resident_bytes());
   {
     auto probe = make_model(o.model, config, ctx);
     probe->initialize(o.seed);

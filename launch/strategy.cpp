@@ -40,6 +40,9 @@ StrategyPlan plan_strategy(const TrainOptions& o, const Profile& profile, const 
                            double memory_limit_bytes) {
   Constraints limits;
   limits.memory_limit_bytes = memory_limit_bytes;
+  limits.stages = o.fixed_stages;
+  limits.tensor = o.fixed_tensor;
+  limits.micro_batches = o.fixed_micro_batches;
   if (o.strategy == "data") limits.stages = limits.tensor = 1;
   if (o.strategy == "pipeline") {
     limits.tensor = 1;
@@ -74,7 +77,7 @@ StrategyPlan plan_strategy(const TrainOptions& o, const Profile& profile, const 
   report << line << summary("chosen", plan.chosen);
   if (r.fastest && r.fastest->layout.describe() != l.describe()) report << summary("fastest", *r.fastest);
   if (r.best_data) report << summary("data", *r.best_data);
-  if (r.best_pipeline) report << summary("pipeline", *r.best_pipeline);
+  if (r.best_pipeline) report << summary("pipeline", *r.best_pipeline);  // of one replica
   std::snprintf(line, sizeof line, "  %-3s %-40s %5s %5s %10s %10s %10s\n", "#", "layer", "stage", "split", "time ms",
                 "memory MB", "sent MB");
   report << line;

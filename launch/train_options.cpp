@@ -186,7 +186,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "plan-only", po::bool_switch(&o.plan_only), "print the plan and stop")(
       "plan-for", po::value(&plan_for),
       "RANKS[,RANKS_PER_NODE]: plan a larger cluster from the profile measured here (or --load-profile), print it "
-      "and stop")(
+      "and stop (ranks per node: as this job's by default; memory per rank: this node's shared among them, or "
+      "--memory-limit)")(
       "save-profile", po::value(&o.save_profile), "write the measured profile to this file (rank 0)")(
       "load-profile", po::value(&o.load_profile),
       "plan from this profile file instead of measuring (e.g. a saved one with another network's link figures)")(
@@ -237,6 +238,15 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   } catch (const po::error& e) {
     throw InputError(option_error_message(e, inputs) + " (see --help)");
   }
+  auto given = [&](const char* option) { return vm.count(option) && !vm[option].defaulted(); };
+  if (o.strategy != "manual") {
+    require(!given("partition") && !given("tensor-split"),
+            "--strategy " + o.strategy + " chooses the cut and the split layers: give --partition and --tensor-split "
+            "with --strategy manual");
+    if (given("pipeline-stages")) o.fixed_stages = o.pipeline_stages;
+    if (given("tensor-parallel")) o.fixed_tensor = o.tensor_parallel;
+    if (given("micro-batches")) o.fixed_micro_batches = o.micro_batches;
+  }
   if (!mean.empty()) o.mean = parse_floats(mean, "mean");
   if (!stddev.empty()) o.stddev = parse_floats(stddev, "std");
   for (float count : parse_floats(partition, "partition")) {
@@ -252,7 +262,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
                 counts[0] == std::floor(counts[0]) && (counts.size() == 1 || (counts[1] >= 1 && counts[1] <= counts[0])),
             "--plan-for takes RANKS or RANKS,RANKS_PER_NODE, e.g. 64,16");
     o.plan_for_ranks = static_cast<int>(counts[0]);
-    o.plan_for_per_node = counts.size() == 2 ? static_cast<int>(counts[1]) : o.plan_for_ranks;
+    o.plan_for_per_node = counts.size() == 2 ? static_cast<int>(counts[1]) : 0;  // 0: as this job's nodes
     o.plan_only = true;
   }
   for (auto [text, link, name] : {std::tuple{&link_within, &o.link_within, "link-within"},

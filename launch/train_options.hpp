@@ -72,6 +72,8 @@ struct TrainOptions {
   bool plan_only = false;           // print the plan and stop
   int plan_for_ranks = 0, plan_for_per_node = 0;  // plan another cluster (--plan-for R[,P]); 0: this one
   std::string save_profile, load_profile;
+  // --pipeline-stages, --tensor-parallel and --micro-batches given with a strategy: the search keeps them (0: free).
+  int fixed_stages = 0, fixed_tensor = 0, fixed_micro_batches = 0;
   Link link_within{5e-6, 5e9}, link_between{50e-6, 1.25e9};  // where they cannot be measured
   // output
   std::string checkpoint_dir;

@@ -1,27 +1,10 @@
 #include "core/plan/cost_model.hpp"
 
 #include <algorithm>
-#include <sstream>
 
 #include "core/error.hpp"
 
 namespace ddl {
-
-std::string Layout::describe() const {
-  std::ostringstream s;
-  s << replicas << " x " << stages << " x " << tensor << ", " << micro_batches << " micro-batch"
-    << (micro_batches > 1 ? "es" : "");
-  if (stages > 1) {
-    s << ", cut";
-    for (std::size_t i = 0; i < cut.size(); ++i) s << (i ? "," : " ") << cut[i];
-  }
-  if (!split.empty()) {
-    s << ", split";
-    for (std::size_t i = 0; i < split.size(); ++i) s << (i ? "," : " ") << split[i];
-  }
-  s << ", batch " << batch;
-  return s.str();
-}
 
 namespace {
 

@@ -4,7 +4,7 @@
 //     batch, or 1/T of a shared one); a pipeline's step lasts (M + S - 1) of its slowest stage's
 //     micro-batch slots (GPipe and 1F1B have the same bubble), each slot with its activation messages.
 //   - Communication: split layers' collectives inside each slot; after backward, each stage's gradients
-//     all-reduced over its D replicas (and, below a batch gather, over its group too), then the
+//     all-reduced over its D replicas (and those of whole parameters over its tensor group), then the
 //     optimizer; nothing overlapped (ddl_train averages after the step when S or T > 1). Collectives are
 //     costed as rings: an all-reduce of B bytes over n ranks takes 2 (n - 1) latencies and sends
 //     2 (n - 1) / n B; an all-gather or reduce-scatter half of that.

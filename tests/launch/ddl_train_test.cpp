@@ -439,18 +439,37 @@ TEST_F(DdlTrain, AutoStrategyTrainsLikeOneRank) {
   const std::string one = scratch_ / "one";
   const auto ref = run(kTrain + train_args(sgd + "--batch-size 48 --checkpoint-dir " + one));
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
-  for (const int ranks : {2, 3, 4}) {
-    const std::string dir = scratch_ / ("auto" + std::to_string(ranks));
+  // Also a pipeline and a split, which the planner would not choose for seed_cnn: --strategy pipeline, and
+  // --tensor-parallel 2 as a constraint.
+  struct Case {
+    int ranks;
+    std::string strategy, expected;
+  };
+  const Case cases[] = {{2, "auto", ""}, {3, "auto", ""}, {4, "auto", ""}, {2, "pipeline", "chosen     1 x 2 x 1"},
+                        {4, "auto --tensor-parallel 2", " x 1 x 2, "}};
+  for (const Case& c : cases) {
+    const int ranks = c.ranks;
+    const std::string dir = scratch_ / ("auto" + std::to_string(&c - &cases[0]));
     const auto r = run(kMpirun + " -np " + std::to_string(ranks) + " " + kTrain +
-                       train_args(sgd + "--strategy auto --batch-size " + std::to_string(48 / ranks) +
-                                  " --checkpoint-dir " + dir));
+                       train_args(sgd + "--strategy " + c.strategy + " --batch-size " + std::to_string(48 / ranks) +
+                                  " --checkpoint-dir " + dir + " --metrics " + dir + ".csv"));
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find("plan (--strategy auto, global batch 48 on " + std::to_string(ranks) + " ranks"),
+    const std::string strategy = c.strategy.substr(0, c.strategy.find(' '));
+    EXPECT_NE(r.out.find("plan (--strategy " + strategy + ", global batch 48 on " + std::to_string(ranks) + " ranks"),
               std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(c.expected), std::string::npos) << c.expected << "\n" << r.out;
     EXPECT_NE(r.out.find("  chosen "), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("(planned "), std::string::npos) << r.out;
+    // The metrics file's last three columns: the measured step, the planned one, its communication share.
+    std::ifstream metrics(dir + ".csv");
+    std::string header, row;
+    std::getline(metrics, header);
+    std::getline(metrics, row);
+    EXPECT_NE(header.find(",step_seconds,planned_step_seconds,planned_comm_share"), std::string::npos) << header;
+    const auto planned = std::stod(row.substr(row.rfind(',', row.rfind(',') - 1) + 1));
+    EXPECT_GT(planned, 0.0) << row;
     const double worst = largest_difference(params(one + "/last.h5"), params(dir + "/last.h5"));
-    std::cout << ranks << " ranks, --strategy auto: largest parameter difference " << worst << "\n";
+    std::cout << ranks << " ranks, --strategy " << c.strategy << ": largest parameter difference " << worst << "\n";
     EXPECT_LT(worst, 1e-5);
   }
 }
@@ -485,6 +504,14 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
                      "--load-profile: cannot read");
   expect_clean_error(run(kTrain + train_args("--strategy auto --memory-limit 0.001 --plan-only")),
                      "--strategy auto: no layout of 1 ranks fits the memory limit");
+  expect_clean_error(run(kTrain + train_args("--strategy auto --partition 3,4")),
+                     "--strategy auto chooses the cut and the split layers");
+  // A check only rank 0 makes (the metrics folder) stops every rank quickly, with rank 0's line.
+  const auto alone = run(kMpirun + " -np 2 " + kTrain + train_args("--strategy auto --metrics /no/such/dir/m.csv"));
+  EXPECT_EQ(alone.exit_code, 2) << alone.out << alone.err;
+  EXPECT_NE(alone.err.find("--metrics /no/such/dir/m.csv: there is no folder /no/such/dir"), std::string::npos)
+      << alone.err;
+  EXPECT_LT(alone.seconds, 20.0);
 }
 
 // Every rank prints the one line, and the job ends with a non-zero code.
