@@ -60,18 +60,29 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     auto probe = make_model(o.model, config, ctx);
     probe->initialize(o.seed);
     const dims_t& in = probe->input_shape();
+    // Each layer's seconds per call at `batch` images: a warm-up step, then the mean of two.
+    auto time_layers = [&](dnnl::memory::dim batch) {
+      Tensor input(plain_desc({batch, in[0], in[1], in[2]}), ctx.engine());
+      std::fill(input.data(), input.data() + input.elements(), 0.5f);
+      Profiler profiler;
+      constexpr int kWarmup = 1, kTimed = 2;
+      for (int step = 0; step < kWarmup + kTimed; ++step) {
+        if (step == kWarmup) probe->attach_profiler(&profiler);
+        const Tensor& out = probe->forward(ctx, input, Mode::train);
+        Tensor diff(out.desc(), ctx.engine());
+        std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
+        probe->backward(ctx, diff);
+      }
+      probe->attach_profiler(nullptr);
+      std::vector<double> seconds;
+      for (const auto& e : profiler.entries()) seconds.push_back((e.forward_s + e.backward_s) / kTimed);
+      return seconds;
+    };
     const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
-    Tensor input(plain_desc({b, in[0], in[1], in[2]}), ctx.engine());
-    std::fill(input.data(), input.data() + input.elements(), 0.5f);
-    Profiler profiler;
-    constexpr int kWarmup = 1, kTimed = 2;
-    for (int step = 0; step < kWarmup + kTimed; ++step) {
-      if (step == kWarmup) probe->attach_profiler(&profiler);
-      const Tensor& out = probe->forward(ctx, input, Mode::train);
-      Tensor diff(out.desc(), ctx.engine());
-      std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
-      probe->backward(ctx, diff);
-    }
+    const std::vector<double> at_batch = time_layers(b);
+    std::vector<double> output_bytes;
+    for (const auto& md : probe->output_descs())
+      output_bytes.push_back(static_cast<double>(md.get_size()) / static_cast<double>(b));
     // The optimizer's state is allocated below; the formula counts it, so it is measured with it.
     const std::size_t n = probe->param_count();
     auto optimizer = o.optimizer == "adam" ? make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay})
@@ -82,15 +93,19 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     optimizer->step(probe->params(), probe->grads(), 0.0f);
     p.optimizer_s_per_param = since(t0) / static_cast<double>(n);
     p.measured_bytes = static_cast<double>(peak_resident_bytes()) - p.base_bytes;
+    // A quarter of the batch too: a call's time = fixed + images x per image, fitted through both.
+    const dnnl::memory::dim quarter = std::max<dnnl::memory::dim>(1, b / 4);
+    const std::vector<double> at_quarter = quarter < b ? time_layers(quarter) : at_batch;
     double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
     for (std::size_t i = 0; i < probe->num_layers(); ++i) {
-      const auto& e = profiler.entries()[i];
       LayerCost l;
       l.name = probe->layer(i).describe();
-      l.seconds = (e.forward_s + e.backward_s) / kTimed / static_cast<double>(b);
+      l.seconds = quarter < b ? std::max(0.0, (at_batch[i] - at_quarter[i]) / static_cast<double>(b - quarter))
+                              : at_batch[i] / static_cast<double>(b);
+      l.fixed_seconds = std::max(0.0, at_batch[i] - static_cast<double>(b) * l.seconds);
       l.params = static_cast<double>(probe->layer_param_count(i));
       l.input_bytes = input_bytes;
-      l.output_bytes = static_cast<double>(probe->output_descs()[i].get_size()) / static_cast<double>(b);
+      l.output_bytes = output_bytes[i];
       l.split = split_kind(*probe, i, l.divisor);
       input_bytes = l.output_bytes;
       p.layers.push_back(l);
@@ -98,13 +113,19 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   }
   // Every rank's figures, averaged: the ranks then plan alike.
   std::vector<double> figures{p.base_bytes, p.optimizer_s_per_param, p.measured_bytes};
-  for (const auto& l : p.layers) figures.push_back(l.seconds);
+  for (const auto& l : p.layers) {
+    figures.push_back(l.seconds);
+    figures.push_back(l.fixed_seconds);
+  }
   world.allreduce_sum(figures);  // averaged below
   for (double& f : figures) f /= world.size();
   p.base_bytes = figures[0];
   p.optimizer_s_per_param = figures[1];
   p.measured_bytes = figures[2];
-  for (std::size_t i = 0; i < p.layers.size(); ++i) p.layers[i].seconds = figures[3 + i];
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    p.layers[i].seconds = figures[3 + 2 * i];
+    p.layers[i].fixed_seconds = figures[4 + 2 * i];
+  }
 
   // Links: within the largest node, and between one rank of each node.
   const Communicator node = world.split_shared();

@@ -1,6 +1,7 @@
 // The planner's profile, measured at start on the job's own ranks (--strategy auto): every layer's forward
-// and backward time at the per-rank batch on the rank's threads (a few steps of the whole model, every
-// rank at once, as training will load the cores), its sizes, the optimizer's step, and the links: MPI
+// and backward time at the per-rank batch and at a quarter of it, on the rank's threads (a few steps of the
+// whole model, every rank at once, as training will load the cores), fitted as a fixed time per call plus
+// a time per image; its sizes, the optimizer's step, and the links: MPI
 // all-reduce times at two sizes within a node and between nodes, fitted as latency + bytes / bandwidth.
 // A link that cannot be measured here (one node, or one rank per node) takes the figures given with
 // --link-within / --link-between, or defaults, and the report says so.

@@ -78,7 +78,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       const double rows = gathers && i >= gather ? T * m : m;
       const double share = split[i] ? 1.0 / T : 1.0;
       const double before = comm, sent_before = sent;
-      slot += l.seconds * rows * share;
+      // A split layer's share of the work, but a whole call's fixed cost.
+      slot += l.fixed_seconds + l.seconds * rows * share;
       params += l.params * share;
       if (T > 1 && !split[i]) whole += l.params;  // averaged over the group too
       activations += rows * l.output_bytes;
@@ -97,7 +98,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         comm += 2 * all_reduce_s(tensor_link, T, rows * l.output_bytes);
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
-      p.layers.push_back({s, split[i] != 0, M * (l.seconds * rows * share + comm - before),
+      p.layers.push_back({s, split[i] != 0, M * (l.fixed_seconds + l.seconds * rows * share + comm - before),
                           memory_scale * (4.0 * l.params * share * (3.0 + profile.optimizer_floats) +
                                           in_flight * rows * l.output_bytes),
                           M * (sent - sent_before)});

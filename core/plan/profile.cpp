@@ -28,7 +28,7 @@ std::string to_text(const Profile& p) {
   // The name last: it holds spaces.
   for (const auto& l : p.layers)
     s << "layer " << l.seconds << " " << l.params << " " << l.input_bytes << " " << l.output_bytes << " "
-      << kinds[static_cast<int>(l.split)] << " " << l.divisor << " " << l.name << "\n";
+      << kinds[static_cast<int>(l.split)] << " " << l.divisor << " " << l.fixed_seconds << " " << l.name << "\n";
   return s.str();
 }
 
@@ -70,7 +70,8 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
     } else if (key == "layer") {
       LayerCost l;
       std::string kind;
-      ok = static_cast<bool>(in >> l.seconds >> l.params >> l.input_bytes >> l.output_bytes >> kind >> l.divisor);
+      ok = static_cast<bool>(in >> l.seconds >> l.params >> l.input_bytes >> l.output_bytes >> kind >> l.divisor >>
+                             l.fixed_seconds);
       if (ok) {
         l.split = kind_named(kind, where);
         std::getline(in >> std::ws, l.name);

@@ -20,6 +20,7 @@ struct LayerCost {
   double output_bytes = 0;    // one image's output (f32)
   SplitKind split = SplitKind::none;
   int divisor = 0;            // what a tensor group's size must divide: a dense layer's outputs, a block's heads
+  double fixed_seconds = 0;   // per call, whatever its images: a call's time is fixed + images x seconds
 };
 
 // Seconds to move `bytes` once between two ranks: latency + bytes / bandwidth.
