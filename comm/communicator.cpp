@@ -113,6 +113,13 @@ void Communicator::allreduce_max(std::span<double> values) const {
   });
 }
 
+void Communicator::allreduce_min(std::span<double> values) const {
+  const auto wait = waiting("a minimum (MPI_Allreduce)");
+  in_pieces(values, [&](double* p, int n) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_MIN, comm_), "MPI_Allreduce");
+  });
+}
+
 std::vector<std::uint64_t> Communicator::allgather(std::uint64_t value) const {
   const auto wait = waiting("an all-gather");
   std::vector<std::uint64_t> all(static_cast<std::size_t>(size_));

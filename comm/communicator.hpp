@@ -42,6 +42,7 @@ class Communicator {
   void allreduce_sum(std::span<float> values) const;
   void allreduce_sum(std::span<double> values) const;
   void allreduce_max(std::span<double> values) const;
+  void allreduce_min(std::span<double> values) const;
   std::vector<std::uint64_t> allgather(std::uint64_t value) const;
   // Every rank's text, in rank order, on `root` (empty elsewhere).
   std::vector<std::string> gather(const std::string& text, int root) const;

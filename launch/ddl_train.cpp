@@ -162,7 +162,7 @@ void on_every_rank(const Communicator& world, const std::string& what, Step step
 
 // --strategy auto | data | pipeline: the profile (measured on these ranks, or --load-profile), the plan,
 // and the options that build the chosen layout, which every rank must agree on.
-void choose_layout(Run& run, const Communicator& world, const ModelConfig& config, std::size_t run_layers) {
+void choose_layout(Run& run, const Communicator& world, const ModelConfig& config, std::size_t model_layers) {
   TrainOptions& o = run.options;
   MeasuredProfile measured;
   if (!o.load_profile.empty()) {
@@ -174,6 +174,9 @@ void choose_layout(Run& run, const Communicator& world, const ModelConfig& confi
       if (measured.profile.model != o.model)
         throw InputError("--load-profile " + o.load_profile + " profiles model " + measured.profile.model + ", not " +
                          o.model);
+      if (measured.profile.layers.size() != model_layers)
+        throw InputError("--load-profile " + o.load_profile + " holds " + std::to_string(measured.profile.layers.size()) +
+                         " layers, model " + o.model + " has " + std::to_string(model_layers));
     });
     measured.links = "profile and links from " + o.load_profile;
   } else {
@@ -186,9 +189,6 @@ void choose_layout(Run& run, const Communicator& world, const ModelConfig& confi
     out.close();
     if (!out) throw InputError("--save-profile: cannot write " + o.save_profile);
   });
-  if (measured.profile.layers.size() != run_layers)
-    throw InputError("--load-profile " + o.load_profile + " holds " + std::to_string(measured.profile.layers.size()) +
-                     " layers, model " + o.model + " has " + std::to_string(run_layers));
   std::vector<double> per_node{static_cast<double>(world.split_shared().size())};
   world.allreduce_max(per_node);
   const int this_per_node = static_cast<int>(per_node[0]);
@@ -199,9 +199,8 @@ void choose_layout(Run& run, const Communicator& world, const ModelConfig& confi
   // The smallest node's share: every rank must plan with the same limit.
   std::vector<double> limit{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
                                                   : default_memory_limit(cluster.ranks_per_node)};
-  for (double& l : limit) l = -l;
-  world.allreduce_max(limit);
-  StrategyPlan plan = plan_strategy(o, measured.profile, cluster, -limit[0]);
+  world.allreduce_min(limit);
+  StrategyPlan plan = plan_strategy(o, measured.profile, cluster, limit[0]);
   run.plan_report = plan.report + "  " + measured.links + "\n";
   run.predicted_step_s = plan.chosen.prediction.step_s;
   run.predicted_comm_share = plan.chosen.prediction.comm_share();
@@ -255,7 +254,7 @@ void build(Run& run, const Communicator& world) {
   const std::size_t layers = whole->num_layers();
   const dims_t in = whole->input_shape();
   if (o.strategy != "manual") {
-    choose_layout(run, world, config, whole->num_layers());
+    choose_layout(run, world, config, layers);
     if (o.plan_only) return;
   }
   const Grid& g = run.grid = Grid(world.size(), world.rank(), o.pipeline_stages, o.tensor_parallel);
@@ -335,10 +334,7 @@ void build(Run& run, const Communicator& world) {
 
 
   const auto n = run.model->param_count();
-  if (o.optimizer == "adam")
-    run.optimizer = make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
-  else
-    run.optimizer = make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
+  run.optimizer = make_optimizer(o, n);
   // --scale-lr multiplies by the global batch over the batch given: under a strategy, the ranks.
   const int scale = o.strategy == "manual" ? g.data_ranks() : world.size();
   const float lr = o.scale_lr ? o.lr * static_cast<float>(scale) : o.lr;

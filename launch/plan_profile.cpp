@@ -85,8 +85,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       output_bytes.push_back(static_cast<double>(md.get_size()) / static_cast<double>(b));
     // The optimizer's state is allocated below; the formula counts it, so it is measured with it.
     const std::size_t n = probe->param_count();
-    auto optimizer = o.optimizer == "adam" ? make_adam(n, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay})
-                                           : make_sgd(n, {o.momentum, o.nesterov, o.weight_decay});
+    auto optimizer = make_optimizer(o, n);
     p.optimizer_floats = o.optimizer == "adam" ? 2 : (o.momentum != 0 ? 1 : 0);
     optimizer->step(probe->params(), probe->grads(), 0.0f);
     const auto t0 = clock::now();

@@ -82,6 +82,11 @@ std::string TrainOptions::describe() const {
   return s.str();
 }
 
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, std::size_t params) {
+  if (o.optimizer == "adam") return make_adam(params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
+  return make_sgd(params, {o.momentum, o.nesterov, o.weight_decay});
+}
+
 std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   TrainOptions o;
   std::string config, mean, stddev;

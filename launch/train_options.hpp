@@ -9,6 +9,7 @@
 
 #include "comm/allreduce.hpp"
 #include "core/optim/lr_schedule.hpp"
+#include "core/optim/optimizer.hpp"
 #include "core/plan/profile.hpp"
 #include "core/train/pipeline_schedule.hpp"
 
@@ -88,6 +89,9 @@ struct TrainOptions {
   // and fingerprinted to check that every rank was started the same way.
   std::string describe() const;
 };
+
+// The optimizer the options name, for `params` parameters.
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& options, std::size_t params);
 
 // Returns nullopt after printing --help. Throws InputError on bad options.
 std::optional<TrainOptions> parse_train_options(int argc, char** argv);

@@ -59,11 +59,12 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
 
   // The formula's memory for one rank training the whole model at the profiled batch, against the
   // measured figure: the scale for every layout's.
+  // Parameters hold their value, gradient, blocked copy and optimizer state, 4 bytes each.
+  auto param_bytes = [&](double params) { return 4.0 * params * (3.0 + profile.optimizer_floats); };
   double memory_scale = 1;
   if (profile.measured_bytes > 0) {
     double formula = profile.batch * profile.layers.front().input_bytes;
-    for (const auto& l : profile.layers)
-      formula += 4.0 * l.params * (3.0 + profile.optimizer_floats) + profile.batch * l.output_bytes;
+    for (const auto& l : profile.layers) formula += param_bytes(l.params) + profile.batch * l.output_bytes;
     memory_scale = profile.measured_bytes / formula;
   }
   Prediction p;
@@ -79,7 +80,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       const double share = split[i] ? 1.0 / T : 1.0;
       const double before = comm, sent_before = sent;
       // A split layer's share of the work, but a whole call's fixed cost.
-      slot += l.fixed_seconds + l.seconds * rows * share;
+      const double compute = l.fixed_seconds + l.seconds * rows * share;
+      slot += compute;
       params += l.params * share;
       if (T > 1 && !split[i]) whole += l.params;  // averaged over the group too
       activations += rows * l.output_bytes;
@@ -98,9 +100,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         comm += 2 * all_reduce_s(tensor_link, T, rows * l.output_bytes);
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
-      p.layers.push_back({s, split[i] != 0, M * (l.fixed_seconds + l.seconds * rows * share + comm - before),
-                          memory_scale * (4.0 * l.params * share * (3.0 + profile.optimizer_floats) +
-                                          in_flight * rows * l.output_bytes),
+      p.layers.push_back({s, split[i] != 0, M * (compute + comm - before),
+                          memory_scale * (param_bytes(l.params * share) + in_flight * rows * l.output_bytes),
                           M * (sent - sent_before)});
     }
     if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
@@ -120,8 +121,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the slots' share
     const double step_sent = (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole);
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
-    const double memory = profile.base_bytes + memory_scale * (4.0 * params * (3.0 + profile.optimizer_floats) +
-                                                               in_flight * (activations + m * profile.layers[first].input_bytes));
+    const double memory = profile.base_bytes +
+                          memory_scale * (param_bytes(params) + in_flight * (activations + m * profile.layers[first].input_bytes));
     // The all-reduce's own buffers (the hierarchical one's shared window holds every gradient once).
     const double reduce_buffers = D > 1 ? 4.0 * params : 0.0;
     p.peak_bytes = std::max(p.peak_bytes, memory + reduce_buffers);

@@ -30,7 +30,8 @@ Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, 
       replicas_(replicas),
       link_(link),
       plan_(plan),
-      tensor_(tensor) {
+      tensor_(tensor),
+      whole_ranges_(slots_.empty() ? decltype(whole_ranges_){} : slots_[0]->whole_param_ranges()) {
   if (slots_.empty()) throw Error("trainer: no model");
   const int needed = slots_needed(plan_, stage(), stages());
   if (static_cast<int>(slots_.size()) < needed)
@@ -62,14 +63,13 @@ void Trainer::gradients_ready(std::size_t offset, std::size_t count) {
 
 void Trainer::average_whole_over_group() {
   const std::span<float> grads = slots_[0]->grads();
-  const auto ranges = slots_[0]->whole_param_ranges();
   whole_grads_.clear();
-  for (const auto& [offset, count] : ranges) whole_grads_.insert(whole_grads_.end(), &grads[offset], &grads[offset] + count);
+  for (const auto& [offset, count] : whole_ranges_) whole_grads_.insert(whole_grads_.end(), &grads[offset], &grads[offset] + count);
   if (whole_grads_.empty()) return;
   tensor_->all_reduce_sum(whole_grads_);
   const float scale = 1.0f / static_cast<float>(tensor_->size());
   const float* from = whole_grads_.data();
-  for (const auto& [offset, count] : ranges)
+  for (const auto& [offset, count] : whole_ranges_)
     for (std::size_t i = 0; i < count; ++i) grads[offset + i] = scale * *from++;
 }
 

@@ -112,7 +112,8 @@ class Trainer {
   std::size_t last_forward_slot_ = 0;
   std::vector<std::int32_t> labels_;  // the last stage's copy, from the first
   std::vector<std::int32_t> group_labels_;  // a micro-batch's labels of every rank of the tensor group
-  std::vector<float> whole_grads_;           // the whole parameters' gradients, packed for one all-reduce
+  std::vector<std::pair<std::size_t, std::size_t>> whole_ranges_;  // Model::whole_param_ranges()
+  std::vector<float> whole_grads_;  // the whole parameters' gradients, packed for one all-reduce
   std::vector<Tensor> inputs_, outputs_, received_gradients_, sent_gradients_, diff_logits_;  // one per micro-batch
   // Shapes exchanged once per micro-batch size and mode (a split layer that gathers its group's batch in
   // training gives another shape in evaluation): received from the previous stage, sent to the next.
