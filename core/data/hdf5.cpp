@@ -225,6 +225,45 @@ void flush(const Handle& file, const std::string& path) {
   check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush", path);
 }
 
+namespace {
+
+// The core driver without a backing store: the file lives and dies in memory.
+void use_memory(const Handle& access, const std::string& name) {
+  constexpr std::size_t kGrowBy = std::size_t{64} << 20;
+  check(H5Pset_fapl_core(access.get(), kGrowBy, false), "H5Pset_fapl_core", name);
+}
+
+}  // namespace
+
+Handle create_memory_file(const std::string& name) {
+  silence_errors_on_this_thread();
+  Handle in_memory(check_id(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", name));
+  use_memory(in_memory, name);
+  return Handle(check_id(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, in_memory.get()),
+                         "cannot create the file in memory", name));
+}
+
+Handle open_file_image(std::span<const char> image, bool writable, const std::string& name) {
+  silence_errors_on_this_thread();
+  Handle access(check_id(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate", name));
+  use_memory(access, name);
+  // HDF5 copies the image: the caller's buffer is not written.
+  check(H5Pset_file_image(access.get(), const_cast<char*>(image.data()), image.size()), "H5Pset_file_image", name);
+  const hid_t id = H5Fopen(name.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, access.get());
+  if (id < 0) throw InputError(name + ": cannot open the file image (corrupt?)");
+  return Handle(id);
+}
+
+std::vector<char> file_image(const Handle& file, const std::string& name) {
+  check(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "cannot flush", name);
+  const ssize_t size = H5Fget_file_image(file.get(), nullptr, 0);
+  if (size < 0) throw Error(name + ": cannot get the file image's size");
+  std::vector<char> image(static_cast<std::size_t>(size));
+  if (H5Fget_file_image(file.get(), image.data(), image.size()) != size)
+    throw Error(name + ": cannot copy the file image");
+  return image;
+}
+
 bool exists(const Handle& loc, const std::string& name) { return H5Lexists(loc.get(), name.c_str(), H5P_DEFAULT) > 0; }
 
 std::vector<std::string> member_names(const Handle& group, const std::string& context) {

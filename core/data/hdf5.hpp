@@ -39,6 +39,13 @@ Handle open_file(const std::string& path);    // read-only
 Handle create_file(const std::string& path);  // truncates
 Handle open_file_for_update(const std::string& path);
 void flush(const Handle& file, const std::string& path);
+// Files held in memory (HDF5's core driver, nothing written to disk), passed around as file images:
+// `name` only names them in messages. An image opened for update keeps its changes in memory until
+// file_image(). They use HDF5's default (1.6) format: HDF5 1.10.8 hands out the image of a 1.10-format file
+// with a stale superblock checksum, which it then refuses to open.
+Handle create_memory_file(const std::string& name);
+Handle open_file_image(std::span<const char> image, bool writable, const std::string& name);
+std::vector<char> file_image(const Handle& file, const std::string& name);
 bool exists(const Handle& loc, const std::string& name);
 // The names of a group's members, in name order.
 std::vector<std::string> member_names(const Handle& group, const std::string& context);

@@ -153,10 +153,10 @@ void read_segments(const h5::Handle& loc, const std::string& name, const Model& 
                           seg.blocks, seg.stride);
 }
 
-void write_part(const std::string& tmp, Model& model, Optimizer& optimizer, const TrainingState& state,
-                CheckpointPart part) {
+// `tmp` names the file in messages.
+void write_part(const h5::Handle& file, const std::string& tmp, Model& model, Optimizer& optimizer,
+                const TrainingState& state, CheckpointPart part) {
   const bool first = part.creates;
-  h5::Handle file = first ? create_checksummed_file(tmp) : h5::open_file_for_update(tmp);
   std::vector<std::string> names;
   if (first) {
     h5::write_fixed_strings_attribute(file, "ddl_format", {kMagic});
@@ -203,7 +203,8 @@ void write_checkpoint_part(const std::string& path, Model& stage, Optimizer& opt
                            CheckpointPart part) {
   const std::string tmp = temporary(path);
   try {
-    write_part(tmp, stage, optimizer, state, part);
+    write_part(part.creates ? create_checksummed_file(tmp) : h5::open_file_for_update(tmp), tmp, stage, optimizer,
+               state, part);
   } catch (const std::exception& e) {
     std::error_code ignored;  // a half-written temporary (full disk, say) is of no use to anyone
     std::filesystem::remove(tmp, ignored);
@@ -248,8 +249,7 @@ void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer
 
 namespace {
 
-TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* optimizer) {
-  h5::Handle file = h5::open_file(path);
+TrainingState load_unchecked(const h5::Handle& file, const std::string& path, Model& model, Optimizer* optimizer) {
   if (!h5::has_attribute(file, "ddl_format") || h5::read_string_attribute(file, "ddl_format", path) != kMagic)
     throw InputError(path + ": not a ddl_train checkpoint");
   const auto version = h5::read_int_attribute(file, "format_version", path);
@@ -322,11 +322,11 @@ TrainingState load_unchecked(const std::string& path, Model& model, Optimizer* o
   return state;
 }
 
-}  // namespace
-
-TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* optimizer) {
+// `open` gives the file, `path` names it.
+template <typename Open>
+TrainingState load_checked(Open open, const std::string& path, Model& model, Optimizer* optimizer) {
   try {
-    return load_unchecked(path, model, optimizer);
+    return load_unchecked(open(), path, model, optimizer);
   } catch (const InputError&) {
     throw;
   } catch (const Error& e) {
@@ -336,6 +336,26 @@ TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* 
       what.erase(at);
     throw InputError(path + ": damaged (" + what + ")");
   }
+}
+
+constexpr const char* kImageName = "the checkpoint in memory";
+
+}  // namespace
+
+TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* optimizer) {
+  return load_checked([&] { return h5::open_file(path); }, path, model, optimizer);
+}
+
+void write_checkpoint_image_part(std::vector<char>& image, Model& stage, Optimizer& optimizer, const TrainingState& state,
+                           CheckpointPart part) {
+  const h5::Handle file = part.creates ? h5::create_memory_file(kImageName)
+                                       : h5::open_file_image(image, true, kImageName);
+  write_part(file, kImageName, stage, optimizer, state, part);
+  image = h5::file_image(file, kImageName);
+}
+
+TrainingState load_checkpoint_image(std::span<const char> image, Model& model, Optimizer* optimizer) {
+  return load_checked([&] { return h5::open_file_image(image, false, kImageName); }, kImageName, model, optimizer);
 }
 
 }  // namespace ddl

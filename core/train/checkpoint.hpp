@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,12 @@ std::string previous_checkpoint(const std::string& path);
 // that the checkpoint was written for this model, and every checksum: a damaged file is refused with an
 // InputError naming it and the tensor (model and optimizer may then hold part of its values).
 TrainingState load_checkpoint(const std::string& path, Model& model, Optimizer* optimizer);
+
+// The same checkpoint held in memory as an HDF5 file image, which ranks pass to each other: how ddl_train
+// moves a run to another layout without the disk. Each part opens the image, adds its slices and replaces
+// it (`part.creates`: starts a new one).
+void write_checkpoint_image_part(std::vector<char>& image, Model& stage, Optimizer& optimizer, const TrainingState& state,
+                           CheckpointPart part);
+TrainingState load_checkpoint_image(std::span<const char> image, Model& model, Optimizer* optimizer);
 
 }  // namespace ddl

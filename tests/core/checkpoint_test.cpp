@@ -53,6 +53,48 @@ TEST(Checkpoint, RoundTripRestoresEverything) {
   EXPECT_EQ(sb[2].words[0], 1u);                                                            // step count
 }
 
+// The in-memory form (a file image passed between ranks when a run changes layout): written by two
+// pipeline stages in turn, read back whole, and by each stage of another cut.
+TEST(Checkpoint, FileImageInMemoryRoundTripsAcrossCuts) {
+  Context ctx;
+  auto whole = make_model("seed_cnn_bn", {.seed = 3}, ctx);
+  whole->initialize(3);
+  const std::size_t layers = whole->num_layers();
+  auto stage_model = [&](std::size_t begin, std::size_t end) {
+    auto m = make_model("seed_cnn_bn", {.seed = 3}, ctx, {begin, end});
+    m->initialize(3);
+    return m;
+  };
+  auto first = stage_model(0, 3), second = stage_model(3, layers);
+  auto adam_first = make_adam(first->param_count(), {}), adam_second = make_adam(second->param_count(), {});
+  for (auto [m, adam] : {std::pair{first.get(), adam_first.get()}, std::pair{second.get(), adam_second.get()}}) {
+    std::vector<float> grads(m->param_count(), 0.01f);
+    adam->step(m->params(), grads, 1e-3f);
+  }
+  second->state()[0].floats[1] = 0.75f;  // a BatchNorm running mean
+  const TrainingState state{"seed_cnn_bn", 2, 0.25, 3, "lr = 0.001\n", 5};
+  std::vector<char> image;
+  write_checkpoint_image_part(image, *first, *adam_first, state, {true, true});
+  write_checkpoint_image_part(image, *second, *adam_second, state, {false, true});
+
+  auto adam = make_adam(whole->param_count(), {});
+  const TrainingState back = load_checkpoint_image(image, *whole, adam.get());
+  EXPECT_EQ(back.epochs_done, 2u);
+  EXPECT_EQ(back.steps_done, 5u);
+  const std::size_t n1 = first->param_count();
+  EXPECT_EQ(std::memcmp(whole->params().data(), first->params().data(), n1 * 4), 0);
+  EXPECT_EQ(std::memcmp(whole->params().data() + n1, second->params().data(), second->param_count() * 4), 0);
+  EXPECT_EQ(std::memcmp(adam->state()[1].floats.data() + n1, adam_second->state()[1].floats.data(),
+                        second->param_count() * 4), 0);  // Adam's v
+  auto other_cut = stage_model(5, layers);
+  const std::size_t before = whole->param_count() - other_cut->param_count();
+  load_checkpoint_image(image, *other_cut, nullptr);
+  EXPECT_EQ(std::memcmp(other_cut->params().data(), whole->params().data() + before, other_cut->param_count() * 4), 0);
+  // An image cut short is refused, like a file.
+  image.resize(image.size() / 2);
+  EXPECT_THROW(load_checkpoint_image(image, *whole, adam.get()), InputError);
+}
+
 TEST(Checkpoint, KeepsTheClassNamesAndTheNormalisationUnderTheHeaderChecksum) {
   test::TempDir dir;
   Context ctx;
