@@ -92,6 +92,14 @@ void Communicator::broadcast(std::span<std::uint64_t> values, int root) const {
   in_pieces(values, [&](std::uint64_t* p, int n) { check_mpi(MPI_Bcast(p, n, MPI_UINT64_T, root, comm_), "MPI_Bcast"); });
 }
 
+void Communicator::broadcast(std::vector<char>& bytes, int root) const {
+  std::uint64_t size[1] = {bytes.size()};
+  broadcast(size, root);
+  bytes.resize(size[0]);
+  const auto wait = waiting("a broadcast");
+  in_pieces(std::span<char>(bytes), [&](char* p, int n) { check_mpi(MPI_Bcast(p, n, MPI_BYTE, root, comm_), "MPI_Bcast"); });
+}
+
 void Communicator::allreduce_sum(std::span<float> values) const {
   const auto wait = waiting("a sum (MPI_Allreduce)");
   in_pieces(values, [&](float* p, int n) {

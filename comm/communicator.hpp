@@ -38,6 +38,8 @@ class Communicator {
   void barrier(HangDetector::LateRanks late = {}) const;
   void broadcast(std::span<float> values, int root) const;
   void broadcast(std::span<std::uint64_t> values, int root) const;
+  // Bytes whose count only `root` knows: every rank returns with root's.
+  void broadcast(std::vector<char>& bytes, int root) const;
   // In-place sums with MPI_Allreduce.
   void allreduce_sum(std::span<float> values) const;
   void allreduce_sum(std::span<double> values) const;

@@ -45,6 +45,7 @@
 #include "launch/metrics_log.hpp"
 #include "launch/progress_bar.hpp"
 #include "launch/plan_profile.hpp"
+#include "launch/replanner.hpp"
 #include "launch/stage_partition.hpp"
 #include "launch/strategy.hpp"
 #include "launch/tensor_split.hpp"
@@ -131,6 +132,12 @@ struct Run {
   std::string split_report;
   std::string plan_report;      // --strategy other than manual
   double predicted_step_s = 0, predicted_comm_share = 0;  // by the plan
+  std::optional<Replanner> replanner;  // a planned run that re-plans (--replan-every)
+  bool layout_chosen = false;          // by the re-plan that moved the run here: build() plans nothing
+  std::optional<Switch> next_layout;   // the re-plan's choice: train() returns kSwitchLayout
+  std::vector<char> switch_image;      // the run's checkpoint in memory, on every rank, for the next layout
+  std::string switch_note;             // the re-plan's reason, in place of the header
+  unsigned long long steps_run = 0;    // training steps of this process, over every layout
   std::vector<std::size_t> partition;                    // layers per stage
   std::string partition_report;
   std::optional<BatchLoader> train_loader, val_loader;   // on the first stage only
@@ -205,6 +212,8 @@ void choose_layout(Run& run, const Communicator& world, const ModelConfig& confi
   run.predicted_step_s = plan.chosen.prediction.step_s;
   run.predicted_comm_share = plan.chosen.prediction.comm_share();
   if (o.plan_only) return;
+  if (o.replan_every != TrainOptions::kNeverReplan && world.size() > 1)
+    run.replanner.emplace(o, measured.profile, cluster, limit[0], plan.chosen.layout);
   o = plan.options;
   world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")", Checksum().add(o.describe()).value());
 }
@@ -253,7 +262,7 @@ void build(Run& run, const Communicator& world) {
   const ImageDataset& train = *train_set;
   const std::size_t layers = whole->num_layers();
   const dims_t in = whole->input_shape();
-  if (o.strategy != "manual") {
+  if (o.strategy != "manual" && !run.layout_chosen) {
     choose_layout(run, world, config, layers);
     if (o.plan_only) return;
   }
@@ -413,7 +422,9 @@ std::string changed_options(const std::string& before, const std::string& now) {
 void print_header(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   const Grid& g = run.grid;
-  if (g.stages == 1)
+  if (!run.switch_note.empty())
+    std::printf("%s\n", run.switch_note.c_str());
+  else if (g.stages == 1)
     std::cout << run.model->summary(run.ctx);
   else
     std::printf("model %s in %d pipeline stages:\n%s", o.model.c_str(), g.stages, run.partition_report.c_str());
@@ -434,6 +445,10 @@ void print_header(Run& run, const Communicator& world) {
   if (!run.nodes.empty()) std::printf("%s\n", run.nodes.c_str());
   if (!run.split_report.empty()) std::printf("%s\n", run.split_report.c_str());
   if (!run.plan_report.empty()) std::printf("%s", run.plan_report.c_str());
+  if (!run.switch_note.empty()) {
+    std::fflush(stdout);
+    return;
+  }
   const ImageDataset& data = run.train_loader->dataset();
   const dims_t& in = run.model->input_shape();
   if (data.height() != in[1] || data.width() != in[2])
@@ -702,6 +717,36 @@ struct Perturbation {
   }
 };
 
+// What train() returns when a re-plan chose another layout: main() builds it and goes on.
+constexpr int kSwitchLayout = -1;
+
+// Collective over every rank, at a step boundary.
+void consider_replan(Run& run, const Communicator& world, const Profiler& profiler) {
+  world.hang_detector()->set_phase("re-planning");
+  std::optional<Switch> next = run.replanner->replan(world, profiler, run.model->first_layer(), run.steps_run);
+  world.check_same("the re-plan's decision", Checksum().add(next ? next->plan.options.describe() : "keep").value());
+  run.next_layout = std::move(next);
+  world.hang_detector()->set_phase("training");
+}
+
+// The run's checkpoint, written in memory by the first replica's ranks in turn (each passing the image on
+// to the next), then handed to every rank: the state the next layout's ranks take their slices from.
+int pack_for_next_layout(Run& run, const Communicator& world) {
+  world.hang_detector()->set_phase("moving to another layout");
+  std::vector<char> image;
+  if (run.grid.replica == 0) {
+    const Communicator& writers = *run.replica_ranks;
+    for (int turn = 0; turn < writers.size(); ++turn) {
+      if (turn == writers.rank())
+        write_checkpoint_image_part(image, *run.model, *run.optimizer, run.state, {turn == 0, run.grid.t == 0});
+      writers.broadcast(image, turn);
+    }
+  }
+  world.broadcast(image, 0);  // world rank 0 is the first replica's
+  run.switch_image = std::move(image);
+  return kSwitchLayout;
+}
+
 int train(Run& run, const Communicator& world) {
   const TrainOptions& o = run.options;
   const Grid& g = run.grid;
@@ -726,14 +771,16 @@ int train(Run& run, const Communicator& world) {
                   run.resume_path.c_str(), static_cast<unsigned long long>(run.state.epochs_done), o.epochs);
     return 0;
   }
-  Profiler profiler;
-  if (o.profile) run.model->attach_profiler(&profiler);
   std::vector<Model*> copies{run.model.get()};
   for (auto& c : run.model_copies) copies.push_back(c.get());
+  Profiler profiler;  // every micro-batch's copy adds to it
+  if (o.profile || run.replanner)
+    for (Model* m : copies) m->attach_profiler(&profiler);
+  if (run.replanner) run.replanner->restart_timing();
   Trainer trainer(run.ctx, copies, *run.optimizer, run.schedule, group, link ? &*link : nullptr, run.plan,
                   run.tensor_group ? &*run.tensor_group : nullptr);
   std::optional<MetricsLog> metrics;
-  if (lead && !o.metrics_path.empty()) metrics.emplace(o.metrics_path, !run.resume_path.empty());
+  if (lead && !o.metrics_path.empty()) metrics.emplace(o.metrics_path, !run.resume_path.empty() || run.layout_chosen);
   // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
   // mpirun "auto" cannot tell and stays with plain lines; --progress always forces the bar. A pipeline's
   // first stage does not see the loss, so it shows no bar.
@@ -743,7 +790,7 @@ int train(Run& run, const Communicator& world) {
   const bool validate = !run.val_subset.empty();
   HangDetector& hang = *world.hang_detector();
   const Perturbation perturb = Perturbation::from_environment();
-  unsigned long long steps_run = 0;  // by this process, over all epochs
+  unsigned long long& steps_run = run.steps_run;
   catch_stop_signals();
   StopVote stop_vote(world);
   try {
@@ -779,7 +826,9 @@ int train(Run& run, const Communicator& world) {
         if (perturb.rank == world.rank() && perturb.step == steps_run) run.model->params()[0] += 1.0f;
         if (o.check_replicas > 0 && steps_run % static_cast<unsigned>(o.check_replicas) == 0)
           check_replicas(run, "after step " + std::to_string(steps_run), false);
-        return stop_vote.step(stop_signal.load() != 0);
+        const bool stop = stop_vote.step(stop_signal.load() != 0);
+        if (!stop && run.replanner && run.replanner->due(steps_run)) consider_replan(run, world, profiler);
+        return stop || run.next_layout.has_value();
       };
       hang.set_phase("training");
       const PassMetrics tr =
@@ -789,6 +838,7 @@ int train(Run& run, const Communicator& world) {
       const bool stop = world.any(stop_vote.finish() || stop_signal.load() != 0);
       if (first_step + tr.steps < steps) {
         run.state.steps_done = first_step + tr.steps;
+        if (run.next_layout && !stop) return pack_for_next_layout(run, world);
         return finish(stop_midway(run, tr, epoch, steps));
       }
       run.state.steps_done = 0;
@@ -853,6 +903,9 @@ int train(Run& run, const Communicator& world) {
                           run.predicted_step_s, run.predicted_comm_share});
       }
       if (stop) return finish(stop_midway(run, tr, epoch + 1, 0));
+      if (!run.next_layout && run.replanner && o.replan_every == TrainOptions::kReplanEachEpoch && epoch + 1 < o.epochs)
+        consider_replan(run, world, profiler);
+      if (run.next_layout) return pack_for_next_layout(run, world);
     }
     const auto peaks = world.allgather(peak_resident_bytes());
     if (lead) {
@@ -870,6 +923,33 @@ int train(Run& run, const Communicator& world) {
   } catch (...) {
     fail_during_training(world, std::current_exception());
   }
+}
+
+// The re-plan's layout, built as a run of its own (the previous one's memory, communicators, loaders and
+// checkpoint lock released first), and the state in memory read back into it: the training goes on at the
+// step after the last one done, with the same global batch.
+void move_to_next_layout(std::optional<Run>& run, const Communicator& world) {
+  Switch next = std::move(*run->next_layout);
+  Replanner replanner = std::move(*run->replanner);
+  const std::vector<char> image = std::move(run->switch_image);
+  const TrainingState data = run->state;  // what this run's data says (class names, normalisation)
+  const unsigned long long steps_run = run->steps_run;
+  run.reset();
+  Run& r = run.emplace();
+  r.options = next.plan.options;
+  r.layout_chosen = true;
+  r.replanner.emplace(std::move(replanner));
+  r.steps_run = steps_run;
+  r.switch_note = next.reason;
+  r.plan_report = next.plan.report;
+  r.predicted_step_s = next.plan.chosen.prediction.step_s;
+  r.predicted_comm_share = next.plan.chosen.prediction.comm_share();
+  build(r, world);
+  TrainingState loaded = load_checkpoint_image(image, *r.model, r.optimizer.get());
+  loaded.class_names = data.class_names;
+  loaded.input_mean = data.input_mean;
+  loaded.input_std = data.input_std;
+  r.state = std::move(loaded);
 }
 
 }  // namespace
@@ -910,7 +990,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!resume(*run, *world) || !initialize(*run, *world)) return 2;
-    return train(*run, *world);
+    int code = train(*run, *world);
+    while (code == kSwitchLayout) {
+      move_to_next_layout(run, *world);
+      code = train(*run, *world);
+    }
+    return code;
   } catch (...) {
     fail_during_training(*world, std::current_exception());
   }

@@ -49,6 +49,35 @@ std::string describe(const Link& link) {
 
 }  // namespace
 
+MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world) {
+  // Within the largest node, and between one rank of each node.
+  const Communicator node = world.split_shared();
+  const Communicator leaders = world.split(node.rank() == 0 ? 0 : 1, world.rank());
+  std::vector<double> node_sizes(1, static_cast<double>(node.size()));
+  world.allreduce_max(node_sizes);
+  const bool several_nodes = world.any(node.size() < world.size());
+  // Latency and seconds per byte, within a node and between nodes; 0: not measured. The slowest of each.
+  std::vector<double> links{0, 0, 0, 0};
+  if (node.size() > 1 && node.size() == static_cast<int>(node_sizes[0])) {
+    const Link within = fit_link(node);
+    links[0] = within.latency_s;
+    links[1] = 1 / within.bytes_per_s;
+  }
+  if (several_nodes && node.rank() == 0 && leaders.size() > 1) {
+    const Link between = fit_link(leaders);
+    links[2] = between.latency_s;
+    links[3] = 1 / between.bytes_per_s;
+  }
+  world.allreduce_max(links);
+  const bool within_measured = links[1] > 0, between_measured = links[3] > 0;
+  MeasuredLinks m{within_measured ? Link{links[0], 1 / links[1]} : o.link_within,
+                  between_measured ? Link{links[2], 1 / links[3]} : o.link_between, {}, within_measured,
+                  between_measured};
+  m.text = "links: within a node " + describe(m.within) + (within_measured ? " (measured)" : " (--link-within)") +
+           ", between nodes " + describe(m.between) + (between_measured ? " (measured)" : " (--link-between)");
+  return m;
+}
+
 MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config, const Communicator& world,
                                 Context& ctx) {
   MeasuredProfile measured;
@@ -126,31 +155,10 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     p.layers[i].fixed_seconds = figures[4 + 2 * i];
   }
 
-  // Links: within the largest node, and between one rank of each node.
-  const Communicator node = world.split_shared();
-  const Communicator leaders = world.split(node.rank() == 0 ? 0 : 1, world.rank());
-  std::vector<double> node_sizes(1, static_cast<double>(node.size()));
-  world.allreduce_max(node_sizes);
-  const bool several_nodes = world.any(node.size() < world.size());
-  // Latency and seconds per byte, within a node and between nodes; 0: not measured. The slowest of each.
-  std::vector<double> links{0, 0, 0, 0};
-  if (node.size() > 1 && node.size() == static_cast<int>(node_sizes[0])) {
-    const Link within = fit_link(node);
-    links[0] = within.latency_s;
-    links[1] = 1 / within.bytes_per_s;
-  }
-  if (several_nodes && node.rank() == 0 && leaders.size() > 1) {
-    const Link between = fit_link(leaders);
-    links[2] = between.latency_s;
-    links[3] = 1 / between.bytes_per_s;
-  }
-  world.allreduce_max(links);
-  const bool within_measured = links[1] > 0, between_measured = links[3] > 0;
-  p.within_node = within_measured ? Link{links[0], 1 / links[1]} : o.link_within;
-  p.between_nodes = between_measured ? Link{links[2], 1 / links[3]} : o.link_between;
-  measured.links = "links: within a node " + describe(p.within_node) + (within_measured ? " (measured)" : " (--link-within)") +
-                   ", between nodes " + describe(p.between_nodes) +
-                   (between_measured ? " (measured)" : " (--link-between)");
+  const MeasuredLinks links = measure_links(o, world);
+  p.within_node = links.within;
+  p.between_nodes = links.between;
+  measured.links = links.text;
   return measured;
 }
 

@@ -22,6 +22,15 @@ struct MeasuredProfile {
   std::string links;  // one line: what was measured and what was assumed
 };
 
+struct MeasuredLinks {
+  Link within, between;
+  std::string text;  // one line: what was measured and what was assumed
+  bool within_measured = false, between_measured = false;
+};
+
+// Collective over `world`: the links within the largest node and between nodes, the slowest rank's.
+MeasuredLinks measure_links(const TrainOptions& options, const Communicator& world);
+
 // Collective over `world`; every rank returns the same figures (averaged over the ranks).
 MeasuredProfile measure_profile(const TrainOptions& options, const ModelConfig& config, const Communicator& world,
                                 Context& ctx);

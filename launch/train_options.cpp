@@ -180,7 +180,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "which layers split: classifier (the dense layers after the last convolution that the group size divides), "
       "blocks (a transformer's blocks: attention heads and MLP features divided, the group sharing one batch) or "
       "layer indices as the model table numbers them, e.g. 9,11");
-  std::string plan_for, link_within, link_between;
+  std::string plan_for, link_within, link_between, replan_every = "epoch";
   po::options_description planner("Planner (seeds/004: the layout chosen from a profile measured at start)");
   planner.add_options()("strategy", po::value(&o.strategy)->default_value(o.strategy),
                         "manual (the options above) | auto (the fastest predicted layout of replicas, stages, "
@@ -199,7 +199,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "link-within", po::value(&link_within),
       "LATENCY_US,GB_PER_S of an all-reduce link within a node, where it cannot be measured (default 5,5)")(
       "link-between", po::value(&link_between),
-      "LATENCY_US,GB_PER_S between nodes, where it cannot be measured (default 50,1.25: 10 Gbit/s Ethernet)");
+      "LATENCY_US,GB_PER_S between nodes, where it cannot be measured (default 50,1.25: 10 Gbit/s Ethernet)")(
+      "replan-every", po::value(&replan_every)->default_value(replan_every),
+      "STEPS | epoch | never: how often a planned run measures its layers and links again and moves to another "
+      "layout when one is predicted at least 10% faster");
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
@@ -277,6 +280,14 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
     require(v.size() == 2 && v[0] >= 0 && v[1] > 0,
             std::string("--") + name + " takes LATENCY_US,GB_PER_S, e.g. 50,1.25");
     *link = {v[0] * 1e-6, v[1] * 1e9};
+  }
+  if (replan_every == "never") {
+    o.replan_every = TrainOptions::kNeverReplan;
+  } else if (replan_every != "epoch") {
+    const auto steps = parse_floats(replan_every, "replan-every");
+    require(steps.size() == 1 && steps[0] >= 1 && steps[0] <= 1e9f && steps[0] == std::floor(steps[0]),
+            "--replan-every takes a step count of at least 1, epoch or never, not '" + replan_every + "'");
+    o.replan_every = static_cast<int>(steps[0]);
   }
   require(o.strategy == "manual" || o.strategy == "auto" || o.strategy == "data" || o.strategy == "pipeline",
           "--strategy must be manual, auto, data or pipeline, not '" + o.strategy + "'");

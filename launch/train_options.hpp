@@ -76,6 +76,9 @@ struct TrainOptions {
   // --pipeline-stages, --tensor-parallel and --micro-batches given with a strategy: the search keeps them (0: free).
   int fixed_stages = 0, fixed_tensor = 0, fixed_micro_batches = 0;
   Link link_within{5e-6, 5e9}, link_between{50e-6, 1.25e9};  // where they cannot be measured
+  // --replan-every: steps between re-plans during training; kReplanEachEpoch (the default) or kNeverReplan.
+  int replan_every = 0;
+  static constexpr int kReplanEachEpoch = 0, kNeverReplan = -1;
   // output
   std::string checkpoint_dir;
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5

@@ -100,7 +100,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         comm += 2 * all_reduce_s(tensor_link, T, rows * l.output_bytes);
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
-      p.layers.push_back({s, split[i] != 0, M * (compute + comm - before),
+      p.layers.push_back({s, split[i] != 0, M * (compute + comm - before), M * compute,
                           memory_scale * (param_bytes(l.params * share) + in_flight * rows * l.output_bytes),
                           M * (sent - sent_before)});
     }

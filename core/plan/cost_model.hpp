@@ -30,6 +30,7 @@ struct LayerPrediction {
   int stage = 0;
   bool split = false;
   double seconds = 0;       // compute and its split collectives, over the step's micro-batches
+  double compute_s = 0;     // the compute alone
   double memory_bytes = 0;  // parameters and their state, and the activations kept
   double sent_bytes = 0;    // the split collectives'
 };

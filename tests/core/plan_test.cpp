@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "core/error.hpp"
+#include "core/plan/recalibrate.hpp"
 #include "core/plan/search.hpp"
 
 namespace ddl {
@@ -73,6 +74,53 @@ TEST(Planner, SlowLinksWithLargeDenseLayersSplitThem) {
   EXPECT_FALSE(r.best->layout.split.empty());
   EXPECT_LT(r.best->prediction.sent_bytes * 5, r.best_data->prediction.sent_bytes);
   EXPECT_LT(r.best->prediction.step_s, r.best_data->prediction.step_s);
+}
+
+// Re-profiling: layers measured as predicted keep their times; a stage whose cores another job took
+// scales its layers (their split collectives apart), and the plan made from it moves work off that stage.
+TEST(Planner, RecalibrationScalesTheLayersMeasuredSlowerAndMovesTheCut) {
+  const Profile p = alexnet_profile(kFast, kFast);
+  const Layout split{1, 1, 2, 1, {4}, {1, 2, 3}, 32};
+  const Prediction predicted = predict(p, {2, 2}, split, 64);
+  std::vector<double> measured;
+  for (const auto& l : predicted.layers) measured.push_back(l.seconds);
+  const Profile same = recalibrated(p, predicted, measured);
+  for (std::size_t i = 0; i < p.layers.size(); ++i) EXPECT_NEAR(same.layers[i].seconds, p.layers[i].seconds, 1e-12);
+
+  // The dense layers' compute measured 3x slower; their collectives as predicted.
+  for (std::size_t i = 1; i < 4; ++i) measured[i] += 2 * predicted.layers[i].compute_s;
+  const Profile slower = recalibrated(p, predicted, measured);
+  EXPECT_NEAR(slower.layers[0].seconds, p.layers[0].seconds, 1e-12);
+  for (std::size_t i = 1; i < 4; ++i) {
+    EXPECT_NEAR(slower.layers[i].seconds, 3 * p.layers[i].seconds, 1e-9) << i;
+    EXPECT_NEAR(slower.layers[i].fixed_seconds, 3 * p.layers[i].fixed_seconds, 1e-12) << i;
+  }
+  // Bounded either way.
+  measured[0] = 1e6;
+  measured[1] = 0;  // not measured: kept
+  const Profile odd = recalibrated(p, predicted, measured);
+  EXPECT_NEAR(odd.layers[0].seconds, kMaxRecalibration * p.layers[0].seconds, 1e-9);
+  EXPECT_NEAR(odd.layers[1].seconds, p.layers[1].seconds, 1e-12);
+
+  // Four equal layers on a two-stage pipeline, cut in the middle; the second stage measured 3x slower
+  // than profiled (another job on its cores): the cut moves a layer off it.
+  Profile equal = p;
+  for (auto& l : equal.layers) {
+    l.seconds = 1e-3;
+    l.fixed_seconds = 0;
+  }
+  Constraints pipelines;
+  pipelines.stages = 2;
+  pipelines.tensor = 1;
+  pipelines.micro_batches = 4;
+  const PlanResult first = plan_layouts(equal, {2, 2}, 64, pipelines);
+  ASSERT_TRUE(first.best);
+  EXPECT_EQ(first.best->layout.cut, (std::vector<std::size_t>{2, 2})) << first.best->layout.describe();
+  std::vector<double> stage_slow;
+  for (const auto& l : first.best->prediction.layers) stage_slow.push_back(l.stage == 1 ? 3 * l.seconds : l.seconds);
+  const PlanResult again = plan_layouts(recalibrated(equal, first.best->prediction, stage_slow), {2, 2}, 64, pipelines);
+  ASSERT_TRUE(again.best);
+  EXPECT_EQ(again.best->layout.cut, (std::vector<std::size_t>{3, 1})) << again.best->layout.describe();
 }
 
 TEST(Planner, AMemoryLimitBelowDataParallelismsNeedChoosesAPipelineOrASplit) {

@@ -474,6 +474,73 @@ TEST_F(DdlTrain, AutoStrategyTrainsLikeOneRank) {
   }
 }
 
+TEST_F(DdlTrain, ReplanningMovesTheRunToAnotherLayoutAndTrainsTheSame) {
+  // The links slowed down (by the test's hook: a real network slowed with tbf is three_hosts.sh's) after
+  // the run began in data parallelism: the re-plan moves it to a layout that sends less, at an epoch's end
+  // on 2 ranks, in the middle of one on 4, and the parameters equal those of a run that stayed (SGD with
+  // momentum: the optimizer's state moves with the run).
+  // The first plan is made from a saved profile whose links and optimizer are free (a split's smaller
+  // optimizer step would win otherwise), so that it is data parallelism whatever this machine measures;
+  // the re-plans measure the links and the layers.
+  const std::string profile = scratch_ / "free_links.profile";
+  const auto saved = run(kMpirun + " -np 2 " + kTrain +
+                         train_args("--strategy auto --plan-only --threads 1 --batch-size 12 --save-profile " + profile));
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  std::ifstream in(profile);
+  std::string text;
+  for (std::string line; std::getline(in, line);)
+    text += (line.rfind("within_node ", 0) == 0             ? "within_node 0 1e15"
+             : line.rfind("optimizer_s_per_param ", 0) == 0 ? "optimizer_s_per_param 0"
+                                                             : line) +
+            "\n";
+  in.close();
+  std::ofstream(profile) << text;
+  const std::string sgd = "--model seed_cnn --epochs 2 --optimizer sgd --momentum 0.9 --lr 0.01 --threads 1 "
+                          "--steps-per-epoch 3 --seed 3 --strategy auto --load-profile " + profile + " ";
+  struct Case {
+    int ranks;
+    std::string slow, replan, expected;
+  };
+  const Case cases[] = {{2, "1:1000", "epoch", "re-plan after step 3: "},
+                        {4, "1:1000", "2", "re-plan after step 2: "}};
+  for (const Case& c : cases) {
+    const std::string batch = " --batch-size " + std::to_string(48 / c.ranks);
+    const std::string stayed = scratch_ / ("stayed" + std::to_string(c.ranks)),
+                      moved = scratch_ / ("moved" + std::to_string(c.ranks));
+    const std::string mpirun = kMpirun + " -np " + std::to_string(c.ranks) + " " + kTrain;
+    const auto ref = run("DDL_TEST_SLOW_LINKS=" + c.slow + " " + mpirun +
+                         train_args(sgd + batch + " --replan-every never --checkpoint-dir " + stayed));
+    ASSERT_EQ(ref.exit_code, 0) << ref.err;
+    EXPECT_NE(ref.out.find("chosen     " + std::to_string(c.ranks) + " x 1 x 1"), std::string::npos) << ref.out;
+    EXPECT_EQ(ref.out.find("re-plan"), std::string::npos) << ref.out;
+    const auto r = run("DDL_TEST_SLOW_LINKS=" + c.slow + " " + mpirun +
+                       train_args(sgd + batch + " --replan-every " + c.replan + " --checkpoint-dir " + moved +
+                                  " --metrics " + moved + ".csv"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto at = r.out.find(c.expected);
+    ASSERT_NE(at, std::string::npos) << r.out;
+    // The reason names the figures; the new layout's plan and grid follow it; the epoch goes on.
+    const std::string after = r.out.substr(at);
+    EXPECT_NE(after.find("between nodes"), std::string::npos) << after;
+    EXPECT_NE(after.find(" is predicted "), std::string::npos) << after;
+    EXPECT_NE(after.find("  chosen "), std::string::npos) << after;
+    EXPECT_NE(after.find("epoch 2/2"), std::string::npos) << after;
+    EXPECT_EQ(r.out.find("ranks " + std::to_string(c.ranks) + ", threads"), r.out.rfind("ranks " + std::to_string(c.ranks) + ", threads"))
+        << "the header is printed once: " << r.out;
+    std::ifstream metrics(moved + ".csv");
+    int rows = 0;
+    for (std::string line; std::getline(metrics, line);) ++rows;
+    EXPECT_EQ(rows, 3) << "a header and both epochs";
+    const double worst = largest_difference(params(stayed + "/last.h5"), params(moved + "/last.h5"));
+    std::cout << c.ranks << " ranks: largest parameter difference to the run that stayed " << worst << "\n";
+    EXPECT_LT(worst, 1e-5);
+  }
+  // Never with a manual layout: the options are refused on every rank.
+  const auto refused = run(kMpirun + " -np 2 " + kTrain + train_args("--replan-every 0"));
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find("--replan-every takes a step count of at least 1"), std::string::npos) << refused.err;
+}
+
 TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   const std::string profile = scratch_ / "seed_cnn.profile";
   const auto here = run(kMpirun + " -np 2 " + kTrain +

@@ -1,0 +1,26 @@
+#include "core/plan/recalibrate.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace ddl {
+
+Profile recalibrated(const Profile& profile, const Prediction& predicted, std::span<const double> measured_s) {
+  if (predicted.layers.size() != profile.layers.size() || measured_s.size() != profile.layers.size())
+    throw Error("recalibrated: the profile, the prediction and the measurements cover different layers");
+  constexpr double kNegligible = 1e-6;  // seconds per step: the timer's own cost
+  Profile p = profile;
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    const LayerPrediction& lp = predicted.layers[i];
+    if (lp.compute_s < kNegligible || measured_s[i] <= 0) continue;
+    const double collectives = lp.seconds - lp.compute_s;
+    const double factor =
+        std::clamp((measured_s[i] - collectives) / lp.compute_s, 1 / kMaxRecalibration, kMaxRecalibration);
+    p.layers[i].seconds *= factor;
+    p.layers[i].fixed_seconds *= factor;
+  }
+  return p;
+}
+
+}  // namespace ddl

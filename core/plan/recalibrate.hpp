@@ -1,0 +1,21 @@
+// Re-profiling during training (seeds/004): the layers' times measured while a layout trains, against
+// what the cost model predicted for them there, make the profile that the next plan is made from. Another
+// job that takes a node's cores shows up here; a slower network shows up in the links, measured again.
+#pragma once
+
+#include <span>
+
+#include "core/plan/cost_model.hpp"
+#include "core/plan/profile.hpp"
+
+namespace ddl {
+
+// The profile with each layer's times scaled by measured / predicted compute: `measured_s` holds each
+// layer's seconds per step under the layout of `predicted` (its split collectives included, which the
+// prediction's compute_s leaves out). A layer predicted to take next to nothing keeps its times, and no
+// factor goes beyond kMaxRecalibration either way: one odd step must not make a layer free or endless.
+Profile recalibrated(const Profile& profile, const Prediction& predicted, std::span<const double> measured_s);
+
+constexpr double kMaxRecalibration = 16;
+
+}  // namespace ddl

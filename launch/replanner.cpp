@@ -1,0 +1,104 @@
+#include "launch/replanner.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.hpp"
+#include "core/plan/recalibrate.hpp"
+#include "launch/plan_profile.hpp"
+
+namespace ddl {
+namespace {
+
+// A test's way to slow the links down without a network to slow: DDL_TEST_SLOW_LINKS=STEP:FACTOR divides
+// the measured bandwidths by FACTOR and multiplies the latencies by it at re-plans from step STEP on.
+struct LinkSlowdown {
+  unsigned long long from_step = 0;
+  double factor = 1;
+  static LinkSlowdown from_environment() {
+    LinkSlowdown s;
+    if (const char* text = std::getenv("DDL_TEST_SLOW_LINKS"))
+      if (std::sscanf(text, "%llu:%lf", &s.from_step, &s.factor) != 2 || s.factor <= 0) s = {};
+    return s;
+  }
+  void apply(Link& link, unsigned long long step) const {
+    if (step < from_step) return;
+    link.latency_s *= factor;
+    link.bytes_per_s /= factor;
+  }
+};
+
+std::string link_text(const Link& link) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.0f us + %.3g GB/s", 1e6 * link.latency_s, link.bytes_per_s / 1e9);
+  return text;
+}
+
+}  // namespace
+
+Replanner::Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, Layout layout)
+    : given_(std::move(given)),
+      profile_(std::move(profile)),
+      cluster_(cluster),
+      memory_limit_bytes_(memory_limit_bytes),
+      layout_(std::move(layout)),
+      given_within_(profile_.within_node),
+      given_between_(profile_.between_nodes) {}
+
+bool Replanner::due(unsigned long long steps_done) const {
+  return given_.replan_every > 0 && steps_done >= previous_step_ + static_cast<unsigned long long>(given_.replan_every);
+}
+
+std::optional<Switch> Replanner::replan(const Communicator& world, const Profiler& profiler, std::size_t first_layer,
+                                        unsigned long long step) {
+  // Each layer's seconds a step since the last re-plan, on the rank that ran it slowest.
+  const auto& entries = profiler.entries();
+  previous_totals_.resize(entries.size(), 0.0);
+  const double steps = static_cast<double>(std::max(1ULL, step - previous_step_));
+  std::vector<double> measured(profile_.layers.size(), 0.0);
+  for (std::size_t i = 0; i < entries.size() && first_layer + i < measured.size(); ++i) {
+    const double total = entries[i].forward_s + entries[i].backward_s;
+    measured[first_layer + i] = (total - previous_totals_[i]) / steps;
+    previous_totals_[i] = total;
+  }
+  world.allreduce_max(measured);
+  previous_step_ = step;
+
+  const int global = given_.batch_size * cluster_.ranks;
+  const Prediction before = predict(profile_, cluster_, layout_, global);
+  profile_ = recalibrated(profile_, before, measured);
+  const MeasuredLinks links = measure_links(given_, world);
+  profile_.within_node = links.within_measured ? links.within : given_within_;
+  profile_.between_nodes = links.between_measured ? links.between : given_between_;
+  const LinkSlowdown slowdown = LinkSlowdown::from_environment();
+  slowdown.apply(profile_.within_node, step);
+  slowdown.apply(profile_.between_nodes, step);
+
+  const Prediction now = predict(profile_, cluster_, layout_, global);
+  std::optional<StrategyPlan> next;
+  try {
+    next = plan_strategy(given_, profile_, cluster_, memory_limit_bytes_);
+  } catch (const InputError&) {
+    return std::nullopt;  // nothing else fits: the current layout does, it runs
+  }
+  const Prediction& better = next->chosen.prediction;
+  if (next->chosen.layout.describe() == layout_.describe() || better.step_s > (1 - kSwitchGain) * now.step_s)
+    return std::nullopt;
+
+  double layers_now = 0, layers_before = 0;
+  for (std::size_t i = 0; i < measured.size(); ++i) {
+    layers_now += measured[i];
+    layers_before += before.layers[i].seconds;
+  }
+  char reason[512];
+  std::snprintf(reason, sizeof reason,
+                "re-plan after step %llu: layers took %.3f s a step (%.3f s planned), links within a node %s, "
+                "between nodes %s: %s is predicted %.3f s a step against %.3f s for %s now",
+                step, layers_now, layers_before, link_text(profile_.within_node).c_str(),
+                link_text(profile_.between_nodes).c_str(), next->chosen.layout.describe().c_str(), better.step_s,
+                now.step_s, layout_.describe().c_str());
+  layout_ = next->chosen.layout;
+  return Switch{std::move(*next), reason};
+}
+
+}  // namespace ddl

@@ -1,0 +1,58 @@
+// Re-planning during training (--strategy auto | data | pipeline, --replan-every; seeds/004's Algorithm 1
+// run again): at a step boundary every rank measures what the current layout's layers took since the last
+// time, and the links again; the profile is recalibrated to those figures (core/plan/recalibrate.hpp), and
+// the planner runs again on it. Another layout predicted at least kSwitchGain faster than the current one
+// under the same figures is returned, for ddl_train to move the run to it.
+//
+// Every input to the decision is reduced over all ranks first (the slowest rank's figures), so every rank
+// computes the same plan from the same numbers; ddl_train still checks that they agree.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/plan/search.hpp"
+#include "core/profiler.hpp"
+#include "launch/strategy.hpp"
+#include "launch/train_options.hpp"
+
+namespace ddl {
+
+constexpr double kSwitchGain = 0.10;
+
+struct Switch {
+  StrategyPlan plan;
+  std::string reason;  // one line for the log: the figures measured and the two predictions
+};
+
+class Replanner {
+ public:
+  // given: the options as the user gave them (the strategy and its constraints, the batch); layout: the
+  // one the run starts in, chosen from `profile`.
+  Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, Layout layout);
+
+  // Due after this many steps of the run (counted over the run, not the epoch)?
+  bool due(unsigned long long steps_done) const;
+  // Collective over `world` at a step boundary. `profiler` has timed this rank's layers since train()
+  // attached it (the first of them is the model's layer `first_layer`); `step` counts the run's steps.
+  // Remembers its figures, and after a switch takes the new layout as current.
+  std::optional<Switch> replan(const Communicator& world, const Profiler& profiler, std::size_t first_layer,
+                               unsigned long long step);
+  // After a switch, train() attaches a fresh profiler: the totals start again from zero.
+  void restart_timing() { previous_totals_.clear(); }
+
+ private:
+  TrainOptions given_;
+  Profile profile_;
+  Cluster cluster_;
+  double memory_limit_bytes_;
+  Layout layout_;
+  Link given_within_, given_between_;  // the profile's links, for those that cannot be measured here
+  std::vector<double> previous_totals_;  // this rank's layers' seconds at the last re-plan
+  unsigned long long previous_step_ = 0;  // of the last re-plan (or the start)
+};
+
+}  // namespace ddl
