@@ -31,8 +31,8 @@ double time_allreduce(const Communicator& comm, std::size_t values) {
 }
 
 // Latency and bandwidth of a ring all-reduce over n ranks, from two sizes: t = 2 (n - 1) lat + 2 (n - 1) / n B / bw.
-Link fit_link(const Communicator& comm) {
-  constexpr std::size_t small = 256, large = 2 << 20;  // floats: 1 KB and 8 MB
+Link fit_link(const Communicator& comm, std::size_t large) {
+  constexpr std::size_t small = 256;  // floats: 1 KB
   const double t1 = time_allreduce(comm, small), t2 = time_allreduce(comm, large);
   const double n = comm.size(), a = 2 * (n - 1), c = 2 * (n - 1) / n;
   Link link;
@@ -49,7 +49,7 @@ std::string describe(const Link& link) {
 
 }  // namespace
 
-MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world) {
+MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, std::size_t probe_bytes) {
   // Within the largest node, and between one rank of each node.
   const Communicator node = world.split_shared();
   const Communicator leaders = world.split(node.rank() == 0 ? 0 : 1, world.rank());
@@ -59,12 +59,12 @@ MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world) {
   // Latency and seconds per byte, within a node and between nodes; 0: not measured. The slowest of each.
   std::vector<double> links{0, 0, 0, 0};
   if (node.size() > 1 && node.size() == static_cast<int>(node_sizes[0])) {
-    const Link within = fit_link(node);
+    const Link within = fit_link(node, probe_bytes / 4);
     links[0] = within.latency_s;
     links[1] = 1 / within.bytes_per_s;
   }
   if (several_nodes && node.rank() == 0 && leaders.size() > 1) {
-    const Link between = fit_link(leaders);
+    const Link between = fit_link(leaders, probe_bytes / 4);
     links[2] = between.latency_s;
     links[3] = 1 / between.bytes_per_s;
   }
@@ -155,7 +155,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     p.layers[i].fixed_seconds = figures[4 + 2 * i];
   }
 
-  const MeasuredLinks links = measure_links(o, world);
+  const MeasuredLinks links = measure_links(o, world, kProbeBytesAtStart);
   p.within_node = links.within;
   p.between_nodes = links.between;
   measured.links = links.text;

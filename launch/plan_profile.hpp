@@ -28,8 +28,11 @@ struct MeasuredLinks {
   bool within_measured = false, between_measured = false;
 };
 
-// Collective over `world`: the links within the largest node and between nodes, the slowest rank's.
-MeasuredLinks measure_links(const TrainOptions& options, const Communicator& world);
+// Collective over `world`: the links within the largest node and between nodes, the slowest rank's, from
+// all-reduces of 1 KB and `probe_bytes`. At start 8 MB; a re-plan, which a slow link makes pay for the
+// probe during training, sends 1 MB.
+MeasuredLinks measure_links(const TrainOptions& options, const Communicator& world, std::size_t probe_bytes);
+constexpr std::size_t kProbeBytesAtStart = 8 << 20, kProbeBytesWhileTraining = 1 << 20;
 
 // Collective over `world`; every rank returns the same figures (averaged over the ranks).
 MeasuredProfile measure_profile(const TrainOptions& options, const ModelConfig& config, const Communicator& world,

@@ -67,7 +67,7 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
   const int global = given_.batch_size * cluster_.ranks;
   const Prediction before = predict(profile_, cluster_, layout_, global);
   profile_ = recalibrated(profile_, before, measured);
-  const MeasuredLinks links = measure_links(given_, world);
+  const MeasuredLinks links = measure_links(given_, world, kProbeBytesWhileTraining);
   profile_.within_node = links.within_measured ? links.within : given_within_;
   profile_.between_nodes = links.between_measured ? links.between : given_between_;
   const LinkSlowdown slowdown = LinkSlowdown::from_environment();

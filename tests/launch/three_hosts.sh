@@ -7,16 +7,23 @@
 #   bash tests/launch/three_hosts.sh cut OUT_DIR PATTERN ARGS...
 #       the same, and once stdout shows PATTERN, cuts host 3's link; prints "cut after S s", "reported
 #       after S s" when a rank reports the hang and "every rank ended after S s" (seconds since the start)
+#   bash tests/launch/three_hosts.sh slow OUT_DIR PATTERN RATE ARGS...
+#       the same, and once stdout shows PATTERN, limits host 3's link to RATE (tc's units, e.g. 20mbit) both
+#       ways with a token bucket (tbf: this kernel has no netem); prints "slowed after S s"
 # stdout and stderr of the job go to OUT_DIR/out.txt and OUT_DIR/err.txt. DDL_TRAIN: the executable (default
-# build/launch/ddl_train). Exit 77 when not root.
+# build/launch/ddl_train); DDL_RANKS_PER_HOST: ranks a host (default 1). Exit 77 when not root.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=$1 out=$2
 shift 2
-pattern=""
-if [ "$mode" = cut ]; then pattern=$1; shift; fi
+pattern="" rate=""
+if [ "$mode" = cut ] || [ "$mode" = slow ]; then pattern=$1; shift; fi
+if [ "$mode" = slow ]; then rate=$1; shift; fi
 if [ "$(id -u)" -ne 0 ] || ! command -v ip > /dev/null; then echo "three_hosts: needs root and ip: skipped"; exit 77; fi
 source "$root/tests/launch/netns_hosts.sh"
+# One job on these namespaces at a time: tests that ctest runs side by side take turns.
+exec 9> /tmp/ddl_three_hosts.lock
+flock 9
 work=""
 teardown() {
   netns_hosts_down ddl_t 3
@@ -24,23 +31,34 @@ teardown() {
 }
 trap teardown EXIT
 work=$(mktemp -d)
-netns_hosts_up ddl_t 10.78.0 3 1 "$work"
+per_host=${DDL_RANKS_PER_HOST:-1}
+netns_hosts_up ddl_t 10.78.0 3 "$per_host" "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
 start=$(date +%s.%N)
 elapsed() { awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'; }
 ip netns exec ddl_t1 unshare --uts sh -c 'hostname host1; exec "$@"' sh \
-  mpirun -np 3 --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent" \
+  mpirun -np $((3 * per_host)) --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent" \
     --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24 --mca btl self,vader,tcp \
     -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
     "${DDL_TRAIN:-$root/build/launch/ddl_train}" "$@" > "$out/out.txt" 2> "$out/err.txt" &
 job=$!
-if [ "$mode" = cut ]; then
+wait_for_pattern() {
   for _ in $(seq 900); do
-    grep -q -- "$pattern" "$out/out.txt" && break
-    kill -0 "$job" 2>/dev/null || break
+    grep -q -- "$pattern" "$out/out.txt" && return
+    kill -0 "$job" 2>/dev/null || return
     sleep 0.1
   done
+}
+if [ "$mode" = slow ]; then
+  wait_for_pattern
+  # Host 3's sending side and the bridge's side towards it: its traffic is limited both ways.
+  ip netns exec ddl_t3 tc qdisc add dev veth3 root tbf rate "$rate" burst 64kb latency 2s
+  ip netns exec ddl_tbr tc qdisc add dev port3 root tbf rate "$rate" burst 64kb latency 2s
+  echo "slowed after $(elapsed) s"
+fi
+if [ "$mode" = cut ]; then
+  wait_for_pattern
   ip netns exec ddl_tbr ip link set port3 down
   echo "cut after $(elapsed) s"
   for _ in $(seq 300); do
