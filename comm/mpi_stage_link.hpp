@@ -26,6 +26,7 @@ class MpiStageLink : public StageLink {
   void wait_receive(Flow flow, int micro) override;
   void send(Flow flow, int micro, std::span<const float> from) override;
   void wait_sends() override;
+  void progress() override;
   void send_labels(std::span<const std::int32_t> labels) override;
   void receive_labels(std::span<std::int32_t> labels) override;
   void broadcast_from_last(std::span<double> values) override;

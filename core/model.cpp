@@ -188,6 +188,7 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
     auto t0 = Profiler::clock::now();
     x = &layers_[i]->forward(ctx, *x);
     if (prof) prof->add_forward(i, Profiler::clock::now() - t0);
+    if (between_layers && mode == Mode::train) between_layers();
   }
   return *x;
 }
@@ -212,6 +213,7 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
     if (i + 1 < layers_.size()) layers_[i + 1]->release_gradient(ctx);  // consumed by layer i
     if (profiler_) profiler_->add_backward(i, Profiler::clock::now() - t0);
     if (on_gradients_ready && end > begin) on_gradients_ready(begin, end - begin);
+    if (between_layers) between_layers();
   }
   if (is_first_stage()) release_input_gradient(ctx);
   return *g;

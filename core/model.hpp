@@ -69,6 +69,8 @@ class Model {
   void accumulate_gradients(bool on) { accumulate_ = on; }
   void release_input_gradient(Context& ctx);
   std::function<void(std::size_t offset, std::size_t count)> on_gradients_ready;
+  // Called after every layer of a training forward and backward: a pipeline's messages in flight move on.
+  std::function<void()> between_layers;
 
   const std::string& name() const { return name_; }
   const dims_t& input_shape() const { return input_shape_; }

@@ -29,6 +29,10 @@ class StageLink {
   virtual void wait_receive(Flow flow, int micro) = 0;
   virtual void send(Flow flow, int micro, std::span<const float> from) = 0;
   virtual void wait_sends() = 0;
+  // Called between layers while messages are in flight: MPI moves a large message only while one of its
+  // two ends is inside an MPI call, so without this a stage's activations wait for its next wait (a
+  // 2-stage ResNet-50 pipeline spent 47% of its step waiting instead of 28%).
+  virtual void progress() = 0;
 
   // The first stage holds the labels, the last computes the loss.
   virtual void send_labels(std::span<const std::int32_t> labels) = 0;

@@ -37,11 +37,17 @@ Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, 
   if (static_cast<int>(slots_.size()) < needed)
     throw Error("trainer: the schedule keeps " + std::to_string(needed) + " micro-batches in flight, " +
                 std::to_string(slots_.size()) + " model copies given");
-  for (Model* m : slots_) m->on_gradients_ready = [this](std::size_t o, std::size_t c) { gradients_ready(o, c); };
+  for (Model* m : slots_) {
+    m->on_gradients_ready = [this](std::size_t o, std::size_t c) { gradients_ready(o, c); };
+    if (link_) m->between_layers = [this] { link_->progress(); };
+  }
 }
 
 Trainer::~Trainer() {
-  for (Model* m : slots_) m->on_gradients_ready = nullptr;
+  for (Model* m : slots_) {
+    m->on_gradients_ready = nullptr;
+    m->between_layers = nullptr;
+  }
 }
 
 int Trainer::slots_needed(const StepPlan& plan, int stage, int stages) {
