@@ -139,6 +139,8 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       p.layers.push_back(l);
     }
   }
+  // The probe's memory is freed: the peaks reported during training are the layout's own.
+  restart_peak_resident();
   // Every rank's figures, averaged: the ranks then plan alike.
   std::vector<double> figures{p.base_bytes, p.optimizer_s_per_param, p.measured_bytes};
   for (const auto& l : p.layers) {

@@ -43,6 +43,8 @@ StrategyPlan plan_strategy(const TrainOptions& o, const Profile& profile, const 
   limits.stages = o.fixed_stages;
   limits.tensor = o.fixed_tensor;
   limits.micro_batches = o.fixed_micro_batches;
+  limits.gpipe = o.pipeline_schedule == PipelineSchedule::gpipe;
+  limits.bucket_bytes = o.bucket_mb * (1 << 20);
   if (o.strategy == "data") limits.stages = limits.tensor = 1;
   if (o.strategy == "pipeline") {
     limits.tensor = 1;

@@ -73,7 +73,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   for (int s = 0; s < S; ++s) {
     const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
     double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, activations = 0;
-    const double in_flight = std::min(M, S - s);  // 1F1B keeps min(M, S - s) micro-batches on stage s
+    // 1F1B keeps min(M, S - s) micro-batches on stage s; GPipe all of them.
+    const double in_flight = layout.gpipe ? M : std::min(M, S - s);
     for (std::size_t i = first; i < end; ++i) {
       const LayerCost& l = profile.layers[i];
       const double rows = gathers && i >= gather ? T * m : m;
@@ -115,7 +116,14 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       slowest_slot = slot;
       slot_comm = comm;
     }
-    const double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
+    double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
+    if (layout.bucket_bytes > 0 && S == 1 && T == 1 && D > 1) {
+      // Buckets all-reduce while backward (taken as two thirds of a layer's time) runs: only what it does
+      // not cover shows, and at least the last bucket.
+      const double backward = 2.0 / 3.0 * M * (slot - comm);
+      reduce_comm = std::max(all_reduce_s(replica_link, D, std::min(layout.bucket_bytes, 4 * params)),
+                             reduce_comm - backward);
+    }
     const double reduce = reduce_comm + params * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
     p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the slots' share

@@ -5,11 +5,12 @@
 //     micro-batch slots (GPipe and 1F1B have the same bubble), each slot with its activation messages.
 //   - Communication: split layers' collectives inside each slot; after backward, each stage's gradients
 //     all-reduced over its D replicas (and those of whole parameters over its tensor group), then the
-//     optimizer; nothing overlapped (ddl_train averages after the step when S or T > 1). Collectives are
+//     optimizer; nothing overlapped (ddl_train averages after the step when S or T > 1), except plain data
+//     parallelism's buckets (--bucket-mb) under backward. Collectives are
 //     costed as rings: an all-reduce of B bytes over n ranks takes 2 (n - 1) latencies and sends
 //     2 (n - 1) / n B; an all-gather or reduce-scatter half of that.
 //   - Memory: parameters, gradients, optimizer state and a blocked weight copy (a split layer's 1/T), the
-//     activations of the micro-batches a stage keeps in flight under 1F1B, scaled by what one rank was
+//     activations of the micro-batches a stage keeps in flight (1F1B or GPipe), scaled by what one rank was
 //     measured to hold against what this formula says for it; the all-reduce's buffers (a copy of the
 //     gradients) with replicas; and the profile's base.
 // Links: a group whose ranks all sit on one node uses the profile's within-node link, else the other.

@@ -110,6 +110,8 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
           if (batch % M != 0 || !fits(limits, D, S, T, M)) continue;
           for (const auto& cut : cuts) {
             Layout layout{D, S, T, M, cut, split, batch};
+            layout.gpipe = limits.gpipe;
+            layout.bucket_bytes = limits.bucket_bytes;
             visit({layout, predict(profile, cluster, layout, global_batch)});
           }
         }

@@ -19,6 +19,8 @@ struct Constraints {
   // > 0: fixed to this value.
   int replicas = 0, stages = 0, tensor = 0, micro_batches = 0;
   int min_stages = 1;
+  bool gpipe = false;       // every layout with GPipe's schedule
+  double bucket_bytes = 0;  // every layout with --bucket-mb
 };
 
 struct Plan {

@@ -123,6 +123,35 @@ TEST(Planner, RecalibrationScalesTheLayersMeasuredSlowerAndMovesTheCut) {
   EXPECT_EQ(again.best->layout.cut, (std::vector<std::size_t>{3, 1})) << again.best->layout.describe();
 }
 
+// What the user chose and the planner keeps: GPipe holds every micro-batch's activations where 1F1B holds
+// at most one a stage ahead; buckets hide the all-reduce under backward, all but the last bucket's.
+TEST(Planner, GPipesActivationsAndBucketsOverlapAreCosted) {
+  const Profile p = alexnet_profile(kFast, kSlow);
+  Layout one_f_one_b{1, 2, 1, 8, {2, 2}, {}, 64};
+  Layout gpipe = one_f_one_b;
+  gpipe.gpipe = true;
+  const Prediction a = predict(p, {2, 2}, one_f_one_b, 64), b = predict(p, {2, 2}, gpipe, 64);
+  EXPECT_DOUBLE_EQ(a.step_s, b.step_s);
+  EXPECT_GT(b.peak_bytes, a.peak_bytes);
+  // Stage 0 keeps 8 micro-batches of 8 images instead of 2: 6 x 8 more images' outputs of each layer.
+  EXPECT_NEAR(b.layers[0].memory_bytes - a.layers[0].memory_bytes, 6 * 8 * p.layers[0].output_bytes, 1.0);
+  EXPECT_NE(gpipe.describe().find(", gpipe"), std::string::npos);
+
+  // Data parallelism over the slow network: 61 M gradients take far longer than backward, so buckets hide
+  // backward's time of it and no more; with a fast network they hide all but the last bucket's.
+  Layout plain{2, 1, 1, 1, {4}, {}, 32};
+  Layout buckets = plain;
+  buckets.bucket_bytes = 25 << 20;
+  const Profile two_nodes = alexnet_profile(kSlow, kSlow);
+  const Prediction slow_plain = predict(two_nodes, {2, 1}, plain, 64);
+  const Prediction slow_buckets = predict(two_nodes, {2, 1}, buckets, 64);
+  EXPECT_NEAR(slow_plain.step_s - slow_buckets.step_s, 2.0 / 3.0 * slow_plain.compute_s, 1e-9);
+  const Profile fast = alexnet_profile(kFast, kFast);
+  const Prediction fast_buckets = predict(fast, {2, 1}, buckets, 64);
+  const double last_bucket = 2 * kFast.latency_s + (25 << 20) / kFast.bytes_per_s;  // 2 ranks: 2 (n-1)/n = 1
+  EXPECT_NEAR(fast_buckets.comm_s, last_bucket, 1e-12);
+}
+
 TEST(Planner, AMemoryLimitBelowDataParallelismsNeedChoosesAPipelineOrASplit) {
   const Profile p = alexnet_profile(kFast, kFast);
   const PlanResult free = plan_layouts(p, {2, 2}, 64, {});
