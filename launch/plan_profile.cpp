@@ -79,13 +79,16 @@ MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, st
 }
 
 MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config, const Communicator& world,
-                                Context& ctx) {
+                                const Context& run_ctx) {
   MeasuredProfile measured;
   Profile& p = measured.profile;
   p.model = o.model;
   p.batch = o.batch_size;
   p.base_bytes = static_cast<double>(resident_bytes());
   {
+    // A context of its own, whose pooled buffers go with the probe.
+    Context ctx;
+    ctx.set_compute_type(run_ctx.compute_type());
     auto probe = make_model(o.model, config, ctx);
     probe->initialize(o.seed);
     const dims_t& in = probe->input_shape();
@@ -139,7 +142,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       p.layers.push_back(l);
     }
   }
-  // The probe's memory is freed: the peaks reported during training are the layout's own.
+  // The probe's memory is freed: the peaks reported during training leave it out.
   restart_peak_resident();
   // Every rank's figures, averaged: the ranks then plan alike.
   std::vector<double> figures{p.base_bytes, p.optimizer_s_per_param, p.measured_bytes};
