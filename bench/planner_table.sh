@@ -59,7 +59,8 @@ row() {  # LABEL, then the output of a run
 where=$([ "$hosts" -gt 0 ] && echo "$hosts network-namespace hosts over TCP, 1 rank each" || echo "$ranks ranks on one machine")
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model, 100 classes, global batch 32, $where, $steps steps an epoch"
 printf '%-34s %8s %9s %7s %9s %9s %8s\n' layout img/s "peak MB" "comm %" "step s" "planned" loss
-build/launch/ddl_train "${common[@]}" --batch-size 32 --threads "$ranks" 2>&1 | row "one rank ($ranks threads)"
+threads=$((ranks < $(nproc) ? ranks : $(nproc)))
+build/launch/ddl_train "${common[@]}" --batch-size 32 --threads "$threads" 2>&1 | row "one rank ($threads threads)"
 launch "${common[@]}" --batch-size $((32 / ranks)) --strategy data | row "--strategy data"
 launch "${common[@]}" --batch-size $((32 / ranks)) --strategy pipeline | row "--strategy pipeline"
 for s in $(seq 1 "$ranks"); do

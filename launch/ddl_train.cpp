@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -776,7 +777,6 @@ int train(Run& run, const Communicator& world) {
   Profiler profiler;  // every micro-batch's copy adds to it
   if (o.profile || run.replanner)
     for (Model* m : copies) m->attach_profiler(&profiler);
-  if (run.replanner) run.replanner->restart_timing();
   Trainer trainer(run.ctx, copies, *run.optimizer, run.schedule, group, link ? &*link : nullptr, run.plan,
                   run.tensor_group ? &*run.tensor_group : nullptr);
   std::optional<MetricsLog> metrics;
@@ -791,6 +791,9 @@ int train(Run& run, const Communicator& world) {
   HangDetector& hang = *world.hang_detector();
   const Perturbation perturb = Perturbation::from_environment();
   unsigned long long& steps_run = run.steps_run;
+  // A re-planning run times its steps; the first one of a layout builds its primitives and is left out.
+  std::chrono::steady_clock::time_point step_began;
+  bool first_step_of_layout = true;
   catch_stop_signals();
   StopVote stop_vote(world);
   try {
@@ -826,11 +829,20 @@ int train(Run& run, const Communicator& world) {
         if (perturb.rank == world.rank() && perturb.step == steps_run) run.model->params()[0] += 1.0f;
         if (o.check_replicas > 0 && steps_run % static_cast<unsigned>(o.check_replicas) == 0)
           check_replicas(run, "after step " + std::to_string(steps_run), false);
+        if (run.replanner) {
+          if (first_step_of_layout)
+            run.replanner->begin_measuring(profiler, steps_run);
+          else
+            run.replanner->step_took(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began).count());
+          first_step_of_layout = false;
+        }
         const bool stop = stop_vote.step(stop_signal.load() != 0);
         if (!stop && run.replanner && run.replanner->due(steps_run)) consider_replan(run, world, profiler);
+        step_began = std::chrono::steady_clock::now();
         return stop || run.next_layout.has_value();
       };
       hang.set_phase("training");
+      step_began = std::chrono::steady_clock::now();
       const PassMetrics tr =
           trainer.train_epoch(run.train_loader ? &*run.train_loader : nullptr, epoch, steps, first_step, hooks);
       if (bar) progress.finish();

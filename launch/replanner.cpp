@@ -45,31 +45,54 @@ Replanner::Replanner(TrainOptions given, Profile profile, Cluster cluster, doubl
       given_within_(profile_.within_node),
       given_between_(profile_.between_nodes) {}
 
+void Replanner::begin_measuring(const Profiler& profiler, unsigned long long step) {
+  previous_totals_.clear();
+  for (const auto& e : profiler.entries()) previous_totals_.push_back(e.forward_s + e.backward_s);
+  previous_step_ = step;
+  step_seconds_ = 0;
+  steps_timed_ = 0;
+  measuring_ = true;
+}
+
+void Replanner::step_took(double seconds) {
+  step_seconds_ += seconds;
+  ++steps_timed_;
+}
+
 bool Replanner::due(unsigned long long steps_done) const {
-  return given_.replan_every > 0 && steps_done >= previous_step_ + static_cast<unsigned long long>(given_.replan_every);
+  return measuring_ && given_.replan_every > 0 &&
+         steps_done >= previous_step_ + static_cast<unsigned long long>(given_.replan_every);
 }
 
 std::optional<Switch> Replanner::replan(const Communicator& world, const Profiler& profiler, std::size_t first_layer,
                                         unsigned long long step) {
-  // Each layer's seconds a step since the last re-plan, on the rank that ran it slowest.
+  if (!measuring_ || steps_timed_ == 0 || step <= previous_step_) return std::nullopt;  // alike on every rank
+  // Each layer's seconds a step since the last re-plan, and the step's, on the rank that ran them slowest.
   const auto& entries = profiler.entries();
   previous_totals_.resize(entries.size(), 0.0);
-  const double steps = static_cast<double>(std::max(1ULL, step - previous_step_));
-  std::vector<double> measured(profile_.layers.size(), 0.0);
-  for (std::size_t i = 0; i < entries.size() && first_layer + i < measured.size(); ++i) {
+  const double steps = static_cast<double>(step - previous_step_);
+  std::vector<double> measured(profile_.layers.size() + 1, 0.0);
+  for (std::size_t i = 0; i < entries.size() && first_layer + i < profile_.layers.size(); ++i) {
     const double total = entries[i].forward_s + entries[i].backward_s;
     measured[first_layer + i] = (total - previous_totals_[i]) / steps;
     previous_totals_[i] = total;
   }
+  measured.back() = step_seconds_ / static_cast<double>(steps_timed_);
   world.allreduce_max(measured);
+  const double measured_step = measured.back();
+  measured.pop_back();
   previous_step_ = step;
+  step_seconds_ = 0;
+  steps_timed_ = 0;
 
+  // The layers first, then the links measured again, then whatever the step took beyond both.
   const int global = given_.batch_size * cluster_.ranks;
   const Prediction before = predict(profile_, cluster_, layout_, global);
   profile_ = recalibrated(profile_, before, measured);
   const MeasuredLinks links = measure_links(given_, world, kProbeBytesWhileTraining);
   profile_.within_node = links.within_measured ? links.within : given_within_;
   profile_.between_nodes = links.between_measured ? links.between : given_between_;
+  profile_ = with_links_calibrated(profile_, predict(profile_, cluster_, layout_, global), measured_step);
   const LinkSlowdown slowdown = LinkSlowdown::from_environment();
   slowdown.apply(profile_.within_node, step);
   slowdown.apply(profile_.between_nodes, step);
@@ -92,9 +115,9 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
   }
   char reason[512];
   std::snprintf(reason, sizeof reason,
-                "re-plan after step %llu: layers took %.3f s a step (%.3f s planned), links within a node %s, "
-                "between nodes %s: %s is predicted %.3f s a step against %.3f s for %s now",
-                step, layers_now, layers_before, link_text(profile_.within_node).c_str(),
+                "re-plan after step %llu: steps took %.3f s, their layers %.3f s (%.3f s planned), links within a "
+                "node %s, between nodes %s: %s is predicted %.3f s a step against %.3f s for %s now",
+                step, measured_step, layers_now, layers_before, link_text(profile_.within_node).c_str(),
                 link_text(profile_.between_nodes).c_str(), next->chosen.layout.describe().c_str(), better.step_s,
                 now.step_s, layout_.describe().c_str());
   layout_ = next->chosen.layout;

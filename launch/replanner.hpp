@@ -34,15 +34,18 @@ class Replanner {
   // one the run starts in, chosen from `profile`.
   Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, Layout layout);
 
+  // After the first step of a layout (which builds its primitives, and is not measured): the layers'
+  // times in `profiler` and the steps' from here on count. `step` counts the run's steps.
+  void begin_measuring(const Profiler& profiler, unsigned long long step);
+  void step_took(double seconds);
   // Due after this many steps of the run (counted over the run, not the epoch)?
   bool due(unsigned long long steps_done) const;
-  // Collective over `world` at a step boundary. `profiler` has timed this rank's layers since train()
-  // attached it (the first of them is the model's layer `first_layer`); `step` counts the run's steps.
-  // Remembers its figures, and after a switch takes the new layout as current.
+  // Collective over `world` at a step boundary, on every rank at the same step. `profiler` times this
+  // rank's layers (the first of them is the model's layer `first_layer`). Takes what was measured since
+  // begin_measuring() or the last re-plan (nothing measured: no re-plan), and after a switch takes the
+  // new layout as current.
   std::optional<Switch> replan(const Communicator& world, const Profiler& profiler, std::size_t first_layer,
                                unsigned long long step);
-  // After a switch, train() attaches a fresh profiler: the totals start again from zero.
-  void restart_timing() { previous_totals_.clear(); }
 
  private:
   TrainOptions given_;
@@ -51,8 +54,11 @@ class Replanner {
   double memory_limit_bytes_;
   Layout layout_;
   Link given_within_, given_between_;  // the profile's links, for those that cannot be measured here
+  bool measuring_ = false;
   std::vector<double> previous_totals_;  // this rank's layers' seconds at the last re-plan
-  unsigned long long previous_step_ = 0;  // of the last re-plan (or the start)
+  unsigned long long previous_step_ = 0;  // of the last re-plan (or where measuring began)
+  double step_seconds_ = 0;               // the steps timed since then
+  unsigned long long steps_timed_ = 0;
 };
 
 }  // namespace ddl

@@ -23,4 +23,16 @@ Profile recalibrated(const Profile& profile, const Prediction& predicted, std::s
   return p;
 }
 
+Profile with_links_calibrated(const Profile& profile, const Prediction& predicted, double measured_step_s) {
+  Profile p = profile;
+  if (predicted.comm_s <= 0 || measured_step_s <= 0) return p;
+  const double rest = predicted.step_s - predicted.comm_s;
+  const double factor = std::clamp((measured_step_s - rest) / predicted.comm_s, 1 / kMaxRecalibration, kMaxRecalibration);
+  for (Link* link : {&p.within_node, &p.between_nodes}) {
+    link->latency_s *= factor;
+    link->bytes_per_s /= factor;
+  }
+  return p;
+}
+
 }  // namespace ddl

@@ -125,6 +125,25 @@ TEST(Planner, RecalibrationScalesTheLayersMeasuredSlowerAndMovesTheCut) {
 
 // What the user chose and the planner keeps: GPipe holds every micro-batch's activations where 1F1B holds
 // at most one a stage ahead; buckets hide the all-reduce under backward, all but the last bucket's.
+// A step measured longer than its compute and predicted communication: the links are scaled until the
+// current layout's prediction takes the measured step, and a layout that sends less can then win.
+TEST(Planner, LinksAreCalibratedToTheMeasuredStep) {
+  const Profile p = alexnet_profile(kSlow, kSlow);
+  const Layout data{2, 1, 1, 1, {4}, {}, 32};
+  const Prediction before = predict(p, {2, 1}, data, 64);
+  ASSERT_GT(before.comm_s, 0.0);
+  const double measured = before.step_s + 2 * before.comm_s;  // communication took 3x its prediction
+  const Profile calibrated = with_links_calibrated(p, before, measured);
+  const Prediction after = predict(calibrated, {2, 1}, data, 64);
+  EXPECT_NEAR(after.step_s, measured, 1e-9);
+  EXPECT_NEAR(calibrated.between_nodes.bytes_per_s, p.between_nodes.bytes_per_s / 3, 1e-3);
+  // Measured as predicted: unchanged; nothing to communicate: unchanged.
+  EXPECT_NEAR(with_links_calibrated(p, before, before.step_s).between_nodes.latency_s, p.between_nodes.latency_s, 1e-15);
+  const Layout alone{1, 1, 1, 1, {4}, {}, 64};
+  const Prediction one = predict(p, {1, 1}, alone, 64);
+  EXPECT_EQ(with_links_calibrated(p, one, 10 * one.step_s).between_nodes.bytes_per_s, p.between_nodes.bytes_per_s);
+}
+
 TEST(Planner, GPipesActivationsAndBucketsOverlapAreCosted) {
   const Profile p = alexnet_profile(kFast, kSlow);
   Layout one_f_one_b{1, 2, 1, 8, {2, 2}, {}, 64};
