@@ -178,7 +178,7 @@ void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
 const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
   if (output_mds_.empty() || input.desc() != setup_md_ || mode != setup_mode_) setup(ctx, input.desc(), mode);
   Profiler* prof = mode == Mode::train ? profiler_ : nullptr;
-  if (prof) {
+  if (prof && prof->entries().size() != layers_.size()) {
     std::vector<std::string> names;
     for (auto& l : layers_) names.push_back(l->describe());
     prof->resize(names);

@@ -150,7 +150,9 @@ struct Run {
   LrSchedule schedule;
   TrainingState state;
   std::string init_note;  // what --init did, for rank 0's header
-  std::optional<DirectoryLock> checkpoint_lock;  // on rank 0, when there is a checkpoint folder
+  // On rank 0, when there is a checkpoint folder; held across a move to another layout.
+  std::unique_ptr<DirectoryLock> checkpoint_lock;
+  Timeline timeline;  // --timeline: every layout's events
   int threads = 1;
   std::string nodes;  // describe_nodes()
 };
@@ -367,7 +369,7 @@ void build(Run& run, const Communicator& world) {
     std::error_code ec;
     std::filesystem::create_directories(o.checkpoint_dir, ec);
     if (ec) throw InputError("--checkpoint-dir " + o.checkpoint_dir + ": " + ec.message());
-    if (world.rank() == 0) run.checkpoint_lock.emplace(o.checkpoint_dir);
+    if (world.rank() == 0 && !run.checkpoint_lock) run.checkpoint_lock = std::make_unique<DirectoryLock>(o.checkpoint_dir);
   }
 }
 
@@ -797,10 +799,9 @@ int train(Run& run, const Communicator& world) {
   catch_stop_signals();
   StopVote stop_vote(world);
   try {
-    Timeline timeline;
-    if (!o.timeline_path.empty()) trainer.record(&timeline);
+    if (!o.timeline_path.empty()) trainer.record(&run.timeline);
     auto finish = [&](int code) {
-      if (!o.timeline_path.empty()) write_timeline(run, timeline, world);
+      if (!o.timeline_path.empty()) write_timeline(run, run.timeline, world);
       return code;
     };
 
@@ -821,6 +822,7 @@ int train(Run& run, const Communicator& world) {
       group.take_stats();
       if (link) link->take_wait_seconds();
       if (run.tensor_group) run.tensor_group->take_bytes_sent();
+      std::size_t step_in_epoch = first_step;
       EpochHooks hooks;
       if (bar) hooks.progress = [&](const StepProgress& p) { progress.update(p); };
       hooks.stop = [&] {
@@ -837,7 +839,9 @@ int train(Run& run, const Communicator& world) {
           first_step_of_layout = false;
         }
         const bool stop = stop_vote.step(stop_signal.load() != 0);
-        if (!stop && run.replanner && run.replanner->due(steps_run)) consider_replan(run, world, profiler);
+        const bool last_of_run = ++step_in_epoch == steps && epoch + 1 == o.epochs;  // nothing left to move
+        if (!stop && !last_of_run && run.replanner && run.replanner->due(steps_run))
+          consider_replan(run, world, profiler);
         step_began = std::chrono::steady_clock::now();
         return stop || run.next_layout.has_value();
       };
@@ -870,7 +874,7 @@ int train(Run& run, const Communicator& world) {
       double tensor_bytes[1] = {run.tensor_group ? run.tensor_group->take_bytes_sent() : 0.0};
       world.allreduce_max(tensor_bytes);
       train_seconds += tr.seconds;
-      train_steps += steps;
+      train_steps += tr.steps;
       PassMetrics val;
       hang.set_phase("evaluation");
       share_group_state(run);
@@ -946,12 +950,16 @@ void move_to_next_layout(std::optional<Run>& run, const Communicator& world) {
   const std::vector<char> image = std::move(run->switch_image);
   const TrainingState data = run->state;  // what this run's data says (class names, normalisation)
   const unsigned long long steps_run = run->steps_run;
+  std::unique_ptr<DirectoryLock> lock = std::move(run->checkpoint_lock);  // no other job takes the folder meanwhile
+  Timeline timeline = std::move(run->timeline);
   run.reset();
   Run& r = run.emplace();
   r.options = next.plan.options;
   r.layout_chosen = true;
   r.replanner.emplace(std::move(replanner));
   r.steps_run = steps_run;
+  r.checkpoint_lock = std::move(lock);
+  r.timeline = std::move(timeline);
   r.switch_note = next.reason;
   r.plan_report = next.plan.report;
   r.predicted_step_s = next.plan.chosen.prediction.step_s;

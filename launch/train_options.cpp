@@ -281,6 +281,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
             std::string("--") + name + " takes LATENCY_US,GB_PER_S, e.g. 50,1.25");
     *link = {v[0] * 1e-6, v[1] * 1e9};
   }
+  require(o.strategy != "manual" || !given("replan-every"),
+          "--replan-every goes with --strategy auto, data or pipeline (a manual layout is never re-planned)");
   if (replan_every == "never") {
     o.replan_every = TrainOptions::kNeverReplan;
   } else if (replan_every != "epoch") {

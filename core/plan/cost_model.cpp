@@ -118,9 +118,9 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     }
     double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
     if (layout.bucket_bytes > 0 && S == 1 && T == 1 && D > 1) {
-      // Buckets all-reduce while backward (taken as two thirds of a layer's time) runs: only what it does
-      // not cover shows, and at least the last bucket.
-      const double backward = 2.0 / 3.0 * M * (slot - comm);
+      // Buckets all-reduce while the last micro-batch's backward (taken as two thirds of a layer's time)
+      // runs: only what it does not cover shows, and at least the last bucket.
+      const double backward = 2.0 / 3.0 * (slot - comm);
       reduce_comm = std::max(all_reduce_s(replica_link, D, std::min(layout.bucket_bytes, 4 * params)),
                              reduce_comm - backward);
     }

@@ -27,7 +27,9 @@ Profile with_links_calibrated(const Profile& profile, const Prediction& predicte
   Profile p = profile;
   if (predicted.comm_s <= 0 || measured_step_s <= 0) return p;
   const double rest = predicted.step_s - predicted.comm_s;
-  const double factor = std::clamp((measured_step_s - rest) / predicted.comm_s, 1 / kMaxRecalibration, kMaxRecalibration);
+  // Never faster than the probe measured them: steps timed before a link slowed down must not cancel
+  // what the probe sees now.
+  const double factor = std::clamp((measured_step_s - rest) / predicted.comm_s, 1.0, kMaxRecalibration);
   for (Link* link : {&p.within_node, &p.between_nodes}) {
     link->latency_s *= factor;
     link->bytes_per_s /= factor;

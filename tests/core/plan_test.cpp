@@ -123,8 +123,6 @@ TEST(Planner, RecalibrationScalesTheLayersMeasuredSlowerAndMovesTheCut) {
   EXPECT_EQ(again.best->layout.cut, (std::vector<std::size_t>{3, 1})) << again.best->layout.describe();
 }
 
-// What the user chose and the planner keeps: GPipe holds every micro-batch's activations where 1F1B holds
-// at most one a stage ahead; buckets hide the all-reduce under backward, all but the last bucket's.
 // A step measured longer than its compute and predicted communication: the links are scaled until the
 // current layout's prediction takes the measured step, and a layout that sends less can then win.
 TEST(Planner, LinksAreCalibratedToTheMeasuredStep) {
@@ -137,13 +135,18 @@ TEST(Planner, LinksAreCalibratedToTheMeasuredStep) {
   const Prediction after = predict(calibrated, {2, 1}, data, 64);
   EXPECT_NEAR(after.step_s, measured, 1e-9);
   EXPECT_NEAR(calibrated.between_nodes.bytes_per_s, p.between_nodes.bytes_per_s / 3, 1e-3);
-  // Measured as predicted: unchanged; nothing to communicate: unchanged.
+  // Measured as predicted, or faster (steps timed before a link slowed down): unchanged; nothing to
+  // communicate: unchanged.
+  EXPECT_EQ(with_links_calibrated(p, before, 0.5 * before.step_s).between_nodes.bytes_per_s, p.between_nodes.bytes_per_s);
   EXPECT_NEAR(with_links_calibrated(p, before, before.step_s).between_nodes.latency_s, p.between_nodes.latency_s, 1e-15);
   const Layout alone{1, 1, 1, 1, {4}, {}, 64};
   const Prediction one = predict(p, {1, 1}, alone, 64);
   EXPECT_EQ(with_links_calibrated(p, one, 10 * one.step_s).between_nodes.bytes_per_s, p.between_nodes.bytes_per_s);
 }
 
+// What the user chose and the planner keeps: GPipe holds every micro-batch's activations where 1F1B holds
+// at most one a stage ahead; buckets hide the all-reduce under the last micro-batch's backward, all but
+// the last bucket's.
 TEST(Planner, GPipesActivationsAndBucketsOverlapAreCosted) {
   const Profile p = alexnet_profile(kFast, kSlow);
   Layout one_f_one_b{1, 2, 1, 8, {2, 2}, {}, 64};
@@ -165,6 +168,12 @@ TEST(Planner, GPipesActivationsAndBucketsOverlapAreCosted) {
   const Prediction slow_plain = predict(two_nodes, {2, 1}, plain, 64);
   const Prediction slow_buckets = predict(two_nodes, {2, 1}, buckets, 64);
   EXPECT_NEAR(slow_plain.step_s - slow_buckets.step_s, 2.0 / 3.0 * slow_plain.compute_s, 1e-9);
+  // Micro-batches: only the last one's backward hides the buckets.
+  Layout plain4 = plain, buckets4 = buckets;
+  plain4.micro_batches = buckets4.micro_batches = 4;
+  const Prediction slow_plain4 = predict(two_nodes, {2, 1}, plain4, 64);
+  EXPECT_NEAR(slow_plain4.step_s - predict(two_nodes, {2, 1}, buckets4, 64).step_s,
+              2.0 / 3.0 * slow_plain4.compute_s / 4, 1e-9);
   const Profile fast = alexnet_profile(kFast, kFast);
   const Prediction fast_buckets = predict(fast, {2, 1}, buckets, 64);
   const double last_bucket = 2 * kFast.latency_s + (25 << 20) / kFast.bytes_per_s;  // 2 ranks: 2 (n-1)/n = 1

@@ -21,7 +21,8 @@ if [ "$mode" = cut ] || [ "$mode" = slow ]; then pattern=$1; shift; fi
 if [ "$mode" = slow ]; then rate=$1; shift; fi
 if [ "$(id -u)" -ne 0 ] || ! command -v ip > /dev/null; then echo "three_hosts: needs root and ip: skipped"; exit 77; fi
 source "$root/tests/launch/netns_hosts.sh"
-# One job on these namespaces at a time: tests that ctest runs side by side take turns.
+# One job on these namespaces at a time: tests that ctest runs side by side take turns (the job itself
+# does not inherit the lock, so that a rank left behind cannot hold it).
 exec 9> /tmp/ddl_three_hosts.lock
 flock 9
 work=""
@@ -41,7 +42,7 @@ ip netns exec ddl_t1 unshare --uts sh -c 'hostname host1; exec "$@"' sh \
   mpirun -np $((3 * per_host)) --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent" \
     --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24 --mca btl self,vader,tcp \
     -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
-    "${DDL_TRAIN:-$root/build/launch/ddl_train}" "$@" > "$out/out.txt" 2> "$out/err.txt" &
+    "${DDL_TRAIN:-$root/build/launch/ddl_train}" "$@" > "$out/out.txt" 2> "$out/err.txt" 9>&- &
 job=$!
 wait_for_pattern() {
   for _ in $(seq 900); do
