@@ -555,6 +555,15 @@ void report(const Communicator* world, const std::string& message) { print_error
   abort_all_ranks(1);
 }
 
+// A loaded checkpoint's state becomes the run's, but for what this run's data says (build() set it; a
+// checkpoint of an older format has no class names).
+void take_loaded_state(Run& run, TrainingState loaded) {
+  loaded.class_names = std::move(run.state.class_names);
+  loaded.input_mean = std::move(run.state.input_mean);
+  loaded.input_std = std::move(run.state.input_std);
+  run.state = std::move(loaded);
+}
+
 // --resume: every rank loads its part of the checkpoint, and the ranks agree whether all could. With
 // auto, a damaged last.h5 (a flipped bit, a copy cut short) gives way to the one before it, said in one
 // line. Returns false, each failing rank having printed its error, when none loads.
@@ -571,12 +580,7 @@ bool resume(Run& run, const Communicator& world) {
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     std::exception_ptr error;
     try {
-      TrainingState loaded = load_checkpoint(candidates[i], *run.model, run.optimizer.get());
-      // What this run's data says (a checkpoint of an older format has no class names).
-      loaded.class_names = run.state.class_names;
-      loaded.input_mean = run.state.input_mean;
-      loaded.input_std = run.state.input_std;
-      run.state = std::move(loaded);
+      take_loaded_state(run, load_checkpoint(candidates[i], *run.model, run.optimizer.get()));
     } catch (...) {
       error = std::current_exception();
     }
@@ -948,7 +952,6 @@ void move_to_next_layout(std::optional<Run>& run, const Communicator& world) {
   Switch next = std::move(*run->next_layout);
   Replanner replanner = std::move(*run->replanner);
   const std::vector<char> image = std::move(run->switch_image);
-  const TrainingState data = run->state;  // what this run's data says (class names, normalisation)
   const unsigned long long steps_run = run->steps_run;
   std::unique_ptr<DirectoryLock> lock = std::move(run->checkpoint_lock);  // no other job takes the folder meanwhile
   Timeline timeline = std::move(run->timeline);
@@ -965,11 +968,7 @@ void move_to_next_layout(std::optional<Run>& run, const Communicator& world) {
   r.predicted_step_s = next.plan.chosen.prediction.step_s;
   r.predicted_comm_share = next.plan.chosen.prediction.comm_share();
   build(r, world);
-  TrainingState loaded = load_checkpoint_image(image, *r.model, r.optimizer.get());
-  loaded.class_names = data.class_names;
-  loaded.input_mean = data.input_mean;
-  loaded.input_std = data.input_std;
-  r.state = std::move(loaded);
+  take_loaded_state(r, load_checkpoint_image(image, *r.model, r.optimizer.get()));
 }
 
 }  // namespace

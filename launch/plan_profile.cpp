@@ -41,12 +41,6 @@ Link fit_link(const Communicator& comm, std::size_t large) {
   return link;
 }
 
-std::string describe(const Link& link) {
-  char text[80];
-  std::snprintf(text, sizeof text, "%.1f us + %.2f GB/s", 1e6 * link.latency_s, link.bytes_per_s / 1e9);
-  return text;
-}
-
 }  // namespace
 
 MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, std::size_t probe_bytes) {
@@ -73,8 +67,8 @@ MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, st
   MeasuredLinks m{within_measured ? Link{links[0], 1 / links[1]} : o.link_within,
                   between_measured ? Link{links[2], 1 / links[3]} : o.link_between, {}, within_measured,
                   between_measured};
-  m.text = "links: within a node " + describe(m.within) + (within_measured ? " (measured)" : " (--link-within)") +
-           ", between nodes " + describe(m.between) + (between_measured ? " (measured)" : " (--link-between)");
+  m.text = "links: within a node " + m.within.describe() + (within_measured ? " (measured)" : " (--link-within)") +
+           ", between nodes " + m.between.describe() + (between_measured ? " (measured)" : " (--link-between)");
   return m;
 }
 

@@ -28,12 +28,6 @@ struct LinkSlowdown {
   }
 };
 
-std::string link_text(const Link& link) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.0f us + %.3g GB/s", 1e6 * link.latency_s, link.bytes_per_s / 1e9);
-  return text;
-}
-
 }  // namespace
 
 Replanner::Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, Layout layout)
@@ -117,8 +111,8 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
   std::snprintf(reason, sizeof reason,
                 "re-plan after step %llu: steps took %.3f s, their layers %.3f s (%.3f s planned), links within a "
                 "node %s, between nodes %s: %s is predicted %.3f s a step against %.3f s for %s now",
-                step, measured_step, layers_now, layers_before, link_text(profile_.within_node).c_str(),
-                link_text(profile_.between_nodes).c_str(), next->chosen.layout.describe().c_str(), better.step_s,
+                step, measured_step, layers_now, layers_before, profile_.within_node.describe().c_str(),
+                profile_.between_nodes.describe().c_str(), next->chosen.layout.describe().c_str(), better.step_s,
                 now.step_s, layout_.describe().c_str());
   layout_ = next->chosen.layout;
   return Switch{std::move(*next), reason};

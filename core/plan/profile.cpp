@@ -1,5 +1,6 @@
 #include "core/plan/profile.hpp"
 
+#include <cstdio>
 #include <iomanip>
 #include <sstream>
 
@@ -17,6 +18,12 @@ SplitKind kind_named(const std::string& name, const std::string& where) {
 }
 
 }  // namespace
+
+std::string Link::describe() const {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.1f us + %.3g GB/s", 1e6 * latency_s, bytes_per_s / 1e9);
+  return text;
+}
 
 std::string to_text(const Profile& p) {
   std::ostringstream s;

@@ -28,6 +28,8 @@ struct Link {
   double latency_s = 0;
   double bytes_per_s = 1e9;
   double seconds(double bytes) const { return latency_s + bytes / bytes_per_s; }
+  // "50.0 us + 1.25 GB/s" (three digits: a throttled link's 0.00219 GB/s too).
+  std::string describe() const;
 };
 
 struct Profile {
