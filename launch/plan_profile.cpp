@@ -15,29 +15,33 @@ using clock = std::chrono::steady_clock;
 
 double since(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
 
-// The seconds of one MPI all-reduce of `values` floats over `comm` (the best of a few, after a warm-up).
-double time_allreduce(const Communicator& comm, std::size_t values) {
-  std::vector<float> buffer(values, 1.0f);
-  double best = 1e30;
-  for (int rep = 0; rep < 4; ++rep) {
-    comm.barrier();
-    const auto t0 = clock::now();
-    comm.allreduce_sum(buffer);
-    if (rep > 0) best = std::min(best, since(t0));
-  }
-  double worst[1] = {best};  // the collective ends when its slowest rank does
-  comm.allreduce_max(worst);
-  return worst[0];
+// The seconds of MPI all-reduces of each of `sizes` floats over `comm`: the best of a few, after a warm-up,
+// taken in turn so that a burst of other work on the node slows every size alike.
+std::vector<double> time_allreduces(const Communicator& comm, std::initializer_list<std::size_t> sizes) {
+  std::vector<std::vector<float>> buffers;
+  for (std::size_t n : sizes) buffers.emplace_back(n, 1.0f);
+  std::vector<double> best(buffers.size(), 1e30);
+  for (int rep = 0; rep < 6; ++rep)
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      comm.barrier();
+      const auto t0 = clock::now();
+      comm.allreduce_sum(buffers[i]);
+      if (rep > 0) best[i] = std::min(best[i], since(t0));
+    }
+  comm.allreduce_max(best);  // the collective ends when its slowest rank does
+  return best;
 }
 
 // Latency and bandwidth of a ring all-reduce over n ranks, from two sizes: t = 2 (n - 1) lat + 2 (n - 1) / n B / bw.
 Link fit_link(const Communicator& comm, std::size_t large) {
   constexpr std::size_t small = 256;  // floats: 1 KB
-  const double t1 = time_allreduce(comm, small), t2 = time_allreduce(comm, large);
+  const std::vector<double> t = time_allreduces(comm, {small, large});
   const double n = comm.size(), a = 2 * (n - 1), c = 2 * (n - 1) / n;
   Link link;
-  link.bytes_per_s = t2 > t1 ? c * 4.0 * (large - small) / (t2 - t1) : 1e12;
-  link.latency_s = std::max(0.0, (t1 - c * 4.0 * small / link.bytes_per_s) / a);
+  // Noise can leave the large message no slower than the small one (a loaded node): then all of its time
+  // is taken as bandwidth, never a free link.
+  link.bytes_per_s = t[1] > t[0] ? c * 4.0 * (large - small) / (t[1] - t[0]) : c * 4.0 * large / t[1];
+  link.latency_s = std::max(0.0, (t[0] - c * 4.0 * small / link.bytes_per_s) / a);
   return link;
 }
 
