@@ -1,8 +1,9 @@
 // One model's training step in isolation: random images, forward, loss, backward, SGD with momentum, on
 // `threads` OpenMP threads; prints seconds per step, images/s and peak memory, and with --profile each
 // top-level layer's share. The ddl half of bench/models_vs_pytorch.sh (bench/torch_model_step.py is the
-// other).
-//   model_step MODEL [batch=32] [steps=5] [threads=0: all] [--profile]
+// other). --bf16: convolutions, dense layers and matrix products compute in bf16, as `ddl_train
+// --precision bf16`.
+//   model_step MODEL [batch=32] [steps=5] [threads=0: all] [--profile] [--bf16]
 #include <omp.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/cpu_bf16.hpp"
 #include "core/layers/softmax_cross_entropy.hpp"
 #include "core/optim/optimizer.hpp"
 #include "core/rng.hpp"
@@ -19,16 +21,25 @@
 int main(int argc, char** argv) {
   using namespace ddl;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: model_step MODEL [batch=32] [steps=5] [threads=0] [--profile]\n");
+    std::fprintf(stderr, "usage: model_step MODEL [batch=32] [steps=5] [threads=0] [--profile] [--bf16]\n");
     return 2;
   }
   const std::string name = argv[1];
   const int batch = argc > 2 ? std::atoi(argv[2]) : 32, steps = argc > 3 ? std::atoi(argv[3]) : 5;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 0;
-  const bool profile = argc > 5 && std::strcmp(argv[5], "--profile") == 0;
+  bool profile = false, bf16 = false;
+  for (int i = 5; i < argc; ++i) {
+    profile |= std::strcmp(argv[i], "--profile") == 0;
+    bf16 |= std::strcmp(argv[i], "--bf16") == 0;
+  }
+  if (bf16 && !cpu_computes_bf16()) {
+    std::fprintf(stderr, "model_step: --bf16: this CPU has neither AVX512-BF16 nor AMX\n");
+    return 2;
+  }
   if (threads > 0) omp_set_num_threads(threads);
   try {
     Context ctx;
+    if (bf16) ctx.set_compute_type(dnnl::memory::data_type::bf16);
     auto model = make_model(name, {.num_classes = 1000, .seed = 1}, ctx);
     model->initialize(1);
     auto sgd = make_sgd(model->param_count(), {.momentum = 0.9f});
@@ -50,8 +61,8 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < steps; ++i) step();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
-    std::printf("ddl %s batch %d threads %d: %.3f s/step, %.1f images/s, peak RSS %.0f MB, %zu parameters\n",
-                name.c_str(), batch, omp_get_max_threads(), seconds, batch / seconds,
+    std::printf("ddl %s %s batch %d threads %d: %.3f s/step, %.1f images/s, peak RSS %.0f MB, %zu parameters\n",
+                name.c_str(), bf16 ? "bf16" : "f32", batch, omp_get_max_threads(), seconds, batch / seconds,
                 static_cast<double>(peak_resident_bytes()) / (1 << 20), model->param_count());
     if (profile)
       for (const auto& e : profiler.entries())

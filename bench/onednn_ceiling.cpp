@@ -1,8 +1,9 @@
 // The ceiling for seed_cnn's training step: the same oneDNN primitives ddl runs, chained by hand with no
 // framework around them: every layout is oneDNN's choice, weights stay in its blocked layouts (no
 // reorders), no loss, no optimizer, no data loading. Prints images/s and the time of each layer's
-// forward and backward, to set against `ddl_train --profile`.
-//   onednn_ceiling [batch=64] [steps=200]
+// forward and backward, to set against `ddl_train --profile`. In bf16 every activation and its gradient
+// is bf16 between the layers, the weights bf16 and their gradients f32: the most a bf16 chain can do.
+//   onednn_ceiling [batch=64] [steps=200] [f32|bf16]
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <chrono>
@@ -29,13 +30,20 @@ struct Timed {
   double seconds = 0;
 };
 
-memory::desc any(const memory::dims& d) { return {d, dt::f32, tag::any}; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const memory::dim N = argc > 1 ? std::stol(argv[1]) : 64;
   const int steps = argc > 2 ? std::stoi(argv[2]) : 200;
+  const std::string precision = argc > 3 ? argv[3] : "f32";
+  if (precision != "f32" && precision != "bf16") {
+    std::fprintf(stderr, "onednn_ceiling: the precision is f32 or bf16, not %s\n", precision.c_str());
+    return 2;
+  }
+  const dt act = precision == "bf16" ? dt::bf16 : dt::f32;  // activations, their gradients, weights
+  auto any = [&](const memory::dims& d) { return memory::desc(d, act, tag::any); };
+  auto any_f32 = [](const memory::dims& d) { return memory::desc(d, dt::f32, tag::any); };  // gradients of weights
   engine eng(engine::kind::cpu, 0);
   stream s(eng);
   std::vector<Timed> plan;
@@ -59,7 +67,7 @@ int main(int argc, char** argv) {
     const memory::dims src_d = {N, ic, hw, hw}, w_d = {oc, ic, 3, 3}, b_d = {oc}, dst_d = {N, oc, hw, hw};
     const memory::dims st = {1, 1}, pad = {1, 1};
     const auto fpd = make_conv_forward_pd(eng, prop_kind::forward_training, algorithm::convolution_direct,
-                                          src.get_desc(), any(w_d), any(b_d), any(dst_d), st, pad, pad, relu_attr);
+                                          src.get_desc(), any(w_d), any_f32(b_d), any(dst_d), st, pad, pad, relu_attr);
     memory w(fpd.weights_desc(), eng), b(fpd.bias_desc(), eng), dst(fpd.dst_desc(), eng);
     add(name, false, convolution_forward(fpd),
         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
@@ -72,8 +80,8 @@ int main(int argc, char** argv) {
          [p = eltwise_backward(rpd),
           a = args_t{{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, c.diff_dst}, {DNNL_ARG_DIFF_SRC, diff_pre}},
           &s] { p.execute(s, a); }});
-    const auto wpd = make_conv_backward_weights_pd(eng, algorithm::convolution_direct, src.get_desc(), any(w_d),
-                                                   any(b_d), fpd.dst_desc(), st, pad, pad, fpd);
+    const auto wpd = make_conv_backward_weights_pd(eng, algorithm::convolution_direct, src.get_desc(), any_f32(w_d),
+                                                   any_f32(b_d), fpd.dst_desc(), st, pad, pad, fpd);
     memory dw(wpd.diff_weights_desc(), eng), db(wpd.diff_bias_desc(), eng);
     backward.push_back({name, true,
                         [p = convolution_backward_weights(wpd),
@@ -119,9 +127,9 @@ int main(int argc, char** argv) {
   auto dense = [&](const char* name, memory src, memory diff_src, memory::dim in, memory::dim out, bool relu,
                    std::vector<Timed>& backward) {
     const memory::dims w_d = {out, in}, b_d = {out}, dst_d = {N, out};
-    memory::desc dst_md(dst_d, dt::f32, tag::ab);
+    memory::desc dst_md(dst_d, act, tag::ab);
     const auto fpd = make_inner_product_forward_pd(eng, prop_kind::forward_training, src.get_desc(), any(w_d),
-                                                   any(b_d), dst_md, relu ? relu_attr : primitive_attr());
+                                                   any_f32(b_d), dst_md, relu ? relu_attr : primitive_attr());
     memory w(fpd.weights_desc(), eng), b(fpd.bias_desc(), eng), dst(dst_md, eng);
     add(name, false, inner_product_forward(fpd),
         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
@@ -137,7 +145,8 @@ int main(int argc, char** argv) {
                            &s] { p.execute(s, a); }});
       grad = pre;
     }
-    const auto wpd = make_inner_product_backward_weights_pd(eng, src.get_desc(), any(w_d), any(b_d), dst_md, fpd);
+    const auto wpd =
+        make_inner_product_backward_weights_pd(eng, src.get_desc(), any_f32(w_d), any_f32(b_d), dst_md, fpd);
     memory dw(wpd.diff_weights_desc(), eng), db(wpd.diff_bias_desc(), eng);
     backward.push_back({name, true,
                         [p = inner_product_backward_weights(wpd),
@@ -157,14 +166,14 @@ int main(int argc, char** argv) {
 
   // Backward pieces are collected per layer and replayed last layer first.
   std::vector<std::vector<Timed>> bwd(7);
-  memory input({{N, 3, 32, 32}, dt::f32, tag::nchw}, eng);
+  memory input({{N, 3, 32, 32}, act, tag::nchw}, eng);
   Conv c1 = conv("conv1", input, memory(), 3, 32, 32, bwd[0]);
   Pool p1 = pool("pool1", c1.dst, c1.diff_dst, bwd[1]);
   Conv c2 = conv("conv2", p1.dst, p1.diff_dst, 32, 64, 16, bwd[2]);
   Pool p2 = pool("pool2", c2.dst, c2.diff_dst, bwd[3]);
-  memory flat({{N, 64 * 8 * 8}, dt::f32, tag::ab}, eng), diff_flat({{N, 64 * 8 * 8}, dt::f32, tag::ab}, eng);
-  memory flat_4d({{N, 64, 8, 8}, dt::f32, tag::nchw}, eng, flat.get_data_handle());
-  memory diff_flat_4d({{N, 64, 8, 8}, dt::f32, tag::nchw}, eng, diff_flat.get_data_handle());
+  memory flat({{N, 64 * 8 * 8}, act, tag::ab}, eng), diff_flat({{N, 64 * 8 * 8}, act, tag::ab}, eng);
+  memory flat_4d({{N, 64, 8, 8}, act, tag::nchw}, eng, flat.get_data_handle());
+  memory diff_flat_4d({{N, 64, 8, 8}, act, tag::nchw}, eng, diff_flat.get_data_handle());
   add("flatten", false, reorder(p2.dst, flat_4d), {{DNNL_ARG_FROM, p2.dst}, {DNNL_ARG_TO, flat_4d}});
   bwd[4].push_back({"flatten", true,
                     [p = reorder(diff_flat_4d, p2.diff_dst),
@@ -187,8 +196,8 @@ int main(int argc, char** argv) {
     }
   s.wait();
   const double total = std::chrono::duration<double>(clock::now() - t0).count();
-  std::printf("oneDNN-only training step of seed_cnn, batch %ld: %.0f images/s (%.3f ms per step)\n",
-              static_cast<long>(N), N * steps / total, 1e3 * total / steps);
+  std::printf("oneDNN-only training step of seed_cnn, %s, batch %ld: %.0f images/s (%.3f ms per step)\n",
+              precision.c_str(), static_cast<long>(N), N * steps / total, 1e3 * total / steps);
   std::printf("  %-10s %10s %10s\n", "layer", "fwd ms", "bwd ms");
   for (const char* layer : {"conv1", "pool1", "conv2", "pool2", "flatten", "dense1", "dense2"}) {
     double f = 0, b = 0;

@@ -3,11 +3,14 @@
 # (../shared/peers/pytorch_seed_cnn.py), same thread count, one after the other in one run
 # (ddl, PyTorch, ddl, PyTorch, ddl), one epoch each; prints images/s, peak memory and their ratio,
 # and the oneDNN-only ceiling. Needs ../shared and python3-torch python3-pil python3-numpy.
-#   bash bench/seed_cnn_vs_pytorch.sh [threads=2] [rounds=2]
+# In bf16: ddl_train --precision bf16, the peer run under torch.autocast("cpu", dtype=torch.bfloat16)
+# (its whole script, unchanged), and the ceiling's bf16 chain.
+#   bash bench/seed_cnn_vs_pytorch.sh [threads=2] [rounds=2] [precision=f32|bf16]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-2}
 rounds=${2:-2}
+precision=${3:-f32}
 shared=${DDL_SHARED:-../shared}
 work=runs/bench
 mkdir -p "$work"
@@ -19,25 +22,29 @@ if [ ! -f "$work/cifar.h5" ]; then
 fi
 if [ ! -f "$work/cifar.npz" ]; then /usr/bin/python3 "$shared/peers/cifar_npz.py" "$work/train" "$work/cifar.npz" >/dev/null; fi
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $threads; batch 64; 1 epoch of 40,000 images"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $threads; batch 64; 1 epoch of 40,000 images; $precision"
 ddl_rates=()
 torch_rates=()
 ddl_mem=""
 torch_mem=""
 run_ddl() {
   local out
-  out=$(build/launch/ddl_train --train "$work/cifar.h5" --epochs 1 --threads "$threads" --progress never --seed 1)
+  out=$(build/launch/ddl_train --train "$work/cifar.h5" --epochs 1 --threads "$threads" --progress never --seed 1 \
+    --precision "$precision")
   ddl_rates+=("$(echo "$out" | sed -n 's/.* \([0-9]*\) img\/s.*/\1/p')")
   ddl_mem=$(echo "$out" | sed -n 's/.*peak RSS \([0-9]*\) MB.*/\1/p')
   echo "  ddl_train: ${ddl_rates[-1]} images/s, peak RSS ${ddl_mem} MB"
 }
 run_torch() {
   local out
-  out=$(/usr/bin/python3 - "$shared/peers/pytorch_seed_cnn.py" "$work/cifar.npz" "$threads" <<'PY'
+  out=$(/usr/bin/python3 - "$shared/peers/pytorch_seed_cnn.py" "$work/cifar.npz" "$threads" "$precision" <<'PY'
 import resource, subprocess, sys
-script, npz, threads = sys.argv[1:4]
-r = subprocess.run([sys.executable, script, "--train", npz, "--epochs", "1", "--threads", threads],
-                   capture_output=True, text=True, check=True)
+script, npz, threads, precision = sys.argv[1:5]
+args = ["--train", npz, "--epochs", "1", "--threads", threads]
+autocast = ("import runpy, sys, torch\nsys.argv = sys.argv[1:]\n"
+            "with torch.autocast('cpu', dtype=torch.bfloat16):\n    runpy.run_path(sys.argv[0], run_name='__main__')\n")
+command = [sys.executable, "-c", autocast, script] if precision == "bf16" else [sys.executable, script]
+r = subprocess.run(command + args, capture_output=True, text=True, check=True)
 print(r.stdout)
 print("peak_rss_mb", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
 PY
@@ -51,7 +58,7 @@ for _ in $(seq "$rounds"); do run_torch; run_ddl; done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 d=$(median "${ddl_rates[@]}")
 t=$(median "${torch_rates[@]}")
-ceiling=$(OMP_NUM_THREADS=$threads build/bench/onednn_ceiling 64 200 | sed -n 's/.*: \([0-9]*\) images\/s.*/\1/p')
+ceiling=$(OMP_NUM_THREADS=$threads build/bench/onednn_ceiling 64 200 "$precision" | sed -n 's/.*: \([0-9]*\) images\/s.*/\1/p')
 echo "median images/s: ddl_train $d, PyTorch $t, ratio $(awk -v a="$d" -v b="$t" 'BEGIN {printf "%.2f", a / b}')x"
 echo "oneDNN-only ceiling (bench/onednn_ceiling): $ceiling images/s; ddl_train reaches $(awk -v a="$d" -v b="$ceiling" 'BEGIN {printf "%.0f", 100 * a / b}')% of it"
 echo "peak RSS: ddl_train ${ddl_mem} MB, PyTorch ${torch_mem} MB"

@@ -1,7 +1,8 @@
 """The PyTorch half of bench/models_vs_pytorch.sh: one torchvision model's training step (random images,
 forward, cross-entropy, backward, SGD with momentum) on `threads` threads; prints seconds per step,
-images/s and peak memory in the same form as build/bench/model_step.
-    /usr/bin/python3 bench/torch_model_step.py MODEL [batch=32] [steps=5] [threads=2]
+images/s and peak memory in the same form as build/bench/model_step. --bf16: the forward and the loss
+under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision.
+    /usr/bin/python3 bench/torch_model_step.py MODEL [batch=32] [steps=5] [threads=2] [--bf16]
 """
 import resource
 import sys
@@ -10,10 +11,12 @@ import time
 import torch
 import torchvision
 
-name = sys.argv[1]
-batch = int(sys.argv[2]) if len(sys.argv) > 2 else 32
-steps = int(sys.argv[3]) if len(sys.argv) > 3 else 5
-threads = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+bf16 = "--bf16" in sys.argv
+args = [a for a in sys.argv[1:] if a != "--bf16"]
+name = args[0]
+batch = int(args[1]) if len(args) > 1 else 32
+steps = int(args[2]) if len(args) > 2 else 5
+threads = int(args[3]) if len(args) > 3 else 2
 torch.set_num_threads(threads)
 torch.manual_seed(1)
 model = getattr(torchvision.models, name)(num_classes=1000)
@@ -26,7 +29,9 @@ loss_fn = torch.nn.CrossEntropyLoss()
 
 def step():
     opt.zero_grad(set_to_none=True)
-    loss_fn(model(x), y).backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = loss_fn(model(x), y)
+    loss.backward()
     opt.step()
 
 
@@ -37,5 +42,5 @@ for _ in range(steps):
 seconds = (time.perf_counter() - t0) / steps
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 params = sum(p.numel() for p in model.parameters())
-print(f"torch {name} batch {batch} threads {threads}: {seconds:.3f} s/step, {batch / seconds:.1f} images/s, "
+print(f"torch {name} {'bf16' if bf16 else 'f32'} batch {batch} threads {threads}: {seconds:.3f} s/step, {batch / seconds:.1f} images/s, "
       f"peak RSS {rss:.0f} MB, {params} parameters")
