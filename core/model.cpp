@@ -162,6 +162,7 @@ void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
     throw InputError("model " + name_ + " expects images [C, H, W] = " + to_string(input_shape_) + ", got a batch " +
                      to_string(d));
   output_mds_.clear();
+  choose_output_types(ctx, layers_, dt::f32);  // the loss, and the next stage's messages, take f32
   dnnl::memory::desc md = input_md;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     md = layers_[i]->setup(ctx, md, mode, i > 0 || !is_first_stage());

@@ -28,6 +28,9 @@ class BatchNorm2d : public Layer {
   std::vector<ParamSpec> param_specs() const override;
   void bind(const std::vector<ParamView>& views, Context& ctx) override;
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  // Its output keeps its input's type (statistics, scale and shift stay f32): it takes bf16 where it may
+  // give bf16.
+  bool takes_bf16() const override { return output_type_ == dt::bf16; }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override;

@@ -45,10 +45,11 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
 
   const dims_t dst_dims = {in[0], opt_.out_channels, out_h, out_w};
   const dims_t strides = {opt_.stride, opt_.stride}, padding = {opt_.padding, opt_.padding};
-  // In bf16 the products' inputs (source, weights, output gradient) are bf16; what they write is f32.
+  // In bf16 the products' inputs (source, weights, output gradient) are bf16; they write the output in
+  // the type the next layer takes, and the input gradient in the input's type.
   const dt compute = ctx.compute_type();
-  memory::desc src_any(in, compute, tag::any), dst_any(dst_dims, dt::f32, tag::any);
-  memory::desc diff_src_any(in, dt::f32, tag::any), diff_dst_any(dst_dims, compute, tag::any);
+  memory::desc src_any(in, compute, tag::any), dst_any(dst_dims, output_type_, tag::any);
+  memory::desc diff_src_any(in, data_type_of(src_md), tag::any), diff_dst_any(dst_dims, compute, tag::any);
   memory::desc weights_any(weights_dims_, compute, tag::any), diff_weights_any(weights_dims_, dt::f32, tag::any);
   memory::desc bias_md = opt_.bias ? memory::desc({opt_.out_channels}, dt::f32, tag::x) : memory::desc();
 

@@ -32,6 +32,7 @@ class Conv2d : public Layer {
   std::vector<ParamSpec> param_specs() const override;
   void bind(const std::vector<ParamView>& views, Context& ctx) override;
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  bool takes_bf16() const override { return true; }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   bool accumulate_gradients(bool on) override {

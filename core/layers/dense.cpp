@@ -36,10 +36,11 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   if (in.size() != 2 || in[1] != opt_.in_features)
     throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.in_features) + "], got " +
                      to_string(in));
-  if (src_md != plain_desc(in)) throw Error(describe() + ": expects a plain [N, I] input");
+  if (src_md != plain_desc(in, data_type_of(src_md))) throw Error(describe() + ": expects a plain [N, I] input");
   mode_ = mode;
-  const memory::desc dst_md = plain_desc({in[0], opt_.out_features});
-  // In bf16 the products' inputs (source, weights, output gradient) are bf16; what they write is f32.
+  const memory::desc dst_md = plain_desc({in[0], opt_.out_features}, output_type_);
+  // In bf16 the products' inputs (source, weights, output gradient) are bf16; they write the output in
+  // the type the next layer takes, and the input gradient in the input's type.
   const dt compute = ctx.compute_type();
   const memory::desc src_c(in, compute, tag::ab), diff_dst_c({in[0], opt_.out_features}, compute, tag::ab);
   const memory::desc weights_any({opt_.out_features, opt_.in_features}, compute, tag::any);

@@ -14,6 +14,8 @@ class Flatten : public Layer {
  public:
   std::string describe() const override { return "flatten"; }
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  // Its output keeps its input's type: it takes bf16 where it may give bf16.
+  bool takes_bf16() const override { return output_type_ == dt::bf16; }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
 

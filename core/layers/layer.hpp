@@ -122,6 +122,12 @@ class Layer {
 
   virtual std::vector<StateView> state() { return {}; }
 
+  // Whether setup() also takes a bf16 input (its input gradient is then bf16 too). Asked after
+  // set_output_type(), which some layers' answer depends on.
+  virtual bool takes_bf16() const { return false; }
+  // The type to give the output in, where the layer can (see choose_output_types); set before setup().
+  void set_output_type(dt type) { output_type_ = type; }
+
   // From now on backward adds to the parameter gradients instead of overwriting them (micro-batches).
   // Returns false when the layer cannot: the model then keeps the old values and adds them back itself.
   virtual bool accumulate_gradients(bool /*on*/) { return false; }
@@ -131,7 +137,20 @@ class Layer {
 
  protected:
   LeasedTensor diff_src_;
+  dt output_type_ = dt::f32;
 };
+
+// Tells each layer of a chain the type to give its output in, last first: bf16 where `ctx` computes in
+// bf16 and the next layer takes it, so the activations between such layers, and their gradients, stay
+// bf16 (half the bytes written, read and kept for backward); `last` for the chain's last layer.
+template <typename Layers>
+void choose_output_types(const Context& ctx, Layers& layers, dt last) {
+  dt next = last;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    (*it)->set_output_type(next);
+    next = ctx.compute_type() == dt::bf16 && (*it)->takes_bf16() ? dt::bf16 : dt::f32;
+  }
+}
 
 // Binds each part of a block to its share of `views`, in order: a part takes as many views as it has specs.
 inline void bind_in_order(const std::vector<Layer*>& parts, const std::vector<ParamView>& views, Context& ctx) {

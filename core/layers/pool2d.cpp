@@ -39,8 +39,9 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
              : opt_.kind == PoolKind::avg_include_padding ? dnnl::algorithm::pooling_avg_include_padding
                                                           : dnnl::algorithm::pooling_avg_exclude_padding;
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  // The output keeps the input's layout: pooling is memory-bound and has no layout preference of its own.
-  memory::desc dst_any(dst_dims, dt::f32, tag::any);
+  // The output keeps the input's layout and type: pooling is memory-bound and has no layout preference of
+  // its own, and oneDNN pools bf16 into bf16 only.
+  memory::desc dst_any(dst_dims, data_type_of(src_md), tag::any);
   const auto fwd_pd =
       make_pooling_forward_pd(ctx.engine(), prop, alg, src_md, dst_any, strides, kernel, padding, padding);
   fwd_ = dnnl::pooling_forward(fwd_pd);

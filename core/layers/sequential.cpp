@@ -25,6 +25,7 @@ void Sequential::bind(const std::vector<ParamView>& views, Context& ctx) {
 
 dnnl::memory::desc Sequential::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   if (layers_.empty()) throw Error("sequential " + name_ + ": no layers");
+  choose_output_types(ctx, layers_, output_type_);
   dnnl::memory::desc md = src;
   for (std::size_t i = 0; i < layers_.size(); ++i) md = layers_[i]->setup(ctx, md, mode, need_diff_src || i > 0);
   return md;

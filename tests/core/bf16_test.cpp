@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -16,9 +18,15 @@
 
 #include "core/aligned_buffer.hpp"
 #include "core/cpu_bf16.hpp"
+#include "core/layers/batch_norm2d.hpp"
 #include "core/layers/conv2d.hpp"
 #include "core/layers/dense.hpp"
+#include "core/layers/flatten.hpp"
 #include "core/layers/linear.hpp"
+#include "core/layers/pool2d.hpp"
+#include "core/layers/relu.hpp"
+#include "core/layers/softmax_cross_entropy.hpp"
+#include "core/model.hpp"
 #include "tests/core/tensor_util.hpp"
 
 namespace ddl {
@@ -30,10 +38,14 @@ struct Results {
   std::vector<float> output, input_gradient, weight_gradients;
 };
 
-Results run(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& input_dims, dt compute) {
+// bf16_between: the layer takes a bf16 input and gives a bf16 output, as between two bf16 layers.
+// exact_input: the input's values are bf16 values (truncated), the same in both precisions.
+Results run(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& input_dims, dt compute,
+            bool bf16_between = false, bool exact_input = false) {
   Context ctx;
   ctx.set_compute_type(compute);
   auto layer = make();
+  if (bf16_between) layer->set_output_type(dt::bf16);
   std::size_t total = 0;
   for (const auto& s : layer->param_specs()) total += product(s.dims);
   AlignedBuffer<float> params(total), grads(total);
@@ -47,13 +59,19 @@ Results run(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& i
     offset += n;
   }
   layer->bind(views, ctx);
-  const auto in_md = plain_desc(input_dims);
+  const auto in_md = plain_desc(input_dims, bf16_between ? dt::bf16 : dt::f32);
   const auto out_md = layer->setup(ctx, in_md, Mode::train, true);
-  const Tensor input = test::from_plain(ctx, test::random_values(product(input_dims), 12), in_md);
+  EXPECT_EQ(data_type_of(out_md), bf16_between ? dt::bf16 : dt::f32) << layer->describe();
+  std::vector<float> input_values = test::random_values(product(input_dims), 12);
+  if (exact_input)
+    for (float& v : input_values) v = std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) & 0xffff0000u);
+  const Tensor input = test::from_plain(ctx, input_values, in_md);
   Results r;
   r.output = test::to_plain(ctx, layer->forward(ctx, input));
   const Tensor diff_dst = test::from_plain(ctx, test::random_values(product(dims_of(out_md)), 13), out_md);
-  r.input_gradient = test::to_plain(ctx, layer->backward(ctx, diff_dst));
+  const Tensor& input_gradient = layer->backward(ctx, diff_dst);
+  EXPECT_EQ(data_type_of(input_gradient.desc()), data_type_of(in_md)) << layer->describe();
+  r.input_gradient = test::to_plain(ctx, input_gradient);
   r.weight_gradients.assign(grads.data(), grads.data() + total);
   return r;
 }
@@ -71,12 +89,14 @@ void expect_close_but_not_equal(const std::vector<float>& bf16, const std::vecto
 
 // Where the CPU has no bf16 instructions ddl_train refuses bf16, and there is nothing to compare (not a
 // skip: CI counts skips as failures, and the ISA query itself is checked below on every machine).
-void expect_bf16_matches_f32(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& input_dims) {
+void expect_bf16_matches_f32(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& input_dims,
+                             bool bf16_between = false) {
   if (!cpu_computes_bf16()) return;
-  const Results f32 = run(make, input_dims, dt::f32), bf16 = run(make, input_dims, dt::bf16);
+  const Results f32 = run(make, input_dims, dt::f32), bf16 = run(make, input_dims, dt::bf16, bf16_between);
   expect_close_but_not_equal(bf16.output, f32.output, "output");
   expect_close_but_not_equal(bf16.input_gradient, f32.input_gradient, "input gradient");
-  expect_close_but_not_equal(bf16.weight_gradients, f32.weight_gradients, "weight gradients");
+  if (!f32.weight_gradients.empty())
+    expect_close_but_not_equal(bf16.weight_gradients, f32.weight_gradients, "weight gradients");
 }
 
 TEST(Bf16, TheIsaQueryAgreesWithTheKernelsCpuFlags) {
@@ -116,6 +136,85 @@ TEST(Bf16, DenseMatchesF32) {
 TEST(Bf16, LinearOverTokensMatchesF32) {
   expect_bf16_matches_f32(
       [] { return std::make_unique<Linear>(LinearOptions{.in_features = 64, .out_features = 48}); }, {4, 10, 64});
+}
+
+// Between two layers that take bf16 the activation and its gradient stay bf16: each such layer, given a
+// bf16 input and asked for a bf16 output, still gives f32's results within bf16's rounding.
+TEST(Bf16, Conv2dBetweenBf16LayersMatchesF32) {
+  expect_bf16_matches_f32(
+      [] {
+        return std::make_unique<Conv2d>(
+            Conv2dOptions{.in_channels = 16, .out_channels = 32, .kernel = 3, .padding = 1});
+      },
+      {4, 16, 12, 12}, true);
+}
+
+TEST(Bf16, DenseBetweenBf16LayersMatchesF32) {
+  expect_bf16_matches_f32(
+      [] { return std::make_unique<Dense>(DenseOptions{.in_features = 300, .out_features = 70}); }, {8, 300}, true);
+}
+
+// Max pooling computes nothing: on inputs that bf16 holds exactly it picks what f32 picks (rounding
+// could otherwise tie two values of a window, and move the gradient to the other one), and its gradient
+// differs from f32's only by the output gradient's rounding.
+TEST(Bf16, MaxPoolBetweenBf16LayersMatchesF32) {
+  if (!cpu_computes_bf16()) return;
+  auto make = [] { return std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2}); };
+  const dims_t dims = {4, 16, 12, 12};
+  const Results f32 = run(make, dims, dt::f32, false, true), bf16 = run(make, dims, dt::bf16, true, true);
+  EXPECT_EQ(bf16.output, f32.output);
+  expect_close_but_not_equal(bf16.input_gradient, f32.input_gradient, "input gradient");
+}
+
+// Normalisation statistics, scale and shift stay f32; only the activations it reads and writes are bf16.
+TEST(Bf16, BatchNormBetweenBf16LayersMatchesF32) {
+  expect_bf16_matches_f32([] { return std::make_unique<BatchNorm2d>(BatchNorm2dOptions{.channels = 16}); },
+                          {4, 16, 6, 6}, true);
+}
+
+TEST(Bf16, ReluBetweenBf16LayersMatchesF32) {
+  if (!cpu_computes_bf16()) return;
+  auto make = [] { return std::make_unique<Relu>(); };
+  const dims_t dims = {4, 16, 6, 6};
+  const Results f32 = run(make, dims, dt::f32, false, true), bf16 = run(make, dims, dt::bf16, true, true);
+  EXPECT_EQ(bf16.output, f32.output);
+  expect_close_but_not_equal(bf16.input_gradient, f32.input_gradient, "input gradient");
+}
+
+TEST(Bf16, FlattenBetweenBf16LayersMatchesF32) {
+  expect_bf16_matches_f32([] { return std::make_unique<Flatten>(); }, {4, 16, 5, 5}, true);
+}
+
+// In a model the activations are bf16 exactly where both sides take bf16; the logits, which the loss
+// takes, and everything around a layer that takes only f32, stay f32. In f32 nothing changes.
+TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
+  if (!cpu_computes_bf16()) return;
+  for (const dt compute : {dt::f32, dt::bf16}) {
+    Context ctx;
+    ctx.set_compute_type(compute);
+    Model model("chain", {3, 8, 8}, 4);
+    model.add(std::make_unique<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 16, .kernel = 3, .padding = 1, .relu = true}));
+    model.add(std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2}));
+    model.add(std::make_unique<Flatten>());
+    model.add(std::make_unique<Dense>(DenseOptions{.in_features = 16 * 16, .out_features = 32, .relu = true}));
+    model.add(std::make_unique<Dense>(DenseOptions{.in_features = 32, .out_features = 4}));
+    model.finalize(ctx);
+    model.initialize(1);
+    const dims_t dims = {2, 3, 8, 8};
+    const Tensor x = test::from_plain(ctx, test::random_values(product(dims), 4), plain_desc(dims));
+    SoftmaxCrossEntropy loss;
+    const std::vector<std::int32_t> labels = {1, 3};
+    const double first = loss.forward(ctx, model.forward(ctx, x, Mode::train), labels).loss;
+    model.backward(ctx, loss.backward());
+    std::vector<dt> types;
+    for (const auto& md : model.output_descs()) types.push_back(data_type_of(md));
+    const dt between = compute;
+    EXPECT_EQ(types, (std::vector<dt>{between, between, between, between, dt::f32}));
+    EXPECT_TRUE(std::isfinite(first));
+    double norm = 0;
+    for (float g : model.grads()) norm += static_cast<double>(g) * g;
+    EXPECT_GT(norm, 0.0) << "every gradient came back through the bf16 activations";
+  }
 }
 
 }  // namespace
