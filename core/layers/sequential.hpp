@@ -31,6 +31,9 @@ class Sequential : public Layer {
   std::vector<ParamSpec> param_specs() const override;
   void bind(const std::vector<ParamView>& views, Context& ctx) override;
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  // As its first layer, as far as known before set-up (a first layer whose answer depends on its own
+  // output type, set in setup(), answers no: f32 is always safe).
+  bool takes_bf16() const override { return !layers_.empty() && layers_.front()->takes_bf16(); }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override;

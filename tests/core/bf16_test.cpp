@@ -25,6 +25,7 @@
 #include "core/layers/linear.hpp"
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
+#include "core/layers/residual.hpp"
 #include "core/layers/softmax_cross_entropy.hpp"
 #include "core/model.hpp"
 #include "tests/core/tensor_util.hpp"
@@ -179,6 +180,21 @@ TEST(Bf16, ReluBetweenBf16LayersMatchesF32) {
   const Results f32 = run(make, dims, dt::f32, false, true), bf16 = run(make, dims, dt::bf16, true, true);
   EXPECT_EQ(bf16.output, f32.output);
   expect_close_but_not_equal(bf16.input_gradient, f32.input_gradient, "input gradient");
+}
+
+// A residual block between bf16 layers: its body, its shortcut and their sum all in bf16.
+TEST(Bf16, ResidualBlockBetweenBf16LayersMatchesF32) {
+  for (const bool identity : {true, false})
+    expect_bf16_matches_f32(
+        [identity] {
+          Sequential body, shortcut;
+          body.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 16, .kernel = 3, .padding = 1});
+          body.emplace<BatchNorm2d>(BatchNorm2dOptions{.channels = 16});
+          body.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 16, .kernel = 3, .padding = 1});
+          if (!identity) shortcut.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 16, .kernel = 1});
+          return std::make_unique<Residual>("block", std::move(body), std::move(shortcut));
+        },
+        {4, 16, 6, 6}, true);
 }
 
 TEST(Bf16, FlattenBetweenBf16LayersMatchesF32) {
