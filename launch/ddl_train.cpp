@@ -459,8 +459,8 @@ void print_header(Run& run, const Communicator& world) {
                 static_cast<long>(in[2]));
   std::printf("optimizer %s, schedule %s\n", run.optimizer->describe().c_str(), run.schedule.describe().c_str());
   if (o.precision == "bf16")
-    std::printf("precision bf16: convolutions and dense layers multiply in bf16 and accumulate in f32; weights, "
-                "gradients and every other layer f32\n");
+    std::printf("precision bf16: convolutions, dense layers and matrix products multiply in bf16 and accumulate in "
+                "f32; activations bf16 between the layers that take it; weights, gradients, optimizer and loss f32\n");
   if (g.replicas > 1 && o.bucket_mb > 0 && g.stages == 1 && g.tensor == 1)
     std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", o.allreduce.c_str(),
                 o.allreduce_wire.c_str(), o.bucket_mb);
