@@ -658,7 +658,9 @@ TEST_F(DdlTrain, Bf16TracksF32AndItsCheckpointsResumeInF32) {
                                             (scratch_ / "bf16")));
   if (bf16_refused(bf16)) return;
   ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
-  EXPECT_NE(bf16.out.find("precision bf16: convolutions and dense layers multiply in bf16"), std::string::npos);
+  EXPECT_NE(bf16.out.find("precision bf16: convolutions, dense layers and matrix products multiply in bf16"),
+            std::string::npos) << bf16.out;
+  EXPECT_NE(bf16.out.find("activations bf16 between the layers that take it"), std::string::npos) << bf16.out;
   const auto f32 = run(kTrain + train_args("--epochs 2 --threads 2"));
   ASSERT_EQ(f32.exit_code, 0) << f32.err;
   // Two epochs on the sample: the loss curves agree within 3% (measured: 0.1-0.7%).
