@@ -12,6 +12,10 @@ threads=${1:-2}
 steps=${2:-3}
 models=${3:-"alexnet vgg16 resnet50 vit_b16"}
 precisions=${4:-f32}
+if [[ " $precisions " == *" bf16 "* ]] && ! grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo; then
+  echo "models_vs_pytorch: this CPU has neither AVX512-BF16 nor AMX: give precisions f32" >&2
+  exit 2
+fi
 python=${DDL_PYTHON:-/usr/bin/python3}
 [ -x build/bench/model_step ] || { bash launch/setup.sh && cmake --build build --target model_step; }
 declare -A torch_name=([alexnet]=alexnet [vgg16]=vgg16 [resnet50]=resnet50 [resnet18]=resnet18 [vit_b16]=vit_b_16)

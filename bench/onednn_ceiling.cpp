@@ -2,7 +2,8 @@
 // framework around them: every layout is oneDNN's choice, weights stay in its blocked layouts (no
 // reorders), no loss, no optimizer, no data loading. Prints images/s and the time of each layer's
 // forward and backward, to set against `ddl_train --profile`. In bf16 every activation and its gradient
-// is bf16 between the layers, the weights bf16 and their gradients f32: the most a bf16 chain can do.
+// is bf16 between the layers, the weights bf16 and their gradients f32: the most a bf16 chain can do (its
+// input and logits are bf16 too, where ddl converts f32 images and gives f32 logits to the loss).
 //   onednn_ceiling [batch=64] [steps=200] [f32|bf16]
 #include <oneapi/dnnl/dnnl.hpp>
 

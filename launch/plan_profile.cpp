@@ -112,7 +112,9 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     const std::vector<double> at_batch = time_layers(b);
     std::vector<double> output_bytes;
     for (const auto& md : probe->output_descs())
-      output_bytes.push_back(static_cast<double>(md.get_size()) / static_cast<double>(b));
+      // In f32 whatever the precision: the messages between stages and the split layers' collectives
+      // carry f32 (bf16 activations stay inside a stage); for memory in bf16 an overestimate.
+      output_bytes.push_back(4.0 * static_cast<double>(product(dims_of(md))) / static_cast<double>(b));
     // The optimizer's state is allocated below; the formula counts it, so it is measured with it.
     const std::size_t n = probe->param_count();
     auto optimizer = make_optimizer(o, n);

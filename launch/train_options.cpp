@@ -144,8 +144,9 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   system.add_options()("threads", po::value(&o.threads)->default_value(0),
                        "compute threads per rank (0: the node's cores / its ranks)")(
       "precision", po::value(&o.precision)->default_value(o.precision),
-      "f32 | bf16: convolutions and dense layers compute in bf16 (AVX512-BF16 or AMX), the rest, the weights "
-      "and the gradients stay f32")(
+      "f32 | bf16: convolutions, dense layers and matrix products compute in bf16 (AVX512-BF16 or AMX), with "
+      "bf16 activations between the layers that take them; the loss, the weights, the gradients and the "
+      "optimizer stay f32")(
       "allreduce", po::value(&o.allreduce)->default_value(o.allreduce),
       "gradient all-reduce: ring | hier (shared memory in a node, ring across) | mpi")(
       "allreduce-wire", po::value(&o.allreduce_wire)->default_value(o.allreduce_wire),

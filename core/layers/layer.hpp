@@ -126,7 +126,8 @@ class Layer {
   // set_output_type(), which some layers' answer depends on.
   virtual bool takes_bf16() const { return false; }
   // The type to give the output in, where the layer can (see choose_output_types); set before setup().
-  void set_output_type(dt type) { output_type_ = type; }
+  // A block passes it on to its parts at once, so that its takes_bf16() answers for this setting.
+  virtual void set_output_type(const Context& /*ctx*/, dt type) { output_type_ = type; }
 
   // From now on backward adds to the parameter gradients instead of overwriting them (micro-batches).
   // Returns false when the layer cannot: the model then keeps the old values and adds them back itself.
@@ -147,7 +148,7 @@ template <typename Layers>
 void choose_output_types(const Context& ctx, Layers& layers, dt last) {
   dt next = last;
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    (*it)->set_output_type(next);
+    (*it)->set_output_type(ctx, next);
     next = ctx.compute_type() == dt::bf16 && (*it)->takes_bf16() ? dt::bf16 : dt::f32;
   }
 }

@@ -22,8 +22,7 @@ void Residual::bind(const std::vector<ParamView>& views, Context& ctx) {
 }
 
 dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
-  body_.set_output_type(output_type_);
-  shortcut_.set_output_type(output_type_);
+  set_output_type(ctx, output_type_);  // when no enclosing model or block did
   const dnnl::memory::desc body_md = body_.setup(ctx, src, mode, need_diff_src);
   const dnnl::memory::desc short_md = identity() ? src : shortcut_.setup(ctx, src, mode, need_diff_src);
   if (dims_of(body_md) != dims_of(short_md))

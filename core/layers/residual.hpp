@@ -21,6 +21,11 @@ class Residual : public Layer {
   void bind(const std::vector<ParamView>& views, Context& ctx) override;
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   // Both paths give their output in the block's output type, which the addition keeps.
+  void set_output_type(const Context& ctx, dt type) override {
+    output_type_ = type;
+    body_.set_output_type(ctx, type);
+    shortcut_.set_output_type(ctx, type);
+  }
   bool takes_bf16() const override { return body_.takes_bf16() && (identity() || shortcut_.takes_bf16()); }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;

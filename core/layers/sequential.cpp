@@ -23,9 +23,14 @@ void Sequential::bind(const std::vector<ParamView>& views, Context& ctx) {
   bind_in_order(parts, views, ctx);
 }
 
+void Sequential::set_output_type(const Context& ctx, dt type) {
+  output_type_ = type;
+  choose_output_types(ctx, layers_, type);
+}
+
 dnnl::memory::desc Sequential::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   if (layers_.empty()) throw Error("sequential " + name_ + ": no layers");
-  choose_output_types(ctx, layers_, output_type_);
+  set_output_type(ctx, output_type_);  // when no enclosing model or block did
   dnnl::memory::desc md = src;
   for (std::size_t i = 0; i < layers_.size(); ++i) md = layers_[i]->setup(ctx, md, mode, need_diff_src || i > 0);
   return md;

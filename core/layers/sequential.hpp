@@ -31,8 +31,8 @@ class Sequential : public Layer {
   std::vector<ParamSpec> param_specs() const override;
   void bind(const std::vector<ParamView>& views, Context& ctx) override;
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
-  // As its first layer, as far as known before set-up (a first layer whose answer depends on its own
-  // output type, set in setup(), answers no: f32 is always safe).
+  // Its last layer gives the type asked for; the types between its layers are chosen here too.
+  void set_output_type(const Context& ctx, dt type) override;
   bool takes_bf16() const override { return !layers_.empty() && layers_.front()->takes_bf16(); }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;

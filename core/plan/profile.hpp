@@ -17,7 +17,7 @@ struct LayerCost {
   double seconds = 0;         // forward + backward per image, on one rank's threads
   double params = 0;          // parameters
   double input_bytes = 0;     // one image's input to the layer (f32)
-  double output_bytes = 0;    // one image's output (f32)
+  double output_bytes = 0;    // one image's output (f32, in bf16 too: see measure_profile)
   SplitKind split = SplitKind::none;
   int divisor = 0;            // what a tensor group's size must divide: a dense layer's outputs, a block's heads
   double fixed_seconds = 0;   // per call, whatever its images: a call's time is fixed + images x seconds

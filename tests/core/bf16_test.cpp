@@ -46,7 +46,7 @@ Results run(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& i
   Context ctx;
   ctx.set_compute_type(compute);
   auto layer = make();
-  if (bf16_between) layer->set_output_type(dt::bf16);
+  if (bf16_between) layer->set_output_type(ctx, dt::bf16);
   std::size_t total = 0;
   for (const auto& s : layer->param_specs()) total += product(s.dims);
   AlignedBuffer<float> params(total), grads(total);

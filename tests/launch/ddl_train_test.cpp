@@ -1089,9 +1089,10 @@ TEST_F(DdlTrain, ADamagedCheckpointIsRefusedAndAutoResumeFallsBack) {
 
 TEST_F(DdlTrain, TwoRunsCannotShareACheckpointFolder) {
   const std::string ckpt = scratch_ / "ckpt";
+  // grep -s: the first run's output file may not exist yet when the wait begins.
   const auto r = run("bash -c '" + kTrain + train_args("--epochs 1000 --threads 1 --checkpoint-dir " + ckpt) +
                      " > first.txt & first=$!; "
-                     "until grep -q \"epoch 1/\" first.txt || ! kill -0 $first 2> /dev/null; do sleep 0.1; done; " +
+                     "until grep -qs \"epoch 1/\" first.txt || ! kill -0 $first 2> /dev/null; do sleep 0.1; done; " +
                      kTrain + train_args("--epochs 1 --checkpoint-dir " + ckpt) + "; echo exit $?; kill $first; wait $first'");
   EXPECT_NE(r.out.find("exit 2"), std::string::npos) << r.out;
   EXPECT_EQ(test::count_lines(r.err), 1u) << r.err;
