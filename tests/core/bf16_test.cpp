@@ -21,6 +21,7 @@
 #include "core/layers/batch_norm2d.hpp"
 #include "core/layers/conv2d.hpp"
 #include "core/layers/dense.hpp"
+#include "core/layers/dropout.hpp"
 #include "core/layers/flatten.hpp"
 #include "core/layers/linear.hpp"
 #include "core/layers/pool2d.hpp"
@@ -155,16 +156,21 @@ TEST(Bf16, DenseBetweenBf16LayersMatchesF32) {
       [] { return std::make_unique<Dense>(DenseOptions{.in_features = 300, .out_features = 70}); }, {8, 300}, true);
 }
 
-// Max pooling computes nothing: on inputs that bf16 holds exactly it picks what f32 picks (rounding
-// could otherwise tie two values of a window, and move the gradient to the other one), and its gradient
-// differs from f32's only by the output gradient's rounding.
-TEST(Bf16, MaxPoolBetweenBf16LayersMatchesF32) {
+// Max pooling and ReLU compute nothing, they select: on inputs that bf16 holds exactly they select what
+// f32 selects (rounding could otherwise tie two values of a pooling window, or move one across zero, and
+// move the gradient), so the output equals f32's and the gradient differs only by the output gradient's
+// rounding.
+void expect_bf16_selects_as_f32(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& input_dims) {
   if (!cpu_computes_bf16()) return;
-  auto make = [] { return std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2}); };
-  const dims_t dims = {4, 16, 12, 12};
-  const Results f32 = run(make, dims, dt::f32, false, true), bf16 = run(make, dims, dt::bf16, true, true);
+  const Results f32 = run(make, input_dims, dt::f32, false, true), bf16 = run(make, input_dims, dt::bf16, true, true);
   EXPECT_EQ(bf16.output, f32.output);
   expect_close_but_not_equal(bf16.input_gradient, f32.input_gradient, "input gradient");
+}
+
+TEST(Bf16, MaxPoolBetweenBf16LayersMatchesF32) {
+  expect_bf16_selects_as_f32(
+      [] { return std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2}); },
+      {4, 16, 12, 12});
 }
 
 // Normalisation statistics, scale and shift stay f32; only the activations it reads and writes are bf16.
@@ -174,12 +180,7 @@ TEST(Bf16, BatchNormBetweenBf16LayersMatchesF32) {
 }
 
 TEST(Bf16, ReluBetweenBf16LayersMatchesF32) {
-  if (!cpu_computes_bf16()) return;
-  auto make = [] { return std::make_unique<Relu>(); };
-  const dims_t dims = {4, 16, 6, 6};
-  const Results f32 = run(make, dims, dt::f32, false, true), bf16 = run(make, dims, dt::bf16, true, true);
-  EXPECT_EQ(bf16.output, f32.output);
-  expect_close_but_not_equal(bf16.input_gradient, f32.input_gradient, "input gradient");
+  expect_bf16_selects_as_f32([] { return std::make_unique<Relu>(); }, {4, 16, 6, 6});
 }
 
 // A residual block between bf16 layers: its body, its shortcut and their sum all in bf16.
@@ -202,7 +203,8 @@ TEST(Bf16, FlattenBetweenBf16LayersMatchesF32) {
 }
 
 // In a model the activations are bf16 exactly where both sides take bf16; the logits, which the loss
-// takes, and everything around a layer that takes only f32, stay f32. In f32 nothing changes.
+// takes, and the output of the layer before one that takes only f32 (dropout here), stay f32. In f32
+// nothing changes.
 TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
   if (!cpu_computes_bf16()) return;
   for (const dt compute : {dt::f32, dt::bf16}) {
@@ -213,6 +215,7 @@ TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
     model.add(std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2}));
     model.add(std::make_unique<Flatten>());
     model.add(std::make_unique<Dense>(DenseOptions{.in_features = 16 * 16, .out_features = 32, .relu = true}));
+    model.add(std::make_unique<Dropout>(0.25f, 5));
     model.add(std::make_unique<Dense>(DenseOptions{.in_features = 32, .out_features = 4}));
     model.finalize(ctx);
     model.initialize(1);
@@ -225,7 +228,7 @@ TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
     std::vector<dt> types;
     for (const auto& md : model.output_descs()) types.push_back(data_type_of(md));
     const dt between = compute;
-    EXPECT_EQ(types, (std::vector<dt>{between, between, between, between, dt::f32}));
+    EXPECT_EQ(types, (std::vector<dt>{between, between, between, dt::f32, dt::f32, dt::f32}));
     EXPECT_TRUE(std::isfinite(first));
     double norm = 0;
     for (float g : model.grads()) norm += static_cast<double>(g) * g;
