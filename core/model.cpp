@@ -165,6 +165,8 @@ void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
   choose_output_types(ctx, layers_, dt::f32);  // the loss, and the next stage's messages, take f32
   dnnl::memory::desc md = input_md;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
+    // A layer's gradient comes from the next layer, which gives it up; the last layer's is the caller's.
+    layers_[i]->set_may_overwrite_diff_dst(i + 1 < layers_.size());
     md = layers_[i]->setup(ctx, md, mode, i > 0 || !is_first_stage());
     output_mds_.push_back(md);
   }

@@ -56,7 +56,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   dst_ = Tensor(dst_md, ctx.engine());
   if (mode == Mode::infer) return dst_md;
 
-  relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md) : FusedReluBackward();
+  relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md, may_overwrite_diff_dst_) : FusedReluBackward();
   const auto bw_pd =
       make_inner_product_backward_weights_pd(ctx.engine(), src_c, diff_weights_any, bias_md, diff_dst_c, fwd_pd);
   bwd_weights_ = dnnl::inner_product_backward_weights(bw_pd);

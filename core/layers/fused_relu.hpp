@@ -20,40 +20,55 @@ inline dnnl::primitive_attr relu_post_op(bool relu) {
   return attr;
 }
 
-// The gradient it returns lives in the context's scratch block (valid until another layer's backward runs)
-// unless `keep` asks for a buffer of its own: a residual block's gradient must outlive its body's backward.
+// Where the gradient it returns lives: in the context's scratch block (valid until another layer's
+// backward runs); in a buffer leased until release() (a residual block's gradient must outlive its body's
+// backward, but not the block's); or in diff_dst itself, where the layer may overwrite that (see
+// Layer::set_may_overwrite_diff_dst), which needs no buffer at all.
 class FusedReluBackward {
  public:
-  enum class Storage { scratch, keep };
+  enum class Storage { scratch, lease, in_place };
   FusedReluBackward() = default;
   FusedReluBackward(Context& ctx, const dnnl::memory::desc& dst_md, Storage storage = Storage::scratch)
-      : md_(dst_md) {
-    if (storage == Storage::keep)
-      diff_pre_ = Tensor(dst_md, ctx.engine());
-    else
-      ctx.reserve_scratch(dst_md.get_size());
+      : md_(dst_md), storage_(storage) {
+    if (storage == Storage::scratch) ctx.reserve_scratch(dst_md.get_size());
     const auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
     const auto hint = make_eltwise_forward_pd(ctx.engine(), dnnl::prop_kind::forward_training, alg, dst_md);
     backward_ = dnnl::eltwise_backward(make_eltwise_backward_pd(ctx.engine(), alg, dst_md, dst_md, 0.0f, 0.0f, hint));
   }
+  // Scratch or in place, by what the layer may do with its diff_dst.
+  FusedReluBackward(Context& ctx, const dnnl::memory::desc& dst_md, bool may_overwrite_diff_dst)
+      : FusedReluBackward(ctx, dst_md, may_overwrite_diff_dst ? Storage::in_place : Storage::scratch) {}
 
-  // The gradient before the ReLU, or diff_dst itself when no ReLU is fused.
+  // The gradient before the ReLU, or diff_dst itself when no ReLU is fused. Not for Storage::lease.
   const dnnl::memory& operator()(Context& ctx, const dnnl::memory& dst, const dnnl::memory& diff_dst) {
     if (!backward_) return diff_dst;
-    out_ = diff_pre_.empty() ? dnnl::memory(md_, ctx.engine(), ctx.scratch()) : diff_pre_.memory();
-    backward_->execute(ctx.stream(), {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, out_}});
+    out_ = storage_ == Storage::in_place ? diff_dst : dnnl::memory(md_, ctx.engine(), ctx.scratch());
+    run(ctx, dst, diff_dst, out_);
     return out_;
   }
-  // Needs Storage::keep.
+  // Not for Storage::scratch.
   const Tensor& operator()(Context& ctx, const Tensor& dst, const Tensor& diff_dst) {
     if (!backward_) return diff_dst;
-    (*this)(ctx, dst.memory(), diff_dst.memory());
+    if (storage_ == Storage::in_place) {
+      run(ctx, dst.memory(), diff_dst.memory(), diff_dst.memory());
+      return diff_dst;
+    }
+    if (diff_pre_.empty()) diff_pre_ = ctx.lease(md_);
+    run(ctx, dst.memory(), diff_dst.memory(), diff_pre_.memory());
     return diff_pre_;
+  }
+  void release(Context& ctx) {
+    if (!diff_pre_.empty()) ctx.give_back(diff_pre_);
   }
 
  private:
+  void run(Context& ctx, const dnnl::memory& dst, const dnnl::memory& diff_dst, const dnnl::memory& diff_src) {
+    backward_->execute(ctx.stream(), {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}});
+  }
+
   std::optional<dnnl::eltwise_backward> backward_;
   dnnl::memory::desc md_;
+  Storage storage_ = Storage::scratch;
   Tensor diff_pre_;
   dnnl::memory out_;
 };

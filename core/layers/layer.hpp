@@ -136,9 +136,15 @@ class Layer {
   // The caller of backward is done with the gradient it returned: its storage goes back to the pool.
   virtual void release_gradient(Context& ctx) { diff_src_.give_back(ctx); }
 
+  // Whether backward may overwrite its diff_dst: true where that gradient is another layer's, given up
+  // once consumed, not the caller's nor shared with a second path. A fused ReLU's backward then works in
+  // place instead of in a buffer the size of the output. Set before setup() by the enclosing model or block.
+  void set_may_overwrite_diff_dst(bool may) { may_overwrite_diff_dst_ = may; }
+
  protected:
   LeasedTensor diff_src_;
   dt output_type_ = dt::f32;
+  bool may_overwrite_diff_dst_ = false;
 };
 
 // Tells each layer of a chain the type to give its output in, last first: bf16 where `ctx` computes in

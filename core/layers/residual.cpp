@@ -23,6 +23,9 @@ void Residual::bind(const std::vector<ParamView>& views, Context& ctx) {
 
 dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   set_output_type(ctx, output_type_);  // when no enclosing model or block did
+  // Both paths read the block's gradient: neither may overwrite it.
+  body_.set_may_overwrite_diff_dst(false);
+  shortcut_.set_may_overwrite_diff_dst(false);
   const dnnl::memory::desc body_md = body_.setup(ctx, src, mode, need_diff_src);
   const dnnl::memory::desc short_md = identity() ? src : shortcut_.setup(ctx, src, mode, need_diff_src);
   if (dims_of(body_md) != dims_of(short_md))
@@ -34,7 +37,10 @@ dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, 
   dst_ = Tensor(body_md, ctx.engine());
   if (mode == Mode::infer) return body_md;
 
-  relu_backward_ = relu_ ? FusedReluBackward(ctx, body_md, FusedReluBackward::Storage::keep) : FusedReluBackward();
+  using Storage = FusedReluBackward::Storage;
+  relu_backward_ =
+      relu_ ? FusedReluBackward(ctx, body_md, may_overwrite_diff_dst_ ? Storage::in_place : Storage::lease)
+            : FusedReluBackward();
   diff_to_shortcut_ = Relayout(ctx, body_md, short_md);
   add_diffs_.reset();
   if (need_diff_src) {
@@ -63,6 +69,7 @@ const Tensor& Residual::backward(Context& ctx, const Tensor& diff_dst) {
                                        {DNNL_ARG_DST, diff_src_.get(ctx).memory()}});
   body_.release_gradient(ctx);
   if (!identity()) shortcut_.release_gradient(ctx);
+  relu_backward_.release(ctx);
   return diff_src_.current();
 }
 

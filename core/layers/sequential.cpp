@@ -32,7 +32,11 @@ dnnl::memory::desc Sequential::setup(Context& ctx, const dnnl::memory::desc& src
   if (layers_.empty()) throw Error("sequential " + name_ + ": no layers");
   set_output_type(ctx, output_type_);  // when no enclosing model or block did
   dnnl::memory::desc md = src;
-  for (std::size_t i = 0; i < layers_.size(); ++i) md = layers_[i]->setup(ctx, md, mode, need_diff_src || i > 0);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    // A part's gradient comes from the next part, which gives it up; the last part's is the caller's.
+    layers_[i]->set_may_overwrite_diff_dst(i + 1 < layers_.size() || may_overwrite_diff_dst_);
+    md = layers_[i]->setup(ctx, md, mode, need_diff_src || i > 0);
+  }
   return md;
 }
 

@@ -47,6 +47,18 @@ TEST(ResidualGradient, ProjectionShortcutWithStride) {
   check_gradients(block, {4, 3, 6, 6}, {.abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f});
 }
 
+// Inside a chain a block may overwrite its gradient (its ReLU works in place), but its body may not: the
+// identity path reads the same gradient after the body, whose last convolution here has a ReLU of its own.
+// The first convolution gives the block its input in the body's output layout, so that the identity path
+// takes the gradient itself, not a relaid copy.
+TEST(ResidualGradient, InsideAChainWithABodyEndingInARelu) {
+  Sequential chain;
+  chain.emplace<Conv2d>(Conv2dOptions{.in_channels = 4, .out_channels = 4, .kernel = 3, .padding = 1});
+  chain.emplace<Residual>("block", conv_body(4, 4, 1, true), Sequential(), true);
+  chain.emplace<Conv2d>(Conv2dOptions{.in_channels = 4, .out_channels = 3, .kernel = 3, .padding = 1});
+  check_gradients(chain, {2, 4, 5, 5}, kPiecewise);
+}
+
 TEST(ResidualGradient, ShapeMismatchIsAnError) {
   Context ctx;
   Residual block("bad", conv_body(3, 5, 2, false));
