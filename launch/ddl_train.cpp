@@ -231,12 +231,10 @@ void build(Run& run, const Communicator& world) {
   ModelConfig config;
   std::unique_ptr<Model> whole;  // not finalized: only its layer count and input shape
   on_every_rank(world, "setting up", [&] {
-    if (o.precision == "bf16") {
-      if (!cpu_computes_bf16())
-        throw InputError("--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
-                         "slower than f32): train with --precision f32");
-      run.ctx.set_compute_type(dt::bf16);
-    }
+    if (o.precision == "bf16" && !cpu_computes_bf16())
+      throw InputError("--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
+                       "slower than f32): train with --precision f32");
+    if (o.precision == "bf16" || (o.precision == "auto" && cpu_computes_bf16())) run.ctx.set_compute_type(dt::bf16);
     for (const auto& [option, path] : {std::pair{"--train", o.train_path}, std::pair{"--val", o.val_path}})
       if (!path.empty() && std::filesystem::is_directory(path))
         throw InputError(std::string(option) + " " + path + " is a folder: import its images first (ddl_data import "
@@ -458,7 +456,9 @@ void print_header(Run& run, const Communicator& world) {
     std::printf("%s images resampled to %ldx%ld (bilinear)\n", image_shape(data).c_str(), static_cast<long>(in[1]),
                 static_cast<long>(in[2]));
   std::printf("optimizer %s, schedule %s\n", run.optimizer->describe().c_str(), run.schedule.describe().c_str());
-  if (o.precision == "bf16")
+  if (o.precision == "auto" && run.ctx.compute_type() == dt::f32)
+    std::printf("precision auto: this CPU has neither AVX512-BF16 nor AMX, so f32\n");
+  if (run.ctx.compute_type() == dt::bf16)
     std::printf("precision bf16: convolutions, dense layers and matrix products multiply in bf16 and accumulate in "
                 "f32; activations bf16 between the layers that take it; weights, gradients, optimizer and loss f32\n");
   if (g.replicas > 1 && o.bucket_mb > 0 && g.stages == 1 && g.tensor == 1)

@@ -144,9 +144,9 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   system.add_options()("threads", po::value(&o.threads)->default_value(0),
                        "compute threads per rank (0: the node's cores / its ranks)")(
       "precision", po::value(&o.precision)->default_value(o.precision),
-      "f32 | bf16: convolutions, dense layers and matrix products compute in bf16 (AVX512-BF16 or AMX), with "
-      "bf16 activations between the layers that take them; the loss, the weights, the gradients and the "
-      "optimizer stay f32")(
+      "f32 | bf16 | auto: bf16 computes convolutions, dense layers and matrix products in bf16 (AVX512-BF16 or "
+      "AMX), with bf16 activations between the layers that take them; the loss, the weights, the gradients and "
+      "the optimizer stay f32. auto: bf16 where the CPU has those instructions, else f32")(
       "allreduce", po::value(&o.allreduce)->default_value(o.allreduce),
       "gradient all-reduce: ring | hier (shared memory in a node, ring across) | mpi")(
       "allreduce-wire", po::value(&o.allreduce_wire)->default_value(o.allreduce_wire),
@@ -330,7 +330,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   else
     throw InputError("--lr-schedule must be constant, step or cosine, not '" + o.lr_schedule + "'");
   require(o.allreduce_wire == "f32" || o.allreduce_wire == "bf16", "--allreduce-wire must be f32 or bf16");
-  require(o.precision == "f32" || o.precision == "bf16", "--precision must be f32 or bf16");
+  require(o.precision == "f32" || o.precision == "bf16" || o.precision == "auto", "--precision must be f32, bf16 or auto");
   require(o.allreduce_wire == "f32" || o.allreduce == "ring", "--allreduce-wire bf16 needs --allreduce ring");
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0");
   if (o.timeout != "auto") {
