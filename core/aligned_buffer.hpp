@@ -8,6 +8,7 @@
 #include <memory>
 #include <new>
 #include <span>
+#include <utility>
 
 namespace ddl {
 
@@ -24,6 +25,14 @@ class AlignedBuffer {
     if (!p) throw std::bad_alloc();
     std::memset(p, 0, bytes);
     data_.reset(static_cast<T*>(p));
+  }
+
+  // A moved-from buffer is empty (size 0), not a size without storage.
+  AlignedBuffer(AlignedBuffer&& other) noexcept : data_(std::move(other.data_)), count_(std::exchange(other.count_, 0)) {}
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
+    data_ = std::move(other.data_);
+    count_ = std::exchange(other.count_, 0);
+    return *this;
   }
 
   T* data() { return data_.get(); }

@@ -96,6 +96,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
 }
 
 const Tensor& Conv2d::forward(Context& ctx, const Tensor& src) {
+  if (dst_.empty()) throw Error(describe() + ": forward while its output's storage still holds its input gradient");
   src_ = &src;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, fwd_src_(ctx, src.memory())},
                                        {DNNL_ARG_WEIGHTS, fwd_weights_(ctx, weights_.value)},
@@ -118,7 +119,9 @@ const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
   weight_gradients_.finish(ctx);
 
   if (!bwd_data_) return diff_src_.current();
-  const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.get(ctx).memory();
+  // Nothing reads the output from here until the next forward (a fused ReLU was its last reader): the
+  // input gradient may take its storage.
+  const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.get(ctx, dst_).memory();
   bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, reuse_weights_diff_dst_ ? bwd_weights_diff_dst_.last(grad)
                                                                                : bwd_data_diff_dst_(ctx, grad)},
                                     {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value)

@@ -80,19 +80,35 @@ class LeasedTensor {
   void reset(const dnnl::memory::desc& md) {
     md_ = md;
     tensor_ = Tensor();
+    home_ = nullptr;
   }
   Tensor& get(Context& ctx) {
     if (tensor_.empty()) tensor_ = ctx.lease(md_);
     return tensor_;
   }
+  // The same, but in `spare`'s storage where it fits: a layer's output, which nothing reads from the
+  // layer's backward until its next forward. The storage goes back to `spare` when given back.
+  Tensor& get(Context& ctx, Tensor& spare) {
+    if (tensor_.empty() && !spare.empty() && spare.bytes() >= md_.get_size()) {
+      home_ = &spare;
+      home_md_ = spare.desc();
+      tensor_ = Tensor(md_, ctx.engine(), spare.release_storage());
+    }
+    return get(ctx);
+  }
   const Tensor& current() const { return tensor_; }
   void give_back(Context& ctx) {
-    if (!tensor_.empty()) ctx.give_back(tensor_);
+    if (tensor_.empty()) return;
+    if (!home_) return ctx.give_back(tensor_);
+    *home_ = Tensor(home_md_, ctx.engine(), tensor_.release_storage());
+    tensor_ = Tensor();
+    home_ = nullptr;
   }
 
  private:
-  dnnl::memory::desc md_;
+  dnnl::memory::desc md_, home_md_;
   Tensor tensor_;
+  Tensor* home_ = nullptr;
 };
 
 class Layer {

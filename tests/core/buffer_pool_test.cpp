@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/layers/layer.hpp"
+
 namespace ddl {
 namespace {
 
@@ -37,6 +39,39 @@ TEST(BufferPool, ReleasesSmallerFreeBuffersWhenNoneFits) {
   AlignedBuffer<std::byte> again = pool.take(10);
   EXPECT_EQ(again.data(), where) << "the 10-byte buffer should have been released, leaving only the large one";
   EXPECT_EQ(pool.take(10).size(), 10u) << "a fresh buffer: the pool holds nothing else";
+}
+
+TEST(AlignedBuffer, AMovedFromBufferIsEmpty) {
+  AlignedBuffer<float> a(16);
+  AlignedBuffer<float> b = std::move(a);
+  EXPECT_EQ(a.size(), 0u);
+  EXPECT_EQ(b.size(), 16u);
+  a = std::move(b);
+  EXPECT_EQ(b.size(), 0u);
+  EXPECT_EQ(a.size(), 16u);
+}
+
+// A layer's input gradient may take its output's storage (dead from its backward to its next forward),
+// and gives it back there, not to the pool.
+TEST(LeasedTensor, TakesASparesStorageWhereItFitsAndGivesItBack) {
+  Context ctx;
+  Tensor output(plain_desc({2, 8}), ctx.engine());
+  const float* storage = output.data();
+  LeasedTensor gradient;
+  gradient.reset(plain_desc({2, 4}));
+  EXPECT_EQ(gradient.get(ctx, output).data(), storage);
+  EXPECT_TRUE(output.empty()) << "the output must not be used while the gradient holds its storage";
+  gradient.give_back(ctx);
+  EXPECT_TRUE(gradient.current().empty());
+  ASSERT_FALSE(output.empty());
+  EXPECT_EQ(output.data(), storage);
+  EXPECT_EQ(output.dims(), (dims_t{2, 8}));
+
+  LeasedTensor larger;
+  larger.reset(plain_desc({2, 16}));
+  EXPECT_NE(larger.get(ctx, output).data(), storage) << "does not fit: leased from the pool";
+  EXPECT_FALSE(output.empty());
+  larger.give_back(ctx);
 }
 
 }  // namespace

@@ -81,6 +81,7 @@ inline std::size_t check_gradients(Layer& layer, const dims_t& input_dims, const
   Tensor diff_dst = from_plain(ctx, r, y.desc());
   const Tensor& diff_src = layer.backward(ctx, diff_dst);
   const std::vector<float> analytic_input = opt.check_input ? to_plain(ctx, diff_src) : std::vector<float>();
+  layer.release_gradient(ctx);  // as a caller must before the next forward
   const std::vector<float> analytic_params(grads.data(), grads.data() + total);
 
   std::size_t mismatches = 0;
