@@ -28,7 +28,8 @@ class AlignedBuffer {
   }
 
   // A moved-from buffer is empty (size 0), not a size without storage.
-  AlignedBuffer(AlignedBuffer&& other) noexcept : data_(std::move(other.data_)), count_(std::exchange(other.count_, 0)) {}
+  AlignedBuffer(AlignedBuffer&& other) noexcept
+      : data_(std::move(other.data_)), count_(std::exchange(other.count_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
     data_ = std::move(other.data_);
     count_ = std::exchange(other.count_, 0);

@@ -19,6 +19,7 @@ class BufferPool {
   // ones (all smaller) are released first: a model's gradients grow from layer to layer during backward
   // (VGG16's from 12 to 392 MB at batch 32), and keeping every size would hold their sum, not their peak.
   AlignedBuffer<std::byte> take(std::size_t bytes) {
+    if (bytes == 0) return {};
     auto best = free_.end();
     for (auto it = free_.begin(); it != free_.end(); ++it)
       if (it->size() >= bytes && (best == free_.end() || it->size() < best->size())) best = it;

@@ -234,7 +234,7 @@ void build(Run& run, const Communicator& world) {
     if (o.precision == "bf16" && !cpu_computes_bf16())
       throw InputError("--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
                        "slower than f32): train with --precision f32");
-    if (o.precision == "bf16" || (o.precision == "auto" && cpu_computes_bf16())) run.ctx.set_compute_type(dt::bf16);
+    if (o.precision == "bf16") run.ctx.set_compute_type(dt::bf16);
     for (const auto& [option, path] : {std::pair{"--train", o.train_path}, std::pair{"--val", o.val_path}})
       if (!path.empty() && std::filesystem::is_directory(path))
         throw InputError(std::string(option) + " " + path + " is a folder: import its images first (ddl_data import "
@@ -260,6 +260,12 @@ void build(Run& run, const Communicator& world) {
       throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
                        " holds " + image_shape(train));
   });
+  if (o.precision == "auto") {
+    // bf16 only where every rank's CPU computes it: replicas must compute alike.
+    double without_bf16[1] = {cpu_computes_bf16() ? 0.0 : 1.0};
+    world.allreduce_sum(without_bf16);
+    if (without_bf16[0] == 0.0) run.ctx.set_compute_type(dt::bf16);
+  }
   const ImageDataset& train = *train_set;
   const std::size_t layers = whole->num_layers();
   const dims_t in = whole->input_shape();
@@ -457,7 +463,7 @@ void print_header(Run& run, const Communicator& world) {
                 static_cast<long>(in[2]));
   std::printf("optimizer %s, schedule %s\n", run.optimizer->describe().c_str(), run.schedule.describe().c_str());
   if (o.precision == "auto" && run.ctx.compute_type() == dt::f32)
-    std::printf("precision auto: this CPU has neither AVX512-BF16 nor AMX, so f32\n");
+    std::printf("precision auto: f32 (a CPU of this run has neither AVX512-BF16 nor AMX)\n");
   if (run.ctx.compute_type() == dt::bf16)
     std::printf("precision bf16: convolutions, dense layers and matrix products multiply in bf16 and accumulate in "
                 "f32; activations bf16 between the layers that take it; weights, gradients, optimizer and loss f32\n");

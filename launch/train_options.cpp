@@ -330,7 +330,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   else
     throw InputError("--lr-schedule must be constant, step or cosine, not '" + o.lr_schedule + "'");
   require(o.allreduce_wire == "f32" || o.allreduce_wire == "bf16", "--allreduce-wire must be f32 or bf16");
-  require(o.precision == "f32" || o.precision == "bf16" || o.precision == "auto", "--precision must be f32, bf16 or auto");
+  require(o.precision == "f32" || o.precision == "bf16" || o.precision == "auto",
+          "--precision must be f32, bf16 or auto");
   require(o.allreduce_wire == "f32" || o.allreduce == "ring", "--allreduce-wire bf16 needs --allreduce ring");
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0");
   if (o.timeout != "auto") {

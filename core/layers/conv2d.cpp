@@ -32,6 +32,7 @@ void Conv2d::bind(const std::vector<ParamView>& views, Context& ctx) {
 }
 
 memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
+  diff_src_.give_back(ctx);  // storage lent from dst_ goes home before dst_ is rebuilt
   const dims_t in = dims_of(src_md);
   if (in.size() != 4 || in[1] != opt_.in_channels)
     throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.in_channels) + ", H, W], got " +

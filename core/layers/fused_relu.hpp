@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/context.hpp"
+#include "core/error.hpp"
 #include "core/onednn_api.hpp"
 #include "core/tensor.hpp"
 
@@ -39,31 +40,37 @@ class FusedReluBackward {
   FusedReluBackward(Context& ctx, const dnnl::memory::desc& dst_md, bool may_overwrite_diff_dst)
       : FusedReluBackward(ctx, dst_md, may_overwrite_diff_dst ? Storage::in_place : Storage::scratch) {}
 
-  // The gradient before the ReLU, or diff_dst itself when no ReLU is fused. Not for Storage::lease.
+  // The gradient before the ReLU, or diff_dst itself when no ReLU is fused.
   const dnnl::memory& operator()(Context& ctx, const dnnl::memory& dst, const dnnl::memory& diff_dst) {
     if (!backward_) return diff_dst;
-    out_ = storage_ == Storage::in_place ? diff_dst : dnnl::memory(md_, ctx.engine(), ctx.scratch());
-    run(ctx, dst, diff_dst, out_);
+    out_ = target(ctx, diff_dst);
+    backward_->execute(ctx.stream(), {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, out_}});
     return out_;
   }
-  // Not for Storage::scratch.
+  // The same as a tensor: not for Storage::scratch, whose block is no tensor.
   const Tensor& operator()(Context& ctx, const Tensor& dst, const Tensor& diff_dst) {
     if (!backward_) return diff_dst;
-    if (storage_ == Storage::in_place) {
-      run(ctx, dst.memory(), diff_dst.memory(), diff_dst.memory());
-      return diff_dst;
-    }
-    if (diff_pre_.empty()) diff_pre_ = ctx.lease(md_);
-    run(ctx, dst.memory(), diff_dst.memory(), diff_pre_.memory());
-    return diff_pre_;
+    if (storage_ == Storage::scratch)
+      throw Error("fused ReLU backward: a tensor result needs a leased or in-place gradient");
+    (*this)(ctx, dst.memory(), diff_dst.memory());
+    return storage_ == Storage::in_place ? diff_dst : diff_pre_;
   }
   void release(Context& ctx) {
     if (!diff_pre_.empty()) ctx.give_back(diff_pre_);
   }
 
  private:
-  void run(Context& ctx, const dnnl::memory& dst, const dnnl::memory& diff_dst, const dnnl::memory& diff_src) {
-    backward_->execute(ctx.stream(), {{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}});
+  dnnl::memory target(Context& ctx, const dnnl::memory& diff_dst) {
+    switch (storage_) {
+      case Storage::in_place:
+        return diff_dst;
+      case Storage::lease:
+        if (diff_pre_.empty()) diff_pre_ = ctx.lease(md_);
+        return diff_pre_.memory();
+      case Storage::scratch:
+        break;
+    }
+    return dnnl::memory(md_, ctx.engine(), ctx.scratch());
   }
 
   std::optional<dnnl::eltwise_backward> backward_;

@@ -93,16 +93,20 @@ class LeasedTensor {
       home_ = &spare;
       home_md_ = spare.desc();
       tensor_ = Tensor(md_, ctx.engine(), spare.release_storage());
+      spare = Tensor();  // so that a use while lent fails instead of reading the gradient
     }
     return get(ctx);
   }
   const Tensor& current() const { return tensor_; }
   void give_back(Context& ctx) {
     if (tensor_.empty()) return;
-    if (!home_) return ctx.give_back(tensor_);
-    *home_ = Tensor(home_md_, ctx.engine(), tensor_.release_storage());
-    tensor_ = Tensor();
-    home_ = nullptr;
+    if (home_) {
+      *home_ = Tensor(home_md_, ctx.engine(), tensor_.release_storage());
+      tensor_ = Tensor();
+      home_ = nullptr;
+    } else {
+      ctx.give_back(tensor_);
+    }
   }
 
  private:
