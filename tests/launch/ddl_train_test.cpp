@@ -689,18 +689,17 @@ TEST_F(DdlTrain, Bf16TracksF32AndItsCheckpointsResumeInF32) {
 }
 
 TEST_F(DdlTrain, PrecisionAutoIsBf16WhereTheCpuComputesItElseF32WithANote) {
-  const auto r = run(kTrain + train_args("--epochs 1 --steps-per-epoch 2 --threads 1 --precision auto"));
+  const std::string auto_run = kTrain + train_args("--epochs 1 --steps-per-epoch 2 --threads 1 --precision auto");
+  const std::string f32_note = "precision auto: f32 (a CPU of this run has neither AVX512-BF16 nor AMX)";
+  const auto r = run(auto_run);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("precision bf16: convolutions") != std::string::npos, cpu_computes_bf16()) << r.out;
-  EXPECT_EQ(r.out.find("precision auto: f32 (a CPU of this run has neither AVX512-BF16 nor AMX)") != std::string::npos,
-            !cpu_computes_bf16())
-      << r.out;
+  EXPECT_EQ(r.out.find(f32_note) != std::string::npos, !cpu_computes_bf16()) << r.out;
   // With oneDNN capped below bf16 every CPU takes the other path: auto trains in f32, bf16 is refused.
   const std::string capped = "ONEDNN_MAX_CPU_ISA=AVX512_CORE ";
-  const auto f32 = run(capped + kTrain + train_args("--epochs 1 --steps-per-epoch 2 --threads 1 --precision auto"));
+  const auto f32 = run(capped + auto_run);
   ASSERT_EQ(f32.exit_code, 0) << f32.err;
-  EXPECT_NE(f32.out.find("precision auto: f32 (a CPU of this run has neither AVX512-BF16 nor AMX)"), std::string::npos)
-      << f32.out;
+  EXPECT_NE(f32.out.find(f32_note), std::string::npos) << f32.out;
   EXPECT_EQ(f32.out.find("precision bf16"), std::string::npos) << f32.out;
   expect_clean_error(run(capped + kTrain + train_args("--precision bf16")),
                      "--precision bf16: this CPU has neither AVX512-BF16 nor AMX");
