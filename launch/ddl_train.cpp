@@ -4,7 +4,6 @@
 // boundary: set-up errors are agreed on by all ranks and end every rank with exit code 2; errors during
 // training abort the whole job with the failing rank's message.
 #include <omp.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +47,7 @@
 #include "launch/plan_profile.hpp"
 #include "launch/replanner.hpp"
 #include "launch/stage_partition.hpp"
+#include "launch/stop_signals.hpp"
 #include "launch/strategy.hpp"
 #include "launch/tensor_split.hpp"
 #include "launch/thread_count.hpp"
@@ -507,22 +507,6 @@ void write_timeline(const Run& run, const Timeline& timeline, const Communicator
               timeline.dropped() ? " (rank 0 kept only its first events)" : "");
 }
 
-// The one piece of process-wide mutable state: a signal handler can reach nothing else. Atomic, not merely
-// volatile sig_atomic_t: the handler may run on any thread of the process (Open MPI's and PMIx's threads
-// take signals too), and a lock-free atomic is safe in a handler and between threads (ThreadSanitizer saw
-// the race).
-std::atomic<int> stop_signal{0};
-static_assert(std::atomic<int>::is_always_lock_free);
-extern "C" void on_stop_signal(int signal) { stop_signal.store(signal); }
-
-void catch_stop_signals() {
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  for (int signal : {SIGINT, SIGTERM})
-    if (sigaction(signal, &action, nullptr) != 0) throw Error("cannot install the SIGINT/SIGTERM handler");
-}
-
 // The one rank that speaks for the job.
 bool world_rank_zero(const Run& run) {
   return run.grid.replica == 0 && run.grid.stage == 0 && run.grid.t == 0;
@@ -531,7 +515,7 @@ bool world_rank_zero(const Run& run) {
 // After SIGINT or SIGTERM (Slurm's pre-emption): every rank stopped after the same step; the checkpoint
 // records how far the run got (`steps` of the epoch, 0 at an epoch's end), so --resume continues it
 // exactly. Exit code 128 + the signal, as a shell reports a process ended by it.
-int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps) {
+int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps, int signal) {
   const TrainOptions& o = run.options;
   run.state.epochs_done = static_cast<std::uint64_t>(epoch);
   const std::string last = (std::filesystem::path(o.checkpoint_dir) / "last.h5").string();
@@ -548,7 +532,7 @@ int stop_midway(Run& run, const PassMetrics& tr, int epoch, std::size_t steps) {
       std::printf("; %s holds it: continue with --resume auto\n", last.c_str());
     std::fflush(stdout);
   }
-  return 128 + (stop_signal.load() != 0 ? stop_signal.load() : SIGTERM);
+  return 128 + (signal != 0 ? signal : SIGTERM);
 }
 
 void report(const Communicator* world, const std::string& message) { print_error_line("ddl_train", world, message); }
@@ -760,7 +744,7 @@ int pack_for_next_layout(Run& run, const Communicator& world) {
   return kSwitchLayout;
 }
 
-int train(Run& run, const Communicator& world) {
+int train(Run& run, const Communicator& world, StopSignals& stop_signals) {
   const TrainOptions& o = run.options;
   const Grid& g = run.grid;
   const bool lead = world.rank() == 0;
@@ -806,7 +790,8 @@ int train(Run& run, const Communicator& world) {
   // A re-planning run times its steps; the first one of a layout builds its primitives and is left out.
   std::chrono::steady_clock::time_point step_began;
   bool first_step_of_layout = true;
-  catch_stop_signals();
+  stop_signals.arm();
+  const std::atomic<int>& stop_signal = stop_signals.received();
   StopVote stop_vote(world);
   try {
     if (!o.timeline_path.empty()) trainer.record(&run.timeline);
@@ -865,7 +850,7 @@ int train(Run& run, const Communicator& world) {
       if (first_step + tr.steps < steps) {
         run.state.steps_done = first_step + tr.steps;
         if (run.next_layout && !stop) return pack_for_next_layout(run, world);
-        return finish(stop_midway(run, tr, epoch, steps));
+        return finish(stop_midway(run, tr, epoch, steps, stop_signal.load()));
       }
       run.state.steps_done = 0;
       // The slowest rank's wait is what the step pays for communication; a pipeline's idle share is the
@@ -928,7 +913,7 @@ int train(Run& run, const Communicator& world) {
                           trainer.last_lr(), peak_mb[0], comm_share[0], pipeline_wait[0] / tr.seconds, step_seconds,
                           run.predicted_step_s, run.predicted_comm_share});
       }
-      if (stop) return finish(stop_midway(run, tr, epoch + 1, 0));
+      if (stop) return finish(stop_midway(run, tr, epoch + 1, 0, stop_signal.load()));
       if (!run.next_layout && run.replanner && o.replan_every == TrainOptions::kReplanEachEpoch && epoch + 1 < o.epochs)
         consider_replan(run, world, profiler);
       if (run.next_layout) return pack_for_next_layout(run, world);
@@ -982,6 +967,7 @@ void move_to_next_layout(std::optional<Run>& run, const Communicator& world) {
 
 int main(int argc, char** argv) {
   using namespace ddl;
+  StopSignals stop_signals;  // before any thread starts
   h5::no_cleanup_at_exit();
   MpiEnvironment mpi(&argc, &argv);
   std::optional<Communicator> world;
@@ -993,7 +979,8 @@ int main(int argc, char** argv) {
     world.emplace();
     auto options = parse_train_options(argc, argv);
     if (!options) return world->any(false) ? 2 : 0;
-    hang.emplace(WaitLimits(options->timeout_seconds), "rank " + std::to_string(world->rank()), &stop_signal);
+    hang.emplace(WaitLimits(options->timeout_seconds), "rank " + std::to_string(world->rank()),
+                 &stop_signals.received());
     world->watch(&*hang, "all ranks");
     run.emplace();
     run->options = *options;
@@ -1015,10 +1002,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (!resume(*run, *world) || !initialize(*run, *world)) return 2;
-    int code = train(*run, *world);
+    int code = train(*run, *world, stop_signals);
     while (code == kSwitchLayout) {
       move_to_next_layout(run, *world);
-      code = train(*run, *world);
+      code = train(*run, *world, stop_signals);
     }
     return code;
   } catch (...) {
