@@ -14,14 +14,19 @@ namespace ddl {
 
 class BufferPool {
  public:
-  // A free buffer of at least `bytes` (and at most twice as many, so small requests do not pin large
-  // buffers), or a new one. Contents are unspecified.
+  // The smallest free buffer of at least `bytes`, or a new one. Contents are unspecified. A larger buffer
+  // serves a smaller request rather than a new one being allocated; when none is large enough, the free
+  // ones (all smaller) are released first: a model's gradients grow from layer to layer during backward
+  // (VGG16's from 12 to 392 MB at batch 32), and keeping every size would hold their sum, not their peak.
   AlignedBuffer<std::byte> take(std::size_t bytes) {
+    if (bytes == 0) return {};
     auto best = free_.end();
     for (auto it = free_.begin(); it != free_.end(); ++it)
-      if (it->size() >= bytes && it->size() <= 2 * bytes && (best == free_.end() || it->size() < best->size()))
-        best = it;
-    if (best == free_.end()) return AlignedBuffer<std::byte>(bytes);
+      if (it->size() >= bytes && (best == free_.end() || it->size() < best->size())) best = it;
+    if (best == free_.end()) {
+      free_.clear();
+      return AlignedBuffer<std::byte>(bytes);
+    }
     AlignedBuffer<std::byte> buffer = std::move(*best);
     free_.erase(best);
     return buffer;
