@@ -14,13 +14,13 @@ shift || true
 case "$mode" in
   address)
     build=${DDL_SANITIZE_BUILD:-$root/build-asan}
-    targets=(core_tests data_tests comm_unit_tests comm_tests launch_tests ddl_train ddl_data)
+    targets=(core_tests data_tests comm_unit_tests comm_tests launch_tests launch_unit_tests ddl_train ddl_data)
     select=(-E "fresh_machine|docker_compose|fuzz_parsers|slurm|sanitizer_|torch_interop")
     probe_flags=(-fsanitize=address,undefined) ;;
   thread)
     build=${DDL_SANITIZE_BUILD:-$root/build-tsan}
-    targets=(data_tests comm_unit_tests comm_tests launch_tests ddl_train ddl_data)
-    select=(-R "LoaderTest|WaitLimits|comm_allreduce_[23]_ranks|DdlTrain\.(RanksMatchOneRankWithTheGlobalBatch|PipelinesMatchOneRankForSeedCnn|AStoppedRankIsNamedWithinTheTimeout|SigtermStopsEveryRank|ARankFailingDuringTrainingStopsTheJob|ADriftingReplica)")
+    targets=(data_tests comm_unit_tests comm_tests launch_tests launch_unit_tests ddl_train ddl_data)
+    select=(-R "LoaderTest|WaitLimits|StopSignals|comm_allreduce_[23]_ranks|DdlTrain\.(RanksMatchOneRankWithTheGlobalBatch|PipelinesMatchOneRankForSeedCnn|AStoppedRankIsNamedWithinTheTimeout|SigtermStopsEveryRank|ARankFailingDuringTrainingStopsTheJob|ADriftingReplica)")
     probe_flags=(-fsanitize=thread) ;;
   *) echo "run_sanitizers.sh: give address or thread" >&2; exit 2 ;;
 esac
