@@ -18,9 +18,14 @@ sigset_t stop_set() {
   return set;
 }
 
+bool ignored(int signal) {
+  struct sigaction now {};
+  return sigaction(signal, nullptr, &now) == 0 && now.sa_handler == SIG_IGN;
+}
+
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals() : int_ignored_(ignored(SIGINT)), term_ignored_(ignored(SIGTERM)) {
   const sigset_t set = stop_set();
   if (const int e = pthread_sigmask(SIG_BLOCK, &set, nullptr); e != 0)
     throw Error("cannot block SIGINT and SIGTERM (error " + std::to_string(e) + ")");
@@ -43,6 +48,7 @@ void StopSignals::wait() {
       received_.store(signal);
       continue;
     }
+    if (signal == SIGINT ? int_ignored_ : term_ignored_) continue;
     // Not training yet: end the process by the signal's default action, from this thread, the one
     // thread where it is unblocked.
     std::signal(signal, SIG_DFL);

@@ -21,7 +21,7 @@ bool blocked_here(int signal) {
 }
 
 bool wait_for(const std::atomic<int>& received, int signal) {
-  for (int i = 0; i < 200 && received.load() != signal; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 3000 && received.load() != signal; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   return received.load() == signal;
 }
 
@@ -49,10 +49,22 @@ TEST(StopSignals, BeforeArmingASignalEndsTheProcessAsItWould) {
       {
         StopSignals stop;
         kill(getpid(), SIGTERM);
-        std::this_thread::sleep_for(std::chrono::seconds(5));
+        std::this_thread::sleep_for(std::chrono::seconds(60));
         std::_Exit(0);
       },
       ::testing::KilledBySignal(SIGTERM), "");
+}
+
+TEST(StopSignals, BeforeArmingAnIgnoredSignalStaysIgnored) {
+  EXPECT_EXIT(
+      {
+        std::signal(SIGINT, SIG_IGN);  // as bash starts a background job
+        StopSignals stop;
+        kill(getpid(), SIGINT);
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::_Exit(7);
+      },
+      ::testing::ExitedWithCode(7), "");
 }
 
 // The case that corrupted ddl_train's heap: signals arriving while oneDNN's f32 gemm (a dense layer with
