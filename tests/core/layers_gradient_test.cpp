@@ -64,6 +64,12 @@ TEST(DenseGradient, FusedReluNoBias) {
   check_gradients(dense, {4, 20}, {.step = 1e-3f, .abs_tolerance = 5e-3f});
 }
 
+TEST(DenseGradient, LargeLayerKeepsPlainWeights) {
+  // 16 MB of f32 weights: from 4 MB on, the layer computes on the parameters' plain layout, not a copy.
+  Dense dense({.in_features = 4096, .out_features = 1024, .relu = true});
+  check_gradients(dense, {2, 4096}, {.step = 1e-3f, .abs_tolerance = 5e-3f, .param_scale = 0.05f});
+}
+
 TEST(ReluGradient, AwayFromTheKink) {
   Relu relu;
   check_gradients(relu, {2, 3, 4, 4}, {.step = 1e-3f});
