@@ -111,6 +111,13 @@ ImageDataset::ImageDataset(const std::string& path) : files_(dataset_files(path)
                          " is outside [0, " + std::to_string(names.size()) + ")");
     labels_.insert(labels_.end(), labels.begin(), labels.end());
     shard.file_space = h5::Handle(h5::check_id(H5Dget_space(shard.images.get()), "H5Dget_space", f));
+    {
+      const h5::Handle create(h5::check_id(H5Dget_create_plist(shard.images.get()), "H5Dget_create_plist", f));
+      hsize_t chunk[4] = {};
+      shard.chunk_per_image = H5Pget_layout(create.get()) == H5D_CHUNKED && H5Pget_nfilters(create.get()) == 0 &&
+                              H5Pget_chunk(create.get(), 4, chunk) == 4 && chunk[0] == 1 && chunk[1] == shape[1] &&
+                              chunk[2] == shape[2] && chunk[3] == shape[3];
+    }
     shard_begin_.push_back(labels_.size());
     shards_.push_back(std::move(shard));
   }
@@ -136,6 +143,12 @@ void ImageDataset::read(std::span<const std::size_t> indices, std::span<std::uin
     const Shard& shard = shards_[s];
     touched[s] = true;
     const hsize_t start[4] = {index - shard_begin_[s], 0, 0, 0};
+    if (shard.chunk_per_image) {
+      std::uint32_t filters = 0;
+      if (H5Dread_chunk(shard.images.get(), H5P_DEFAULT, start, &filters, pixels.data() + k * bytes) < 0)
+        throw InputError(files_[s] + ": cannot read image " + std::to_string(index) + " (file corrupt or truncated?)");
+      continue;
+    }
     h5::check(H5Sselect_hyperslab(shard.file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr),
               "H5Sselect_hyperslab", files_[s]);
     if (H5Dread(shard.images.get(), H5T_NATIVE_UINT8, one_image_space_.get(), shard.file_space.get(), H5P_DEFAULT,

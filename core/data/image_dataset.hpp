@@ -41,6 +41,7 @@ class ImageDataset {
   struct Shard {
     h5::Handle file, images, file_space;
     std::uintmax_t bytes_at_open = 0;
+    bool chunk_per_image = false;  // unfiltered chunks of one image each: read whole, past HDF5's selections
   };
   std::vector<std::string> files_;
   std::vector<Shard> shards_;

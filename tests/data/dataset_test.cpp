@@ -53,6 +53,25 @@ TEST(ImageDataset, RoundTripKeepsPixelsLabelsNamesAndStatistics) {
   EXPECT_NEAR(ds.channel_mean()[0], mean0 / (set.pixels.size() / 3), 1e-9);
 }
 
+TEST(ImageDataset, ImagesOfAChunkEachAreReadWholeAndInOrder) {
+  // 32x32x3 images take a chunk each, which the reader reads directly rather than through a selection.
+  TempDir dir;
+  write_image_dataset(pattern_set(20, 32, 32, 3), dir / "c.h5", 1);
+  ImageDataset ds(dir / "c.h5");
+  const std::vector<std::size_t> idx = {19, 0, 7, 7, 12};
+  std::vector<std::uint8_t> px(idx.size() * ds.image_bytes());
+  ds.read(idx, px);
+  for (std::size_t k = 0; k < idx.size(); ++k)
+    for (int y = 0; y < 32; ++y)
+      for (int x = 0; x < 32; ++x)
+        for (int c = 0; c < 3; ++c)
+          ASSERT_EQ(px[k * ds.image_bytes() + (y * 32 + x) * 3 + c], pattern(idx[k], y, x, c)) << k;
+  std::filesystem::resize_file(dir / "c.h5", std::filesystem::file_size(dir / "c.h5") / 2);
+  const std::vector<std::size_t> last{19};
+  EXPECT_NE(input_error([&] { ds.read(last, std::span(px).first(ds.image_bytes())); }).find("c.h5: "),
+            std::string::npos);
+}
+
 TEST(ImageDataset, ShardsOpenByBaseNameOrAnyShardAndReadAcrossThem) {
   TempDir dir;
   const auto set = pattern_set(10, 2, 2, 2);
