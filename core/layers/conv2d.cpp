@@ -60,7 +60,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
                                            relu_post_op(opt_.relu));
   fwd_ = dnnl::convolution_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, fwd_pd.src_desc());
-  fwd_weights_ = Relayout(ctx, weights_.value, fwd_pd.weights_desc());
+  fwd_weights_ = LeasedParamCopy(ctx, weights_.value, fwd_pd.weights_desc());
   dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
   if (mode == Mode::infer) return dst_.desc();
 
@@ -83,7 +83,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
     bwd_data_ = dnnl::convolution_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
-    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value, bd_pd.weights_desc());
+    if (!reuse_forward_weights_) bwd_data_weights_ = LeasedParamCopy(ctx, weights_.value, bd_pd.weights_desc());
     // And the weights' backward's converted output gradient (bf16, or another layout) when it fits.
     reuse_weights_diff_dst_ = bd_pd.diff_dst_desc() == bw_pd.diff_dst_desc();
     bwd_data_diff_dst_ = reuse_weights_diff_dst_ ? Relayout() : Relayout(ctx, dst_md, bd_pd.diff_dst_desc());
@@ -104,6 +104,8 @@ const Tensor& Conv2d::forward(Context& ctx, const Tensor& src) {
                                        {DNNL_ARG_DST, dst_.memory()}};
   if (opt_.bias) args.insert({DNNL_ARG_BIAS, bias_.value});
   fwd_.execute(ctx.stream(), args);
+  // The backward's input gradient may read this copy again; else it goes back to the pool now.
+  if (!(mode_ == Mode::train && bwd_data_ && reuse_forward_weights_)) fwd_weights_.release(ctx);
   return dst_;
 }
 
@@ -128,6 +130,8 @@ const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
                                     {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value)
                                                                               : bwd_data_weights_(ctx, weights_.value)},
                                     {DNNL_ARG_DIFF_SRC, out}});
+  fwd_weights_.release(ctx);
+  bwd_data_weights_.release(ctx);
   if (diff_src_to_input_layout_) (*diff_src_to_input_layout_)(ctx, diff_src_raw_.memory(), diff_src_.get(ctx).memory());
   return diff_src_.current();
 }

@@ -48,7 +48,8 @@ class Conv2d : public Layer {
   Mode mode_ = Mode::train;
 
   dnnl::convolution_forward fwd_;
-  Relayout fwd_src_, fwd_weights_;
+  Relayout fwd_src_;
+  LeasedParamCopy fwd_weights_;
   Tensor dst_;
   const Tensor* src_ = nullptr;
 
@@ -58,7 +59,8 @@ class Conv2d : public Layer {
   WeightGradients weight_gradients_;
   std::optional<dnnl::convolution_backward_data> bwd_data_;
   bool reuse_forward_weights_ = false, reuse_weights_diff_dst_ = false;
-  Relayout bwd_data_weights_, bwd_data_diff_dst_;
+  LeasedParamCopy bwd_data_weights_;
+  Relayout bwd_data_diff_dst_;
   Tensor diff_src_raw_;
   std::optional<Copy> diff_src_to_input_layout_;
 };
