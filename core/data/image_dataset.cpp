@@ -144,8 +144,12 @@ void ImageDataset::read(std::span<const std::size_t> indices, std::span<std::uin
     touched[s] = true;
     const hsize_t start[4] = {index - shard_begin_[s], 0, 0, 0};
     if (shard.chunk_per_image) {
+      // H5Dread_chunk writes as many bytes as the file's chunk index claims: checked first, so that a
+      // corrupt index cannot write past this image.
+      hsize_t stored = 0;
       std::uint32_t filters = 0;
-      if (H5Dread_chunk(shard.images.get(), H5P_DEFAULT, start, &filters, pixels.data() + k * bytes) < 0)
+      if (H5Dget_chunk_storage_size(shard.images.get(), start, &stored) < 0 || stored != bytes ||
+          H5Dread_chunk(shard.images.get(), H5P_DEFAULT, start, &filters, pixels.data() + k * bytes) < 0)
         throw InputError(files_[s] + ": cannot read image " + std::to_string(index) + " (file corrupt or truncated?)");
       continue;
     }
