@@ -113,8 +113,11 @@ ImageDataset::ImageDataset(const std::string& path) : files_(dataset_files(path)
     shard.file_space = h5::Handle(h5::check_id(H5Dget_space(shard.images.get()), "H5Dget_space", f));
     {
       const h5::Handle create(h5::check_id(H5Dget_create_plist(shard.images.get()), "H5Dget_create_plist", f));
+      const h5::Handle type(h5::check_id(H5Dget_type(shard.images.get()), "H5Dget_type", f));
       hsize_t chunk[4] = {};
-      shard.chunk_per_image = H5Pget_layout(create.get()) == H5D_CHUNKED && H5Pget_nfilters(create.get()) == 0 &&
+      // Raw chunks hold the stored bytes as they are: only one-byte integers need no conversion.
+      shard.chunk_per_image = H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 1 &&
+                              H5Pget_layout(create.get()) == H5D_CHUNKED && H5Pget_nfilters(create.get()) == 0 &&
                               H5Pget_chunk(create.get(), 4, chunk) == 4 && chunk[0] == 1 && chunk[1] == shape[1] &&
                               chunk[2] == shape[2] && chunk[3] == shape[3];
     }

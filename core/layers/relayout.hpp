@@ -50,8 +50,9 @@ class Relayout {
 
 // A parameter in a layer's layout that exists only while the layer uses it: the call that converts the
 // parameter leases the copy from the context's pool, release() gives it back. Unlike Relayout's shared
-// copy, which lives as long as the layer, a model's worth of such copies is never held at once
-// (ResNet-50's convolution weights: 83 MB in the forward's layout and 83 MB in the backward's).
+// copy, which lives as long as the layer, such copies are held only from their use to their release
+// (ResNet-50's convolution weights: 83 MB in the forward's layout and 83 MB in the backward's, which no
+// longer sit in memory all step). A copy held from forward to backward is one per micro-batch in flight.
 class LeasedParamCopy {
  public:
   LeasedParamCopy() = default;
