@@ -153,7 +153,9 @@ class Allreducer::SharedNode {
         if (word(r, kBetweenNodes).load(std::memory_order_acquire))
           late += " (this node's leader, in the all-reduce between nodes)";
       }
-    if (count == 0) return "";
+    // Every rank announced its arrival, yet the barrier has not ended: one stopped between announcing
+    // and taking part (a SIGSTOP can land there), which shared memory cannot tell apart.
+    if (count == 0) return "which every rank has reached, one stopping inside it";
     return (count == 1 ? "which rank " + late + " has" : "which ranks " + late + " have") + " not reached";
   }
 

@@ -769,10 +769,11 @@ TEST_F(DdlTrain, AStoppedRankIsNamedWithinTheTimeout) {
   const auto dp = run(kSignalRank + " STOP 1 'epoch 1/' " + kMpirun + " -np 2 " + kTrain + train_args(args));
   EXPECT_NE(dp.exit_code, 0);
   // The default all-reduce (hier) of two ranks on one node waits in its shared-memory step, and names
-  // the rank that has not come.
-  EXPECT_NE(dp.err.find("ddl_train: error (rank 0): no progress for 2 s while in a barrier with the ranks of this "
-                        "node among the replicas of stage 0 (ranks 0, 1), which rank 1 has not reached"),
-            std::string::npos)
+  // the rank that has not come (or says that it stopped inside the barrier, as below).
+  EXPECT_TRUE(std::regex_search(dp.err, std::regex("ddl_train: error \\(rank 0\\): no progress for 2 s while in a "
+                                                   "barrier with the ranks of this node among the replicas of stage 0 "
+                                                   "\\(ranks 0, 1\\), which (rank 1 has not reached|every rank has "
+                                                   "reached, one stopping inside it)")))
       << dp.err;
   EXPECT_LT(seconds_after_signal(dp.err), 15.0) << dp.err;
   const auto pipe = run(kSignalRank + " STOP 1 'epoch 1/' " + kMpirun + " -np 2 " + kTrain +
@@ -801,9 +802,11 @@ TEST_F(DdlTrain, WithTheDefaultTimeoutAStoppedRankIsNamedWithinAMinute) {
                      train_args("--epochs 100 --threads 1"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("ddl_train: error (rank 0): no progress for 30 s while "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("(ranks 0, 1), which rank 1 has not reached (--timeout auto: 30 s, from 10 x the slowest "
-                     "such wait or step so far"),
-            std::string::npos)
+  // Rank 1 is named, unless the stop landed between its arrival and its part in the barrier (seen under
+  // AddressSanitizer), which the message then says.
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("\\(ranks 0, 1\\), which (rank 1 has not reached|every rank has "
+                                                  "reached, one stopping inside it) \\(--timeout auto: 30 s, from 10 "
+                                                  "x the slowest such wait or step so far")))
       << r.err;
   const double seconds = seconds_after_signal(r.err);
   EXPECT_GT(seconds, 29.0) << r.err;
