@@ -190,6 +190,7 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     auto t0 = Profiler::clock::now();
     x = &layers_[i]->forward(ctx, *x);
+    if (i > 0) release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
     if (prof) prof->add_forward(i, Profiler::clock::now() - t0);
     if (between_layers && mode == Mode::train) between_layers();
   }

@@ -42,14 +42,15 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
     const auto pd = make_normalization_forward_pd<dnnl::batch_normalization_forward>(
         ctx.engine(), dnnl::prop_kind::forward_inference, src_md, opt_.epsilon, base | flags::use_global_stats);
     fwd_ = dnnl::batch_normalization_forward(pd);
-    dst_ = Tensor(pd.dst_desc(), ctx.engine());
+    output_.reset(pd.dst_desc());
     bwd_.reset();
-    return dst_.desc();
+    return output_.desc();
   }
   const auto fwd_pd = make_normalization_forward_pd<dnnl::batch_normalization_forward>(
       ctx.engine(), dnnl::prop_kind::forward_training, src_md, opt_.epsilon, base);
   fwd_ = dnnl::batch_normalization_forward(fwd_pd);
-  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  diff_src_.give_back(ctx);  // storage lent from the output goes home before the output is reset
+  output_.reset(fwd_pd.dst_desc());
   mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
   variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
   workspace_ = opt_.relu ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
@@ -58,23 +59,24 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
       ctx.engine(), dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, base, fwd_pd);
   bwd_ = dnnl::batch_normalization_backward(bwd_pd);
   diff_src_.reset(bwd_pd.diff_src_desc());
-  return dst_.desc();
+  return output_.desc();
 }
 
 const Tensor& BatchNorm2d::forward(Context& ctx, const Tensor& src) {
   src_ = &src;
+  const Tensor& dst = output_.get(ctx);
   if (mode_ == Mode::infer) {
     fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()},
                                 {DNNL_ARG_MEAN, running_mean_mem_},
                                 {DNNL_ARG_VARIANCE, running_var_mem_},
                                 {DNNL_ARG_SCALE, scale_.value},
                                 {DNNL_ARG_SHIFT, shift_.value},  // oneDNN 2.6 requires it with use_shift
-                                {DNNL_ARG_DST, dst_.memory()}});
-    return dst_;
+                                {DNNL_ARG_DST, dst.memory()}});
+    return dst;
   }
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src.memory()},       {DNNL_ARG_MEAN, mean_.memory()},
                                              {DNNL_ARG_VARIANCE, variance_.memory()}, {DNNL_ARG_SCALE, scale_.value},
-                                             {DNNL_ARG_SHIFT, shift_.value},          {DNNL_ARG_DST, dst_.memory()}};
+                                             {DNNL_ARG_SHIFT, shift_.value},          {DNNL_ARG_DST, dst.memory()}};
   if (opt_.relu) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
   fwd_.execute(ctx.stream(), args);
   const float m = opt_.momentum;
@@ -83,17 +85,19 @@ const Tensor& BatchNorm2d::forward(Context& ctx, const Tensor& src) {
     running_mean_[c] = (1 - m) * running_mean_[c] + m * mean_.data()[c];
     running_var_[c] = (1 - m) * running_var_[c] + m * variance_.data()[c] * unbias;
   }
-  return dst_;
+  return dst;
 }
 
 const Tensor& BatchNorm2d::backward(Context& ctx, const Tensor& diff_dst) {
   if (!bwd_) throw Error(describe() + ": backward called on a layer set up for inference");
+  // The backward reads the source, statistics and workspace, not the output (the next layer's backward,
+  // its last reader, has run): the input gradient may take its storage.
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src_->memory()},
                                              {DNNL_ARG_MEAN, mean_.memory()},
                                              {DNNL_ARG_VARIANCE, variance_.memory()},
                                              {DNNL_ARG_DIFF_DST, diff_dst.memory()},
                                              {DNNL_ARG_SCALE, scale_.value},
-                                             {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()},
+                                             {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx, output_).memory()},
                                              {DNNL_ARG_DIFF_SCALE, scale_.grad},
                                              {DNNL_ARG_DIFF_SHIFT, shift_.grad}};
   if (kBatchNormBackwardTakesShift) args.insert({DNNL_ARG_SHIFT, shift_.value});

@@ -33,6 +33,8 @@ class BatchNorm2d : public Layer {
   bool takes_bf16() const override { return output_type_ == dt::bf16; }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  // It reads its source, statistics and workspace (a fused ReLU's mask), never its output.
+  bool backward_reads_output() const override { return false; }
   std::vector<StateView> state() override;
 
  private:
@@ -44,7 +46,7 @@ class BatchNorm2d : public Layer {
 
   dnnl::batch_normalization_forward fwd_;
   std::optional<dnnl::batch_normalization_backward> bwd_;
-  Tensor dst_, mean_, variance_, workspace_;
+  Tensor mean_, variance_, workspace_;
   dnnl::memory running_mean_mem_, running_var_mem_;
   const Tensor* src_ = nullptr;
 };

@@ -32,7 +32,7 @@ void Conv2d::bind(const std::vector<ParamView>& views, Context& ctx) {
 }
 
 memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
-  diff_src_.give_back(ctx);  // storage lent from dst_ goes home before dst_ is rebuilt
+  diff_src_.give_back(ctx);  // storage lent from the output goes home before the output is reset
   const dims_t in = dims_of(src_md);
   if (in.size() != 4 || in[1] != opt_.in_channels)
     throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.in_channels) + ", H, W], got " +
@@ -61,8 +61,8 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   fwd_ = dnnl::convolution_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, fwd_pd.src_desc());
   fwd_weights_ = LeasedParamCopy(ctx, weights_.value, fwd_pd.weights_desc());
-  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
-  if (mode == Mode::infer) return dst_.desc();
+  output_.reset(fwd_pd.dst_desc());
+  if (mode == Mode::infer) return output_.desc();
 
   const memory::desc& dst_md = fwd_pd.dst_desc();
   relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md, may_overwrite_diff_dst_) : FusedReluBackward();
@@ -93,25 +93,25 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
       diff_src_to_input_layout_ = Copy(ctx, bd_pd.diff_src_desc(), src_md);
     }
   }
-  return dst_.desc();
+  return output_.desc();
 }
 
 const Tensor& Conv2d::forward(Context& ctx, const Tensor& src) {
-  if (dst_.empty()) throw Error(describe() + ": forward while its output's storage still holds its input gradient");
+  const Tensor& dst = output_.get(ctx);
   src_ = &src;
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, fwd_src_(ctx, src.memory())},
                                        {DNNL_ARG_WEIGHTS, fwd_weights_(ctx, weights_.value)},
-                                       {DNNL_ARG_DST, dst_.memory()}};
+                                       {DNNL_ARG_DST, dst.memory()}};
   if (opt_.bias) args.insert({DNNL_ARG_BIAS, bias_.value});
   fwd_.execute(ctx.stream(), args);
   // The backward's input gradient may read this copy again; else it goes back to the pool now.
   if (!(mode_ == Mode::train && bwd_data_ && reuse_forward_weights_)) fwd_weights_.release(ctx);
-  return dst_;
+  return dst;
 }
 
 const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
   if (mode_ != Mode::train) throw Error(describe() + ": backward called on a layer set up for inference");
-  const memory& grad = relu_backward_(ctx, dst_.memory(), diff_dst.memory());
+  const memory& grad = relu_backward_(ctx, output_.current().memory(), diff_dst.memory());
   // The forward's reordered source, if there was one, is still in fwd_src_'s buffer.
   const memory& fwd_src = fwd_src_.last(src_->memory());
   std::unordered_map<int, memory> wargs{
@@ -124,7 +124,7 @@ const Tensor& Conv2d::backward(Context& ctx, const Tensor& diff_dst) {
   if (!bwd_data_) return diff_src_.current();
   // Nothing reads the output from here until the next forward (a fused ReLU was its last reader): the
   // input gradient may take its storage.
-  const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.get(ctx, dst_).memory();
+  const memory& out = diff_src_to_input_layout_ ? diff_src_raw_.memory() : diff_src_.get(ctx, output_).memory();
   bwd_data_->execute(ctx.stream(), {{DNNL_ARG_DIFF_DST, reuse_weights_diff_dst_ ? bwd_weights_diff_dst_.last(grad)
                                                                                : bwd_data_diff_dst_(ctx, grad)},
                                     {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value)

@@ -35,6 +35,7 @@ class Conv2d : public Layer {
   bool takes_bf16() const override { return true; }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  bool backward_reads_output() const override { return opt_.relu; }  // the fused ReLU's
   bool accumulate_gradients(bool on) override {
     weight_gradients_.set_accumulate(on);
     return true;
@@ -50,7 +51,6 @@ class Conv2d : public Layer {
   dnnl::convolution_forward fwd_;
   Relayout fwd_src_;
   LeasedParamCopy fwd_weights_;
-  Tensor dst_;
   const Tensor* src_ = nullptr;
 
   FusedReluBackward relu_backward_;

@@ -63,7 +63,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   fwd_ = dnnl::inner_product_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, src_c);
   fwd_weights_ = Relayout(ctx, weights_.value, fwd_pd.weights_desc());
-  dst_ = Tensor(dst_md, ctx.engine());
+  output_.reset(dst_md);
   if (mode == Mode::infer) return dst_md;
 
   relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md, may_overwrite_diff_dst_) : FusedReluBackward();
@@ -86,17 +86,18 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
 
 const Tensor& Dense::forward(Context& ctx, const Tensor& src) {
   src_ = &src;
+  const Tensor& dst = output_.get(ctx);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, fwd_src_(ctx, src.memory())},
                                        {DNNL_ARG_WEIGHTS, fwd_weights_(ctx, weights_.value)},
-                                       {DNNL_ARG_DST, dst_.memory()}};
+                                       {DNNL_ARG_DST, dst.memory()}};
   if (opt_.bias) args.insert({DNNL_ARG_BIAS, bias_.value});
   fwd_.execute(ctx.stream(), args);
-  return dst_;
+  return dst;
 }
 
 const Tensor& Dense::backward(Context& ctx, const Tensor& diff_dst) {
   if (mode_ != Mode::train) throw Error(describe() + ": backward called on a layer set up for inference");
-  const memory& grad = bwd_diff_dst_(ctx, relu_backward_(ctx, dst_.memory(), diff_dst.memory()));
+  const memory& grad = bwd_diff_dst_(ctx, relu_backward_(ctx, output_.current().memory(), diff_dst.memory()));
   std::unordered_map<int, memory> wargs{
       {DNNL_ARG_SRC, fwd_src_.last(src_->memory())},
       {DNNL_ARG_DIFF_DST, grad}};

@@ -31,6 +31,7 @@ class Dense : public Layer {
   bool takes_bf16() const override { return true; }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  bool backward_reads_output() const override { return opt_.relu; }  // the fused ReLU's
   bool accumulate_gradients(bool on) override {
     weight_gradients_.set_accumulate(on);
     return true;
@@ -44,7 +45,6 @@ class Dense : public Layer {
   dnnl::inner_product_forward fwd_;
   Relayout fwd_src_, fwd_weights_;  // to the compute type (bf16), or nothing to do
   Relayout bwd_diff_dst_;
-  Tensor dst_;
   const Tensor* src_ = nullptr;
 
   FusedReluBackward relu_backward_;

@@ -16,10 +16,10 @@ std::string Dropout::describe() const {
   return buf;
 }
 
-dnnl::memory::desc Dropout::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
+dnnl::memory::desc Dropout::setup(Context& /*ctx*/, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
   mode_ = mode;
   need_diff_src_ = need_diff_src;
-  dst_ = Tensor(src_md, ctx.engine());
+  output_.reset(src_md);
   if (mode == Mode::train) {
     // Element-wise, so it works on the storage of any layout, padding included (zeros stay zero).
     mask_ = AlignedBuffer<float>(src_md.get_size() / sizeof(float));
@@ -28,13 +28,14 @@ dnnl::memory::desc Dropout::setup(Context& ctx, const dnnl::memory::desc& src_md
   return src_md;
 }
 
-const Tensor& Dropout::forward(Context&, const Tensor& src) {
+const Tensor& Dropout::forward(Context& ctx, const Tensor& src) {
   const std::size_t n = src.bytes() / sizeof(float);
   const float* x = src.data();
-  float* y = dst_.data();
+  Tensor& dst = output_.get(ctx);
+  float* y = dst.data();
   if (mode_ == Mode::infer || p_ == 0.0f) {
     std::copy(x, x + n, y);
-    return dst_;
+    return dst;
   }
   rng_.set_state(rng_state_);
   const float scale = 1.0f / (1.0f - p_);
@@ -43,7 +44,7 @@ const Tensor& Dropout::forward(Context&, const Tensor& src) {
     y[i] = x[i] * mask_[i];
   }
   rng_state_ = rng_.state();
-  return dst_;
+  return dst;
 }
 
 const Tensor& Dropout::backward(Context& ctx, const Tensor& diff_dst) {

@@ -18,6 +18,9 @@ class Dropout : public Layer {
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  // Its backward reads the mask only.
+  bool backward_reads_input() const override { return false; }
+  bool backward_reads_output() const override { return false; }
   std::vector<StateView> state() override;
 
  private:
@@ -27,7 +30,6 @@ class Dropout : public Layer {
   Mode mode_ = Mode::train;
   bool need_diff_src_ = false;
   AlignedBuffer<float> mask_;
-  Tensor dst_;
 };
 
 }  // namespace ddl

@@ -15,26 +15,29 @@ dnnl::memory::desc Gelu::setup(Context& ctx, const dnnl::memory::desc& src_md, M
   const auto alg = dnnl::algorithm::eltwise_gelu_erf;
   const auto fwd_pd = make_eltwise_forward_pd(ctx.engine(), forward_kind(mode), alg, src_md);
   fwd_ = dnnl::eltwise_forward(fwd_pd);
-  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  diff_src_.give_back(ctx);  // storage lent from the output goes home before the output is reset
+  output_.reset(fwd_pd.dst_desc());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
     bwd_ = dnnl::eltwise_backward(make_eltwise_backward_pd(ctx.engine(), alg, src_md, src_md, 0.0f, 0.0f, fwd_pd));
     diff_src_.reset(src_md);
   }
-  return dst_.desc();
+  return output_.desc();
 }
 
 const Tensor& Gelu::forward(Context& ctx, const Tensor& src) {
   src_ = &src;
-  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst_.memory()}});
-  return dst_;
+  const Tensor& dst = output_.get(ctx);
+  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst.memory()}});
+  return dst;
 }
 
 const Tensor& Gelu::backward(Context& ctx, const Tensor& diff_dst) {
   if (bwd_)
     bwd_->execute(ctx.stream(), {{DNNL_ARG_SRC, src_->memory()},
                                  {DNNL_ARG_DIFF_DST, diff_dst.memory()},
-                                 {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}});
+                                 // The backward reads the source, not the output: it may take the output's storage.
+                                 {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx, output_).memory()}});
   return diff_src_.current();
 }
 
@@ -44,23 +47,24 @@ dnnl::memory::desc Softmax::setup(Context& ctx, const dnnl::memory::desc& src_md
     throw InputError(describe() + ": input " + to_string(dims_of(src_md)) + " has no such axis");
   const auto fwd_pd = make_softmax_forward_pd(ctx.engine(), forward_kind(mode), src_md, axis_);
   fwd_ = dnnl::softmax_forward(fwd_pd);
-  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  output_.reset(fwd_pd.dst_desc());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
-    bwd_ = dnnl::softmax_backward(make_softmax_backward_pd(ctx.engine(), dst_.desc(), dst_.desc(), axis_, fwd_pd));
-    diff_src_.reset(dst_.desc());
+    bwd_ = dnnl::softmax_backward(make_softmax_backward_pd(ctx.engine(), output_.desc(), output_.desc(), axis_, fwd_pd));
+    diff_src_.reset(output_.desc());
   }
-  return dst_.desc();
+  return output_.desc();
 }
 
 const Tensor& Softmax::forward(Context& ctx, const Tensor& src) {
-  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst_.memory()}});
-  return dst_;
+  const Tensor& dst = output_.get(ctx);
+  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst.memory()}});
+  return dst;
 }
 
 const Tensor& Softmax::backward(Context& ctx, const Tensor& diff_dst) {
   if (bwd_)
-    bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, dst_.memory()},
+    bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, output_.current().memory()},
                                  {DNNL_ARG_DIFF_DST, diff_dst.memory()},
                                  {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}});
   return diff_src_.current();

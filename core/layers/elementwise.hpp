@@ -14,11 +14,11 @@ class Gelu : public Layer {
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  bool backward_reads_output() const override { return false; }  // it reads the input
 
  private:
   dnnl::eltwise_forward fwd_;
   std::optional<dnnl::eltwise_backward> bwd_;
-  Tensor dst_;
   const Tensor* src_ = nullptr;
 };
 
@@ -30,12 +30,12 @@ class Softmax : public Layer {
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  bool backward_reads_input() const override { return false; }  // it reads the output
 
  private:
   int axis_;
   dnnl::softmax_forward fwd_;
   std::optional<dnnl::softmax_backward> bwd_;
-  Tensor dst_;
 };
 
 }  // namespace ddl

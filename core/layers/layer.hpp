@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/context.hpp"
+#include "core/error.hpp"
 #include "core/tensor.hpp"
 
 namespace ddl {
@@ -71,29 +72,32 @@ void append_prefixed(std::vector<Named>& all, std::vector<Named> parts, const st
   }
 }
 
-// The input gradient a layer's backward returns: leased from the context's pool when backward writes it,
-// given back when the caller has consumed it (Layer::release_gradient), so only the gradients alive
-// together occupy memory.
+// A tensor a layer leases from the context's pool while it needs it: its input gradient, from its backward
+// until the caller has consumed it (Layer::release_gradient), and its output, kept from forward to forward
+// unless no backward reads it (Layer::release_output). Only the tensors alive together occupy memory.
 class LeasedTensor {
  public:
-  // At set-up: the descriptor, or an empty one when no gradient is needed.
+  // At set-up: the descriptor, or an empty one when no tensor is needed.
   void reset(const dnnl::memory::desc& md) {
     md_ = md;
     tensor_ = Tensor();
     home_ = nullptr;
+    lent_ = false;
   }
+  const dnnl::memory::desc& desc() const { return md_; }
   Tensor& get(Context& ctx) {
+    if (lent_) throw Error("a layer's output was needed while its storage still held the input gradient");
     if (tensor_.empty()) tensor_ = ctx.lease(md_);
     return tensor_;
   }
   // The same, but in `spare`'s storage where it fits: a layer's output, which nothing reads from the
   // layer's backward until its next forward. The storage goes back to `spare` when given back.
-  Tensor& get(Context& ctx, Tensor& spare) {
-    if (tensor_.empty() && !spare.empty() && spare.bytes() >= md_.get_size()) {
+  Tensor& get(Context& ctx, LeasedTensor& spare) {
+    if (tensor_.empty() && !spare.tensor_.empty() && spare.tensor_.bytes() >= md_.get_size()) {
       home_ = &spare;
-      home_md_ = spare.desc();
-      tensor_ = Tensor(md_, ctx.engine(), spare.release_storage());
-      spare = Tensor();  // so that a use while lent fails instead of reading the gradient
+      tensor_ = Tensor(md_, ctx.engine(), spare.tensor_.release_storage());
+      spare.tensor_ = Tensor();
+      spare.lent_ = true;
     }
     return get(ctx);
   }
@@ -101,7 +105,8 @@ class LeasedTensor {
   void give_back(Context& ctx) {
     if (tensor_.empty()) return;
     if (home_) {
-      *home_ = Tensor(home_md_, ctx.engine(), tensor_.release_storage());
+      home_->tensor_ = Tensor(home_->md_, ctx.engine(), tensor_.release_storage());
+      home_->lent_ = false;
       tensor_ = Tensor();
       home_ = nullptr;
     } else {
@@ -110,9 +115,10 @@ class LeasedTensor {
   }
 
  private:
-  dnnl::memory::desc md_, home_md_;
+  dnnl::memory::desc md_;
   Tensor tensor_;
-  Tensor* home_ = nullptr;
+  LeasedTensor* home_ = nullptr;  // whose storage tensor_ borrows
+  bool lent_ = false;             // tensor_'s storage is lent to another
 };
 
 class Layer {
@@ -156,6 +162,15 @@ class Layer {
   // The caller of backward is done with the gradient it returned: its storage goes back to the pool.
   virtual void release_gradient(Context& ctx) { diff_src_.give_back(ctx); }
 
+  // Whether this layer's backward reads its output, and its input. Where neither this layer's backward
+  // reads its output nor the next layer's its input, the output is dead once the next layer's forward has
+  // run, and the enclosing model or block gives it back then (release_output) instead of keeping it
+  // until the layer's next forward: a BatchNorm's output before a max-pool, or before a residual addition.
+  // The defaults keep it.
+  virtual bool backward_reads_output() const { return true; }
+  virtual bool backward_reads_input() const { return true; }
+  virtual void release_output(Context& ctx) { output_.give_back(ctx); }
+
   // Whether backward may overwrite its diff_dst: true where that gradient is another layer's, given up
   // once consumed, not the caller's nor shared with a second path. A fused ReLU's backward then works in
   // place instead of in a buffer the size of the output. Set before setup() by the enclosing model or block.
@@ -163,6 +178,8 @@ class Layer {
 
  protected:
   LeasedTensor diff_src_;
+  // The output, where a layer leases it (most do): kept for backward, and read by the next layer's.
+  LeasedTensor output_;
   dt output_type_ = dt::f32;
   bool may_overwrite_diff_dst_ = false;
 };
@@ -177,6 +194,11 @@ void choose_output_types(const Context& ctx, Layers& layers, dt last) {
     (*it)->set_output_type(ctx, next);
     next = ctx.compute_type() == dt::bf16 && (*it)->takes_bf16() ? dt::bf16 : dt::f32;
   }
+}
+
+// After `next` has run its forward on `layer`'s output: gives that output back where no backward reads it.
+inline void release_unread_output(Context& ctx, Layer& layer, const Layer& next) {
+  if (!layer.backward_reads_output() && !next.backward_reads_input()) layer.release_output(ctx);
 }
 
 // Binds each part of a block to its share of `views`, in order: a part takes as many views as it has specs.

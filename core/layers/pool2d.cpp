@@ -45,7 +45,7 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   const auto fwd_pd =
       make_pooling_forward_pd(ctx.engine(), prop, alg, src_md, dst_any, strides, kernel, padding, padding);
   fwd_ = dnnl::pooling_forward(fwd_pd);
-  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  output_.reset(fwd_pd.dst_desc());
   workspace_ = fwd_pd.workspace_desc().get_size() ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
 
   bwd_.reset();
@@ -57,14 +57,15 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
     bwd_ = dnnl::pooling_backward(bwd_pd);
     diff_src_.reset(src_md);
   }
-  return dst_.desc();
+  return output_.desc();
 }
 
 const Tensor& Pool2d::forward(Context& ctx, const Tensor& src) {
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst_.memory()}};
+  const Tensor& dst = output_.get(ctx);
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst.memory()}};
   if (!workspace_.empty()) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
   fwd_.execute(ctx.stream(), args);
-  return dst_;
+  return dst;
 }
 
 const Tensor& Pool2d::backward(Context& ctx, const Tensor& diff_dst) {

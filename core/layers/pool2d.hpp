@@ -28,12 +28,15 @@ class Pool2d : public Layer {
   bool takes_bf16() const override { return output_type_ == dt::bf16; }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  // Max pooling's backward reads the workspace; average pooling's nothing but the output gradient.
+  bool backward_reads_input() const override { return false; }
+  bool backward_reads_output() const override { return false; }
 
  private:
   Pool2dOptions opt_;
   dnnl::pooling_forward fwd_;
   std::optional<dnnl::pooling_backward> bwd_;
-  Tensor dst_, workspace_;
+  Tensor workspace_;
 };
 
 }  // namespace ddl

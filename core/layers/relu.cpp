@@ -9,24 +9,25 @@ dnnl::memory::desc Relu::setup(Context& ctx, const dnnl::memory::desc& src_md, M
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   const auto fwd_pd = make_eltwise_forward_pd(ctx.engine(), prop, alg, src_md, 0.0f, 0.0f);
   fwd_ = dnnl::eltwise_forward(fwd_pd);
-  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  output_.reset(fwd_pd.dst_desc());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
     const auto bwd_pd = make_eltwise_backward_pd(ctx.engine(), alg, src_md, src_md, 0.0f, 0.0f, fwd_pd);
     bwd_ = dnnl::eltwise_backward(bwd_pd);
     diff_src_.reset(src_md);
   }
-  return dst_.desc();
+  return output_.desc();
 }
 
 const Tensor& Relu::forward(Context& ctx, const Tensor& src) {
-  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst_.memory()}});
-  return dst_;
+  const Tensor& dst = output_.get(ctx);
+  fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst.memory()}});
+  return dst;
 }
 
 const Tensor& Relu::backward(Context& ctx, const Tensor& diff_dst) {
   if (bwd_)
-    bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, dst_.memory()},
+    bwd_->execute(ctx.stream(), {{DNNL_ARG_DST, output_.current().memory()},
                                  {DNNL_ARG_DIFF_DST, diff_dst.memory()},
                                  {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}});
   return diff_src_.current();

@@ -16,11 +16,11 @@ class Relu : public Layer {
   bool takes_bf16() const override { return output_type_ == dt::bf16; }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  bool backward_reads_input() const override { return false; }  // it reads the output
 
  private:
   dnnl::eltwise_forward fwd_;
   std::optional<dnnl::eltwise_backward> bwd_;
-  Tensor dst_;
 };
 
 }  // namespace ddl

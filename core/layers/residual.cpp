@@ -34,7 +34,13 @@ dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, 
   shortcut_to_dst_ = Relayout(ctx, short_md, body_md);
   add_ = dnnl::binary(
       make_binary_pd(ctx.engine(), dnnl::algorithm::binary_add, body_md, body_md, body_md, relu_post_op(relu_)));
-  dst_ = Tensor(body_md, ctx.engine());
+  // Where the body's backward does not read its output (a BatchNorm last, as in ResNet), the sum
+  // overwrites it, as PyTorch's `out += identity` does: one tensor fewer kept per block. Not with the
+  // ReLU on a layout padded past the channels (4 channels in blocks of 16): there oneDNN 2.7's in-place
+  // addition with a ReLU gives wrong sums.
+  const bool padded = body_md.get_size() != product(dims_of(body_md)) * dnnl::memory::data_type_size(data_type_of(body_md));
+  sum_in_place_ = !body_.backward_reads_output() && !(relu_ && padded);
+  output_.reset(sum_in_place_ ? dnnl::memory::desc() : body_md);
   if (mode == Mode::infer) return body_md;
 
   using Storage = FusedReluBackward::Storage;
@@ -53,13 +59,16 @@ dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, 
 const Tensor& Residual::forward(Context& ctx, const Tensor& src) {
   const Tensor& body = body_.forward(ctx, src);
   const Tensor& shortcut = shortcut_to_dst_(ctx, identity() ? src : shortcut_.forward(ctx, src));
+  dst_ = sum_in_place_ ? &body : &output_.get(ctx);
   add_.execute(ctx.stream(),
-               {{DNNL_ARG_SRC_0, body.memory()}, {DNNL_ARG_SRC_1, shortcut.memory()}, {DNNL_ARG_DST, dst_.memory()}});
-  return dst_;
+               {{DNNL_ARG_SRC_0, body.memory()}, {DNNL_ARG_SRC_1, shortcut.memory()}, {DNNL_ARG_DST, dst_->memory()}});
+  // The addition was the shortcut output's last reader where the shortcut's backward does not read it.
+  if (!identity() && !shortcut_.backward_reads_output()) shortcut_.release_output(ctx);
+  return *dst_;
 }
 
 const Tensor& Residual::backward(Context& ctx, const Tensor& diff_dst) {
-  const Tensor& grad = relu_backward_(ctx, dst_, diff_dst);
+  const Tensor& grad = relu_backward_(ctx, *dst_, diff_dst);
   const Tensor& grad_for_shortcut = diff_to_shortcut_(ctx, grad);
   const Tensor& diff_body = body_.backward(ctx, grad);
   const Tensor& diff_shortcut = identity() ? grad_for_shortcut : shortcut_.backward(ctx, grad_for_shortcut);

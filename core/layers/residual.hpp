@@ -30,6 +30,13 @@ class Residual : public Layer {
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override;
+  bool backward_reads_output() const override { return relu_; }
+  void release_output(Context& ctx) override {
+    if (sum_in_place_)
+      body_.release_output(ctx);
+    else
+      output_.give_back(ctx);
+  }
 
  private:
   bool identity() const { return shortcut_.empty(); }
@@ -40,7 +47,8 @@ class Residual : public Layer {
 
   dnnl::binary add_;
   Relayout shortcut_to_dst_;  // the shortcut's output (or the input itself) in the body's output layout
-  Tensor dst_;
+  bool sum_in_place_ = false;  // the output is the body's, overwritten by the sum
+  const Tensor* dst_ = nullptr;
   FusedReluBackward relu_backward_;
   Relayout diff_to_shortcut_;  // the gradient in the layout the shortcut's output (or the input) has
   std::optional<dnnl::binary> add_diffs_;

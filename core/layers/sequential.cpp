@@ -42,7 +42,10 @@ dnnl::memory::desc Sequential::setup(Context& ctx, const dnnl::memory::desc& src
 
 const Tensor& Sequential::forward(Context& ctx, const Tensor& src) {
   const Tensor* x = &src;
-  for (auto& l : layers_) x = &l->forward(ctx, *x);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    x = &layers_[i]->forward(ctx, *x);
+    if (i > 0) release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
+  }
   return *x;
 }
 

@@ -37,8 +37,13 @@ class Sequential : public Layer {
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override;
-  // The gradient it returns is its first layer's.
+  // The gradient it returns is its first layer's; its input is its first layer's, its output its last's.
   void release_gradient(Context& ctx) override;
+  bool backward_reads_output() const override { return layers_.empty() || layers_.back()->backward_reads_output(); }
+  bool backward_reads_input() const override { return layers_.empty() || layers_.front()->backward_reads_input(); }
+  void release_output(Context& ctx) override {
+    if (!layers_.empty()) layers_.back()->release_output(ctx);
+  }
 
  private:
   std::string name_;

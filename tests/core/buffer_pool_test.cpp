@@ -55,23 +55,42 @@ TEST(AlignedBuffer, AMovedFromBufferIsEmpty) {
 // and gives it back there, not to the pool.
 TEST(LeasedTensor, TakesASparesStorageWhereItFitsAndGivesItBack) {
   Context ctx;
-  Tensor output(plain_desc({2, 8}), ctx.engine());
-  const float* storage = output.data();
+  LeasedTensor output;
+  output.reset(plain_desc({2, 8}));
+  const float* storage = output.get(ctx).data();
   LeasedTensor gradient;
   gradient.reset(plain_desc({2, 4}));
   EXPECT_EQ(gradient.get(ctx, output).data(), storage);
-  EXPECT_TRUE(output.empty()) << "the output must not be used while the gradient holds its storage";
+  EXPECT_TRUE(output.current().empty()) << "the output must not be used while the gradient holds its storage";
+  EXPECT_THROW(output.get(ctx), Error) << "a forward while the storage is lent must fail, not lease anew";
   gradient.give_back(ctx);
   EXPECT_TRUE(gradient.current().empty());
-  ASSERT_FALSE(output.empty());
-  EXPECT_EQ(output.data(), storage);
-  EXPECT_EQ(output.dims(), (dims_t{2, 8}));
+  ASSERT_FALSE(output.current().empty());
+  EXPECT_EQ(output.current().data(), storage);
+  EXPECT_EQ(output.current().dims(), (dims_t{2, 8}));
+  EXPECT_EQ(output.get(ctx).data(), storage) << "the output is held again, not leased anew";
 
   LeasedTensor larger;
   larger.reset(plain_desc({2, 16}));
   EXPECT_NE(larger.get(ctx, output).data(), storage) << "does not fit: leased from the pool";
-  EXPECT_FALSE(output.empty());
+  EXPECT_FALSE(output.current().empty());
   larger.give_back(ctx);
+}
+
+// An output given back goes to the pool, where the next lease of its size finds it: a layer's output
+// serves the gradients of the layers backward reaches later, and the next forward leases it again.
+TEST(LeasedTensor, AnOutputGivenBackServesTheNextLease) {
+  Context ctx;
+  LeasedTensor output;
+  output.reset(plain_desc({4, 8}));
+  const float* storage = output.get(ctx).data();
+  output.give_back(ctx);
+  EXPECT_TRUE(output.current().empty());
+  LeasedTensor gradient;
+  gradient.reset(plain_desc({4, 8}));
+  EXPECT_EQ(gradient.get(ctx).data(), storage);
+  gradient.give_back(ctx);
+  EXPECT_EQ(output.get(ctx).data(), storage);
 }
 
 }  // namespace

@@ -39,6 +39,29 @@ TEST(ResidualGradient, IdentityShortcutWithReluAfterTheSum) {
   check_gradients(block, {2, 4, 5, 5}, kPiecewise);
 }
 
+// A body ending in a BatchNorm, whose backward does not read its output: the sum overwrites that output
+// (with the ReLU too where no channel padding is involved: 16 channels).
+TEST(ResidualGradient, SumWrittenOverABodyEndingInBatchNorm) {
+  for (int channels : {16, 4}) {
+    Sequential body = conv_body(channels, channels, 1, true);
+    body.emplace<Conv2d>(Conv2dOptions{.in_channels = channels, .out_channels = channels, .kernel = 3, .padding = 1});
+    body.emplace<BatchNorm2d>(BatchNorm2dOptions{.channels = channels});
+    Residual block("block", std::move(body), Sequential(), true);
+    SCOPED_TRACE(std::to_string(channels) + " channels");
+    check_gradients(block, {2, channels, 5, 5}, {.step = 1e-3f, .abs_tolerance = 5e-3f, .rel_tolerance = 3e-2f});
+  }
+}
+
+// A BatchNorm's output before a max-pool is given back once the pool has read it: neither backward reads it.
+TEST(SequentialGradient, BatchNormOutputGivenBackAfterTheMaxPoolRead) {
+  Sequential chain;
+  chain.emplace<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 8, .kernel = 3, .padding = 1});
+  chain.emplace<BatchNorm2d>(BatchNorm2dOptions{.channels = 8, .relu = true});
+  chain.emplace<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2});
+  chain.emplace<Conv2d>(Conv2dOptions{.in_channels = 8, .out_channels = 4, .kernel = 3, .padding = 1});
+  check_gradients(chain, {2, 3, 6, 6}, {.step = 1e-3f, .abs_tolerance = 5e-3f, .rel_tolerance = 3e-2f});
+}
+
 TEST(ResidualGradient, ProjectionShortcutWithStride) {
   Sequential shortcut;
   shortcut.emplace<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 5, .kernel = 1, .stride = 2});
