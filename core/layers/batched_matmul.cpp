@@ -21,11 +21,11 @@ BatchedMatmul::Product::Product(Context& ctx, const dnnl::memory::desc& a, const
     const auto pd = make_matmul_pd(ctx.engine(), ma, mb, bias, mc, attr);
     if (std::string(pd.impl_info_str()).starts_with("ref")) continue;
     matmul_ = dnnl::matmul(pd);
-    a_ = Relayout(ctx, a, ma);
-    b_ = Relayout(ctx, b, mb);
+    a_ = LeasedCopy(ctx, a, ma);
+    b_ = LeasedCopy(ctx, b, mb);
     c_.reset();
     if (mc != c) {
-      c_buffer_ = Tensor(mc, ctx.engine());
+      c_md_ = mc;
       c_ = Copy(ctx, mc, c);
     }
     return;
@@ -34,18 +34,24 @@ BatchedMatmul::Product::Product(Context& ctx, const dnnl::memory::desc& a, const
   const dnnl::memory::desc ma = compute == dt::f32 ? a : plain_desc(dims_of(a), compute);
   const dnnl::memory::desc mb = compute == dt::f32 ? b : plain_desc(dims_of(b), compute);
   matmul_ = dnnl::matmul(make_matmul_pd(ctx.engine(), ma, mb, bias, c, attr));
-  a_ = Relayout(ctx, a, ma);
-  b_ = Relayout(ctx, b, mb);
+  a_ = LeasedCopy(ctx, a, ma);
+  b_ = LeasedCopy(ctx, b, mb);
   c_.reset();
 }
 
 void BatchedMatmul::Product::operator()(Context& ctx, const dnnl::memory& a, const dnnl::memory& b,
                                         const dnnl::memory& c, const dnnl::memory& bias) {
+  Tensor c_buffer = c_ ? ctx.lease(c_md_) : Tensor();
   std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, a_(ctx, a)}, {DNNL_ARG_WEIGHTS, b_(ctx, b)}, {DNNL_ARG_DST, c_ ? c_buffer_.memory() : c}};
+      {DNNL_ARG_SRC, a_(ctx, a)}, {DNNL_ARG_WEIGHTS, b_(ctx, b)}, {DNNL_ARG_DST, c_ ? c_buffer.memory() : c}};
   if (bias) args.insert({DNNL_ARG_BIAS, bias});
   matmul_.execute(ctx.stream(), args);
-  if (c_) (*c_)(ctx, c_buffer_.memory(), c);
+  a_.release(ctx);
+  b_.release(ctx);
+  if (c_) {
+    (*c_)(ctx, c_buffer.memory(), c);
+    ctx.give_back(c_buffer);
+  }
 }
 
 dnnl::memory::desc BatchedMatmul::transposed(const dnnl::memory::desc& md) {

@@ -60,7 +60,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
                                            relu_post_op(opt_.relu));
   fwd_ = dnnl::convolution_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, fwd_pd.src_desc());
-  fwd_weights_ = LeasedParamCopy(ctx, weights_.value, fwd_pd.weights_desc());
+  fwd_weights_ = LeasedCopy(ctx, weights_.value.get_desc(), fwd_pd.weights_desc());
   output_.reset(fwd_pd.dst_desc());
   if (mode == Mode::infer) return output_.desc();
 
@@ -83,7 +83,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
     bwd_data_ = dnnl::convolution_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
-    if (!reuse_forward_weights_) bwd_data_weights_ = LeasedParamCopy(ctx, weights_.value, bd_pd.weights_desc());
+    if (!reuse_forward_weights_) bwd_data_weights_ = LeasedCopy(ctx, weights_.value.get_desc(), bd_pd.weights_desc());
     // And the weights' backward's converted output gradient (bf16, or another layout) when it fits.
     reuse_weights_diff_dst_ = bd_pd.diff_dst_desc() == bw_pd.diff_dst_desc();
     bwd_data_diff_dst_ = reuse_weights_diff_dst_ ? Relayout() : Relayout(ctx, dst_md, bd_pd.diff_dst_desc());

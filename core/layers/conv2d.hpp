@@ -50,7 +50,7 @@ class Conv2d : public Layer {
 
   dnnl::convolution_forward fwd_;
   Relayout fwd_src_;
-  LeasedParamCopy fwd_weights_;
+  LeasedCopy fwd_weights_;
   const Tensor* src_ = nullptr;
 
   FusedReluBackward relu_backward_;
@@ -59,7 +59,7 @@ class Conv2d : public Layer {
   WeightGradients weight_gradients_;
   std::optional<dnnl::convolution_backward_data> bwd_data_;
   bool reuse_forward_weights_ = false, reuse_weights_diff_dst_ = false;
-  LeasedParamCopy bwd_data_weights_;
+  LeasedCopy bwd_data_weights_;
   Relayout bwd_data_diff_dst_;
   Tensor diff_src_raw_;
   std::optional<Copy> diff_src_to_input_layout_;

@@ -48,29 +48,30 @@ class Relayout {
   std::shared_ptr<Tensor> buffer_;
 };
 
-// A parameter in a layer's layout that exists only while the layer uses it: the call that converts the
-// parameter leases the copy from the context's pool, release() gives it back. Unlike Relayout's shared
-// copy, which lives as long as the layer, such copies are held only from their use to their release
-// (ResNet-50's convolution weights: 83 MB in the forward's layout and 83 MB in the backward's, which no
-// longer sit in memory all step). A copy held from forward to backward is one per micro-batch in flight.
-class LeasedParamCopy {
+// A tensor in another layout (or type) that exists only while a layer uses it: the call that converts
+// it leases the copy from the context's pool, release() gives it back. Unlike Relayout's buffer, which
+// lives as long as the layer, such copies are held only from their use to their release: a convolution's
+// weights in its forward's and its backward's layouts (ResNet-50: 83 MB each), a matmul's bf16 operands
+// (ViT-B/16's linear layers and attention). A copy held from forward to backward is one per micro-batch in
+// flight.
+class LeasedCopy {
  public:
-  LeasedParamCopy() = default;
-  LeasedParamCopy(Context& ctx, const dnnl::memory& param, const dnnl::memory::desc& to) {
-    if (param.get_desc() != to) {
+  LeasedCopy() = default;
+  LeasedCopy(Context& ctx, const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+    if (from != to) {
       md_ = to;
-      reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine(), param.get_desc(), ctx.engine(), to));
+      reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine(), from, ctx.engine(), to));
     }
   }
-  // `param` itself, or the copy converted now, held until release().
-  const dnnl::memory& operator()(Context& ctx, const dnnl::memory& param) {
-    if (!reorder_) return param;
+  // `from` itself, or the copy converted now, held until release().
+  const dnnl::memory& operator()(Context& ctx, const dnnl::memory& from) {
+    if (!reorder_) return from;
     if (copy_.empty()) copy_ = ctx.lease(md_);
-    reorder_->execute(ctx.stream(), {{DNNL_ARG_FROM, param}, {DNNL_ARG_TO, copy_.memory()}});
+    reorder_->execute(ctx.stream(), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, copy_.memory()}});
     return copy_.memory();
   }
-  // What the last call returned, without converting again (the parameter must be unchanged since).
-  const dnnl::memory& last(const dnnl::memory& param) const { return reorder_ ? copy_.memory() : param; }
+  // What the last call returned, without converting again (the source must be unchanged since).
+  const dnnl::memory& last(const dnnl::memory& from) const { return reorder_ ? copy_.memory() : from; }
   void release(Context& ctx) {
     if (!copy_.empty()) ctx.give_back(copy_);
   }
