@@ -60,20 +60,21 @@ memory::desc Linear::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
                           opt_.bias ? bias_.value.get_desc() : memory::desc());
   dims_t out = in;
   out.back() = opt_.out_features;
-  dst_ = Tensor(plain_desc(out), ctx.engine());
+  output_.reset(plain_desc(out));
   if (need_diff_src_) {
     diff_src_.reset(plain_desc(in));
     diff_to_src_layout_ = Relayout(ctx, plain_desc(in), src_md);
   }
-  return dst_.desc();
+  return output_.desc();
 }
 
 const Tensor& Linear::forward(Context& ctx, const Tensor& src) {
   src_ = &to_plain_(ctx, src);
   const memory x(rows_md_, ctx.engine(), const_cast<float*>(src_->data()));
-  const memory y(out_rows_md_, ctx.engine(), dst_.data());
+  Tensor& dst = output_.get(ctx);
+  const memory y(out_rows_md_, ctx.engine(), dst.data());
   matmul_.forward(ctx, x, weights_t_.value, y, opt_.bias ? bias_.value : memory());
-  return dst_;
+  return dst;
 }
 
 const Tensor& Linear::backward(Context& ctx, const Tensor& diff_dst) {

@@ -27,6 +27,7 @@ class Linear : public Layer {
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  bool backward_reads_output() const override { return false; }  // it reads its input
 
  private:
   void sum_rows(const float* dy, float* out) const;
@@ -39,7 +40,6 @@ class Linear : public Layer {
   Relayout to_plain_, diff_to_src_layout_;
   BatchedMatmul matmul_;
   dnnl::memory::desc rows_md_, out_rows_md_;  // input and output seen as [rows, features]
-  Tensor dst_;
   const Tensor* src_ = nullptr;
 };
 

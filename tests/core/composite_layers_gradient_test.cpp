@@ -52,6 +52,18 @@ TEST(ResidualGradient, SumWrittenOverABodyEndingInBatchNorm) {
   }
 }
 
+// A transformer's MLP block: the sum is written over the last linear layer's output, which its backward
+// does not read.
+TEST(ResidualGradient, TransformerMlpBlockSumsOverItsLastLinearOutput) {
+  Sequential mlp;
+  mlp.emplace<LayerNorm>(LayerNormOptions{.features = 6});
+  mlp.emplace<Linear>(LinearOptions{.in_features = 6, .out_features = 12});
+  mlp.emplace<Gelu>();
+  mlp.emplace<Linear>(LinearOptions{.in_features = 12, .out_features = 6});
+  Residual block("mlp", std::move(mlp));
+  check_gradients(block, {2, 5, 6}, {.step = 1e-3f, .abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f});
+}
+
 // A BatchNorm's output before a max-pool is given back once the pool has read it: neither backward reads it.
 TEST(SequentialGradient, BatchNormOutputGivenBackAfterTheMaxPoolRead) {
   Sequential chain;
