@@ -42,15 +42,14 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
     const auto pd = make_normalization_forward_pd<dnnl::batch_normalization_forward>(
         ctx.engine(), dnnl::prop_kind::forward_inference, src_md, opt_.epsilon, base | flags::use_global_stats);
     fwd_ = dnnl::batch_normalization_forward(pd);
-    output_.reset(pd.dst_desc());
+    reset_output(ctx, pd.dst_desc());
     bwd_.reset();
     return output_.desc();
   }
   const auto fwd_pd = make_normalization_forward_pd<dnnl::batch_normalization_forward>(
       ctx.engine(), dnnl::prop_kind::forward_training, src_md, opt_.epsilon, base);
   fwd_ = dnnl::batch_normalization_forward(fwd_pd);
-  diff_src_.give_back(ctx);  // storage lent from the output goes home before the output is reset
-  output_.reset(fwd_pd.dst_desc());
+  reset_output(ctx, fwd_pd.dst_desc());
   mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
   variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
   workspace_ = opt_.relu ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();

@@ -32,7 +32,6 @@ void Conv2d::bind(const std::vector<ParamView>& views, Context& ctx) {
 }
 
 memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
-  diff_src_.give_back(ctx);  // storage lent from the output goes home before the output is reset
   const dims_t in = dims_of(src_md);
   if (in.size() != 4 || in[1] != opt_.in_channels)
     throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.in_channels) + ", H, W], got " +
@@ -61,7 +60,7 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   fwd_ = dnnl::convolution_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, fwd_pd.src_desc());
   fwd_weights_ = LeasedCopy(ctx, weights_.value.get_desc(), fwd_pd.weights_desc());
-  output_.reset(fwd_pd.dst_desc());
+  reset_output(ctx, fwd_pd.dst_desc());
   if (mode == Mode::infer) return output_.desc();
 
   const memory::desc& dst_md = fwd_pd.dst_desc();

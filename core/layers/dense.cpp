@@ -63,7 +63,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   fwd_ = dnnl::inner_product_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, src_c);
   fwd_weights_ = Relayout(ctx, weights_.value, fwd_pd.weights_desc());
-  output_.reset(dst_md);
+  reset_output(ctx, dst_md);
   if (mode == Mode::infer) return dst_md;
 
   relu_backward_ = opt_.relu ? FusedReluBackward(ctx, dst_md, may_overwrite_diff_dst_) : FusedReluBackward();

@@ -16,10 +16,10 @@ std::string Dropout::describe() const {
   return buf;
 }
 
-dnnl::memory::desc Dropout::setup(Context& /*ctx*/, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
+dnnl::memory::desc Dropout::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
   mode_ = mode;
   need_diff_src_ = need_diff_src;
-  output_.reset(src_md);
+  reset_output(ctx, src_md);
   if (mode == Mode::train) {
     // Element-wise, so it works on the storage of any layout, padding included (zeros stay zero).
     mask_ = AlignedBuffer<float>(src_md.get_size() / sizeof(float));

@@ -15,8 +15,7 @@ dnnl::memory::desc Gelu::setup(Context& ctx, const dnnl::memory::desc& src_md, M
   const auto alg = dnnl::algorithm::eltwise_gelu_erf;
   const auto fwd_pd = make_eltwise_forward_pd(ctx.engine(), forward_kind(mode), alg, src_md);
   fwd_ = dnnl::eltwise_forward(fwd_pd);
-  diff_src_.give_back(ctx);  // storage lent from the output goes home before the output is reset
-  output_.reset(fwd_pd.dst_desc());
+  reset_output(ctx, fwd_pd.dst_desc());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
     bwd_ = dnnl::eltwise_backward(make_eltwise_backward_pd(ctx.engine(), alg, src_md, src_md, 0.0f, 0.0f, fwd_pd));
@@ -47,10 +46,11 @@ dnnl::memory::desc Softmax::setup(Context& ctx, const dnnl::memory::desc& src_md
     throw InputError(describe() + ": input " + to_string(dims_of(src_md)) + " has no such axis");
   const auto fwd_pd = make_softmax_forward_pd(ctx.engine(), forward_kind(mode), src_md, axis_);
   fwd_ = dnnl::softmax_forward(fwd_pd);
-  output_.reset(fwd_pd.dst_desc());
+  reset_output(ctx, fwd_pd.dst_desc());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
-    bwd_ = dnnl::softmax_backward(make_softmax_backward_pd(ctx.engine(), output_.desc(), output_.desc(), axis_, fwd_pd));
+    const auto& dst_md = output_.desc();
+    bwd_ = dnnl::softmax_backward(make_softmax_backward_pd(ctx.engine(), dst_md, dst_md, axis_, fwd_pd));
     diff_src_.reset(output_.desc());
   }
   return output_.desc();

@@ -81,6 +81,7 @@ class LeasedTensor {
   void reset(const dnnl::memory::desc& md) {
     md_ = md;
     tensor_ = Tensor();
+    if (home_) home_->lent_ = false;  // the borrowed storage is dropped; the home leases anew
     home_ = nullptr;
     lent_ = false;
   }
@@ -139,7 +140,8 @@ class Layer {
   // layout is what the previous layer produced; the output layout is this layer's (or oneDNN's) choice.
   // need_diff_src is false for the first layer: no gradient w.r.t. the input images is computed.
   virtual dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) = 0;
-  // src must stay alive until backward.
+  // src must stay alive until backward where backward_reads_input(). The output returned stays valid until
+  // the next forward, or until the enclosing model or block gives it back (release_output).
   virtual const Tensor& forward(Context& ctx, const Tensor& src) = 0;
   // diff_dst has the layout of this layer's output; returns diff_src in the layout of its input (empty
   // when need_diff_src was false), valid until release_gradient. Writes (overwrites, or adds to: see
@@ -165,8 +167,8 @@ class Layer {
   // Whether this layer's backward reads its output, and its input. Where neither this layer's backward
   // reads its output nor the next layer's its input, the output is dead once the next layer's forward has
   // run, and the enclosing model or block gives it back then (release_output) instead of keeping it
-  // until the layer's next forward: a BatchNorm's output before a max-pool, or before a residual addition.
-  // The defaults keep it.
+  // until the layer's next forward: a BatchNorm's output before a max-pool, or a projection shortcut's
+  // once the residual sum has read it. The defaults keep it.
   virtual bool backward_reads_output() const { return true; }
   virtual bool backward_reads_input() const { return true; }
   virtual void release_output(Context& ctx) { output_.give_back(ctx); }
@@ -180,6 +182,12 @@ class Layer {
   LeasedTensor diff_src_;
   // The output, where a layer leases it (most do): kept for backward, and read by the next layer's.
   LeasedTensor output_;
+  // At set-up: an input gradient still borrowing the output's storage gives it back before the output
+  // takes its new descriptor.
+  void reset_output(Context& ctx, const dnnl::memory::desc& md) {
+    diff_src_.give_back(ctx);
+    output_.reset(md);
+  }
   dt output_type_ = dt::f32;
   bool may_overwrite_diff_dst_ = false;
 };

@@ -60,7 +60,7 @@ memory::desc Linear::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
                           opt_.bias ? bias_.value.get_desc() : memory::desc());
   dims_t out = in;
   out.back() = opt_.out_features;
-  output_.reset(plain_desc(out));
+  reset_output(ctx, plain_desc(out));
   if (need_diff_src_) {
     diff_src_.reset(plain_desc(in));
     diff_to_src_layout_ = Relayout(ctx, plain_desc(in), src_md);

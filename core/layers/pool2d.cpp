@@ -45,7 +45,7 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   const auto fwd_pd =
       make_pooling_forward_pd(ctx.engine(), prop, alg, src_md, dst_any, strides, kernel, padding, padding);
   fwd_ = dnnl::pooling_forward(fwd_pd);
-  output_.reset(fwd_pd.dst_desc());
+  reset_output(ctx, fwd_pd.dst_desc());
   workspace_ = fwd_pd.workspace_desc().get_size() ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
 
   bwd_.reset();

@@ -9,7 +9,7 @@ dnnl::memory::desc Relu::setup(Context& ctx, const dnnl::memory::desc& src_md, M
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
   const auto fwd_pd = make_eltwise_forward_pd(ctx.engine(), prop, alg, src_md, 0.0f, 0.0f);
   fwd_ = dnnl::eltwise_forward(fwd_pd);
-  output_.reset(fwd_pd.dst_desc());
+  reset_output(ctx, fwd_pd.dst_desc());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
     const auto bwd_pd = make_eltwise_backward_pd(ctx.engine(), alg, src_md, src_md, 0.0f, 0.0f, fwd_pd);

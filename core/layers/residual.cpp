@@ -5,6 +5,12 @@
 
 namespace ddl {
 
+namespace {
+bool has_padding(const dnnl::memory::desc& md) {
+  return md.get_size() != product(dims_of(md)) * dnnl::memory::data_type_size(data_type_of(md));
+}
+}  // namespace
+
 Residual::Residual(std::string name, Sequential body, Sequential shortcut, bool relu)
     : name_(std::move(name)), body_(std::move(body)), shortcut_(std::move(shortcut)), relu_(relu) {
   if (body_.empty()) throw Error("residual " + name_ + ": empty body");
@@ -38,9 +44,8 @@ dnnl::memory::desc Residual::setup(Context& ctx, const dnnl::memory::desc& src, 
   // overwrites it, as PyTorch's `out += identity` does: one tensor fewer kept per block. Not with the
   // ReLU on a layout padded past the channels (4 channels in blocks of 16): there oneDNN 2.7's in-place
   // addition with a ReLU gives wrong sums.
-  const bool padded = body_md.get_size() != product(dims_of(body_md)) * dnnl::memory::data_type_size(data_type_of(body_md));
-  sum_in_place_ = !body_.backward_reads_output() && !(relu_ && padded);
-  output_.reset(sum_in_place_ ? dnnl::memory::desc() : body_md);
+  sum_in_place_ = !body_.backward_reads_output() && !(relu_ && has_padding(body_md));
+  reset_output(ctx, sum_in_place_ ? dnnl::memory::desc() : body_md);
   if (mode == Mode::infer) return body_md;
 
   using Storage = FusedReluBackward::Storage;

@@ -70,6 +70,11 @@ TEST(LeasedTensor, TakesASparesStorageWhereItFitsAndGivesItBack) {
   EXPECT_EQ(output.current().dims(), (dims_t{2, 8}));
   EXPECT_EQ(output.get(ctx).data(), storage) << "the output is held again, not leased anew";
 
+  // A borrower set up again drops the storage and frees its home to lease anew.
+  gradient.get(ctx, output);
+  gradient.reset(plain_desc({2, 4}));
+  EXPECT_FALSE(output.get(ctx).empty());
+
   LeasedTensor larger;
   larger.reset(plain_desc({2, 16}));
   EXPECT_NE(larger.get(ctx, output).data(), storage) << "does not fit: leased from the pool";
