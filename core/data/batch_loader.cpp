@@ -119,16 +119,15 @@ void prepare_one(const std::uint8_t* hwc, int h, int w, int c, const Preprocessi
     });
     return;
   }
-  // One pass over the interleaved pixels per channel count known here, which the compiler vectorises; the
-  // generic loop reads every channel's bytes three apart.
-  auto convert = [&]<int channels>(std::integral_constant<int, channels>) {
+  // One pass over the interleaved pixels; with the channel count a constant (3 and 1, the common ones)
+  // the compiler vectorises it.
+  auto convert = [&](auto channels) {
     for (std::size_t p = 0; p < plane; ++p)
       for (int k = 0; k < channels; ++k) out[k * plane + p] = hwc[p * channels + k] * a.scale[k] + a.shift[k];
   };
   if (c == 3) return convert(std::integral_constant<int, 3>{});
   if (c == 1) return convert(std::integral_constant<int, 1>{});
-  for (int k = 0; k < c; ++k)
-    for (std::size_t p = 0; p < plane; ++p) out[k * plane + p] = hwc[p * c + k] * a.scale[k] + a.shift[k];
+  convert(c);
 }
 
 }  // namespace

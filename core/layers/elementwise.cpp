@@ -51,7 +51,7 @@ dnnl::memory::desc Softmax::setup(Context& ctx, const dnnl::memory::desc& src_md
   if (mode == Mode::train && need_diff_src) {
     const auto& dst_md = output_.desc();
     bwd_ = dnnl::softmax_backward(make_softmax_backward_pd(ctx.engine(), dst_md, dst_md, axis_, fwd_pd));
-    diff_src_.reset(output_.desc());
+    diff_src_.reset(dst_md);
   }
   return output_.desc();
 }

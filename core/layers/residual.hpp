@@ -30,7 +30,7 @@ class Residual : public Layer {
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override;
-  bool backward_reads_output() const override { return relu_; }
+  bool backward_reads_output() const override { return relu_; }  // the fused ReLU's
   void release_output(Context& ctx) override {
     if (sum_in_place_)
       body_.release_output(ctx);
