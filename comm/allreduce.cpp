@@ -8,7 +8,7 @@
 #include <cstring>
 #include <exception>
 
-#include "comm/bf16.hpp"
+#include "core/bf16.hpp"
 #include "comm/mpi_error.hpp"
 #include "core/error.hpp"
 

@@ -33,12 +33,16 @@ memory::desc ScaledDotProductAttention::setup(Context& ctx, const memory::desc& 
   const dims_t in = dims_of(src_md);
   if (in.size() != 3 || in[2] != 3 * dim_)
     throw InputError(describe() + ": expects input [N, T, " + std::to_string(3 * dim_) + "], got " + to_string(in));
-  if (src_md != plain_desc(in)) throw Error(describe() + ": expects a plain input (a linear layer's output)");
+  // In bf16 the input, the scores and probabilities and the output are bf16: the products round them to
+  // bf16 anyway (as PyTorch's autocast does), and softmax and its backward accumulate in f32.
+  const dt type = data_type_of(src_md);
+  if (src_md != plain_desc(in, type)) throw Error(describe() + ": expects a plain input (a linear layer's output)");
   mode_ = mode;
   const memory::dim n = in[0], t = in[1], h = heads_, d = dim_ / heads_, D = dim_;
-  packed_part_md_ = memory::desc({n, h, t, d}, dt::f32, dims_t{t * 3 * D, d, 3 * D, 1});
-  out_heads_md_ = memory::desc({n, h, t, d}, dt::f32, dims_t{t * D, d, D, 1});
-  const memory::desc scores_md = plain_desc({n, h, t, t});
+  element_bytes_ = memory::data_type_size(type);
+  packed_part_md_ = memory::desc({n, h, t, d}, type, dims_t{t * 3 * D, d, 3 * D, 1});
+  out_heads_md_ = memory::desc({n, h, t, d}, type, dims_t{t * D, d, D, 1});
+  const memory::desc scores_md = plain_desc({n, h, t, t}, type);
   const bool train = mode == Mode::train;
   scores_ = BatchedMatmul(ctx, packed_part_md_, BatchedMatmul::transposed(packed_part_md_), scores_md,
                           1.0f / std::sqrt(static_cast<float>(d)), train);
@@ -49,7 +53,7 @@ memory::desc ScaledDotProductAttention::setup(Context& ctx, const memory::desc& 
   softmax_ = dnnl::softmax_forward(softmax_pd);
   use_dropout_ = train && dropout_.probability() > 0.0f;
   if (use_dropout_) dropout_.setup(ctx, scores_md, mode, true);
-  dst_ = Tensor(plain_desc({n, t, D}), ctx.engine());
+  dst_ = Tensor(plain_desc({n, t, D}, type), ctx.engine());
   softmax_backward_.reset();
   if (train) {
     softmax_backward_ =
@@ -63,11 +67,12 @@ memory::desc ScaledDotProductAttention::setup(Context& ctx, const memory::desc& 
 }
 
 memory ScaledDotProductAttention::part(Context& ctx, const Tensor& packed, int which) const {
-  return memory(packed_part_md_, ctx.engine(), const_cast<float*>(packed.data()) + which * dim_);
+  auto* base = static_cast<std::byte*>(packed.memory().get_data_handle());
+  return memory(packed_part_md_, ctx.engine(), base + which * dim_ * element_bytes_);
 }
 
 memory ScaledDotProductAttention::heads_of(Context& ctx, const Tensor& out) const {
-  return memory(out_heads_md_, ctx.engine(), const_cast<float*>(out.data()));
+  return memory(out_heads_md_, ctx.engine(), out.memory().get_data_handle());
 }
 
 const Tensor& ScaledDotProductAttention::forward(Context& ctx, const Tensor& src) {

@@ -26,6 +26,8 @@ class ScaledDotProductAttention : public Layer {
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override { return dropout_.state(); }
+  // It takes and gives bf16 between two linear layers that compute in bf16.
+  bool takes_bf16() const override { return output_type_ == dt::bf16; }
 
  private:
   float dropout_p_;
@@ -35,6 +37,7 @@ class ScaledDotProductAttention : public Layer {
   dnnl::memory heads_of(Context& ctx, const Tensor& out) const;
 
   int dim_, heads_;
+  std::size_t element_bytes_ = sizeof(float);
   Mode mode_ = Mode::train;
   dnnl::memory::desc packed_part_md_, out_heads_md_;
   BatchedMatmul scores_, mix_;  // S = Q K^T / sqrt(d);  O = P V

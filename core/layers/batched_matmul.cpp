@@ -11,13 +11,19 @@ namespace ddl {
 BatchedMatmul::Product::Product(Context& ctx, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                                 const dnnl::memory::desc& c, float alpha, const dnnl::memory::desc& bias) {
   const dnnl::primitive_attr attr = output_scale_attr(alpha);
-  // In bf16 the operands are converted, so copied anyway: to plain bf16 copies; C stays f32.
+  // In bf16 an f32 operand is converted, so copied anyway: into a plain bf16 copy. A bf16 operand (an
+  // activation between bf16 layers) is taken as it is where a fast kernel accepts it. C keeps its type.
   const dt compute = ctx.compute_type();
+  const int converted =
+      compute == dt::f32 ? 0 : (data_type_of(a) != compute ? 1 : 0) | (data_type_of(b) != compute ? 2 : 0);
+  auto operand = [&](int copies, int bit, const dnnl::memory::desc& md, dt type) {
+    return copies & bit ? plain_desc(dims_of(md), type) : md;
+  };
   // Try the operands as given first, then with plain copies of A, B, C, in rising order of copying.
-  for (int copies = compute == dt::f32 ? 0 : 3; copies < 8; copies += compute == dt::f32 ? 1 : 4) {
-    const dnnl::memory::desc ma = copies & 1 ? plain_desc(dims_of(a), compute) : a;
-    const dnnl::memory::desc mb = copies & 2 ? plain_desc(dims_of(b), compute) : b;
-    const dnnl::memory::desc mc = copies & 4 ? plain_desc(dims_of(c)) : c;
+  for (int copies = converted; copies < 8; ++copies) {
+    if ((copies & converted) != converted) continue;
+    const dnnl::memory::desc ma = operand(copies, 1, a, compute), mb = operand(copies, 2, b, compute);
+    const dnnl::memory::desc mc = operand(copies, 4, c, data_type_of(c));
     const auto pd = make_matmul_pd(ctx.engine(), ma, mb, bias, mc, attr);
     if (std::string(pd.impl_info_str()).starts_with("ref")) continue;
     matmul_ = dnnl::matmul(pd);
@@ -31,8 +37,7 @@ BatchedMatmul::Product::Product(Context& ctx, const dnnl::memory::desc& a, const
     return;
   }
   // Only the reference kernel exists for this problem: copying would not help it (but for bf16's).
-  const dnnl::memory::desc ma = compute == dt::f32 ? a : plain_desc(dims_of(a), compute);
-  const dnnl::memory::desc mb = compute == dt::f32 ? b : plain_desc(dims_of(b), compute);
+  const dnnl::memory::desc ma = operand(converted, 1, a, compute), mb = operand(converted, 2, b, compute);
   matmul_ = dnnl::matmul(make_matmul_pd(ctx.engine(), ma, mb, bias, c, attr));
   a_ = LeasedCopy(ctx, a, ma);
   b_ = LeasedCopy(ctx, b, mb);

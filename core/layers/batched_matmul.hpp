@@ -1,9 +1,10 @@
 // C = alpha * A @ B over the last two axes, batched over the leading ones, on oneDNN's matmul; A, B and C
 // may be strided views (a head's slice of a packed [N, T, 3, H, d] tensor, a transposed operand), which
 // is how attention avoids copying heads in and out. Backward: dA = alpha * dC @ B^T, dB = alpha * A^T @ dC,
-// each written with A's and B's own strides. With the context's compute type bf16, A and B go through
-// plain bf16 copies and C is written in f32. Copies are leased for the call that makes them: none is kept
-// from forward to backward (ViT-B/16's bf16 peak was twice its f32 one while each product kept its own).
+// each written with A's and B's own strides. With the context's compute type bf16, A and B are bf16
+// (f32 ones go through plain bf16 copies) and C is written in its own type. Copies are leased for the call
+// that makes them: none is kept from forward to backward (ViT-B/16's bf16 peak was twice its f32 one while
+// each product kept its own).
 #pragma once
 
 #include <optional>

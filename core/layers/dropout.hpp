@@ -21,14 +21,19 @@ class Dropout : public Layer {
   // Its backward reads the mask only.
   bool backward_reads_input() const override { return false; }
   bool backward_reads_output() const override { return false; }
+  // Between bf16 layers it scales bf16 elements (the mask stays f32).
+  bool takes_bf16() const override { return output_type_ == dt::bf16; }
   std::vector<StateView> state() override;
 
  private:
+  void apply_mask(const Tensor& x, Tensor& y) const;
+
   float p_;
   Rng rng_;
   Rng::State rng_state_{};  // state() exposes this copy; forward keeps it in step with rng_
   Mode mode_ = Mode::train;
   bool need_diff_src_ = false;
+  bool bf16_ = false;
   AlignedBuffer<float> mask_;
 };
 

@@ -15,6 +15,8 @@ class Gelu : public Layer {
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   bool backward_reads_output() const override { return false; }  // it reads the input
+  // Its output has its input's type: bf16 between two linear layers that compute in bf16.
+  bool takes_bf16() const override { return output_type_ == dt::bf16; }
 
  private:
   dnnl::eltwise_forward fwd_;

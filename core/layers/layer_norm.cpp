@@ -33,33 +33,47 @@ memory::desc LayerNorm::setup(Context& ctx, const memory::desc& src_md, Mode mod
   const auto fwd_pd =
       make_normalization_forward_pd<dnnl::layer_normalization_forward>(ctx.engine(), prop, src_md, opt_.epsilon, f);
   fwd_ = dnnl::layer_normalization_forward(fwd_pd);
-  dst_ = Tensor(fwd_pd.dst_desc(), ctx.engine());
+  normalized_md_ = fwd_pd.dst_desc();
+  const memory::desc out_md = output_type_ == dt::f32 ? normalized_md_ : plain_desc(in, output_type_);
+  to_output_type_.reset();
+  diff_to_f32_.reset();
+  if (out_md != normalized_md_) to_output_type_ = Copy(ctx, normalized_md_, out_md);
+  reset_output(ctx, out_md);
   mean_ = Tensor(fwd_pd.mean_desc(), ctx.engine());
   variance_ = Tensor(fwd_pd.variance_desc(), ctx.engine());
   bwd_.reset();
-  if (mode == Mode::infer) return dst_.desc();
+  if (mode == Mode::infer) return out_md;
   const auto bwd_pd = make_normalization_backward_pd<dnnl::layer_normalization_backward>(
       ctx.engine(), dnnl::prop_kind::backward, src_md, src_md, opt_.epsilon, f, fwd_pd);
   bwd_ = dnnl::layer_normalization_backward(bwd_pd);
+  if (to_output_type_) diff_to_f32_ = Copy(ctx, out_md, normalized_md_);
   diff_src_.reset(bwd_pd.diff_src_desc());
-  return dst_.desc();
+  return out_md;
 }
 
 const Tensor& LayerNorm::forward(Context& ctx, const Tensor& src) {
   src_ = &src;
+  const Tensor& dst = output_.get(ctx);
+  Tensor normalized = to_output_type_ ? ctx.lease(normalized_md_) : Tensor();
   fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()},
                               {DNNL_ARG_SCALE, scale_.value},
                               {DNNL_ARG_SHIFT, shift_.value},
                               {DNNL_ARG_MEAN, mean_.memory()},
                               {DNNL_ARG_VARIANCE, variance_.memory()},
-                              {DNNL_ARG_DST, dst_.memory()}});
-  return dst_;
+                              {DNNL_ARG_DST, to_output_type_ ? normalized.memory() : dst.memory()}});
+  if (to_output_type_) {
+    (*to_output_type_)(ctx, normalized.memory(), dst.memory());
+    ctx.give_back(normalized);
+  }
+  return dst;
 }
 
 const Tensor& LayerNorm::backward(Context& ctx, const Tensor& diff_dst) {
   if (!bwd_) throw Error(describe() + ": backward called on a layer set up for inference");
+  Tensor diff_f32 = diff_to_f32_ ? ctx.lease(normalized_md_) : Tensor();
+  if (diff_to_f32_) (*diff_to_f32_)(ctx, diff_dst.memory(), diff_f32.memory());
   bwd_->execute(ctx.stream(), {{DNNL_ARG_SRC, src_->memory()},
-                               {DNNL_ARG_DIFF_DST, diff_dst.memory()},
+                               {DNNL_ARG_DIFF_DST, diff_to_f32_ ? diff_f32.memory() : diff_dst.memory()},
                                {DNNL_ARG_SCALE, scale_.value},
                                {DNNL_ARG_SHIFT, shift_.value},
                                {DNNL_ARG_MEAN, mean_.memory()},
@@ -67,6 +81,7 @@ const Tensor& LayerNorm::backward(Context& ctx, const Tensor& diff_dst) {
                                {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()},
                                {DNNL_ARG_DIFF_SCALE, scale_.grad},
                                {DNNL_ARG_DIFF_SHIFT, shift_.grad}});
+  if (diff_to_f32_) ctx.give_back(diff_f32);
   return diff_src_.current();
 }
 

@@ -28,9 +28,10 @@ class Linear : public Layer {
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   bool backward_reads_output() const override { return false; }  // it reads its input
+  bool takes_bf16() const override { return true; }
 
  private:
-  void sum_rows(const float* dy, float* out) const;
+  void sum_rows(const Tensor& diff_dst, float* out) const;
 
   LinearOptions opt_;
   ParamMemory weights_t_, bias_;  // weights seen as [I, O] (the transpose of the stored OI)

@@ -18,11 +18,14 @@
 
 #include "core/aligned_buffer.hpp"
 #include "core/cpu_bf16.hpp"
+#include "core/layers/attention.hpp"
 #include "core/layers/batch_norm2d.hpp"
 #include "core/layers/conv2d.hpp"
 #include "core/layers/dense.hpp"
 #include "core/layers/dropout.hpp"
+#include "core/layers/elementwise.hpp"
 #include "core/layers/flatten.hpp"
+#include "core/layers/layer_norm.hpp"
 #include "core/layers/linear.hpp"
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
@@ -40,14 +43,19 @@ struct Results {
   std::vector<float> output, input_gradient, weight_gradients;
 };
 
-// bf16_between: the layer takes a bf16 input and gives a bf16 output, as between two bf16 layers.
+// The types a layer takes and gives: f32 at a model's edges, bf16 between two layers that compute in bf16.
+struct Sides {
+  dt input = dt::f32, output = dt::f32;
+};
+constexpr Sides kBf16Between{dt::bf16, dt::bf16};
+
 // exact_input: the input's values are bf16 values (truncated), the same in both precisions.
 Results run(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& input_dims, dt compute,
-            bool bf16_between = false, bool exact_input = false) {
+            Sides sides = {}, bool exact_input = false) {
   Context ctx;
   ctx.set_compute_type(compute);
   auto layer = make();
-  if (bf16_between) layer->set_output_type(ctx, dt::bf16);
+  layer->set_output_type(ctx, sides.output);
   std::size_t total = 0;
   for (const auto& s : layer->param_specs()) total += product(s.dims);
   AlignedBuffer<float> params(total), grads(total);
@@ -61,9 +69,9 @@ Results run(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& i
     offset += n;
   }
   layer->bind(views, ctx);
-  const auto in_md = plain_desc(input_dims, bf16_between ? dt::bf16 : dt::f32);
+  const auto in_md = plain_desc(input_dims, sides.input);
   const auto out_md = layer->setup(ctx, in_md, Mode::train, true);
-  EXPECT_EQ(data_type_of(out_md), bf16_between ? dt::bf16 : dt::f32) << layer->describe();
+  EXPECT_EQ(data_type_of(out_md), sides.output) << layer->describe();
   std::vector<float> input_values = test::random_values(product(input_dims), 12);
   if (exact_input)
     for (float& v : input_values) v = std::bit_cast<float>(std::bit_cast<std::uint32_t>(v) & 0xffff0000u);
@@ -92,9 +100,9 @@ void expect_close_but_not_equal(const std::vector<float>& bf16, const std::vecto
 // Where the CPU has no bf16 instructions ddl_train refuses bf16, and there is nothing to compare (not a
 // skip: CI counts skips as failures, and the ISA query itself is checked below on every machine).
 void expect_bf16_matches_f32(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& input_dims,
-                             bool bf16_between = false) {
+                             Sides sides = {}) {
   if (!cpu_computes_bf16()) return;
-  const Results f32 = run(make, input_dims, dt::f32), bf16 = run(make, input_dims, dt::bf16, bf16_between);
+  const Results f32 = run(make, input_dims, dt::f32), bf16 = run(make, input_dims, dt::bf16, sides);
   expect_close_but_not_equal(bf16.output, f32.output, "output");
   expect_close_but_not_equal(bf16.input_gradient, f32.input_gradient, "input gradient");
   if (!f32.weight_gradients.empty())
@@ -148,12 +156,12 @@ TEST(Bf16, Conv2dBetweenBf16LayersMatchesF32) {
         return std::make_unique<Conv2d>(
             Conv2dOptions{.in_channels = 16, .out_channels = 32, .kernel = 3, .padding = 1});
       },
-      {4, 16, 12, 12}, true);
+      {4, 16, 12, 12}, kBf16Between);
 }
 
 TEST(Bf16, DenseBetweenBf16LayersMatchesF32) {
   expect_bf16_matches_f32(
-      [] { return std::make_unique<Dense>(DenseOptions{.in_features = 300, .out_features = 70}); }, {8, 300}, true);
+      [] { return std::make_unique<Dense>(DenseOptions{.in_features = 300, .out_features = 70}); }, {8, 300}, kBf16Between);
 }
 
 // Max pooling and ReLU compute nothing, they select: on inputs that bf16 holds exactly they select what
@@ -162,7 +170,8 @@ TEST(Bf16, DenseBetweenBf16LayersMatchesF32) {
 // rounding.
 void expect_bf16_selects_as_f32(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& input_dims) {
   if (!cpu_computes_bf16()) return;
-  const Results f32 = run(make, input_dims, dt::f32, false, true), bf16 = run(make, input_dims, dt::bf16, true, true);
+  const Results f32 = run(make, input_dims, dt::f32, {}, true);
+  const Results bf16 = run(make, input_dims, dt::bf16, kBf16Between, true);
   EXPECT_EQ(bf16.output, f32.output);
   expect_close_but_not_equal(bf16.input_gradient, f32.input_gradient, "input gradient");
 }
@@ -176,7 +185,7 @@ TEST(Bf16, MaxPoolBetweenBf16LayersMatchesF32) {
 // Normalisation statistics, scale and shift stay f32; only the activations it reads and writes are bf16.
 TEST(Bf16, BatchNormBetweenBf16LayersMatchesF32) {
   expect_bf16_matches_f32([] { return std::make_unique<BatchNorm2d>(BatchNorm2dOptions{.channels = 16}); },
-                          {4, 16, 6, 6}, true);
+                          {4, 16, 6, 6}, kBf16Between);
 }
 
 TEST(Bf16, ReluBetweenBf16LayersMatchesF32) {
@@ -195,15 +204,63 @@ TEST(Bf16, ResidualBlockBetweenBf16LayersMatchesF32) {
           if (!identity) shortcut.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 16, .kernel = 1});
           return std::make_unique<Residual>("block", std::move(body), std::move(shortcut));
         },
-        {4, 16, 6, 6}, true);
+        {4, 16, 6, 6}, kBf16Between);
 }
 
 TEST(Bf16, FlattenBetweenBf16LayersMatchesF32) {
-  expect_bf16_matches_f32([] { return std::make_unique<Flatten>(); }, {4, 16, 5, 5}, true);
+  expect_bf16_matches_f32([] { return std::make_unique<Flatten>(); }, {4, 16, 5, 5}, kBf16Between);
+}
+
+// A transformer's layers between its bf16 products: the linear layers, GELU, dropout and the attention
+// take and give bf16; LayerNorm takes the f32 residual stream and gives bf16 to the linear layer after it.
+TEST(Bf16, LinearBetweenBf16LayersMatchesF32) {
+  expect_bf16_matches_f32(
+      [] { return std::make_unique<Linear>(LinearOptions{.in_features = 64, .out_features = 48}); }, {4, 10, 64},
+      kBf16Between);
+}
+
+TEST(Bf16, GeluBetweenBf16LayersMatchesF32) {
+  expect_bf16_matches_f32([] { return std::make_unique<Gelu>(); }, {4, 10, 64}, kBf16Between);
+}
+
+TEST(Bf16, DropoutBetweenBf16LayersMatchesF32) {
+  expect_bf16_matches_f32([] { return std::make_unique<Dropout>(0.25f, 7); }, {4, 10, 64}, kBf16Between);
+}
+
+TEST(Bf16, LayerNormGivesBf16MatchingF32) {
+  expect_bf16_matches_f32([] { return std::make_unique<LayerNorm>(LayerNormOptions{.features = 64}); },
+                          {4, 10, 64}, {dt::f32, dt::bf16});
+}
+
+TEST(Bf16, AttentionBetweenBf16LayersMatchesF32) {
+  for (const float dropout : {0.0f, 0.1f})
+    expect_bf16_matches_f32(
+        [dropout] { return std::make_unique<ScaledDotProductAttention>(64, 4, dropout, 3); }, {2, 10, 3 * 64},
+        kBf16Between);
+}
+
+// A whole encoder block, as ViT stacks them: f32 in and out (the residual stream), bf16 inside.
+TEST(Bf16, TransformerEncoderBlockMatchesF32) {
+  expect_bf16_matches_f32(
+      [] {
+        Sequential block;
+        Sequential attention, mlp;
+        attention.emplace<LayerNorm>(LayerNormOptions{.features = 64});
+        attention.add(multi_head_self_attention(64, 4, 0.0f, 3));
+        block.emplace<Residual>("attention", std::move(attention));
+        mlp.emplace<LayerNorm>(LayerNormOptions{.features = 64});
+        mlp.emplace<Linear>(LinearOptions{.in_features = 64, .out_features = 256});
+        mlp.emplace<Gelu>();
+        mlp.emplace<Linear>(LinearOptions{.in_features = 256, .out_features = 64});
+        block.emplace<Residual>("mlp", std::move(mlp));
+        return std::make_unique<Sequential>(std::move(block));
+      },
+      {2, 10, 64});
 }
 
 // In a model the activations are bf16 exactly where both sides take bf16; the logits, which the loss
-// takes, and the output of the layer before one that takes only f32 (dropout here), stay f32. In f32
+// takes, and the output of the layer before one that takes only f32 (LayerNorm here), stay f32. A
+// LayerNorm gives bf16 to the dense layer after it. In f32
 // nothing changes.
 TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
   if (!cpu_computes_bf16()) return;
@@ -215,7 +272,7 @@ TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
     model.add(std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2}));
     model.add(std::make_unique<Flatten>());
     model.add(std::make_unique<Dense>(DenseOptions{.in_features = 16 * 16, .out_features = 32, .relu = true}));
-    model.add(std::make_unique<Dropout>(0.25f, 5));
+    model.add(std::make_unique<LayerNorm>(LayerNormOptions{.features = 32}));
     model.add(std::make_unique<Dense>(DenseOptions{.in_features = 32, .out_features = 4}));
     model.finalize(ctx);
     model.initialize(1);
@@ -228,7 +285,7 @@ TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
     std::vector<dt> types;
     for (const auto& md : model.output_descs()) types.push_back(data_type_of(md));
     const dt between = compute;
-    EXPECT_EQ(types, (std::vector<dt>{between, between, between, dt::f32, dt::f32, dt::f32}));
+    EXPECT_EQ(types, (std::vector<dt>{between, between, between, dt::f32, between, dt::f32}));
     EXPECT_TRUE(std::isfinite(first));
     double norm = 0;
     for (float g : model.grads()) norm += static_cast<double>(g) * g;

@@ -1,5 +1,5 @@
-// bfloat16 conversion for the all-reduce wire format: the top 16 bits of an IEEE float, rounded to
-// nearest even (NaN kept a NaN).
+// bfloat16 conversion, for the all-reduce wire format and the element-wise loops over bf16 activations:
+// the top 16 bits of an IEEE float, rounded to nearest even (NaN kept a NaN).
 #pragma once
 
 #include <cstdint>
