@@ -43,17 +43,17 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
   // the type the next layer takes, and the input gradient in the input's type.
   const dt compute = ctx.compute_type();
   const memory::desc src_c(in, compute, tag::ab), diff_dst_c({in[0], opt_.out_features}, compute, tag::ab);
-  // The weight gradients, and a large layer's f32 weights, stay in the parameters' plain OI layout: a
-  // blocked copy would add a weight-sized buffer (VGG16's first dense layer alone holds 411 MB) and measured
-  // no slower there, since such a step is bound by reading the weights (AlexNet's bf16 step even went
-  // 0.246 -> 0.226 s). A small layer's copy costs little, and its blocked forward is 3x faster than the
-  // plain gemm (seed_cnn's 4096->64 at batch 64: 0.08 against 0.28 ms). bf16 weights need a converted copy
-  // anyway: oneDNN lays that out.
+  // The weight gradients, and a large layer's weights, stay in the parameters' plain OI layout (in bf16:
+  // a plain bf16 copy): a blocked copy would add a weight-sized buffer (VGG16's first dense layer alone
+  // holds 411 MB) and measured no slower there, since such a step is bound by reading the weights (AlexNet's
+  // bf16 step even went 0.246 -> 0.226 s). In bf16 the copy is made every step, and converting into
+  // oneDNN's blocked bf16 layout costs 9x a plain conversion: AlexNet's bf16 step went 0.20 -> 0.18 s with
+  // plain copies. A small layer's blocked copy costs little, and its blocked kernels are faster than the
+  // plain gemm (seed_cnn's 4096->64 at batch 64: forward 0.08 against 0.28 ms in f32; in bf16 the plain
+  // backward took 0.07 ms longer than a blocked copy saved).
   constexpr std::size_t kPlainWeightsFrom = 4 << 20;  // bytes of f32 weights: a million of them
-  const bool plain_weights = compute == dt::f32 && weights_.value.get_desc().get_size() >= kPlainWeightsFrom;
-  const memory::desc weights_md = plain_weights
-                                      ? weights_.value.get_desc()
-                                      : memory::desc({opt_.out_features, opt_.in_features}, compute, tag::any);
+  const bool plain_weights = weights_.value.get_desc().get_size() >= kPlainWeightsFrom;
+  const memory::desc weights_md({opt_.out_features, opt_.in_features}, compute, plain_weights ? tag::ab : tag::any);
   const memory::desc diff_weights_md = weights_.grad.get_desc();
   const memory::desc bias_md = opt_.bias ? bias_.value.get_desc() : memory::desc();
 

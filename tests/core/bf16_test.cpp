@@ -143,6 +143,13 @@ TEST(Bf16, DenseMatchesF32) {
       {8, 300});
 }
 
+// A million weights or more: the bf16 copy is plain, not blocked (it is converted every step).
+TEST(Bf16, LargeDenseWithPlainWeightsMatchesF32) {
+  expect_bf16_matches_f32(
+      [] { return std::make_unique<Dense>(DenseOptions{.in_features = 1024, .out_features = 1024}); }, {4, 1024},
+      kBf16Between);
+}
+
 TEST(Bf16, LinearOverTokensMatchesF32) {
   expect_bf16_matches_f32(
       [] { return std::make_unique<Linear>(LinearOptions{.in_features = 64, .out_features = 48}); }, {4, 10, 64});
