@@ -163,6 +163,7 @@ void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
                      to_string(d));
   output_mds_.clear();
   choose_output_types(ctx, layers_, dt::f32);  // the loss, and the next stage's messages, take f32
+  move_relu_backward_into_pools(layers_);
   dnnl::memory::desc md = input_md;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     // A layer's gradient comes from the next layer, which gives it up; the last layer's is the caller's.

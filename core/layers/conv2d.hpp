@@ -35,7 +35,8 @@ class Conv2d : public Layer {
   bool takes_bf16() const override { return true; }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
-  bool backward_reads_output() const override { return opt_.relu; }  // the fused ReLU's
+  bool backward_reads_output() const override { return opt_.relu && !relu_backward_in_next_; }  // the fused ReLU's
+  bool ends_in_relu() const override { return opt_.relu; }
   bool accumulate_gradients(bool on) override {
     weight_gradients_.set_accumulate(on);
     return true;

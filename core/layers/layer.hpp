@@ -173,6 +173,14 @@ class Layer {
   virtual bool backward_reads_input() const { return true; }
   virtual void release_output(Context& ctx) { output_.give_back(ctx); }
 
+  // Whether this layer's output is a fused ReLU's (a convolution's post-op), and whether this layer can
+  // apply that ReLU's backward for the layer before it (a max-pool): see move_relu_backward_into_pools.
+  virtual bool ends_in_relu() const { return false; }
+  virtual bool can_take_relu_backward() const { return false; }
+  // Set before setup() by the enclosing model or block, on such a pair.
+  void set_relu_backward_in_next(bool moved) { relu_backward_in_next_ = moved; }
+  void set_relu_backward_of_previous(bool moved) { relu_backward_of_previous_ = moved; }
+
   // Whether backward may overwrite its diff_dst: true where that gradient is another layer's, given up
   // once consumed, not the caller's nor shared with a second path. A fused ReLU's backward then works in
   // place instead of in a buffer the size of the output. Set before setup() by the enclosing model or block.
@@ -190,6 +198,8 @@ class Layer {
   }
   dt output_type_ = dt::f32;
   bool may_overwrite_diff_dst_ = false;
+  bool relu_backward_in_next_ = false;      // the next layer applies this layer's ReLU backward
+  bool relu_backward_of_previous_ = false;  // this layer applies the previous layer's ReLU backward
 };
 
 // Tells each layer of a chain the type to give its output in, last first: bf16 where `ctx` computes in
@@ -201,6 +211,22 @@ void choose_output_types(const Context& ctx, Layers& layers, dt last) {
   for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
     (*it)->set_output_type(ctx, next);
     next = ctx.compute_type() == dt::bf16 && (*it)->takes_bf16() ? dt::bf16 : dt::f32;
+  }
+}
+
+// Where a convolution's fused ReLU feeds a max-pool, the pool applies the ReLU's backward, to its own output
+// gradient: relu(max x) = max relu(x), so each window's gradient reaches only its maximum, whose ReLU passed
+// it exactly where the pooled value is positive (overlapping windows included: all windows whose maximum
+// an element is share that value). That is one pass over the pool's output instead of one over the 4x
+// larger convolution output, which then no backward reads: it is given back once the pool has read it.
+template <typename Layers>
+void move_relu_backward_into_pools(Layers& layers) {
+  bool previous_moved = false;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const bool moved = i + 1 < layers.size() && layers[i]->ends_in_relu() && layers[i + 1]->can_take_relu_backward();
+    layers[i]->set_relu_backward_in_next(moved);
+    layers[i]->set_relu_backward_of_previous(previous_moved);
+    previous_moved = moved;
   }
 }
 

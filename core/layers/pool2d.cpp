@@ -49,12 +49,15 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   workspace_ = fwd_pd.workspace_desc().get_size() ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
 
   bwd_.reset();
+  previous_relu_backward_ = FusedReluBackward();
   if (mode == Mode::train && need_diff_src) {
     const auto bwd_pd = make_pooling_backward_pd(ctx.engine(), alg, src_md, fwd_pd.dst_desc(), strides, kernel,
                                                  padding, padding, fwd_pd);
     if (bwd_pd.diff_src_desc() != src_md || bwd_pd.diff_dst_desc() != fwd_pd.dst_desc())
       throw Error(describe() + ": oneDNN chose unexpected backward layouts");
     bwd_ = dnnl::pooling_backward(bwd_pd);
+    if (relu_backward_of_previous_)
+      previous_relu_backward_ = FusedReluBackward(ctx, fwd_pd.dst_desc(), may_overwrite_diff_dst_);
     diff_src_.reset(src_md);
   }
   return output_.desc();
@@ -70,7 +73,8 @@ const Tensor& Pool2d::forward(Context& ctx, const Tensor& src) {
 
 const Tensor& Pool2d::backward(Context& ctx, const Tensor& diff_dst) {
   if (!bwd_) return diff_src_.current();
-  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, diff_dst.memory()}, {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}};
+  const memory& gradient = previous_relu_backward_(ctx, output_.current().memory(), diff_dst.memory());
+  std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, gradient}, {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}};
   if (!workspace_.empty()) args.insert({DNNL_ARG_WORKSPACE, workspace_.memory()});
   bwd_->execute(ctx.stream(), args);
   return diff_src_.current();

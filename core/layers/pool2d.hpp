@@ -5,6 +5,7 @@
 
 #include <optional>
 
+#include "core/layers/fused_relu.hpp"
 #include "core/layers/layer.hpp"
 
 namespace ddl {
@@ -30,12 +31,14 @@ class Pool2d : public Layer {
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   // Max pooling's backward reads the workspace; average pooling's nothing but the output gradient.
   bool backward_reads_input() const override { return false; }
-  bool backward_reads_output() const override { return false; }
+  bool backward_reads_output() const override { return relu_backward_of_previous_; }  // the moved ReLU's
+  bool can_take_relu_backward() const override { return opt_.kind == PoolKind::max; }
 
  private:
   Pool2dOptions opt_;
   dnnl::pooling_forward fwd_;
   std::optional<dnnl::pooling_backward> bwd_;
+  FusedReluBackward previous_relu_backward_;  // where the previous layer's ReLU backward moved here
   Tensor workspace_;
 };
 

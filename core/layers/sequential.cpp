@@ -31,6 +31,7 @@ void Sequential::set_output_type(const Context& ctx, dt type) {
 dnnl::memory::desc Sequential::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   if (layers_.empty()) throw Error("sequential " + name_ + ": no layers");
   set_output_type(ctx, output_type_);  // when no enclosing model or block did
+  move_relu_backward_into_pools(layers_);
   dnnl::memory::desc md = src;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     // A part's gradient comes from the next part, which gives it up; the last part's is the caller's.

@@ -74,6 +74,23 @@ TEST(SequentialGradient, BatchNormOutputGivenBackAfterTheMaxPoolRead) {
   check_gradients(chain, {2, 3, 6, 6}, {.step = 1e-3f, .abs_tolerance = 5e-3f, .rel_tolerance = 3e-2f});
 }
 
+// A convolution's ReLU before a max-pool: the pool applies the ReLU's backward to its own output gradient,
+// with windows apart (2/2) and overlapping (3/2, AlexNet's), and the convolution's output, which no
+// backward reads then, is given back once the pool has read it.
+TEST(SequentialGradient, ReluBackwardMovedIntoTheMaxPool) {
+  for (const auto& [kernel, stride] : {std::pair{2, 2}, std::pair{3, 2}}) {
+    Sequential chain;
+    chain.emplace<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 8, .kernel = 3, .padding = 1, .relu = true});
+    chain.emplace<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = kernel, .stride = stride});
+    chain.emplace<Conv2d>(Conv2dOptions{.in_channels = 8, .out_channels = 4, .kernel = 3, .padding = 1, .relu = true});
+    SCOPED_TRACE("kernel " + std::to_string(kernel) + " stride " + std::to_string(stride));
+    check_gradients(chain, {2, 3, 7, 7}, kPiecewise);
+    EXPECT_FALSE(chain.parts()[0]->backward_reads_output());
+    EXPECT_TRUE(chain.parts()[1]->backward_reads_output());
+    EXPECT_TRUE(chain.parts()[2]->backward_reads_output()) << "no pool after it: its ReLU backward stays";
+  }
+}
+
 TEST(ResidualGradient, ProjectionShortcutWithStride) {
   Sequential shortcut;
   shortcut.emplace<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 5, .kernel = 1, .stride = 2});
