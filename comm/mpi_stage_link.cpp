@@ -14,7 +14,7 @@ constexpr int kDimsTag = 1, kLabelsTag = 2, kFirstMicroTag = 16;
 int message_tag(StageLink::Flow flow, int micro) { return kFirstMicroTag + 2 * micro + (flow == StageLink::Flow::gradient); }
 
 int count_of(std::size_t n) {
-  if (n > static_cast<std::size_t>(INT_MAX)) throw Error("pipeline: a message of " + std::to_string(n) + " values");
+  if (n > static_cast<std::size_t>(INT_MAX)) throw Error("pipeline: a message of " + std::to_string(n) + " elements");
   return static_cast<int>(n);
 }
 
@@ -44,7 +44,7 @@ void MpiStageLink::wait(MPI_Request& request, const char* what, int expected_cou
   int got = 0;
   check_mpi(MPI_Get_count(&status, type, &got), "MPI_Get_count");
   if (expected_count >= 0 && got != expected_count)
-    throw Error(std::string(what) + ": expected " + std::to_string(expected_count) + " values from rank " +
+    throw Error(std::string(what) + ": expected " + std::to_string(expected_count) + " elements from rank " +
                 std::to_string(status.MPI_SOURCE) + ", got " + std::to_string(got));
 }
 
@@ -68,12 +68,12 @@ dims_t MpiStageLink::receive_dims() {
   return dims_t(d.begin(), d.end());
 }
 
-void MpiStageLink::post_receive(Flow flow, int micro, std::span<float> into) {
+void MpiStageLink::post_receive(Flow flow, int micro, std::span<std::byte> into) {
   Pending& p = pending(flow, micro);
   if (p.request != MPI_REQUEST_NULL) throw Error("pipeline: a receive for micro-batch " + std::to_string(micro) + " is already open");
   p.count = count_of(into.size());
   const int peer = flow == Flow::activation ? stage() - 1 : stage() + 1;
-  check_mpi(MPI_Irecv(into.data(), p.count, MPI_FLOAT, peer, message_tag(flow, micro), comm_.get(), &p.request),
+  check_mpi(MPI_Irecv(into.data(), p.count, MPI_BYTE, peer, message_tag(flow, micro), comm_.get(), &p.request),
             "MPI_Irecv (pipeline)");
 }
 
@@ -83,13 +83,13 @@ void MpiStageLink::wait_receive(Flow flow, int micro) {
   const auto watch = comm_.waiting_for(std::string("receiving the ") + (forward ? "activations" : "gradients") +
                                            " of micro-batch " + std::to_string(micro),
                                        forward ? stage() - 1 : stage() + 1);
-  wait(p.request, flow == Flow::activation ? "receiving activations" : "receiving gradients", p.count, MPI_FLOAT);
+  wait(p.request, flow == Flow::activation ? "receiving activations" : "receiving gradients", p.count, MPI_BYTE);
 }
 
-void MpiStageLink::send(Flow flow, int micro, std::span<const float> from) {
+void MpiStageLink::send(Flow flow, int micro, std::span<const std::byte> from) {
   const int peer = flow == Flow::activation ? stage() + 1 : stage() - 1;
   MPI_Request r = MPI_REQUEST_NULL;
-  check_mpi(MPI_Isend(from.data(), count_of(from.size()), MPI_FLOAT, peer, message_tag(flow, micro), comm_.get(), &r),
+  check_mpi(MPI_Isend(from.data(), count_of(from.size()), MPI_BYTE, peer, message_tag(flow, micro), comm_.get(), &r),
             "MPI_Isend (pipeline)");
   sends_[peer].push_back(r);
 }

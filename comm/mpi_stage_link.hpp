@@ -22,9 +22,9 @@ class MpiStageLink : public StageLink {
   int stages() const override { return comm_.size(); }
   void send_dims(const dims_t& dims) override;
   dims_t receive_dims() override;
-  void post_receive(Flow flow, int micro, std::span<float> into) override;
+  void post_receive(Flow flow, int micro, std::span<std::byte> into) override;
   void wait_receive(Flow flow, int micro) override;
-  void send(Flow flow, int micro, std::span<const float> from) override;
+  void send(Flow flow, int micro, std::span<const std::byte> from) override;
   void wait_sends() override;
   void progress() override;
   void send_labels(std::span<const std::int32_t> labels) override;

@@ -64,8 +64,8 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   if (mode == Mode::infer) return output_.desc();
 
   const memory::desc& dst_md = fwd_pd.dst_desc();
-  relu_backward_ =
-      opt_.relu && !relu_backward_in_next_ ? FusedReluBackward(ctx, dst_md, may_overwrite_diff_dst_) : FusedReluBackward();
+  const bool relu_backward_here = opt_.relu && !relu_backward_in_next_;
+  relu_backward_ = relu_backward_here ? FusedReluBackward(ctx, dst_md, may_overwrite_diff_dst_) : FusedReluBackward();
 
   const auto bw_pd = make_conv_backward_weights_pd(ctx.engine(), dnnl::algorithm::convolution_direct, src_any,
                                                    diff_weights_any, bias_md, diff_dst_any, strides, padding,

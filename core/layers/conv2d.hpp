@@ -1,6 +1,7 @@
 // 2-D convolution on oneDNN's direct convolution, NCHW logical shapes:
 //   dst[n, o, y, x] = bias[o] + sum_{c, i, j} weight[o, c, i, j] * src[n, c, y*stride + i - pad, x*stride + j - pad]
-// with an optional ReLU fused as a oneDNN post-op (its backward then runs from the saved output).
+// with an optional ReLU fused as a oneDNN post-op (its backward then runs from the saved output, or in the
+// max-pool that follows: see move_relu_backward_into_pools).
 // Weights are kept in the flat buffer as OIHW; oneDNN's preferred blocked layout is a reorder away.
 #pragma once
 

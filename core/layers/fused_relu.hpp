@@ -1,5 +1,6 @@
 // A ReLU fused into a convolution or dense primitive as a post-op: the forward attribute, and the backward
-// dL/dpre = dL/dy where y > 0, computed from the saved output y (no pre-activation copy is kept).
+// dL/dpre = dL/dy where y > 0, computed from the saved output y (no pre-activation copy is kept). A max-pool
+// after a convolution runs the same backward on its own output (move_relu_backward_into_pools).
 #pragma once
 
 #include <optional>

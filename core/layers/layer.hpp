@@ -216,9 +216,9 @@ void choose_output_types(const Context& ctx, Layers& layers, dt last) {
 
 // Where a convolution's fused ReLU feeds a max-pool, the pool applies the ReLU's backward, to its own output
 // gradient: relu(max x) = max relu(x), so each window's gradient reaches only its maximum, whose ReLU passed
-// it exactly where the pooled value is positive (overlapping windows included: all windows whose maximum
-// an element is share that value). That is one pass over the pool's output instead of one over the 4x
-// larger convolution output, which then no backward reads: it is given back once the pool has read it.
+// it exactly where the pooled value is positive. Overlapping windows too: the windows that share a maximum
+// element all pooled its value. That is one pass over the pool's output instead of one over the 4x larger
+// convolution output, which then no backward reads: it is given back once the pool has read it.
 template <typename Layers>
 void move_relu_backward_into_pools(Layers& layers) {
   bool previous_moved = false;

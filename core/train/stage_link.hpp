@@ -1,8 +1,10 @@
 // What a pipeline stage needs from its neighbours, without knowing how they are reached: core/ stays free
 // of MPI, and comm/ provides the implementation over MPI point-to-point messages. Activations flow from
-// the previous stage, gradients from the next; both in the plain layout, one message per micro-batch.
+// the previous stage, gradients from the next; both in the plain layout, one message per micro-batch, as
+// raw bytes: f32 values, or bf16 ones in a bf16 run (half the bytes).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -25,9 +27,9 @@ class StageLink {
   virtual dims_t receive_dims() = 0;
 
   // Non-blocking: `into` (or `from`) must stay untouched until wait_receive (or wait_sends).
-  virtual void post_receive(Flow flow, int micro, std::span<float> into) = 0;
+  virtual void post_receive(Flow flow, int micro, std::span<std::byte> into) = 0;
   virtual void wait_receive(Flow flow, int micro) = 0;
-  virtual void send(Flow flow, int micro, std::span<const float> from) = 0;
+  virtual void send(Flow flow, int micro, std::span<const std::byte> from) = 0;
   virtual void wait_sends() = 0;
   // Called between layers while messages are in flight: MPI moves a large message only while one of its
   // two ends is inside an MPI call, so without this a stage's activations wait for its next wait (a

@@ -10,9 +10,18 @@
 namespace ddl {
 namespace {
 
-// Keeps `t` a plain tensor of `dims`, reallocating only when the shape changes.
-void ensure_plain(Tensor& t, const dims_t& dims, Context& ctx) {
-  if (t.empty() || t.dims() != dims) t = Tensor(plain_desc(dims), ctx.engine());
+// Keeps `t` a plain tensor of `dims` and `type`, reallocating only when the shape changes.
+void ensure_plain(Tensor& t, const dims_t& dims, Context& ctx, dt type = dt::f32) {
+  const dnnl::memory::desc md = plain_desc(dims, type);
+  if (t.empty() || t.desc() != md) t = Tensor(md, ctx.engine());
+}
+
+std::span<std::byte> bytes_of(Tensor& t) { return {static_cast<std::byte*>(t.memory().get_data_handle()), t.bytes()}; }
+
+// Between two tensors of one shape, converting the type where they differ (oneDNN caches the primitive).
+void convert(Context& ctx, const Tensor& from, Tensor& to) {
+  dnnl::memory src = from.memory(), dst = to.memory();
+  dnnl::reorder(src, dst).execute(ctx.stream(), src, dst);
 }
 
 void grow(std::vector<Tensor>& v, std::size_t n) {
@@ -133,10 +142,18 @@ Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode
     grow(inputs_, M);
     for (std::size_t m = 0; m < M; ++m) {
       ensure_plain(inputs_[m], in, ctx_);
-      if (!first())
-        link_->post_receive(StageLink::Flow::activation, static_cast<int>(m), floats(inputs_[m]));
-      else  // the first stage cuts its batch
+      if (!first()) {
+        // Messages travel in the compute type: in bf16 half the bytes, converted to the f32 input on arrival.
+        Tensor* message = &inputs_[m];
+        if (ctx_.compute_type() != dt::f32) {
+          grow(received_activations_, M);
+          ensure_plain(received_activations_[m], in, ctx_, ctx_.compute_type());
+          message = &received_activations_[m];
+        }
+        link_->post_receive(StageLink::Flow::activation, static_cast<int>(m), bytes_of(*message));
+      } else {  // the first stage cuts its batch
         std::memcpy(inputs_[m].data(), batch->images.data() + m * inputs_[m].elements(), inputs_[m].bytes());
+      }
     }
   }
   StepSums sums;
@@ -161,6 +178,7 @@ void Trainer::forward(const Batch* batch, int m, std::size_t micro, Mode mode, S
   if (!first()) {
     const auto waiting = Timeline::span(timeline_, "receive activations", m);
     link_->wait_receive(StageLink::Flow::activation, m);
+    if (ctx_.compute_type() != dt::f32) convert(ctx_, received_activations_[i], inputs_[i]);
     input = &inputs_[i];
   } else {
     input = micro_batches_ == 1 ? &batch->images : &inputs_[i];
@@ -189,7 +207,7 @@ void Trainer::forward(const Batch* batch, int m, std::size_t micro, Mode mode, S
   }
   // The next stage gets the plain layout, whatever layout this stage's last layer chose.
   grow(outputs_, i + 1);
-  ensure_plain(outputs_[i], out.dims(), ctx_);
+  ensure_plain(outputs_[i], out.dims(), ctx_, ctx_.compute_type());
   if (!to_plain_ || to_plain_from_ != out.desc()) {
     to_plain_.emplace(ctx_, out.desc(), outputs_[i].desc());
     to_plain_from_ = out.desc();
@@ -199,11 +217,11 @@ void Trainer::forward(const Batch* batch, int m, std::size_t micro, Mode mode, S
     link_->send_dims(out.dims());
     dims_sent_.push_back({micro, mode});
   }
-  link_->send(StageLink::Flow::activation, m, floats(outputs_[i]));
+  link_->send(StageLink::Flow::activation, m, bytes_of(outputs_[i]));
   if (mode == Mode::train) {
     grow(received_gradients_, i + 1);
-    ensure_plain(received_gradients_[i], out.dims(), ctx_);
-    link_->post_receive(StageLink::Flow::gradient, m, floats(received_gradients_[i]));
+    ensure_plain(received_gradients_[i], out.dims(), ctx_, ctx_.compute_type());
+    link_->post_receive(StageLink::Flow::gradient, m, bytes_of(received_gradients_[i]));
   }
 }
 
@@ -230,10 +248,11 @@ void Trainer::backward(int m) {
   if (first()) return;
   // Layer 0 returns the gradient in the layout of its input, which was plain.
   grow(sent_gradients_, i + 1);
-  ensure_plain(sent_gradients_[i], g.dims(), ctx_);
-  if (g.bytes() != sent_gradients_[i].bytes()) throw Error("pipeline: the input gradient is not in the plain layout");
-  std::memcpy(sent_gradients_[i].data(), g.data(), g.bytes());
-  link_->send(StageLink::Flow::gradient, m, floats(sent_gradients_[i]));
+  ensure_plain(sent_gradients_[i], g.dims(), ctx_, ctx_.compute_type());
+  if (g.desc() != plain_desc(g.dims(), data_type_of(g.desc())))
+    throw Error("pipeline: the input gradient is not in the plain layout");
+  convert(ctx_, g, sent_gradients_[i]);
+  link_->send(StageLink::Flow::gradient, m, bytes_of(sent_gradients_[i]));
   model.release_input_gradient(ctx_);
 }
 

@@ -115,6 +115,7 @@ class Trainer {
   std::vector<std::pair<std::size_t, std::size_t>> whole_ranges_;  // Model::whole_param_ranges()
   std::vector<float> whole_grads_;  // the whole parameters' gradients, packed for one all-reduce
   std::vector<Tensor> inputs_, outputs_, received_gradients_, sent_gradients_, diff_logits_;  // one per micro-batch
+  std::vector<Tensor> received_activations_;  // in bf16 runs: the messages, before inputs_ takes them as f32
   // Shapes exchanged once per micro-batch size and mode (a split layer that gathers its group's batch in
   // training gives another shape in evaluation): received from the previous stage, sent to the next.
   using ShapeKey = std::pair<std::size_t, Mode>;

@@ -31,6 +31,7 @@
 #include "core/layers/relu.hpp"
 #include "core/layers/residual.hpp"
 #include "core/layers/softmax_cross_entropy.hpp"
+#include "core/layers/tokens.hpp"
 #include "core/model.hpp"
 #include "tests/core/tensor_util.hpp"
 
@@ -168,7 +169,8 @@ TEST(Bf16, Conv2dBetweenBf16LayersMatchesF32) {
 
 TEST(Bf16, DenseBetweenBf16LayersMatchesF32) {
   expect_bf16_matches_f32(
-      [] { return std::make_unique<Dense>(DenseOptions{.in_features = 300, .out_features = 70}); }, {8, 300}, kBf16Between);
+      [] { return std::make_unique<Dense>(DenseOptions{.in_features = 300, .out_features = 70}); }, {8, 300},
+      kBf16Between);
 }
 
 // Max pooling and ReLU compute nothing, they select: on inputs that bf16 holds exactly they select what
@@ -265,10 +267,48 @@ TEST(Bf16, TransformerEncoderBlockMatchesF32) {
       {2, 10, 64});
 }
 
+// A transformer's layers, one after another in a model: bf16 from each LayerNorm to the linear layer that
+// ends its branch, f32 where the residual stream (LayerNorm's input) or the class token's layer takes it.
+TEST(Bf16, TransformerLayersPassBf16BetweenThem) {
+  if (!cpu_computes_bf16()) return;
+  Context ctx;
+  ctx.set_compute_type(dt::bf16);
+  const int d = 16;
+  Model model("tokens", {3, 8, 8}, 4);
+  model.add(std::make_unique<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = d, .kernel = 4, .stride = 4}));
+  model.add(std::make_unique<ImageToTokens>());
+  model.add(std::make_unique<LayerNorm>(LayerNormOptions{.features = d}));
+  model.add(multi_head_self_attention(d, 2, 0.1f, 3));
+  model.add(std::make_unique<LayerNorm>(LayerNormOptions{.features = d}));
+  model.add(std::make_unique<Linear>(LinearOptions{.in_features = d, .out_features = 4 * d}));
+  model.add(std::make_unique<Gelu>());
+  model.add(std::make_unique<Dropout>(0.1f, 5));
+  model.add(std::make_unique<Linear>(LinearOptions{.in_features = 4 * d, .out_features = d}));
+  model.add(std::make_unique<TakeClassToken>());
+  model.add(std::make_unique<Linear>(LinearOptions{.in_features = d, .out_features = 4}));
+  model.finalize(ctx);
+  model.initialize(1);
+  const dims_t dims = {2, 3, 8, 8};
+  const Tensor x = test::from_plain(ctx, test::random_values(product(dims), 4), plain_desc(dims));
+  SoftmaxCrossEntropy loss;
+  const double value = loss.forward(ctx, model.forward(ctx, x, Mode::train), std::vector<std::int32_t>{1, 3}).loss;
+  model.backward(ctx, loss.backward());
+  std::vector<dt> types;
+  for (const auto& md : model.output_descs()) types.push_back(data_type_of(md));
+  const dt b = dt::bf16, f = dt::f32;
+  // conv, tokens, norm, attention block (its last linear layer gives f32 to the norm), norm, linear, GELU,
+  // dropout, linear, class token, logits.
+  EXPECT_EQ(types, (std::vector<dt>{f, f, b, f, b, b, b, b, f, f, f}));
+  EXPECT_TRUE(std::isfinite(value));
+  double norm = 0;
+  for (float g : model.grads()) norm += static_cast<double>(g) * g;
+  EXPECT_GT(norm, 0.0);
+}
+
 // In a model the activations are bf16 exactly where both sides take bf16; the logits, which the loss
 // takes, and the output of the layer before one that takes only f32 (LayerNorm here), stay f32. A
-// LayerNorm gives bf16 to the dense layer after it. In f32
-// nothing changes.
+// LayerNorm gives bf16 to the dense layer after it. In f32 nothing changes. The convolution's ReLU
+// backward runs in the max-pool after it, so no backward reads the convolution's output.
 TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
   if (!cpu_computes_bf16()) return;
   for (const dt compute : {dt::f32, dt::bf16}) {
@@ -293,6 +333,7 @@ TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
     for (const auto& md : model.output_descs()) types.push_back(data_type_of(md));
     const dt between = compute;
     EXPECT_EQ(types, (std::vector<dt>{between, between, between, dt::f32, between, dt::f32}));
+    EXPECT_FALSE(model.layer(0).backward_reads_output());
     EXPECT_TRUE(std::isfinite(first));
     double norm = 0;
     for (float g : model.grads()) norm += static_cast<double>(g) * g;

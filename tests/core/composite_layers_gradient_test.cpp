@@ -76,7 +76,16 @@ TEST(SequentialGradient, BatchNormOutputGivenBackAfterTheMaxPoolRead) {
 
 // A convolution's ReLU before a max-pool: the pool applies the ReLU's backward to its own output gradient,
 // with windows apart (2/2) and overlapping (3/2, AlexNet's), and the convolution's output, which no
-// backward reads then, is given back once the pool has read it.
+// backward reads then, is given back once the pool has read it. Mid-chain the pool gates the gradient it
+// receives in place; last, in a buffer of its own (the caller's gradient is not its to overwrite).
+TEST(SequentialGradient, ReluBackwardMovedIntoALastMaxPool) {
+  Sequential chain;
+  chain.emplace<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 8, .kernel = 3, .padding = 1, .relu = true});
+  chain.emplace<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 3, .stride = 2});
+  check_gradients(chain, {2, 3, 7, 7}, kPiecewise);
+  EXPECT_FALSE(chain.parts()[0]->backward_reads_output());
+}
+
 TEST(SequentialGradient, ReluBackwardMovedIntoTheMaxPool) {
   for (const auto& [kernel, stride] : {std::pair{2, 2}, std::pair{3, 2}}) {
     Sequential chain;
