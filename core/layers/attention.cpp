@@ -39,7 +39,6 @@ memory::desc ScaledDotProductAttention::setup(Context& ctx, const memory::desc& 
   if (src_md != plain_desc(in, type)) throw Error(describe() + ": expects a plain input (a linear layer's output)");
   mode_ = mode;
   const memory::dim n = in[0], t = in[1], h = heads_, d = dim_ / heads_, D = dim_;
-  element_bytes_ = memory::data_type_size(type);
   packed_part_md_ = memory::desc({n, h, t, d}, type, dims_t{t * 3 * D, d, 3 * D, 1});
   out_heads_md_ = memory::desc({n, h, t, d}, type, dims_t{t * D, d, D, 1});
   const memory::desc scores_md = plain_desc({n, h, t, t}, type);
@@ -68,7 +67,8 @@ memory::desc ScaledDotProductAttention::setup(Context& ctx, const memory::desc& 
 
 memory ScaledDotProductAttention::part(Context& ctx, const Tensor& packed, int which) const {
   auto* base = static_cast<std::byte*>(packed.memory().get_data_handle());
-  return memory(packed_part_md_, ctx.engine(), base + which * dim_ * element_bytes_);
+  const std::size_t element_bytes = memory::data_type_size(data_type_of(packed_part_md_));
+  return memory(packed_part_md_, ctx.engine(), base + which * dim_ * element_bytes);
 }
 
 memory ScaledDotProductAttention::heads_of(Context& ctx, const Tensor& out) const {

@@ -37,7 +37,6 @@ class ScaledDotProductAttention : public Layer {
   dnnl::memory heads_of(Context& ctx, const Tensor& out) const;
 
   int dim_, heads_;
-  std::size_t element_bytes_ = sizeof(float);
   Mode mode_ = Mode::train;
   dnnl::memory::desc packed_part_md_, out_heads_md_;
   BatchedMatmul scores_, mix_;  // S = Q K^T / sqrt(d);  O = P V

@@ -21,7 +21,6 @@ std::string Dropout::describe() const {
 dnnl::memory::desc Dropout::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
   mode_ = mode;
   need_diff_src_ = need_diff_src;
-  bf16_ = data_type_of(src_md) == dt::bf16;
   reset_output(ctx, src_md);
   if (mode == Mode::train) {
     // Element-wise, so it works on the storage of any layout, padding included (zeros stay zero).
@@ -34,7 +33,7 @@ dnnl::memory::desc Dropout::setup(Context& ctx, const dnnl::memory::desc& src_md
 // y = x * mask, element by element over the storage, in the tensors' own type (f32, or bf16).
 void Dropout::apply_mask(const Tensor& x, Tensor& y) const {
   const std::size_t n = mask_.size();
-  if (bf16_) {
+  if (x.data_type() == DataType::bf16) {
     const auto* in = static_cast<const std::uint16_t*>(x.memory().get_data_handle());
     auto* out = static_cast<std::uint16_t*>(y.memory().get_data_handle());
     for (std::size_t i = 0; i < n; ++i) out[i] = to_bf16(from_bf16(in[i]) * mask_[i]);

@@ -33,7 +33,6 @@ class Dropout : public Layer {
   Rng::State rng_state_{};  // state() exposes this copy; forward keeps it in step with rng_
   Mode mode_ = Mode::train;
   bool need_diff_src_ = false;
-  bool bf16_ = false;
   AlignedBuffer<float> mask_;
 };
 

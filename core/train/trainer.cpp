@@ -10,7 +10,7 @@
 namespace ddl {
 namespace {
 
-// Keeps `t` a plain tensor of `dims` and `type`, reallocating only when the shape changes.
+// Keeps `t` a plain tensor of `dims` and `type`, reallocating only when either changes.
 void ensure_plain(Tensor& t, const dims_t& dims, Context& ctx, dt type = dt::f32) {
   const dnnl::memory::desc md = plain_desc(dims, type);
   if (t.empty() || t.desc() != md) t = Tensor(md, ctx.engine());
@@ -18,8 +18,13 @@ void ensure_plain(Tensor& t, const dims_t& dims, Context& ctx, dt type = dt::f32
 
 std::span<std::byte> bytes_of(Tensor& t) { return {static_cast<std::byte*>(t.memory().get_data_handle()), t.bytes()}; }
 
-// Between two tensors of one shape, converting the type where they differ (oneDNN caches the primitive).
+// Between two plain tensors of one shape: a copy where the types agree (f32 runs, as before bf16 messages),
+// else a converting reorder (bf16 runs; oneDNN caches the primitive).
 void convert(Context& ctx, const Tensor& from, Tensor& to) {
+  if (from.desc() == to.desc()) {
+    std::memcpy(to.memory().get_data_handle(), from.memory().get_data_handle(), from.bytes());
+    return;
+  }
   dnnl::memory src = from.memory(), dst = to.memory();
   dnnl::reorder(src, dst).execute(ctx.stream(), src, dst);
 }
