@@ -150,6 +150,7 @@ struct Run {
   LrSchedule schedule;
   TrainingState state;
   std::string init_note;  // what --init did, for rank 0's header
+  std::string cache_note;  // --cache-images: what was kept in memory, or why not
   // On rank 0, when there is a checkpoint folder; held across a move to another layout.
   std::unique_ptr<DirectoryLock> checkpoint_lock;
   Timeline timeline;  // --timeline: every layout's events
@@ -219,6 +220,30 @@ void choose_layout(Run& run, const Communicator& world, const ModelConfig& confi
     run.replanner.emplace(o, measured.profile, cluster, limit[0], plan.chosen.layout);
   o = plan.options;
   world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")", Checksum().add(o.describe()).value());
+}
+
+// --cache-images: the training images read once, before the first epoch, where they fit (auto: a quarter of
+// this rank's share of the node's memory). Every first-stage rank holds every training image, since each
+// epoch deals them out to the replicas anew.
+void keep_training_images_in_memory(Run& run, const Communicator& world, std::size_t image_bytes) {
+  const TrainOptions& o = run.options;
+  const double bytes = static_cast<double>(run.train_subset.size()) * static_cast<double>(image_bytes);
+  const double share = o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9 : default_memory_limit(world.split_shared().size());
+  if (o.cache_images == "off" || (o.cache_images == "auto" && !(bytes <= share / 4))) {
+    run.cache_note = o.cache_images == "off" ? "" : "training images read from the file every step (" +
+                     std::to_string(static_cast<long long>(bytes / 1e6)) + " MB do not fit in a quarter of this "
+                     "rank's memory share; --cache-images on to keep them in memory anyway)";
+    return;
+  }
+  on_every_rank(world, "reading the training images into memory", [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ImageCache& cache = run.train_loader->keep_in_memory(run.train_subset);
+    char note[160];
+    std::snprintf(note, sizeof note, "training images in memory: %zu (%.0f MB) read in %.2f s", cache.images(),
+                  static_cast<double>(cache.bytes()) / 1e6,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    run.cache_note = note;
+  });
 }
 
 void build(Run& run, const Communicator& world) {
@@ -356,6 +381,8 @@ void build(Run& run, const Communicator& world) {
   const float lr = o.scale_lr ? o.lr * static_cast<float>(scale) : o.lr;
   run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
+  if (first_stage) keep_training_images_in_memory(run, world, train.image_bytes());
+
   run.state.model_name = o.model;
   run.state.seed = o.seed;
   run.state.configuration = o.describe();
@@ -486,6 +513,7 @@ void print_header(Run& run, const Communicator& world) {
     if (!o.init.empty()) std::printf("--init %s not used: the run resumed instead\n", o.init.c_str());
   }
   if (!run.init_note.empty()) std::printf("%s\n", run.init_note.c_str());
+  if (!run.cache_note.empty()) std::printf("%s\n", run.cache_note.c_str());
   std::fflush(stdout);
 }
 

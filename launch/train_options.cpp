@@ -143,6 +143,9 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   po::options_description system("System");
   system.add_options()("threads", po::value(&o.threads)->default_value(0),
                        "compute threads per rank (0: the node's cores / its ranks)")(
+      "cache-images", po::value(&o.cache_images)->default_value(o.cache_images),
+      "auto | on | off: read the training images into memory once, before the first epoch, instead of from the "
+      "file every step. auto: where they take at most a quarter of this rank's share of the node's memory")(
       "precision", po::value(&o.precision)->default_value(o.precision),
       "f32 | bf16 | auto: bf16 computes convolutions, dense layers and matrix products in bf16 (AVX512-BF16 or "
       "AMX), with bf16 activations between the layers that take them; the loss, the weights, the gradients and "
@@ -330,6 +333,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   else
     throw InputError("--lr-schedule must be constant, step or cosine, not '" + o.lr_schedule + "'");
   require(o.allreduce_wire == "f32" || o.allreduce_wire == "bf16", "--allreduce-wire must be f32 or bf16");
+  require(o.cache_images == "auto" || o.cache_images == "on" || o.cache_images == "off",
+          "--cache-images must be auto, on or off");
   require(o.precision == "f32" || o.precision == "bf16" || o.precision == "auto",
           "--precision must be f32, bf16 or auto");
   require(o.allreduce_wire == "f32" || o.allreduce == "ring", "--allreduce-wire bf16 needs --allreduce ring");

@@ -48,6 +48,7 @@ struct TrainOptions {
   std::uint64_t seed = 1;
   // system
   int threads = 0;                 // 0: this node's cores shared among its ranks
+  std::string cache_images = "auto";  // auto | on | off: the training images kept in memory
   std::string precision = "f32";   // f32 | bf16 (convolutions and dense layers in bf16, the rest f32) | auto
   std::string allreduce = "hier";  // ring | hier | mpi
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::hierarchical;  // allreduce, parsed

@@ -66,6 +66,12 @@ const Batch* BatchLoader::next() {
   return nullptr;
 }
 
+const ImageCache& BatchLoader::keep_in_memory(std::span<const std::size_t> indices) {
+  stop();
+  cache_.reset();
+  return cache_.emplace(reader_, indices);
+}
+
 void BatchLoader::produce() {
   h5::silence_errors_on_this_thread();
   try {
@@ -142,16 +148,21 @@ void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::
   const std::size_t n = indices.size(), plane = static_cast<std::size_t>(oh) * ow;
   const dims_t dims = {static_cast<dnnl::memory::dim>(n), c, oh, ow};
   if (batch.images.empty() || batch.images.dims() != dims) batch.images = Tensor(plain_desc(dims), ctx_.engine());
-  pixels_.resize(n * reader_.image_bytes());
-  reader_.read(indices, pixels_);
+  images_.resize(n);
+  std::size_t held = 0;
+  for (std::size_t i = 0; i < n && cache_; ++i) held += (images_[i] = cache_->find(indices[i])) != nullptr;
+  if (held < n) {
+    pixels_.resize(n * reader_.image_bytes());
+    reader_.read(indices, pixels_);
+    for (std::size_t i = 0; i < n; ++i) images_[i] = pixels_.data() + i * reader_.image_bytes();
+  }
   batch.labels.resize(n);
   for (std::size_t i = 0; i < n; ++i) batch.labels[i] = reader_.labels()[indices[i]];
 
   const ChannelAffine affine = channel_affine(prep_, c);
   if (!augment_) {
     for (std::size_t i = 0; i < n; ++i)
-      prepare_one(pixels_.data() + i * reader_.image_bytes(), h, w, c, prep_, affine, batch.images.data() + i * c * plane,
-                  {});
+      prepare_one(images_[i], h, w, c, prep_, affine, batch.images.data() + i * c * plane, {});
     return;
   }
   const auto& [scale, shift] = affine;
@@ -160,7 +171,7 @@ void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::
   const int pad = resample_box ? 0 : prep_.random_crop_padding;
   float* out = batch.images.data();
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint8_t* img = pixels_.data() + i * reader_.image_bytes();
+    const std::uint8_t* img = images_[i];
     const bool flip = prep_.random_flip && rng.uniform() < 0.5f;
     float* o = out + i * c * plane;
     if (resample_box) {

@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
 
 #include "core/context.hpp"
+#include "core/data/image_cache.hpp"
 #include "core/data/image_dataset.hpp"
 #include "core/data/image_resize.hpp"
 #include "core/tensor.hpp"
@@ -64,6 +66,9 @@ class BatchLoader {
              std::size_t first_batch = 0);
   // The next batch, valid until the next call; nullptr at the end of the pass. Rethrows a read error.
   const Batch* next();
+  // Reads these images now and serves them from memory from here on (other indices still from the file).
+  // Stops a pass under way. Returns the cache, for its size.
+  const ImageCache& keep_in_memory(std::span<const std::size_t> indices);
 
  private:
   void produce();
@@ -77,7 +82,9 @@ class BatchLoader {
   std::size_t batch_size_;
   Context& ctx_;
   std::vector<Batch> slots_;
-  std::vector<std::uint8_t> pixels_;
+  std::optional<ImageCache> cache_;
+  std::vector<std::uint8_t> pixels_;        // a batch read from the file
+  std::vector<const std::uint8_t*> images_;  // a batch's images, in the cache or in pixels_
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -157,6 +157,36 @@ TEST_F(LoaderTest, RandomResizedCropIsSeededStaysInRangeAndOnlyWhenAugmenting) {
   }
 }
 
+// Images kept in memory give the same batches as images read from the file, augmented or not, and outlive
+// the file; the others still come from the file.
+TEST_F(LoaderTest, ImagesKeptInMemoryGiveTheSameBatchesAndOutliveTheFile) {
+  Preprocessing prep{.mean = {}, .stddev = {}, .random_flip = true, .random_crop_padding = 1};
+  BatchLoader from_file(path_, prep, 3, ctx_), from_memory(path_, prep, 3, ctx_);
+  const std::vector<std::size_t> kept{8, 0, 3, 9, 5, 3};
+  const ImageCache& cache = from_memory.keep_in_memory(kept);
+  EXPECT_EQ(cache.images(), 5u);  // 3 once
+  EXPECT_EQ(cache.bytes(), 5u * 3 * 4 * 3);
+  ASSERT_NE(cache.find(9), nullptr);
+  EXPECT_EQ(cache.find(9)[(2 * 4 + 1) * 3 + 0], pattern(9, 2, 1, 0));
+  EXPECT_EQ(cache.find(1), nullptr);
+  EXPECT_EQ(cache.find(10), nullptr);
+  auto batches = [](BatchLoader& loader, std::vector<std::size_t> indices, bool augment) {
+    loader.start(std::move(indices), augment, 7, 2);
+    std::vector<float> all;
+    while (const Batch* b = loader.next()) all.insert(all.end(), b->images.data(), b->images.data() + b->images.elements());
+    return all;
+  };
+  for (bool augment : {false, true}) {
+    EXPECT_EQ(batches(from_memory, {5, 0, 9, 8, 3}, augment), batches(from_file, {5, 0, 9, 8, 3}, augment));
+    EXPECT_EQ(batches(from_memory, {1, 9, 2}, augment), batches(from_file, {1, 9, 2}, augment));  // 1, 2 from the file
+  }
+  // Cut short: what memory holds is still served; an image that must come from the file is an error.
+  std::filesystem::resize_file(dir_ / "l-00001-of-00002.h5", 100);
+  std::filesystem::resize_file(dir_ / "l-00000-of-00002.h5", 100);
+  EXPECT_EQ(batches(from_memory, {9, 8, 0}, false).size(), 3u * 3 * 3 * 4);
+  EXPECT_THROW(batches(from_memory, {9, 1}, false), Error);
+}
+
 TEST_F(LoaderTest, ReadErrorsReachTheConsumer) {
   BatchLoader loader(path_, {}, 2, ctx_);
   EXPECT_THROW(loader.start({0, 10}, false, 1, 0), Error);

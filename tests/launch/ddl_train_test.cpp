@@ -192,6 +192,23 @@ TEST_F(DdlTrain, SameResultWithAndWithoutMpirun) {
   EXPECT_EQ(params(plain + "/last.h5"), params(mpi + "/last.h5"));
 }
 
+// --cache-images: the same parameters whether the training images are read once into memory or from the
+// file every step, on one rank and on two; auto keeps the small sample in memory and says so.
+TEST_F(DdlTrain, ImagesKeptInMemoryTrainExactlyAsReadFromTheFile) {
+  const std::string file = scratch_ / "file", memory = scratch_ / "memory", two = scratch_ / "two";
+  const std::string args = "--epochs 2 --threads 1 --steps-per-epoch 5 --checkpoint-dir ";
+  ASSERT_EQ(run(kTrain + train_args(args + file + " --cache-images off")).exit_code, 0);
+  const auto r = run(kTrain + train_args(args + memory));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("training images in memory: 4800 (15 MB) read in"), std::string::npos) << r.out;
+  EXPECT_EQ(params(file + "/last.h5"), params(memory + "/last.h5"));
+  const auto r2 = run(kMpirun + " -np 2 " + kTrain + train_args(args + two + " --cache-images on --batch-size 32"));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  const auto r3 = run(kMpirun + " -np 2 " + kTrain + train_args(args + file + " --cache-images off --batch-size 32"));
+  ASSERT_EQ(r3.exit_code, 0) << r3.err;
+  EXPECT_EQ(params(two + "/last.h5"), params(file + "/last.h5"));
+}
+
 TEST_F(DdlTrain, RanksMatchOneRankWithTheGlobalBatch) {
   // Plain SGD: N ranks x batch 64/N average their gradients into the step of 1 rank x batch 64; only the
   // order of float sums differs (oneDNN's reductions over fewer images, the all-reduce's order). Four
@@ -992,6 +1009,7 @@ TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {
   expect_clean_error(run(kTrain + train_args("--epochs 1") + " stray.h5"),
                      "unexpected argument 'stray.h5' (every option starts with --");
   expect_clean_error(run(kTrain + train_args("--threads 65536")), "--threads must be between 0 and 1024");
+  expect_clean_error(run(kTrain + train_args("--cache-images yes")), "--cache-images must be auto, on or off");
   expect_clean_error(run(kTrain + train_args("--image-size 7")),
                      "model seed_cnn takes 32x32 images; --image-size does not apply to it");
   expect_clean_error(run(kTrain + train_args("--mean 0.5,0.5,0.5")),
@@ -1071,8 +1089,9 @@ TEST_F(DdlTrain, AnErrorDuringTrainingIsPrintedUnderMpirun) {
 TEST_F(DdlTrain, TruncatedDataDuringTrainingIsNamed) {
   const std::string data = scratch_ / "train.h5";
   std::filesystem::copy_file(*dir_ / "sample.h5", data);
+  // Read from the file every step (images kept in memory would outlive the file's end).
   const auto r = run("bash -c '" + kMpirun + " -np 2 " + kTrain + " --train " + data +
-                     " --progress never --epochs 50 --threads 1 > out.txt 2> err.txt & job=$!; "
+                     " --progress never --epochs 50 --threads 1 --cache-images off > out.txt 2> err.txt & job=$!; "
                      "until grep -q \"epoch 1/\" out.txt || ! kill -0 $job 2> /dev/null; do sleep 0.1; done; "
                      "truncate -s 1000000 " + data + "; timeout 60 tail --pid=$job -f /dev/null || kill -KILL $job; wait $job; "
                      "echo exit $?; cat err.txt >&2'");
