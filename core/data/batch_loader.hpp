@@ -85,6 +85,7 @@ class BatchLoader {
   std::optional<ImageCache> cache_;
   std::vector<std::uint8_t> pixels_;        // a batch read from the file
   std::vector<const std::uint8_t*> images_;  // a batch's images, in the cache or in pixels_
+  std::vector<std::uint8_t> shifted_;        // one image flipped or moved by a random crop
 
   std::mutex mutex_;
   std::condition_variable cv_;

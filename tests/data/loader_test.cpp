@@ -94,21 +94,25 @@ TEST_F(LoaderTest, FlipAndCropAreSeededAndOnlyWhenAugmenting) {
   EXPECT_NE(a, plain);
   EXPECT_NE(a, other);
   // Every augmented image is its original, flipped or not, shifted by at most one pixel with zeros
-  // coming in: look for a transform that reproduces image 0's channel 0 exactly.
-  bool found = false;
-  for (int flip = 0; flip < 2 && !found; ++flip)
-    for (int dy = -1; dy <= 1 && !found; ++dy)
-      for (int dx = -1; dx <= 1 && !found; ++dx) {
-        bool match = true;
-        for (int y = 0; y < 3 && match; ++y)
-          for (int x = 0; x < 4 && match; ++x) {
-            const int sy = y + dy, sx = (flip ? 3 - x : x) + dx;
-            const float expect = (sy < 0 || sy >= 3 || sx < 0 || sx >= 4) ? 0.0f : pattern(0, sy, sx, 0) / 255.0f;
-            match = std::abs(a[y * 4 + x] - expect) < 1e-6f;
-          }
-        found = match;
-      }
-  EXPECT_TRUE(found);
+  // coming in: look for a transform that reproduces each image exactly, all its channels.
+  for (int i = 0; i < 10; ++i) {
+    bool found = false;
+    for (int flip = 0; flip < 2 && !found; ++flip)
+      for (int dy = -1; dy <= 1 && !found; ++dy)
+        for (int dx = -1; dx <= 1 && !found; ++dx) {
+          bool match = true;
+          for (int k = 0; k < 3 && match; ++k)
+            for (int y = 0; y < 3 && match; ++y)
+              for (int x = 0; x < 4 && match; ++x) {
+                const int sy = y + dy, sx = (flip ? 3 - x : x) + dx;
+                const float expect =
+                    (sy < 0 || sy >= 3 || sx < 0 || sx >= 4) ? 0.0f : pattern(i, sy, sx, k) / 255.0f;
+                match = std::abs(a[((i * 3 + k) * 3 + y) * 4 + x] - expect) < 1e-6f;
+              }
+          found = match;
+        }
+    EXPECT_TRUE(found) << "image " << i;
+  }
 }
 
 // Stored 3x4, delivered 6x8: the pattern is linear in y and x, so bilinear resampling must reproduce it
