@@ -62,7 +62,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
       make_inner_product_forward_pd(ctx.engine(), prop, src_c, weights_md, bias_md, dst_md, relu_post_op(opt_.relu));
   fwd_ = dnnl::inner_product_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, src_c);
-  fwd_weights_ = Relayout(ctx, weights_.value, fwd_pd.weights_desc());
+  fwd_weights_ = WeightRelayout(ctx, weights_.value, fwd_pd.weights_desc());
   reset_output(ctx, dst_md);
   if (mode == Mode::infer) return dst_md;
 
@@ -78,7 +78,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
     bwd_data_ = dnnl::inner_product_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
-    if (!reuse_forward_weights_) bwd_data_weights_ = Relayout(ctx, weights_.value, bd_pd.weights_desc());
+    if (!reuse_forward_weights_) bwd_data_weights_ = WeightRelayout(ctx, weights_.value, bd_pd.weights_desc());
     diff_src_.reset(src_md);
   }
   return dst_md;

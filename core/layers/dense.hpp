@@ -8,6 +8,7 @@
 #include "core/layers/layer.hpp"
 #include "core/layers/relayout.hpp"
 #include "core/layers/weight_gradients.hpp"
+#include "core/layers/weight_relayout.hpp"
 
 namespace ddl {
 
@@ -43,7 +44,8 @@ class Dense : public Layer {
   Mode mode_ = Mode::train;
 
   dnnl::inner_product_forward fwd_;
-  Relayout fwd_src_, fwd_weights_;  // to the compute type (bf16), or nothing to do
+  Relayout fwd_src_;  // to the compute type (bf16), or nothing to do
+  WeightRelayout fwd_weights_;
   Relayout bwd_diff_dst_;
   const Tensor* src_ = nullptr;
 
@@ -52,7 +54,7 @@ class Dense : public Layer {
   WeightGradients weight_gradients_;
   std::optional<dnnl::inner_product_backward_data> bwd_data_;
   bool reuse_forward_weights_ = false;
-  Relayout bwd_data_weights_;
+  WeightRelayout bwd_data_weights_;
 };
 
 }  // namespace ddl
