@@ -154,6 +154,12 @@ std::vector<std::pair<std::size_t, std::size_t>> Model::whole_param_ranges() con
   return ranges;
 }
 
+dt Model::input_type(const Context& ctx) {
+  if (layers_.empty()) return dt::f32;
+  choose_output_types(ctx, layers_, dt::f32);  // the first layer's answer may depend on its output's type
+  return ctx.compute_type() == dt::bf16 && layers_[0]->takes_bf16() ? dt::bf16 : dt::f32;
+}
+
 void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
   if (!finalized_) throw Error("model " + name_ + ": forward before finalize()");
   const dims_t d = dims_of(input_md);

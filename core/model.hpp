@@ -74,6 +74,9 @@ class Model {
 
   const std::string& name() const { return name_; }
   const dims_t& input_shape() const { return input_shape_; }
+  // The type to give this model its input in: bf16 where `ctx` computes in bf16 and the first layer takes
+  // it (images then come bf16 from the loader, not converted in the step), else f32.
+  dt input_type(const Context& ctx);
   int num_classes() const { return num_classes_; }
   std::size_t num_layers() const { return layers_.size(); }
   // Where this stage sits in the whole model (0, all layers, all parameters for a whole model).

@@ -224,18 +224,22 @@ void choose_layout(Run& run, const Communicator& world, const ModelConfig& confi
 
 // --cache-images: the training images read once, before the first epoch, where they fit (auto: a quarter of
 // this rank's share of the node's memory). Every first-stage rank holds every training image, since each
-// epoch deals them out to the replicas anew.
+// epoch deals them out to the replicas anew; the other stages read none. Collective over `world`.
 void keep_training_images_in_memory(Run& run, const Communicator& world, std::size_t image_bytes) {
   const TrainOptions& o = run.options;
   const double bytes = static_cast<double>(run.train_subset.size()) * static_cast<double>(image_bytes);
-  const double share = o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9 : default_memory_limit(world.split_shared().size());
-  if (o.cache_images == "off" || (o.cache_images == "auto" && !(bytes <= share / 4))) {
-    run.cache_note = o.cache_images == "off" ? "" : "training images read from the file every step (" +
-                     std::to_string(static_cast<long long>(bytes / 1e6)) + " MB do not fit in a quarter of this "
-                     "rank's memory share; --cache-images on to keep them in memory anyway)";
+  if (o.cache_images == "off") return;
+  // The smallest node's share decides: every rank must decide alike.
+  std::vector<double> share{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
+                                                  : default_memory_limit(world.split_shared().size())};
+  world.allreduce_min(share);
+  if (o.cache_images == "auto" && !(bytes <= share[0] / 4)) {
+    run.cache_note = "training images read from the file every step (" + std::to_string(static_cast<long long>(bytes / 1e6)) +
+                     " MB do not fit in a quarter of a rank's memory share; --cache-images on to keep them in memory)";
     return;
   }
   on_every_rank(world, "reading the training images into memory", [&] {
+    if (!run.train_loader) return;
     const auto t0 = std::chrono::steady_clock::now();
     const ImageCache& cache = run.train_loader->keep_in_memory(run.train_subset);
     char note[160];
@@ -344,6 +348,7 @@ void build(Run& run, const Communicator& world) {
     prep.stddev =
         o.stddev.empty() ? std::vector<float>(train.channel_std().begin(), train.channel_std().end()) : o.stddev;
   }
+  prep.type = run.model->input_type(run.ctx);
   if (first_stage) run.train_loader.emplace(o.train_path, prep, static_cast<std::size_t>(o.batch_size), run.ctx);
 
   // Validation: a separate file, or a seeded fraction held out of the training file.
@@ -381,7 +386,7 @@ void build(Run& run, const Communicator& world) {
   const float lr = o.scale_lr ? o.lr * static_cast<float>(scale) : o.lr;
   run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
-  if (first_stage) keep_training_images_in_memory(run, world, train.image_bytes());
+  keep_training_images_in_memory(run, world, train.image_bytes());
 
   run.state.model_name = o.model;
   run.state.seed = o.seed;

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "core/data/image_resize.hpp"
+#include "core/bf16.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/vector_clones.hpp"
@@ -99,10 +100,11 @@ void BatchLoader::produce() {
 
 namespace {
 
-// out = (pixel / 255 - mean) / std  ==  pixel * scale + shift, per channel.
-struct ChannelAffine {
-  std::vector<float> scale, shift;
-};
+}  // namespace
+
+using ChannelAffine = BatchLoader::ChannelAffine;
+
+namespace {
 
 ChannelAffine channel_affine(const Preprocessing& prep, int channels) {
   ChannelAffine a{std::vector<float>(channels, 1.0f / 255.0f), std::vector<float>(channels, 0.0f)};
@@ -146,6 +148,11 @@ DDL_VECTOR_CLONES void planes_from_pixels(const std::uint8_t* hwc, std::size_t p
   }
 }
 
+// Rounded to nearest even, as oneDNN converts (the step's input is then what converting f32 images gave).
+DDL_VECTOR_CLONES void bf16_from_floats(const float* in, std::size_t n, std::uint16_t* out) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+
 // prepare_image with the per-channel factors worked out once for a whole batch.
 void prepare_one(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, const ChannelAffine& a,
                  float* out, CropBox box) {
@@ -170,9 +177,9 @@ void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preproces
 void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index) {
   const int h = reader_.height(), w = reader_.width(), c = reader_.channels();
   const int oh = out_height(), ow = out_width();
-  const std::size_t n = indices.size(), plane = static_cast<std::size_t>(oh) * ow;
-  const dims_t dims = {static_cast<dnnl::memory::dim>(n), c, oh, ow};
-  if (batch.images.empty() || batch.images.dims() != dims) batch.images = Tensor(plain_desc(dims), ctx_.engine());
+  const std::size_t n = indices.size(), plane = static_cast<std::size_t>(oh) * ow, floats = c * plane;
+  const dnnl::memory::desc md = plain_desc({static_cast<dnnl::memory::dim>(n), c, oh, ow}, prep_.type);
+  if (batch.images.empty() || batch.images.desc() != md) batch.images = Tensor(md, ctx_.engine());
   images_.resize(n);
   std::size_t held = 0;
   for (std::size_t i = 0; i < n && cache_; ++i) held += (images_[i] = cache_->find(indices[i])) != nullptr;
@@ -184,53 +191,57 @@ void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::
   batch.labels.resize(n);
   for (std::size_t i = 0; i < n; ++i) batch.labels[i] = reader_.labels()[indices[i]];
 
+  // Each image is prepared in f32: into the batch, or for a bf16 batch into one image's floats first.
+  const bool bf16 = prep_.type == dt::bf16;
+  if (bf16) image_floats_.resize(floats);
+  auto* bf16_images = static_cast<std::uint16_t*>(batch.images.memory().get_data_handle());
   const ChannelAffine affine = channel_affine(prep_, c);
-  if (!augment_) {
-    for (std::size_t i = 0; i < n; ++i)
-      prepare_one(images_[i], h, w, c, prep_, affine, batch.images.data() + i * c * plane, {});
-    return;
-  }
-  const auto& [scale, shift] = affine;
   Rng rng = Rng::derived(seed_, 0xa09 + epoch_, batch_index);
+  for (std::size_t i = 0; i < n; ++i) {
+    float* out = bf16 ? image_floats_.data() : batch.images.data() + i * floats;
+    if (augment_)
+      augment_one(images_[i], affine, rng, out);
+    else
+      prepare_one(images_[i], h, w, c, prep_, affine, out, {});
+    if (bf16) bf16_from_floats(out, floats, bf16_images + i * floats);
+  }
+}
+
+void BatchLoader::augment_one(const std::uint8_t* img, const ChannelAffine& affine, Rng& rng, float* out) {
+  const int h = reader_.height(), w = reader_.width(), c = reader_.channels();
+  const int oh = out_height(), ow = out_width();
+  const std::size_t plane = static_cast<std::size_t>(oh) * ow;
+  const auto& [scale, shift] = affine;
   const bool resample_box = prep_.random_resized_crop || oh != h || ow != w;
   const int pad = resample_box ? 0 : prep_.random_crop_padding;
-  float* out = batch.images.data();
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::uint8_t* img = images_[i];
-    const bool flip = prep_.random_flip && rng.uniform() < 0.5f;
-    float* o = out + i * c * plane;
-    if (resample_box) {
-      const CropBox box = prep_.random_resized_crop
-                              ? random_resized_crop(h, w, rng)
-                              : CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)};
-      resample(img, h, w, c, box, oh, ow, [&](int y, int x, int k, float v) {
-        o[k * plane + static_cast<std::size_t>(y) * ow + (flip ? ow - 1 - x : x)] = v * scale[k] + shift[k];
-      });
-      continue;
-    }
-    // Crop offset in [-pad, pad]: output (y, x) reads input (y + dy, x + dx); outside reads a zero pixel.
-    const int dy = pad ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
-    const int dx = pad ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
-    if (!flip && dy == 0 && dx == 0) {
-      planes_from_pixels(img, plane, c, scale.data(), shift.data(), o);
-      continue;
-    }
-    shifted_.assign(reader_.image_bytes(), 0);
-    // Output x reads input x + dx, or w - 1 - x + dx flipped: inside the image for x in [x0, x1).
-    const int x0 = flip ? std::max(0, dx) : std::max(0, -dx), x1 = flip ? std::min(w, w + dx) : std::min(w, w - dx);
-    const std::size_t row = static_cast<std::size_t>(w) * c;
-    for (int y = std::max(0, -dy); y < std::min(h, h - dy); ++y) {
-      const std::uint8_t* in = img + static_cast<std::size_t>(y + dy) * row;
-      std::uint8_t* out_row = shifted_.data() + static_cast<std::size_t>(y) * row;
-      if (!flip) {
-        std::copy_n(in + static_cast<std::size_t>(x0 + dx) * c, static_cast<std::size_t>(x1 - x0) * c, out_row + x0 * c);
-        continue;
-      }
-      for (int x = x0; x < x1; ++x)
-        std::copy_n(in + static_cast<std::size_t>(w - 1 - x + dx) * c, c, out_row + static_cast<std::size_t>(x) * c);
-    }
-    planes_from_pixels(shifted_.data(), plane, c, scale.data(), shift.data(), o);
+  const bool flip = prep_.random_flip && rng.uniform() < 0.5f;
+  if (resample_box) {
+    const CropBox box = prep_.random_resized_crop ? random_resized_crop(h, w, rng)
+                                                  : CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)};
+    resample(img, h, w, c, box, oh, ow, [&](int y, int x, int k, float v) {
+      out[k * plane + static_cast<std::size_t>(y) * ow + (flip ? ow - 1 - x : x)] = v * scale[k] + shift[k];
+    });
+    return;
   }
+  // Crop offset in [-pad, pad]: output (y, x) reads input (y + dy, x + dx); outside reads a zero pixel.
+  const int dy = pad ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
+  const int dx = pad ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
+  if (!flip && dy == 0 && dx == 0) return planes_from_pixels(img, plane, c, scale.data(), shift.data(), out);
+  shifted_.assign(reader_.image_bytes(), 0);
+  // Output x reads input x + dx, or w - 1 - x + dx flipped: inside the image for x in [x0, x1).
+  const int x0 = flip ? std::max(0, dx) : std::max(0, -dx), x1 = flip ? std::min(w, w + dx) : std::min(w, w - dx);
+  const std::size_t row = static_cast<std::size_t>(w) * c;
+  for (int y = std::max(0, -dy); y < std::min(h, h - dy); ++y) {
+    const std::uint8_t* in = img + static_cast<std::size_t>(y + dy) * row;
+    std::uint8_t* out_row = shifted_.data() + static_cast<std::size_t>(y) * row;
+    if (!flip) {
+      std::copy_n(in + static_cast<std::size_t>(x0 + dx) * c, static_cast<std::size_t>(x1 - x0) * c, out_row + x0 * c);
+      continue;
+    }
+    for (int x = x0; x < x1; ++x)
+      std::copy_n(in + static_cast<std::size_t>(w - 1 - x + dx) * c, c, out_row + static_cast<std::size_t>(x) * c);
+  }
+  planes_from_pixels(shifted_.data(), plane, c, scale.data(), shift.data(), out);
 }
 
 }  // namespace ddl

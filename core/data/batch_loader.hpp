@@ -19,6 +19,7 @@
 #include "core/data/image_cache.hpp"
 #include "core/data/image_dataset.hpp"
 #include "core/data/image_resize.hpp"
+#include "core/rng.hpp"
 #include "core/tensor.hpp"
 
 namespace ddl {
@@ -30,6 +31,8 @@ struct Preprocessing {
   int random_crop_padding = 0;  // 0: no crop
   bool random_resized_crop = false;
   int out_height = 0, out_width = 0;  // 0: the stored size
+  // The batch's element type: bf16 where the model's first layer takes it (no conversion in the step).
+  dnnl::memory::data_type type = dnnl::memory::data_type::f32;
 };
 
 // seeds/002's (and torchvision's) ImageNet statistics, in pixel/255 units: --normalize imagenet.
@@ -42,7 +45,7 @@ void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preproces
                    CropBox box = {});
 
 struct Batch {
-  Tensor images;  // [n, C, H, W] plain
+  Tensor images;  // [n, C, H, W] plain, in Preprocessing::type
   std::vector<std::int32_t> labels;
   std::size_t size() const { return labels.size(); }
 };
@@ -70,10 +73,17 @@ class BatchLoader {
   // Stops a pass under way. Returns the cache, for its size.
   const ImageCache& keep_in_memory(std::span<const std::size_t> indices);
 
+ // out = (pixel / 255 - mean) / std  ==  pixel * scale + shift, per channel.
+  struct ChannelAffine {
+    std::vector<float> scale, shift;
+  };
+
  private:
   void produce();
   void stop();
   void fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index);
+  // One image with this batch's random flip, crop or resized crop (augment_), as floats.
+  void augment_one(const std::uint8_t* image, const ChannelAffine& affine, Rng& rng, float* out);
   int out_height() const { return prep_.out_height > 0 ? prep_.out_height : reader_.height(); }
   int out_width() const { return prep_.out_width > 0 ? prep_.out_width : reader_.width(); }
 
@@ -86,6 +96,7 @@ class BatchLoader {
   std::vector<std::uint8_t> pixels_;        // a batch read from the file
   std::vector<const std::uint8_t*> images_;  // a batch's images, in the cache or in pixels_
   std::vector<std::uint8_t> shifted_;        // one image flipped or moved by a random crop
+  std::vector<float> image_floats_;          // one image before its conversion to bf16
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -146,7 +146,7 @@ Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode
     const dims_t in = input_dims(batch, micro, mode);
     grow(inputs_, M);
     for (std::size_t m = 0; m < M; ++m) {
-      ensure_plain(inputs_[m], in, ctx_);
+      ensure_plain(inputs_[m], in, ctx_, first() ? data_type_of(batch->images.desc()) : dt::f32);
       if (!first()) {
         // Messages travel in the compute type: in bf16 half the bytes, converted to the f32 input on arrival.
         Tensor* message = &inputs_[m];
@@ -157,7 +157,8 @@ Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode
         }
         link_->post_receive(StageLink::Flow::activation, static_cast<int>(m), bytes_of(*message));
       } else {  // the first stage cuts its batch
-        std::memcpy(inputs_[m].data(), batch->images.data() + m * inputs_[m].elements(), inputs_[m].bytes());
+        const auto* images = static_cast<const std::byte*>(batch->images.memory().get_data_handle());
+        std::memcpy(bytes_of(inputs_[m]).data(), images + m * inputs_[m].bytes(), inputs_[m].bytes());
       }
     }
   }

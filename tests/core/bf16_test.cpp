@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "core/aligned_buffer.hpp"
+#include "core/bf16.hpp"
 #include "core/cpu_bf16.hpp"
 #include "core/layers/attention.hpp"
 #include "core/layers/batch_norm2d.hpp"
@@ -339,6 +340,47 @@ TEST(Bf16, ModelPassesBf16BetweenTheLayersThatTakeIt) {
     for (float g : model.grads()) norm += static_cast<double>(g) * g;
     EXPECT_GT(norm, 0.0) << "every gradient came back through the bf16 activations";
   }
+}
+
+// The model asks for bf16 images where its first layer takes them, and a step on bf16 images is the step
+// on the f32 ones, which the convolution would round the same way.
+TEST(Bf16, ModelTakesBf16ImagesAsTheF32OnesRounded) {
+  if (!cpu_computes_bf16()) return;
+  Context ctx;
+  ctx.set_compute_type(dt::bf16);
+  auto make = [&] {
+    auto model = std::make_unique<Model>("chain", dims_t{3, 8, 8}, 4);
+    model->add(std::make_unique<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 8, .kernel = 3, .padding = 1, .relu = true}));
+    model->add(std::make_unique<Flatten>());
+    model->add(std::make_unique<Dense>(DenseOptions{.in_features = 8 * 64, .out_features = 4}));
+    model->finalize(ctx);
+    model->initialize(1);
+    return model;
+  };
+  auto on_f32 = make(), on_bf16 = make();
+  EXPECT_EQ(on_bf16->input_type(ctx), dt::bf16);
+  const dims_t dims = {2, 3, 8, 8};
+  const Tensor x = test::from_plain(ctx, test::random_values(product(dims), 4), plain_desc(dims));
+  Tensor x_bf16(plain_desc(dims, dt::bf16), ctx.engine());
+  auto* h = static_cast<std::uint16_t*>(x_bf16.memory().get_data_handle());
+  for (std::size_t k = 0; k < x.elements(); ++k) h[k] = to_bf16(x.data()[k]);
+  SoftmaxCrossEntropy loss;
+  const std::vector<std::int32_t> labels = {1, 3};
+  const double a = loss.forward(ctx, on_f32->forward(ctx, x, Mode::train), labels).loss;
+  on_f32->backward(ctx, loss.backward());
+  const double b = loss.forward(ctx, on_bf16->forward(ctx, x_bf16, Mode::train), labels).loss;
+  on_bf16->backward(ctx, loss.backward());
+  EXPECT_EQ(a, b);
+  EXPECT_TRUE(std::equal(on_f32->grads().begin(), on_f32->grads().end(), on_bf16->grads().begin()));
+  // A model whose first layer takes only f32 asks for f32, and any model does in an f32 context.
+  Model normed("normed", {3, 8, 8}, 4);
+  normed.add(std::make_unique<Flatten>());
+  normed.add(std::make_unique<LayerNorm>(LayerNormOptions{.features = 3 * 64}));
+  normed.add(std::make_unique<Dense>(DenseOptions{.in_features = 3 * 64, .out_features = 4}));
+  normed.finalize(ctx);
+  EXPECT_EQ(normed.input_type(ctx), dt::f32);
+  Context f32_ctx;
+  EXPECT_EQ(make()->input_type(f32_ctx), dt::f32);
 }
 
 }  // namespace

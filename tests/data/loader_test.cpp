@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/bf16.hpp"
 #include "core/data/batch_loader.hpp"
 #include "core/data/dataset_writer.hpp"
 #include "core/data/sampler.hpp"
@@ -189,6 +190,28 @@ TEST_F(LoaderTest, ImagesKeptInMemoryGiveTheSameBatchesAndOutliveTheFile) {
   std::filesystem::resize_file(dir_ / "l-00000-of-00002.h5", 100);
   EXPECT_EQ(batches(from_memory, {9, 8, 0}, false).size(), 3u * 3 * 3 * 4);
   EXPECT_THROW(batches(from_memory, {9, 1}, false), Error);
+}
+
+// A bf16 batch holds each f32 value rounded to nearest even, augmented or not.
+TEST_F(LoaderTest, Bf16BatchesHoldTheRoundedFloats) {
+  Preprocessing prep{.normalize_mean_std = true, .mean = {0.5f, 0.25f, 0.0f}, .stddev = {0.5f, 2.0f, 1.0f},
+                     .random_flip = true, .random_crop_padding = 1};
+  BatchLoader as_f32(path_, prep, 4, ctx_);
+  prep.type = dt::bf16;
+  BatchLoader as_bf16(path_, prep, 4, ctx_);
+  for (bool augment : {false, true}) {
+    as_f32.start({4, 9, 0, 7, 2}, augment, 3, 1);
+    as_bf16.start({4, 9, 0, 7, 2}, augment, 3, 1);
+    while (const Batch* f = as_f32.next()) {
+      const Batch* b = as_bf16.next();
+      ASSERT_NE(b, nullptr);
+      ASSERT_EQ(b->images.desc(), plain_desc(f->images.dims(), dt::bf16));
+      EXPECT_EQ(b->labels, f->labels);
+      const auto* h = static_cast<const std::uint16_t*>(b->images.memory().get_data_handle());
+      for (std::size_t k = 0; k < f->images.elements(); ++k) ASSERT_EQ(h[k], to_bf16(f->images.data()[k])) << k;
+    }
+    EXPECT_EQ(as_bf16.next(), nullptr);
+  }
 }
 
 TEST_F(LoaderTest, ReadErrorsReachTheConsumer) {
