@@ -2,7 +2,8 @@
 # Trains seed_cnn on the same 40,000 CIFAR-10 images with ddl_train and with the PyTorch peer
 # (../shared/peers/pytorch_seed_cnn.py), same thread count, one after the other in one run
 # (ddl, PyTorch, ddl, PyTorch, ddl), one epoch each; prints images/s, peak memory and their ratio,
-# and the oneDNN-only ceiling. Needs ../shared and python3-torch python3-pil python3-numpy.
+# and the oneDNN-only ceiling, run for as many steps right before each ddl run. Needs ../shared and
+# python3-torch python3-pil python3-numpy.
 # In bf16: ddl_train --precision bf16, the peer run under torch.autocast("cpu", dtype=torch.bfloat16)
 # (its whole script, unchanged), and the ceiling's bf16 chain.
 #   bash bench/seed_cnn_vs_pytorch.sh [threads=2] [rounds=2] [precision=f32|bf16]
@@ -27,13 +28,23 @@ ddl_rates=()
 torch_rates=()
 ddl_mem=""
 torch_mem=""
+chain_rates=()
+chain_shares=()
+# The chain right before each ddl_train run, over as many steps as the epoch (625): this machine's speed
+# drifts by up to 20% over seconds, so each ddl epoch is set against the chain measured next to it.
+run_chain() {
+  chain_rates+=("$(OMP_NUM_THREADS=$threads build/bench/onednn_ceiling 64 625 "$precision" |
+    sed -n 's/.*: \([0-9]*\) images\/s.*/\1/p')")
+}
 run_ddl() {
   local out
+  run_chain
   out=$(build/launch/ddl_train --train "$work/cifar.h5" --epochs 1 --threads "$threads" --progress never --seed 1 \
     --precision "$precision")
   ddl_rates+=("$(echo "$out" | sed -n 's/.* \([0-9]*\) img\/s.*/\1/p')")
   ddl_mem=$(echo "$out" | sed -n 's/.*peak RSS \([0-9]*\) MB.*/\1/p')
-  echo "  ddl_train: ${ddl_rates[-1]} images/s, peak RSS ${ddl_mem} MB"
+  chain_shares+=("$(awk -v a="${ddl_rates[-1]}" -v b="${chain_rates[-1]}" 'BEGIN {printf "%.1f", 100 * a / b}')")
+  echo "  ddl_train: ${ddl_rates[-1]} images/s, peak RSS ${ddl_mem} MB; the chain just before: ${chain_rates[-1]} images/s (${chain_shares[-1]}%)"
 }
 run_torch() {
   local out
@@ -58,7 +69,6 @@ for _ in $(seq "$rounds"); do run_torch; run_ddl; done
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 d=$(median "${ddl_rates[@]}")
 t=$(median "${torch_rates[@]}")
-ceiling=$(OMP_NUM_THREADS=$threads build/bench/onednn_ceiling 64 200 "$precision" | sed -n 's/.*: \([0-9]*\) images\/s.*/\1/p')
 echo "median images/s: ddl_train $d, PyTorch $t, ratio $(awk -v a="$d" -v b="$t" 'BEGIN {printf "%.2f", a / b}')x"
-echo "oneDNN-only ceiling (bench/onednn_ceiling): $ceiling images/s; ddl_train reaches $(awk -v a="$d" -v b="$ceiling" 'BEGIN {printf "%.0f", 100 * a / b}')% of it"
+echo "oneDNN-only ceiling (bench/onednn_ceiling, 625 steps before each ddl run): median $(median "${chain_rates[@]}") images/s; ddl_train's epoch reaches a median $(median "${chain_shares[@]}")% of the chain beside it (each: ${chain_shares[*]})"
 echo "peak RSS: ddl_train ${ddl_mem} MB, PyTorch ${torch_mem} MB"

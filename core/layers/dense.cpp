@@ -62,7 +62,7 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
       make_inner_product_forward_pd(ctx.engine(), prop, src_c, weights_md, bias_md, dst_md, relu_post_op(opt_.relu));
   fwd_ = dnnl::inner_product_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, src_c);
-  fwd_weights_ = WeightRelayout(ctx, weights_.value, fwd_pd.weights_desc());
+  fwd_weights_ = WeightRelayout(ctx, weights_.value.get_desc(), fwd_pd.weights_desc());
   reset_output(ctx, dst_md);
   if (mode == Mode::infer) return dst_md;
 
@@ -78,7 +78,8 @@ memory::desc Dense::setup(Context& ctx, const memory::desc& src_md, Mode mode, b
     bwd_data_ = dnnl::inner_product_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();
-    if (!reuse_forward_weights_) bwd_data_weights_ = WeightRelayout(ctx, weights_.value, bd_pd.weights_desc());
+    if (!reuse_forward_weights_)
+      bwd_data_weights_ = WeightRelayout(ctx, weights_.value.get_desc(), bd_pd.weights_desc());
     diff_src_.reset(src_md);
   }
   return dst_md;
@@ -92,6 +93,8 @@ const Tensor& Dense::forward(Context& ctx, const Tensor& src) {
                                        {DNNL_ARG_DST, dst.memory()}};
   if (opt_.bias) args.insert({DNNL_ARG_BIAS, bias_.value});
   fwd_.execute(ctx.stream(), args);
+  // The backward's input gradient may read this copy again; else it goes back to the pool now.
+  if (!(mode_ == Mode::train && bwd_data_ && reuse_forward_weights_)) fwd_weights_.release(ctx);
   return dst;
 }
 
@@ -110,6 +113,8 @@ const Tensor& Dense::backward(Context& ctx, const Tensor& diff_dst) {
                         {DNNL_ARG_WEIGHTS, reuse_forward_weights_ ? fwd_weights_.last(weights_.value)
                                                                   : bwd_data_weights_(ctx, weights_.value)},
                         {DNNL_ARG_DIFF_SRC, diff_src_.get(ctx).memory()}});
+  fwd_weights_.release(ctx);
+  bwd_data_weights_.release(ctx);
   return diff_src_.current();
 }
 

@@ -1,5 +1,5 @@
 // WeightRelayout: the same bytes as oneDNN's direct reorder, for the layouts it transposes as 32-bit units
-// and for those it leaves to the reorder.
+// and for those it leaves to the reorder, each time it is made.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -40,14 +40,16 @@ TEST(WeightRelayout, GivesTheBytesOfOneDnnsReorder) {
     Tensor expected(to, ctx.engine());
     std::memset(expected.memory().get_data_handle(), 0x55, to.get_size());
     reorder_into(ctx, weights, expected);
-    WeightRelayout copy(ctx, weights.memory(), to);
+    WeightRelayout copy(ctx, weights.desc(), to);
     const dnnl::memory& got = copy(ctx, weights.memory());
     EXPECT_EQ(bytes_of(got), bytes_of(expected.memory())) << c.o << "x" << c.i;
     EXPECT_EQ(copy.last(weights.memory()).get_data_handle(), got.get_data_handle());
-    // Again after a change: the copy follows the weights.
+    // Again after a change, the copy given back to the pool in between: it follows the weights.
+    copy.release(ctx);
     weights.data()[1] = 7.0f;
     reorder_into(ctx, weights, expected);
     EXPECT_EQ(bytes_of(copy(ctx, weights.memory())), bytes_of(expected.memory())) << c.o << "x" << c.i;
+    copy.release(ctx);
   }
 }
 
