@@ -43,24 +43,7 @@ class Context {
     t = Tensor();
   }
 
-  // The one tensor of layout `md` derived from the parameter stored at `param` (a blocked weight copy),
-  // alive while anyone holds it: layers bound to the same parameter share it instead of each keeping one.
-  std::shared_ptr<Tensor> shared_copy(const void* param, const dnnl::memory::desc& md) {
-    std::erase_if(shared_copies_, [](const SharedCopy& c) { return c.tensor.expired(); });
-    for (const auto& c : shared_copies_)
-      if (c.param == param && c.md == md) return c.tensor.lock();
-    auto t = std::make_shared<Tensor>(md, engine_);
-    shared_copies_.push_back({param, md, t});
-    return t;
-  }
-
  private:
-  struct SharedCopy {
-    const void* param;
-    dnnl::memory::desc md;
-    std::weak_ptr<Tensor> tensor;
-  };
-  std::vector<SharedCopy> shared_copies_;
   BufferPool pool_;
   AlignedBuffer<std::byte> scratch_;
   dnnl::engine engine_;

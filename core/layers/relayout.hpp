@@ -20,15 +20,6 @@ class Relayout {
       reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine(), from, ctx.engine(), to));
     }
   }
-  // Of a parameter: the converted copy is the context's one copy for this parameter and layout, shared
-  // by every layer bound to the same parameter (the copies of a pipeline stage).
-  Relayout(Context& ctx, const dnnl::memory& param, const dnnl::memory::desc& to) {
-    if (param.get_desc() != to) {
-      buffer_ = ctx.shared_copy(param.get_data_handle(), to);
-      reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(ctx.engine(), param.get_desc(), ctx.engine(), to));
-    }
-  }
-
   // Returns `from` itself, or the buffer holding it in the target layout.
   const dnnl::memory& operator()(Context& ctx, const dnnl::memory& from) {
     if (!reorder_) return from;
