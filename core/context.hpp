@@ -1,6 +1,6 @@
 // The per-process compute context: the one oneDNN CPU engine and stream every layer runs on, a scratch
-// block for buffers that live only inside one layer's backward call (a fused ReLU's gradient), the pool
-// that gradients passed between layers are leased from, and the layout-converted parameter copies. Passed explicitly; there is no global one.
+// block for buffers that live only inside one layer's backward call (a fused ReLU's gradient), and the pool
+// that gradients, activations and weight copies are leased from. Passed explicitly; there is no global one.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>

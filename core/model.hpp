@@ -75,7 +75,8 @@ class Model {
   const std::string& name() const { return name_; }
   const dims_t& input_shape() const { return input_shape_; }
   // The type to give this model its input in: bf16 where `ctx` computes in bf16 and the first layer takes
-  // it (images then come bf16 from the loader, not converted in the step), else f32.
+  // it (images then come bf16 from the loader, not converted in the step), else f32. It chooses the
+  // layers' output types for `ctx` to answer, as setup() does.
   dt input_type(const Context& ctx);
   int num_classes() const { return num_classes_; }
   std::size_t num_layers() const { return layers_.size(); }

@@ -151,6 +151,8 @@ struct Run {
   TrainingState state;
   std::string init_note;  // what --init did, for rank 0's header
   std::string cache_note;  // --cache-images: what was kept in memory, or why not
+  double cache_bytes = 0;   // of training images to keep in memory (the planner leaves them room)
+  std::shared_ptr<const ImageCache> image_cache;  // kept across a re-plan's move
   // On rank 0, when there is a checkpoint folder; held across a move to another layout.
   std::unique_ptr<DirectoryLock> checkpoint_lock;
   Timeline timeline;  // --timeline: every layout's events
@@ -211,6 +213,7 @@ void choose_layout(Run& run, const Communicator& world, const ModelConfig& confi
   std::vector<double> limit{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
                                                   : default_memory_limit(cluster.ranks_per_node)};
   world.allreduce_min(limit);
+  limit[0] -= run.cache_bytes;  // the training images kept in memory
   StrategyPlan plan = plan_strategy(o, measured.profile, cluster, limit[0]);
   run.plan_report = plan.report + "  " + measured.links + "\n";
   run.predicted_step_s = plan.chosen.prediction.step_s;
@@ -222,29 +225,44 @@ void choose_layout(Run& run, const Communicator& world, const ModelConfig& confi
   world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")", Checksum().add(o.describe()).value());
 }
 
-// --cache-images: the training images read once, before the first epoch, where they fit (auto: a quarter of
-// this rank's share of the node's memory). Every first-stage rank holds every training image, since each
-// epoch deals them out to the replicas anew; the other stages read none. Collective over `world`.
-void keep_training_images_in_memory(Run& run, const Communicator& world, std::size_t image_bytes) {
+// --cache-images: the bytes of training images to keep in memory, 0 for none. Every first-stage rank holds
+// every training image, since each epoch deals them out to the replicas anew (the other stages read none).
+// auto: where the whole file's images take at most a quarter of a rank's share of the node's memory, the
+// smallest node's, so that every rank decides alike. Collective over `world`.
+double images_to_keep_in_memory(Run& run, const Communicator& world, const ImageDataset& train) {
   const TrainOptions& o = run.options;
-  const double bytes = static_cast<double>(run.train_subset.size()) * static_cast<double>(image_bytes);
-  if (o.cache_images == "off") return;
-  // The smallest node's share decides: every rank must decide alike.
+  if (o.cache_images == "off") return 0;
+  const double bytes = static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
   std::vector<double> share{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
                                                   : default_memory_limit(world.split_shared().size())};
   world.allreduce_min(share);
   if (o.cache_images == "auto" && !(bytes <= share[0] / 4)) {
     run.cache_note = "training images read from the file every step (" + std::to_string(static_cast<long long>(bytes / 1e6)) +
                      " MB do not fit in a quarter of a rank's memory share; --cache-images on to keep them in memory)";
-    return;
+    return 0;
   }
+  return bytes;
+}
+
+// Reads the training images into memory, or takes those the previous layout read (a re-plan's move). A
+// rank that reads none before a move reads none after it: the other ranks would wait for it in a collective
+// under the training's time limit. Collective over `world`.
+void keep_training_images_in_memory(Run& run, const Communicator& world) {
+  if (run.cache_bytes == 0) return;
   on_every_rank(world, "reading the training images into memory", [&] {
-    if (!run.train_loader) return;
+    if (!run.train_loader) return run.image_cache.reset();
+    if (run.image_cache) return run.train_loader->keep_in_memory(run.image_cache);
+    if (run.layout_chosen) return;
     const auto t0 = std::chrono::steady_clock::now();
-    const ImageCache& cache = run.train_loader->keep_in_memory(run.train_subset);
+    try {
+      run.image_cache = run.train_loader->keep_in_memory(run.train_subset);
+    } catch (const std::bad_alloc&) {
+      throw InputError("--cache-images: no memory for the " + std::to_string(static_cast<long long>(run.cache_bytes / 1e6)) +
+                       " MB of training images (--cache-images off reads them from the file every step)");
+    }
     char note[160];
-    std::snprintf(note, sizeof note, "training images in memory: %zu (%.0f MB) read in %.2f s", cache.images(),
-                  static_cast<double>(cache.bytes()) / 1e6,
+    std::snprintf(note, sizeof note, "training images in memory: %zu (%.0f MB) read in %.2f s",
+                  run.image_cache->images(), static_cast<double>(run.image_cache->bytes()) / 1e6,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     run.cache_note = note;
   });
@@ -298,6 +316,7 @@ void build(Run& run, const Communicator& world) {
   const ImageDataset& train = *train_set;
   const std::size_t layers = whole->num_layers();
   const dims_t in = whole->input_shape();
+  run.cache_bytes = images_to_keep_in_memory(run, world, train);
   if (o.strategy != "manual" && !run.layout_chosen) {
     choose_layout(run, world, config, layers);
     if (o.plan_only) return;
@@ -386,7 +405,7 @@ void build(Run& run, const Communicator& world) {
   const float lr = o.scale_lr ? o.lr * static_cast<float>(scale) : o.lr;
   run.schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
 
-  keep_training_images_in_memory(run, world, train.image_bytes());
+  keep_training_images_in_memory(run, world);
 
   run.state.model_name = o.model;
   run.state.seed = o.seed;
@@ -979,6 +998,7 @@ void move_to_next_layout(std::optional<Run>& run, const Communicator& world) {
   const unsigned long long steps_run = run->steps_run;
   std::unique_ptr<DirectoryLock> lock = std::move(run->checkpoint_lock);  // no other job takes the folder meanwhile
   Timeline timeline = std::move(run->timeline);
+  std::shared_ptr<const ImageCache> images = std::move(run->image_cache);
   run.reset();
   Run& r = run.emplace();
   r.options = next.plan.options;
@@ -987,6 +1007,7 @@ void move_to_next_layout(std::optional<Run>& run, const Communicator& world) {
   r.steps_run = steps_run;
   r.checkpoint_lock = std::move(lock);
   r.timeline = std::move(timeline);
+  r.image_cache = std::move(images);
   r.switch_note = next.reason;
   r.plan_report = next.plan.report;
   r.predicted_step_s = next.plan.chosen.prediction.step_s;

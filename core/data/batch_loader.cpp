@@ -1,10 +1,9 @@
 #include "core/data/batch_loader.hpp"
 
 #include <algorithm>
-#include <type_traits>
 
-#include "core/data/image_resize.hpp"
 #include "core/bf16.hpp"
+#include "core/data/image_resize.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/vector_clones.hpp"
@@ -68,10 +67,16 @@ const Batch* BatchLoader::next() {
   return nullptr;
 }
 
-const ImageCache& BatchLoader::keep_in_memory(std::span<const std::size_t> indices) {
+std::shared_ptr<const ImageCache> BatchLoader::keep_in_memory(std::span<const std::size_t> indices) {
   stop();
-  cache_.reset();
-  return cache_.emplace(reader_, indices);
+  cache_.reset();  // before the new one is read: not both in memory
+  cache_ = std::make_shared<const ImageCache>(reader_, indices);
+  return cache_;
+}
+
+void BatchLoader::keep_in_memory(std::shared_ptr<const ImageCache> cache) {
+  stop();
+  cache_ = std::move(cache);
 }
 
 void BatchLoader::produce() {
@@ -100,11 +105,10 @@ void BatchLoader::produce() {
 
 namespace {
 
-}  // namespace
-
-using ChannelAffine = BatchLoader::ChannelAffine;
-
-namespace {
+// out = (pixel / 255 - mean) / std  ==  pixel * scale + shift, per channel.
+struct ChannelAffine {
+  std::vector<float> scale, shift;
+};
 
 ChannelAffine channel_affine(const Preprocessing& prep, int channels) {
   ChannelAffine a{std::vector<float>(channels, 1.0f / 255.0f), std::vector<float>(channels, 0.0f)};
@@ -200,18 +204,18 @@ void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::
   for (std::size_t i = 0; i < n; ++i) {
     float* out = bf16 ? image_floats_.data() : batch.images.data() + i * floats;
     if (augment_)
-      augment_one(images_[i], affine, rng, out);
+      augment_one(images_[i], affine.scale, affine.shift, rng, out);
     else
       prepare_one(images_[i], h, w, c, prep_, affine, out, {});
     if (bf16) bf16_from_floats(out, floats, bf16_images + i * floats);
   }
 }
 
-void BatchLoader::augment_one(const std::uint8_t* img, const ChannelAffine& affine, Rng& rng, float* out) {
+void BatchLoader::augment_one(const std::uint8_t* img, const std::vector<float>& scale,
+                              const std::vector<float>& shift, Rng& rng, float* out) {
   const int h = reader_.height(), w = reader_.width(), c = reader_.channels();
   const int oh = out_height(), ow = out_width();
   const std::size_t plane = static_cast<std::size_t>(oh) * ow;
-  const auto& [scale, shift] = affine;
   const bool resample_box = prep_.random_resized_crop || oh != h || ow != w;
   const int pad = resample_box ? 0 : prep_.random_crop_padding;
   const bool flip = prep_.random_flip && rng.uniform() < 0.5f;
@@ -229,9 +233,10 @@ void BatchLoader::augment_one(const std::uint8_t* img, const ChannelAffine& affi
   if (!flip && dy == 0 && dx == 0) return planes_from_pixels(img, plane, c, scale.data(), shift.data(), out);
   shifted_.assign(reader_.image_bytes(), 0);
   // Output x reads input x + dx, or w - 1 - x + dx flipped: inside the image for x in [x0, x1).
+  // A shift by the whole width or more leaves it empty, and the image zero.
   const int x0 = flip ? std::max(0, dx) : std::max(0, -dx), x1 = flip ? std::min(w, w + dx) : std::min(w, w - dx);
   const std::size_t row = static_cast<std::size_t>(w) * c;
-  for (int y = std::max(0, -dy); y < std::min(h, h - dy); ++y) {
+  for (int y = std::max(0, -dy); y < std::min(h, h - dy) && x0 < x1; ++y) {
     const std::uint8_t* in = img + static_cast<std::size_t>(y + dy) * row;
     std::uint8_t* out_row = shifted_.data() + static_cast<std::size_t>(y) * row;
     if (!flip) {

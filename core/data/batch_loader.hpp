@@ -9,8 +9,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
-#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -70,29 +70,27 @@ class BatchLoader {
   // The next batch, valid until the next call; nullptr at the end of the pass. Rethrows a read error.
   const Batch* next();
   // Reads these images now and serves them from memory from here on (other indices still from the file).
-  // Stops a pass under way. Returns the cache, for its size.
-  const ImageCache& keep_in_memory(std::span<const std::size_t> indices);
-
- // out = (pixel / 255 - mean) / std  ==  pixel * scale + shift, per channel.
-  struct ChannelAffine {
-    std::vector<float> scale, shift;
-  };
+  // Stops a pass under way: call start() again. Returns the cache, to size it or to give to another loader.
+  std::shared_ptr<const ImageCache> keep_in_memory(std::span<const std::size_t> indices);
+  // Serves the images that `cache` holds (read by a loader of the same dataset) from memory. Stops a pass.
+  void keep_in_memory(std::shared_ptr<const ImageCache> cache);
 
  private:
   void produce();
   void stop();
   void fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index);
-  // One image with this batch's random flip, crop or resized crop (augment_), as floats.
-  void augment_one(const std::uint8_t* image, const ChannelAffine& affine, Rng& rng, float* out);
+  // One image with this batch's random flip, crop or resized crop (augment_), as pixel * scale + shift.
+  void augment_one(const std::uint8_t* image, const std::vector<float>& scale, const std::vector<float>& shift,
+                   Rng& rng, float* out);
   int out_height() const { return prep_.out_height > 0 ? prep_.out_height : reader_.height(); }
   int out_width() const { return prep_.out_width > 0 ? prep_.out_width : reader_.width(); }
 
-  ImageDataset reader_;  // read() only on the producer thread
+  ImageDataset reader_;  // read() on the producer thread, or by keep_in_memory while none runs
   Preprocessing prep_;
   std::size_t batch_size_;
   Context& ctx_;
   std::vector<Batch> slots_;
-  std::optional<ImageCache> cache_;
+  std::shared_ptr<const ImageCache> cache_;
   std::vector<std::uint8_t> pixels_;        // a batch read from the file
   std::vector<const std::uint8_t*> images_;  // a batch's images, in the cache or in pixels_
   std::vector<std::uint8_t> shifted_;        // one image flipped or moved by a random crop

@@ -168,13 +168,13 @@ TEST_F(LoaderTest, ImagesKeptInMemoryGiveTheSameBatchesAndOutliveTheFile) {
   Preprocessing prep{.mean = {}, .stddev = {}, .random_flip = true, .random_crop_padding = 1};
   BatchLoader from_file(path_, prep, 3, ctx_), from_memory(path_, prep, 3, ctx_);
   const std::vector<std::size_t> kept{8, 0, 3, 9, 5, 3};
-  const ImageCache& cache = from_memory.keep_in_memory(kept);
-  EXPECT_EQ(cache.images(), 5u);  // 3 once
-  EXPECT_EQ(cache.bytes(), 5u * 3 * 4 * 3);
-  ASSERT_NE(cache.find(9), nullptr);
-  EXPECT_EQ(cache.find(9)[(2 * 4 + 1) * 3 + 0], pattern(9, 2, 1, 0));
-  EXPECT_EQ(cache.find(1), nullptr);
-  EXPECT_EQ(cache.find(10), nullptr);
+  const auto cache = from_memory.keep_in_memory(kept);
+  EXPECT_EQ(cache->images(), 5u);  // 3 once
+  EXPECT_EQ(cache->bytes(), 5u * 3 * 4 * 3);
+  ASSERT_NE(cache->find(9), nullptr);
+  EXPECT_EQ(cache->find(9)[(2 * 4 + 1) * 3 + 0], pattern(9, 2, 1, 0));
+  EXPECT_EQ(cache->find(1), nullptr);
+  EXPECT_EQ(cache->find(10), nullptr);
   auto batches = [](BatchLoader& loader, std::vector<std::size_t> indices, bool augment) {
     loader.start(std::move(indices), augment, 7, 2);
     std::vector<float> all;
@@ -185,11 +185,33 @@ TEST_F(LoaderTest, ImagesKeptInMemoryGiveTheSameBatchesAndOutliveTheFile) {
     EXPECT_EQ(batches(from_memory, {5, 0, 9, 8, 3}, augment), batches(from_file, {5, 0, 9, 8, 3}, augment));
     EXPECT_EQ(batches(from_memory, {1, 9, 2}, augment), batches(from_file, {1, 9, 2}, augment));  // 1, 2 from the file
   }
+  // Another loader of the same dataset serves the same images from that memory.
+  BatchLoader sharing(path_, prep, 3, ctx_);
+  sharing.keep_in_memory(cache);
+  for (bool augment : {false, true})
+    EXPECT_EQ(batches(sharing, {9, 3, 0, 8}, augment), batches(from_file, {9, 3, 0, 8}, augment));
   // Cut short: what memory holds is still served; an image that must come from the file is an error.
   std::filesystem::resize_file(dir_ / "l-00001-of-00002.h5", 100);
   std::filesystem::resize_file(dir_ / "l-00000-of-00002.h5", 100);
   EXPECT_EQ(batches(from_memory, {9, 8, 0}, false).size(), 3u * 3 * 3 * 4);
   EXPECT_THROW(batches(from_memory, {9, 1}, false), Error);
+}
+
+// A crop padding of the image's size or more: some images shift out of view entirely, and are zero.
+TEST_F(LoaderTest, CropsThatShiftTheWholeImageAwayGiveZeros) {
+  Preprocessing prep{.mean = {}, .stddev = {}, .random_flip = true, .random_crop_padding = 5};
+  BatchLoader loader(path_, prep, 10, ctx_);
+  std::vector<std::size_t> all(10);
+  std::iota(all.begin(), all.end(), 0);
+  int empty = 0;
+  for (std::uint64_t epoch = 0; epoch < 4; ++epoch) {
+    loader.start(all, true, 5, epoch);
+    const Batch* b = loader.next();
+    ASSERT_NE(b, nullptr);
+    for (int i = 0; i < 10; ++i)
+      empty += std::all_of(b->images.data() + i * 36, b->images.data() + (i + 1) * 36, [](float v) { return v == 0; });
+  }
+  EXPECT_GT(empty, 0);
 }
 
 // A bf16 batch holds each f32 value rounded to nearest even, augmented or not.
