@@ -4,7 +4,9 @@
 // baseline build.
 #pragma once
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// Not under ThreadSanitizer: the clones' resolver runs while the program is loaded, before TSan's runtime
+// is up, and crashed the test programs at start.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define DDL_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DDL_VECTOR_CLONES
