@@ -27,6 +27,14 @@ class AlignedBuffer {
     data_.reset(static_cast<T*>(p));
   }
 
+  // `count` elements of storage that another owner keeps (a BufferPool's arena): nothing is freed with it.
+  static AlignedBuffer view(T* data, std::size_t count) {
+    AlignedBuffer b;
+    b.data_ = std::unique_ptr<T, Free>(data, Free{false});
+    b.count_ = count;
+    return b;
+  }
+
   // A moved-from buffer is empty (size 0), not a size without storage.
   AlignedBuffer(AlignedBuffer&& other) noexcept
       : data_(std::move(other.data_)), count_(std::exchange(other.count_, 0)) {}
@@ -46,7 +54,10 @@ class AlignedBuffer {
 
  private:
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    bool owns = true;
+    void operator()(T* p) const {
+      if (owns) std::free(p);
+    }
   };
   std::unique_ptr<T, Free> data_;
   std::size_t count_ = 0;

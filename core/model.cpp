@@ -221,7 +221,7 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
       for (std::size_t k = 0; k < end - begin; ++k) grads_view_[begin + k] += kept.data()[k];
       ctx.give_back(kept);
     }
-    if (i + 1 < layers_.size()) layers_[i + 1]->release_gradient(ctx);  // consumed by layer i
+    if (i + 1 < layers_.size()) release_after_backward(ctx, *layers_[i + 1], i + 2 < layers_.size());
     if (profiler_) profiler_->add_backward(i, Profiler::clock::now() - t0);
     if (on_gradients_ready && end > begin) on_gradients_ready(begin, end - begin);
     if (between_layers) between_layers();
@@ -231,7 +231,7 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
 }
 
 void Model::release_input_gradient(Context& ctx) {
-  if (!layers_.empty()) layers_[0]->release_gradient(ctx);
+  if (!layers_.empty()) release_after_backward(ctx, *layers_[0], layers_.size() > 1);
 }
 
 std::vector<StateView> Model::state() {

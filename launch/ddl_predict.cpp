@@ -178,6 +178,7 @@ int predict(const PredictOptions& o) {
                                                                                static_cast<float>(img.width)};
       prepare_image(img.rgb.data(), img.height, img.width, 3, input, images.data() + i * plane, box);
     }
+    ctx.begin_step(0);
     const Tensor& out = t.model->forward(ctx, images, Mode::infer);
     if (o.logits)
       print_logits(batch, out, classes);

@@ -73,8 +73,9 @@ void append_prefixed(std::vector<Named>& all, std::vector<Named> parts, const st
 }
 
 // A tensor a layer leases from the context's pool while it needs it: its input gradient, from its backward
-// until the caller has consumed it (Layer::release_gradient), and its output, kept from forward to forward
-// unless no backward reads it (Layer::release_output). Only the tensors alive together occupy memory.
+// until the caller has consumed it (Layer::release_gradient), and its output, from forward until the
+// backwards that read it have run (release_after_backward), or only until the next layer's forward where
+// no backward reads it (release_unread_output). Only the tensors alive together occupy memory.
 class LeasedTensor {
  public:
   // At set-up: the descriptor, or an empty one when no tensor is needed.
@@ -190,10 +191,11 @@ class Layer {
   LeasedTensor diff_src_;
   // The output, where a layer leases it (most do): kept for backward, and read by the next layer's.
   LeasedTensor output_;
-  // At set-up: an input gradient still borrowing the output's storage gives it back before the output
-  // takes its new descriptor.
+  // At set-up: an input gradient still borrowing the output's storage gives it back, and the output its
+  // storage to the pool, before the output takes its new descriptor.
   void reset_output(Context& ctx, const dnnl::memory::desc& md) {
     diff_src_.give_back(ctx);
+    output_.give_back(ctx);
     output_.reset(md);
   }
   dt output_type_ = dt::f32;
@@ -233,6 +235,17 @@ void move_relu_backward_into_pools(Layers& layers) {
 // After `next` has run its forward on `layer`'s output: gives that output back where no backward reads it.
 inline void release_unread_output(Context& ctx, Layer& layer, const Layer& next) {
   if (!layer.backward_reads_output() && !next.backward_reads_input()) layer.release_output(ctx);
+}
+
+// After a layer's backward, once the caller has consumed its input gradient (layer i's gradient is
+// consumed by layer i - 1's backward): the gradient goes back to the pool, and with it the output, which
+// the layer's backward and the next layer's, its readers, have read. So the outputs of the layers already
+// through backward make room for the gradients of those still to come (VGG16's conv1 gradients, 400 MB
+// in bf16, fit in its deeper layers' outputs). `output_too` is false for a block's or model's last layer,
+// whose output is the block's own and stays valid until the next forward.
+inline void release_after_backward(Context& ctx, Layer& layer, bool output_too) {
+  layer.release_gradient(ctx);
+  if (output_too) layer.release_output(ctx);
 }
 
 // Binds each part of a block to its share of `views`, in order: a part takes as many views as it has specs.

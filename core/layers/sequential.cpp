@@ -54,13 +54,13 @@ const Tensor& Sequential::backward(Context& ctx, const Tensor& diff_dst) {
   const Tensor* g = &diff_dst;
   for (std::size_t i = layers_.size(); i-- > 0;) {
     g = &layers_[i]->backward(ctx, *g);
-    if (i + 1 < layers_.size()) layers_[i + 1]->release_gradient(ctx);  // consumed by layer i
+    if (i + 1 < layers_.size()) release_after_backward(ctx, *layers_[i + 1], i + 2 < layers_.size());
   }
   return *g;
 }
 
 void Sequential::release_gradient(Context& ctx) {
-  if (!layers_.empty()) layers_[0]->release_gradient(ctx);
+  if (!layers_.empty()) release_after_backward(ctx, *layers_[0], layers_.size() > 1);
 }
 
 std::vector<StateView> Sequential::state() {

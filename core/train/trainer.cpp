@@ -122,6 +122,7 @@ dims_t Trainer::input_dims(const Batch* batch, std::size_t micro, Mode mode) {
 
 Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode) {
   const bool train = mode == Mode::train;
+  ctx_.begin_step(static_cast<int>(mode));
   micro_batches_ = plan_.micro_batches;
   if (!train && n % static_cast<std::size_t>(micro_batches_) != 0) micro_batches_ = 1;  // a last, partial batch
   if (n % static_cast<std::size_t>(micro_batches_) != 0)
