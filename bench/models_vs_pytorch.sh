@@ -20,7 +20,8 @@ python=${DDL_PYTHON:-/usr/bin/python3}
 [ -x build/bench/model_step ] || { bash launch/setup.sh && cmake --build build --target model_step; }
 declare -A torch_name=([alexnet]=alexnet [vgg16]=vgg16 [resnet50]=resnet50 [resnet18]=resnet18 [vit_b16]=vit_b_16)
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $threads; batch 32; $steps steps after one warm-up"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; threads $threads; batch 32; $steps steps" \
+  "after the warm-up (ddl: four steps, the buffer pool learning from two; PyTorch: one)"
 printf "| model | precision | ddl img/s | PyTorch img/s | ddl / PyTorch | ddl peak MB | PyTorch peak MB |\n| --- | --- | --- | --- | --- | --- | --- |\n" > /tmp/ddl_models_table.$$
 rate() { echo "$1" | sed -n 's/.* \([0-9.]*\) images\/s.*/\1/p'; }
 mem() { echo "$1" | sed -n 's/.*peak RSS \([0-9]*\) MB.*/\1/p'; }

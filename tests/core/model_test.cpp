@@ -163,5 +163,41 @@ TEST(ModelGradient, GradientsReadyHookCoversEveryParameterOnce) {
   EXPECT_GT(order.front(), order.back());
 }
 
+// Steps served from the buffer pool's learned arena (a context whose steps are marked, as the trainer's
+// are) train exactly as steps served one buffer at a time: with outputs given back after backward, a
+// residual network's tensors share the arena's places, an evaluation between steps switches the pool to
+// another kind and back, and a last, smaller batch asks for what the arena was not learned for.
+TEST(ModelTraining, StepsServedFromTheLearnedArenaMatchUnmarkedStepsBitForBit) {
+  const auto train = [](bool mark_steps) {
+    Context ctx;
+    auto model = make_model("resnet18_cifar", {.num_classes = 10}, ctx);
+    model->initialize(5);
+    auto sgd = make_sgd(model->param_count(), {.momentum = 0.9f});
+    SoftmaxCrossEntropy loss;
+    std::vector<double> losses;
+    for (int step = 0; step < 8; ++step) {
+      const bool evaluation = step == 5, last_batch = step == 7;
+      const dnnl::memory::dim n = last_batch ? 2 : 4;
+      Tensor x = test::from_plain(ctx, test::random_values(static_cast<std::size_t>(n) * 3 * 32 * 32, 10 + step),
+                                  plain_desc({n, 3, 32, 32}));
+      std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>((i * 7 + step) % 10);
+      if (mark_steps) ctx.begin_step(evaluation ? 1 : 0);
+      const Mode mode = evaluation ? Mode::infer : Mode::train;
+      losses.push_back(loss.forward(ctx, model->forward(ctx, x, mode), labels).loss);
+      if (evaluation) continue;
+      model->backward(ctx, loss.backward());
+      sgd->step(model->params(), model->grads(), 0.01f);
+    }
+    std::vector<float> params(model->params().begin(), model->params().end());
+    return std::pair{losses, params};
+  };
+  const auto [marked_losses, marked_params] = train(true);
+  const auto [plain_losses, plain_params] = train(false);
+  EXPECT_EQ(marked_losses, plain_losses);
+  ASSERT_EQ(marked_params.size(), plain_params.size());
+  EXPECT_EQ(std::memcmp(marked_params.data(), plain_params.data(), marked_params.size() * sizeof(float)), 0);
+}
+
 }  // namespace
 }  // namespace ddl
