@@ -20,6 +20,8 @@
 namespace ddl {
 
 inline constexpr std::size_t kAlignment = 64;
+// `bytes` rounded up to a whole number of kAlignment units: what an allocation of `bytes` takes.
+inline constexpr std::size_t aligned_size(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 // Under AddressSanitizer every buffer comes from malloc, whose red zones let it see overruns.
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr std::size_t kMappedFrom = static_cast<std::size_t>(-1);
@@ -33,7 +35,7 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   explicit AlignedBuffer(std::size_t count) : count_(count) {
     if (count == 0) return;
-    std::size_t bytes = (count * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
+    const std::size_t bytes = aligned_size(count * sizeof(T));
     if (bytes >= kMappedFrom) {
       // Page-aligned, and zero as mapped.
       void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -6,13 +6,6 @@
 
 namespace ddl {
 
-namespace {
-
-// Places in an arena start on AVX-512 register and cache-line boundaries, as every allocation does.
-std::size_t rounded(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
-
-}  // namespace
-
 void BufferPool::begin_step(int kind) {
   if (!stepping_) best_fit_free_.clear();
   if (stepping_ && kind != current_) kinds_[current_].plan.arena.reset();  // freed once no buffer of it is out
@@ -120,7 +113,7 @@ void BufferPool::learn(Kind& k) {
   for (std::size_t i : order) {
     taken.clear();
     for (std::size_t j : placed)
-      if (together(i, j)) taken.emplace_back(plan.offsets[j], plan.offsets[j] + rounded(a[j].bytes));
+      if (together(i, j)) taken.emplace_back(plan.offsets[j], plan.offsets[j] + aligned_size(a[j].bytes));
     std::sort(taken.begin(), taken.end());
     std::size_t offset = 0;
     for (const auto& [begin, end] : taken) {
@@ -128,7 +121,7 @@ void BufferPool::learn(Kind& k) {
       offset = std::max(offset, end);
     }
     plan.offsets[i] = offset;
-    plan.arena_bytes = std::max(plan.arena_bytes, offset + rounded(a[i].bytes));
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + aligned_size(a[i].bytes));
     placed.push_back(i);
   }
   for (const Use& u : a) plan.sizes.push_back(u.bytes);

@@ -10,8 +10,8 @@
 // free of its overlapping requests, so the arena is about as large as the most bytes alive at once
 // (VGG16 in bf16: 783 MB, that most to the megabyte; one buffer per group of requests never alive
 // together, sized for the largest, held 947 MB, and the smallest free buffer for each request, as the
-// pool did before, up to 1,146 MB). Every later
-// step of that kind is served from the arena without allocating. Until a kind is learned, and for a
+// pool did before, up to 1,146 MB). Every later step of that kind is served from the arena without
+// allocating. Until a kind is learned, and for a
 // request that the learned steps did not make or whose place is still taken (a step that differs: a
 // last, smaller batch), a request gets an allocation of its own, released when it is given back: such
 // steps cost time (fresh pages), not memory.
