@@ -1,10 +1,20 @@
 #include "core/buffer_pool.hpp"
 
+#include <sanitizer/asan_interface.h>
+
 #include <algorithm>
 #include <numeric>
 #include <utility>
 
 namespace ddl {
+
+// Under AddressSanitizer an arena's free places are poisoned, so that a read or a write through a buffer
+// already given back is reported, as it would be for an allocation of its own that was freed; elsewhere
+// these do nothing. An arena is unpoisoned whole before it is freed.
+namespace {
+void poison(std::byte* p, std::size_t bytes) { ASAN_POISON_MEMORY_REGION(p, bytes); }
+void unpoison(std::byte* p, std::size_t bytes) { ASAN_UNPOISON_MEMORY_REGION(p, bytes); }
+}  // namespace
 
 void BufferPool::begin_step(int kind) {
   if (!stepping_) best_fit_free_.clear();
@@ -32,10 +42,11 @@ AlignedBuffer<std::byte> BufferPool::take(std::size_t bytes) {
   k.current.uses.push_back({bytes, ++clock_, kNone});
   Plan& plan = k.plan;
   if (i < plan.sizes.size() && plan.sizes[i] == bytes) {
-    if (!plan.arena) plan.arena = std::make_shared<AlignedBuffer<std::byte>>(allocate(plan.arena_bytes));
+    if (!plan.arena) plan.arena = new_arena(plan.arena_bytes);
     const std::size_t begin = plan.offsets[i], end = begin + bytes;
     // Taken where this step differs from the learned ones (a request of theirs is still out).
     if (place_is_free(plan.arena, begin, end)) {
+      unpoison(plan.arena->data() + begin, bytes);
       auto buffer = AlignedBuffer<std::byte>::view(plan.arena->data() + begin, bytes);
       out_[buffer.data()] = {current_, k.current.step, i, plan.arena, begin, end};
       return buffer;
@@ -55,6 +66,7 @@ void BufferPool::give(AlignedBuffer<std::byte> buffer) {
   const auto it = out_.find(buffer.data());
   if (it == out_.end()) return;  // taken before steps were marked: released here
   if (Use* use = use_of(it->second)) use->given = ++clock_;
+  if (it->second.arena) poison(buffer.data(), buffer.size());
   out_.erase(it);
   // An allocation of its own is released as `buffer` goes out of scope; a place in an arena is free again.
 }
@@ -69,6 +81,15 @@ bool BufferPool::place_is_free(const Arena& arena, std::size_t begin, std::size_
 AlignedBuffer<std::byte> BufferPool::allocate(std::size_t bytes) {
   ++allocations_;
   return AlignedBuffer<std::byte>(bytes);
+}
+
+BufferPool::Arena BufferPool::new_arena(std::size_t bytes) {
+  auto* arena = new AlignedBuffer<std::byte>(allocate(bytes));
+  poison(arena->data(), bytes);
+  return Arena(arena, [bytes](AlignedBuffer<std::byte>* a) {
+    unpoison(a->data(), bytes);
+    delete a;
+  });
 }
 
 // The smallest free buffer of at least `bytes`, or a new one. When none is large enough, the free ones

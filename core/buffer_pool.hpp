@@ -74,6 +74,7 @@ class BufferPool {
   };
 
   AlignedBuffer<std::byte> allocate(std::size_t bytes);
+  Arena new_arena(std::size_t bytes);
   AlignedBuffer<std::byte> take_best_fit(std::size_t bytes);
   bool place_is_free(const Arena& arena, std::size_t begin, std::size_t end) const;
   Use* use_of(const Out& out);

@@ -1,6 +1,7 @@
 #include "core/buffer_pool.hpp"
 
 #include <gtest/gtest.h>
+#include <sanitizer/asan_interface.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -183,6 +184,25 @@ TEST(BufferPool, BuffersOutAtOnceNeverOverlap) {
   while (!out.empty()) give(0);
   EXPECT_LT(pool.allocations(), takes / 2) << "the steps that repeat should be served from learned slots";
 }
+
+// Under AddressSanitizer a place given back to the arena is poisoned until it is taken again, so that a use
+// after give is reported. Only the sanitizer build has poison to look at.
+#if defined(__SANITIZE_ADDRESS__)
+TEST(BufferPool, APlaceGivenBackIsPoisonedUnderAddressSanitizer) {
+  BufferPool pool;
+  std::vector<AlignedBuffer<std::byte>> held;
+  for (int step = 0; step < 3; ++step) run_training_like_step(pool, held);
+  const std::size_t learned = pool.allocations();
+  pool.begin_step(0);
+  AlignedBuffer<std::byte> weights = pool.take(64);
+  std::byte* const place = weights.data();
+  EXPECT_EQ(pool.allocations(), learned) << "served from the arena";
+  EXPECT_FALSE(__asan_region_is_poisoned(place, 64));
+  pool.give(std::move(weights));
+  EXPECT_TRUE(__asan_address_is_poisoned(place));
+  EXPECT_TRUE(__asan_address_is_poisoned(place + 63));
+}
+#endif
 
 TEST(AlignedBuffer, AMovedFromBufferIsEmpty) {
   AlignedBuffer<float> a(16);
