@@ -22,8 +22,18 @@ namespace ddl {
 inline constexpr std::size_t kAlignment = 64;
 // `bytes` rounded up to a whole number of kAlignment units: what an allocation of `bytes` takes.
 inline constexpr std::size_t aligned_size(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
-// Under AddressSanitizer every buffer comes from malloc, whose red zones let it see overruns.
+// Built with AddressSanitizer: GCC says so with __SANITIZE_ADDRESS__, clang (before 22) only through
+// __has_feature.
 #if defined(__SANITIZE_ADDRESS__)
+#define DDL_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DDL_ADDRESS_SANITIZER 1
+#endif
+#endif
+
+// Under AddressSanitizer every buffer comes from malloc, whose red zones let it see overruns.
+#if defined(DDL_ADDRESS_SANITIZER)
 inline constexpr std::size_t kMappedFrom = static_cast<std::size_t>(-1);
 #else
 inline constexpr std::size_t kMappedFrom = std::size_t{1} << 20;

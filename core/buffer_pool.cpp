@@ -8,14 +8,6 @@
 
 namespace ddl {
 
-// Under AddressSanitizer an arena's free places are poisoned, so that a read or a write through a buffer
-// already given back is reported, as it would be for an allocation of its own that was freed; elsewhere
-// these do nothing. An arena is unpoisoned whole before it is freed.
-namespace {
-void poison(std::byte* p, std::size_t bytes) { ASAN_POISON_MEMORY_REGION(p, bytes); }
-void unpoison(std::byte* p, std::size_t bytes) { ASAN_UNPOISON_MEMORY_REGION(p, bytes); }
-}  // namespace
-
 void BufferPool::begin_step(int kind) {
   if (!stepping_) best_fit_free_.clear();
   if (stepping_ && kind != current_) kinds_[current_].plan.arena.reset();  // freed once no buffer of it is out
@@ -46,7 +38,7 @@ AlignedBuffer<std::byte> BufferPool::take(std::size_t bytes) {
     const std::size_t begin = plan.offsets[i], end = begin + bytes;
     // Taken where this step differs from the learned ones (a request of theirs is still out).
     if (place_is_free(plan.arena, begin, end)) {
-      unpoison(plan.arena->data() + begin, bytes);
+      ASAN_UNPOISON_MEMORY_REGION(plan.arena->data() + begin, bytes);
       auto buffer = AlignedBuffer<std::byte>::view(plan.arena->data() + begin, bytes);
       out_[buffer.data()] = {current_, k.current.step, i, plan.arena, begin, end};
       return buffer;
@@ -66,7 +58,7 @@ void BufferPool::give(AlignedBuffer<std::byte> buffer) {
   const auto it = out_.find(buffer.data());
   if (it == out_.end()) return;  // taken before steps were marked: released here
   if (Use* use = use_of(it->second)) use->given = ++clock_;
-  if (it->second.arena) poison(buffer.data(), buffer.size());
+  if (it->second.arena) ASAN_POISON_MEMORY_REGION(buffer.data(), buffer.size());
   out_.erase(it);
   // An allocation of its own is released as `buffer` goes out of scope; a place in an arena is free again.
 }
@@ -83,11 +75,15 @@ AlignedBuffer<std::byte> BufferPool::allocate(std::size_t bytes) {
   return AlignedBuffer<std::byte>(bytes);
 }
 
+// Under AddressSanitizer an arena's free places are poisoned, so that a read or a write through a buffer
+// already given back is reported, as it would be for an allocation of its own that was freed (a place's
+// padding up to the allocation unit stays poisoned while it is out); elsewhere these macros do nothing.
+// An arena is unpoisoned whole before it is freed, so that no poison outlives it.
 BufferPool::Arena BufferPool::new_arena(std::size_t bytes) {
   auto* arena = new AlignedBuffer<std::byte>(allocate(bytes));
-  poison(arena->data(), bytes);
-  return Arena(arena, [bytes](AlignedBuffer<std::byte>* a) {
-    unpoison(a->data(), bytes);
+  ASAN_POISON_MEMORY_REGION(arena->data(), bytes);
+  return Arena(arena, [](AlignedBuffer<std::byte>* a) {
+    ASAN_UNPOISON_MEMORY_REGION(a->data(), a->size());
     delete a;
   });
 }

@@ -187,7 +187,7 @@ TEST(BufferPool, BuffersOutAtOnceNeverOverlap) {
 
 // Under AddressSanitizer a place given back to the arena is poisoned until it is taken again, so that a use
 // after give is reported. Only the sanitizer build has poison to look at.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(DDL_ADDRESS_SANITIZER)
 TEST(BufferPool, APlaceGivenBackIsPoisonedUnderAddressSanitizer) {
   BufferPool pool;
   std::vector<AlignedBuffer<std::byte>> held;

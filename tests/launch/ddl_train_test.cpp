@@ -85,9 +85,10 @@ class DdlTrain : public ::testing::Test {
 };
 test::TempDir* DdlTrain::dir_ = nullptr;
 
-// Tests that take a path of the shorter tests again at a larger scale (more layouts, a larger model), or
-// that wait by design (the default timeout). The host suite runs them; the sanitizer run and the suite
-// inside a second Debian release leave them out (ctest -E DdlTrainLong), which keeps CI within its time.
+// Tests that take a path of shorter tests again at a larger scale (ResNet-18 where seed_cnn pipelines and
+// resumes, three hosts where one host re-plans), or that wait by design (the default timeout). The host
+// suite runs them; the sanitizer run and the suite inside a second Debian release leave them out (ctest -E
+// DdlTrainLong), which keeps CI within its time.
 class DdlTrainLong : public DdlTrain {};
 
 // One line on stderr naming the problem, exit code 2, quickly.
@@ -339,7 +340,7 @@ TEST_F(DdlTrain, CheckpointOfOneLayoutResumesInAnother) {
   EXPECT_EQ(params(straight + "/last.h5"), params(cut + "/last.h5"));
 }
 
-TEST_F(DdlTrainLong, CheckpointOfSplitLayersResumesInEveryLayout) {
+TEST_F(DdlTrain, CheckpointOfSplitLayersResumesInEveryLayout) {
   // Through split layers and back: T = 2, S = 2, D = 2, T = 2, one rank, an epoch each. The split layers'
   // slices and their momentum go into the single-rank file and are cut from it again. SGD with momentum:
   // a change of layout changes the order of float sums (below 1e-6 here), which Adam's normalised steps
@@ -390,7 +391,7 @@ TEST_F(DdlTrainLong, CheckpointOfSplitLayersResumesInEveryLayout) {
 // split (ranks bringing their own images, times micro-batches), so the convolutions see the same
 // batches: oneDNN's kernels sum in another order for another batch size, which after 3 steps of
 // alexnet_cifar differs by 1.4e-4 (as plain data parallelism does), against 3e-8 this way.
-TEST_F(DdlTrainLong, SplitLayersMatchOneRank) {
+TEST_F(DdlTrain, SplitLayersMatchOneRank) {
   struct Layout {
     std::string model;
     int replicas, stages, tensor, micro;
@@ -531,7 +532,7 @@ TEST_F(DdlTrain, AutoStrategyTrainsLikeOneRank) {
   }
 }
 
-TEST_F(DdlTrainLong, ReplanningMovesTheRunToAnotherLayoutAndTrainsTheSame) {
+TEST_F(DdlTrain, ReplanningMovesTheRunToAnotherLayoutAndTrainsTheSame) {
   // The links slowed down (by the test's hook: a real network slowed with tbf is three_hosts.sh's) after
   // the run began in data parallelism: the re-plan moves it to a layout that sends less, at an epoch's end
   // on 2 ranks, in the middle of one on 4, and the parameters equal those of a run that stayed (SGD with
@@ -645,7 +646,7 @@ void expect_every_rank_refuses(const test::ProcessResult& r, int ranks, const st
   EXPECT_LT(r.seconds, 30.0);
 }
 
-TEST_F(DdlTrainLong, BadLayoutsAreRefusedOnEveryRank) {
+TEST_F(DdlTrain, BadLayoutsAreRefusedOnEveryRank) {
   expect_every_rank_refuses(run(kMpirun + " -np 3 " + kTrain + train_args("--pipeline-stages 2")), 3,
                             "3 ranks do not form a grid of replicas x 2 pipeline stages");
   expect_every_rank_refuses(run(kMpirun + " -np 8 " + kTrain + train_args("--pipeline-stages 8 --threads 1")), 8,

@@ -54,11 +54,12 @@ set_up() {  # RELEASE: its root in $work/RELEASE, its output in $work/RELEASE.tx
   awk -v a="$accuracy" 'BEGIN {exit !(a >= 0.35)}' ||
     { echo "fresh_machine: Debian $release: final validation accuracy $accuracy is below 0.35"; exit 1; }
 
-  # The host's own release builds the tests in the host's run: here only that they install is checked.
+  # The host's own release builds the tests in the host's run (CI's host is a fresh machine itself): here
+  # only that they install is checked.
   local install_only=""
-  [ "$release" != "$(debian_host_release)" ] || install_only=--install-only
-  step "bash launch/setup.sh --tests $install_only"
-  debian_root_run "$dir" bash -c "cd /root/ddl && bash launch/setup.sh --tests $install_only"
+  [ "$release" != "$(debian_host_release)" ] || install_only=" --install-only"
+  step "bash launch/setup.sh --tests$install_only"
+  debian_root_run "$dir" bash -c "cd /root/ddl && bash launch/setup.sh --tests$install_only"
   debian_root_run "$dir" bash -c '
     missing=""
     for tool in pgrep ip unshare flock slurmctld slurmd sbatch munged dockerd docker docker-compose debootstrap git clang++ llvm-symbolizer; do
