@@ -85,12 +85,6 @@ class DdlTrain : public ::testing::Test {
 };
 test::TempDir* DdlTrain::dir_ = nullptr;
 
-// Tests that take a path of shorter tests again at a larger scale (ResNet-18 where seed_cnn pipelines and
-// resumes, three hosts where one host re-plans), or that wait by design (the default timeout). The host
-// suite runs them; the sanitizer run and the suite inside a second Debian release leave them out (ctest -E
-// DdlTrainLong), which keeps CI within its time.
-class DdlTrainLong : public DdlTrain {};
-
 // One line on stderr naming the problem, exit code 2, quickly.
 void expect_clean_error(const test::ProcessResult& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
@@ -173,7 +167,7 @@ TEST_F(DdlTrain, ImagesOfAnotherSizeAreResampledToTheModels) {
 
 // BatchNorm running statistics inside residual blocks travel through the checkpoint: the resumed run
 // ends with the same parameters and the same validation accuracy (evaluated with those statistics).
-TEST_F(DdlTrainLong, ResNetResumesExactly) {
+TEST_F(DdlTrain, ResNetResumesExactly) {
   const std::string straight = scratch_ / "rs", split = scratch_ / "rp";
   const std::string opts = "--model resnet18_cifar --image-size 16 --batch-size 8 --steps-per-epoch 3 --threads 2 ";
   const auto full = run(kTrain + train_args(opts + "--epochs 2 --checkpoint-dir " + straight));
@@ -317,7 +311,7 @@ TEST_F(DdlTrain, Bf16PipelinesMatchOneRankForSeedCnn) {
   expect_layouts_match_one_rank(*this, "--model seed_cnn --precision bf16", 32, 1, 4, 1e-3);
 }
 
-TEST_F(DdlTrainLong, PipelinesMatchOneRankForResnet18) {
+TEST_F(DdlTrain, PipelinesMatchOneRankForResnet18) {
   expect_layouts_match_one_rank(*this, "--model resnet18 --image-size 64", 32, 4, 4, 1e-3);
 }
 
@@ -824,7 +818,7 @@ TEST_F(DdlTrain, AStoppedRankIsNamedWithinTheTimeout) {
   EXPECT_LT(seconds_after_signal(first.err), 15.0) << first.err;
 }
 
-TEST_F(DdlTrainLong, WithTheDefaultTimeoutAStoppedRankIsNamedWithinAMinute) {
+TEST_F(DdlTrain, WithTheDefaultTimeoutAStoppedRankIsNamedWithinAMinute) {
   // --timeout auto: steps of a fraction of a second, so the limit is its 30 s floor once training runs.
   const auto r = run(kSignalRank + " STOP 1 'epoch 2/' " + kMpirun + " -np 2 " + kTrain +
                      train_args("--epochs 100 --threads 1"));
@@ -946,7 +940,7 @@ TEST_F(DdlTrain, ThreeHostsOverTcpMatchOneHostAndSurviveACutLink) {
   EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
 }
 
-TEST_F(DdlTrainLong, ReplanningOnThreeHostsMovesOffALinkSlowedDuringTheRun) {
+TEST_F(DdlTrain, ReplanningOnThreeHostsMovesOffALinkSlowedDuringTheRun) {
   // Three hosts of two ranks over TCP, data parallelism planned from free links; host 3's link limited to
   // 20 Mbit/s (tbf) as training starts. A re-plan (every 2 steps after the first) measures it and moves
   // the run to a layout that all-reduces less between hosts; the run ends, and equals one that stayed in
