@@ -5,17 +5,31 @@
 # and bad input, eval and predict. Left to the host: the same paths at a larger scale (ResNet-18, every split
 # layout, three hosts, re-planning) and the tests that wait by design. All of them ran under ASan 1,888 s
 # on 2 cores (CI has 90 minutes for everything), these about a third of that.
-end_to_end_sample='^DdlTrain\.('
-end_to_end_sample+='LearnsAndWritesMetricsAndCheckpoints|ConfigFileSetsOptionsAndTheCommandLineWins|'
-end_to_end_sample+='VisionTransformerShapeAndAugmentationOptions|'
-end_to_end_sample+='ImagesKeptInMemoryTrainExactlyAsReadFromTheFile|RanksMatchOneRankWithTheGlobalBatch|'
-end_to_end_sample+='PipelinesMatchOneRankForSeedCnn|Bf16PipelinesMatchOneRankForSeedCnn|'
-end_to_end_sample+='CheckpointOfOneLayoutResumesInAnother|SplitLayersReportTheBytesTheySend|'
-end_to_end_sample+='PlanOnlyPlansThisOrALargerClusterAndStops|Bf16TracksF32AndItsCheckpointsResumeInF32|'
-end_to_end_sample+='InitStartsFromACheckpointsWeights|AStoppedRankIsNamedWithinTheTimeout|'
-end_to_end_sample+='SigtermStopsEveryRankWithACheckpointAndResumeContinuesExactly|'
-end_to_end_sample+='BadInputEndsWithOneClearLine|BadInputStopsEveryRank|TrainsFromShardFilesOnSeveralRanks|'
-end_to_end_sample+='ARankFailingDuringTrainingStopsTheJob|TruncatedDataDuringTrainingIsNamed|'
-end_to_end_sample+='ADamagedCheckpointIsRefusedAndAutoResumeFallsBack|DataToolRejectsBadInput|'
-end_to_end_sample+='DataInfoDescribesACheckpoint|EvalGivesTrainingsValidationFiguresOnAnyRankCount|'
-end_to_end_sample+='PredictAgreesWithEvalOnTheSameImages|EvalAndPredictRefuseBadInputInOneLine)$'
+end_to_end_tests=(
+  LearnsAndWritesMetricsAndCheckpoints
+  ConfigFileSetsOptionsAndTheCommandLineWins
+  VisionTransformerShapeAndAugmentationOptions
+  ImagesKeptInMemoryTrainExactlyAsReadFromTheFile
+  RanksMatchOneRankWithTheGlobalBatch
+  PipelinesMatchOneRankForSeedCnn
+  Bf16PipelinesMatchOneRankForSeedCnn
+  CheckpointOfOneLayoutResumesInAnother
+  SplitLayersReportTheBytesTheySend
+  PlanOnlyPlansThisOrALargerClusterAndStops
+  Bf16TracksF32AndItsCheckpointsResumeInF32
+  InitStartsFromACheckpointsWeights
+  AStoppedRankIsNamedWithinTheTimeout
+  SigtermStopsEveryRankWithACheckpointAndResumeContinuesExactly
+  BadInputEndsWithOneClearLine
+  BadInputStopsEveryRank
+  TrainsFromShardFilesOnSeveralRanks
+  ARankFailingDuringTrainingStopsTheJob
+  TruncatedDataDuringTrainingIsNamed
+  ADamagedCheckpointIsRefusedAndAutoResumeFallsBack
+  DataToolRejectsBadInput
+  DataInfoDescribesACheckpoint
+  EvalGivesTrainingsValidationFiguresOnAnyRankCount
+  PredictAgreesWithEvalOnTheSameImages
+  EvalAndPredictRefuseBadInputInOneLine
+)
+end_to_end_sample="^DdlTrain\\.($(IFS='|'; echo "${end_to_end_tests[*]}"))\$"

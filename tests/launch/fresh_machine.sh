@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The README's first command on a machine that has never had ddl's packages: a bare Debian root file system
-# (debootstrap minbase, cached between runs), the repository's files in it (what git tracks or would track:
-# no build/, no runs/), then `bash launch/run_sample.sh` inside, which must install, build, train and print
-# a final validation accuracy that shows learning. On a release other than the host's (whose own run of the
-# suite checks its packages), `bash launch/setup.sh --tests` must then install and build what the test
-# suite runs, and every tool a skippable test looks for must be there. Catches a package that works on a developer's machine only because something else
-# installed it. Several releases are set up side by side (one's downloads overlap another's build), each in
-# its own root; then, on each release that is not the host's, the suite runs inside (alone: its fault tests
-# are timed), but for the tests that make roots or a Docker daemon themselves and the fuzz and sanitizer
-# builds, with the sample of end-to-end tests in tests/launch/end_to_end_sample.sh (the host's run covers
-# the rest). Needs root, debootstrap and unshare; exit 77 (skipped) otherwise.
+# (debootstrap minbase, cached between runs), the repository's files in it (what git tracks or would track: no
+# build/, no runs/), then `bash launch/run_sample.sh` inside, which must install, build, train and print a
+# final validation accuracy that shows learning. On a release other than the host's (whose own run of the
+# suite checks its packages), `bash launch/setup.sh --tests` must then install and build what the test suite
+# runs, and every tool a skippable test looks for must be there. Catches a package that works on a developer's
+# machine only because something else installed it. Several releases are set up side by side (one's downloads
+# overlap another's build), each in its own root; then, on each release that is not the host's, the suite runs
+# inside (alone: its fault tests are timed), but for the tests that make roots or a Docker daemon themselves
+# and the fuzz and sanitizer builds, with the sample of end-to-end tests in tests/launch/end_to_end_sample.sh
+# (the host's run covers the rest). Needs root, debootstrap and unshare; exit 77 (skipped) otherwise.
 #   bash tests/launch/fresh_machine.sh [RELEASE...]   (bookworm, the default, trixie)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
