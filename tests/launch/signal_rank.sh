@@ -15,7 +15,8 @@ job=$!
 elapsed() { awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'; }
 rank_pid() {
   for p in $(pgrep -s "$job" -x ddl_train); do
-    if [ "$rank" = any ] || tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+    # A rank ending as the scan runs takes its /proc entry with it.
+    if [ "$rank" = any ] || { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
       echo "$p"
       return
     fi
@@ -30,6 +31,8 @@ pid=$(rank_pid)
 if [ -n "$pid" ]; then
   kill "-$signal" "$pid"
   echo "signalled after $(elapsed) s" >&2
+else
+  echo "signal_rank: no rank $rank to signal: the output did not show '$pattern' while the job ran" >&2
 fi
 # A stopped or cut-off rank must not keep the test waiting: give up after 120 s.
 for _ in $(seq 1200); do
