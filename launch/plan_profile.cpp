@@ -77,7 +77,7 @@ MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, st
 }
 
 MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config, const Communicator& world,
-                                const Context& run_ctx) {
+                                dnnl::memory::data_type compute_type) {
   MeasuredProfile measured;
   Profile& p = measured.profile;
   p.model = o.model;
@@ -86,7 +86,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   {
     // A context of its own, whose pooled buffers go with the probe.
     Context ctx;
-    ctx.set_compute_type(run_ctx.compute_type());
+    ctx.set_compute_type(compute_type);
     auto probe = make_model(o.model, config, ctx);
     probe->initialize(o.seed);
     const dims_t& in = probe->input_shape();

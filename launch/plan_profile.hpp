@@ -36,6 +36,6 @@ constexpr std::size_t kProbeBytesAtStart = 8 << 20, kProbeBytesWhileTraining = 1
 
 // Collective over `world`; every rank returns the same figures (averaged over the ranks).
 MeasuredProfile measure_profile(const TrainOptions& options, const ModelConfig& config, const Communicator& world,
-                                const Context& ctx);
+                                dnnl::memory::data_type compute_type);
 
 }  // namespace ddl

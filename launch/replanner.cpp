@@ -92,7 +92,7 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
   slowdown.apply(profile_.between_nodes, step);
 
   const Prediction now = predict(profile_, cluster_, layout_, global);
-  std::optional<StrategyPlan> next;
+  std::optional<PlanReport> next;
   try {
     next = plan_strategy(given_, profile_, cluster_, memory_limit_bytes_);
   } catch (const InputError&) {

@@ -24,7 +24,7 @@ namespace ddl {
 constexpr double kSwitchGain = 0.10;
 
 struct Switch {
-  StrategyPlan plan;
+  PlanReport plan;
   std::string reason;  // one line for the log: the figures measured and the two predictions
 };
 

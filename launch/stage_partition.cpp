@@ -21,8 +21,9 @@ namespace {
 // The default cut: each stage of an even cut runs a few micro-batch steps of its layers, the pipeline
 // gathers every layer's time and memory (5 floats a parameter: value, gradient, two optimizer moments,
 // a layout copy; outputs kept for the micro-batches in flight), and world rank 0's choice is everyone's.
-StagePartition measured_partition(const TrainOptions& o, const ModelConfig& config, std::size_t layers, int s,
-                                  const Communicator& pipeline, const Communicator& world, Context& ctx) {
+StagePartition measured_partition(const TrainOptions& o, const Layout& layout, const ModelConfig& config,
+                                  std::size_t layers, int s, const Communicator& pipeline, const Communicator& world,
+                                  Context& ctx) {
   const int S = pipeline.size();
   std::vector<std::size_t> even(static_cast<std::size_t>(S), layers / static_cast<std::size_t>(S));
   for (std::size_t i = 0; i < layers % static_cast<std::size_t>(S); ++i) ++even[i];
@@ -33,7 +34,7 @@ StagePartition measured_partition(const TrainOptions& o, const ModelConfig& conf
     probe->initialize(o.seed);
     MpiStageLink link(pipeline);
     const dims_t& in = probe->input_shape();
-    const auto micro = static_cast<dnnl::memory::dim>(o.batch_size / o.micro_batches);
+    const auto micro = static_cast<dnnl::memory::dim>(layout.batch / layout.micro_batches);
     Tensor input(plain_desc(s == 0 ? dims_t{micro, in[0], in[1], in[2]} : link.receive_dims()), ctx.engine());
     std::fill(input.data(), input.data() + input.bytes() / sizeof(float), 0.5f);
     Profiler profiler;
@@ -47,7 +48,7 @@ StagePartition measured_partition(const TrainOptions& o, const ModelConfig& conf
       probe->backward(ctx, diff);
       probe->release_input_gradient(ctx);
     }
-    const double in_flight = std::min(o.micro_batches, S);
+    const double in_flight = std::min(layout.micro_batches, S);
     for (std::size_t i = 0; i < probe->num_layers(); ++i) {
       const auto& e = profiler.entries()[i];
       figures[range.begin + i] = (e.forward_s + e.backward_s) / kTimed;
@@ -86,18 +87,19 @@ StagePartition measured_partition(const TrainOptions& o, const ModelConfig& conf
 
 }  // namespace
 
-StagePartition choose_partition(const TrainOptions& o, const ModelConfig& config, std::size_t layers, int stage,
-                                const Communicator& pipeline, const Communicator& world, Context& ctx) {
+StagePartition choose_partition(const TrainOptions& o, const Layout& layout, const ModelConfig& config,
+                                std::size_t layers, int stage, const Communicator& pipeline, const Communicator& world,
+                                Context& ctx) {
   const int S = pipeline.size();
   if (S == 1) return {{layers}, {}};
   if (static_cast<std::size_t>(S) > layers)
     throw InputError(std::to_string(S) + " pipeline stages for model " + o.model + " of " + std::to_string(layers) +
                      " layers: at most one stage per layer");
-  if (o.partition.empty()) return measured_partition(o, config, layers, stage, pipeline, world, ctx);
-  check_partition(o.partition, layers, S);
-  StagePartition result{o.partition, {}};
+  if (layout.cut.empty()) return measured_partition(o, layout, config, layers, stage, pipeline, world, ctx);
+  check_partition(layout.cut, layers, S);
+  StagePartition result{layout.cut, {}};
   for (int st = 0; st < S; ++st) {
-    const LayerRange r = stage_range(o.partition, st);
+    const LayerRange r = stage_range(layout.cut, st);
     result.report += "  stage " + std::to_string(st) + ": layers " + std::to_string(r.begin) + "-" +
                             std::to_string(r.end - 1) + " (--partition)\n";
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "core/plan/layout.hpp"
 #include "launch/train_options.hpp"
 #include "models/registry.hpp"
 
@@ -19,8 +20,10 @@ struct StagePartition {
 
 LayerRange stage_range(const std::vector<std::size_t>& counts, int stage);
 
-// Collective over `world` (the chosen cut is world rank 0's); `pipeline` holds this replica's stages.
-StagePartition choose_partition(const TrainOptions& options, const ModelConfig& config, std::size_t layers, int stage,
-                                const Communicator& pipeline, const Communicator& world, Context& ctx);
+// The layout's cut, or where it has none, the cut measured on these ranks. Collective over `world` (the
+// measured cut is world rank 0's); `pipeline` holds this replica's stages.
+StagePartition choose_partition(const TrainOptions& options, const Layout& layout, const ModelConfig& config,
+                                std::size_t layers, int stage, const Communicator& pipeline, const Communicator& world,
+                                Context& ctx);
 
 }  // namespace ddl

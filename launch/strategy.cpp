@@ -10,12 +10,6 @@
 namespace ddl {
 namespace {
 
-std::string join(const std::vector<std::size_t>& values) {
-  std::string text;
-  for (std::size_t i = 0; i < values.size(); ++i) text += (i ? "," : "") + std::to_string(values[i]);
-  return text;
-}
-
 std::string summary(const char* label, const Plan& plan) {
   const Prediction& p = plan.prediction;
   char line[320];
@@ -36,14 +30,14 @@ double default_memory_limit(int ranks_on_this_node) {
   return 0;
 }
 
-StrategyPlan plan_strategy(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
+PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
                            double memory_limit_bytes) {
   Constraints limits;
   limits.memory_limit_bytes = memory_limit_bytes;
   limits.stages = o.fixed_stages;
   limits.tensor = o.fixed_tensor;
   limits.micro_batches = o.fixed_micro_batches;
-  limits.gpipe = o.pipeline_schedule == PipelineSchedule::gpipe;
+  limits.schedule = o.pipeline_schedule;
   limits.bucket_bytes = o.bucket_mb * (1 << 20);
   if (o.strategy == "data") limits.stages = limits.tensor = 1;
   if (o.strategy == "pipeline") {
@@ -52,22 +46,15 @@ StrategyPlan plan_strategy(const TrainOptions& o, const Profile& profile, const 
   }
   const auto t0 = std::chrono::steady_clock::now();
   const int global = o.batch_size * cluster.ranks;
-  const PlanResult r = plan_layouts(profile, cluster, global, limits);
+  const SearchResult r = plan_layouts(profile, cluster, global, limits);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!r.best)
     throw InputError("--strategy " + o.strategy + ": no layout of " + std::to_string(cluster.ranks) + " ranks " +
                      (r.considered ? "fits the memory limit of " + std::to_string(memory_limit_bytes / 1e9) +
                                          " GB per rank (--memory-limit)"
                                    : "trains a global batch of " + std::to_string(global)));
-  StrategyPlan plan{o, *r.best, {}};
+  PlanReport plan{*r.best, {}};
   const Layout& l = plan.chosen.layout;
-  TrainOptions& chosen = plan.options;
-  chosen.pipeline_stages = l.stages;
-  chosen.tensor_parallel = l.tensor;
-  chosen.micro_batches = l.micro_batches;
-  chosen.partition = l.stages > 1 ? l.cut : std::vector<std::size_t>{};
-  if (!l.split.empty()) chosen.tensor_split = join(l.split);
-  chosen.batch_size = l.batch;
 
   std::ostringstream report;
   char line[320];
@@ -91,7 +78,7 @@ StrategyPlan plan_strategy(const TrainOptions& o, const Profile& profile, const 
                   lp.sent_bytes / (1 << 20));
     report << line;
   }
-  plan.report = report.str();
+  plan.text = report.str();
   return plan;
 }
 

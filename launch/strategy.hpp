@@ -1,7 +1,6 @@
-// --strategy auto | data | pipeline: the planner's choice (core/plan) turned into the options a manual run
-// would give (--pipeline-stages, --tensor-parallel, --micro-batches, --partition, --tensor-split,
-// --batch-size), so that ddl_train builds every run the same way, and the plan's report for the header.
-// The global batch is the one plain data parallelism would train: --batch-size times the ranks.
+// --strategy auto | data | pipeline: the planner's choice of layout (core/plan) for a job, and its report
+// for the run's header. The global batch is the one plain data parallelism would train: --batch-size
+// times the ranks.
 #pragma once
 
 #include <string>
@@ -11,14 +10,13 @@
 
 namespace ddl {
 
-struct StrategyPlan {
-  TrainOptions options;  // the given ones, with the chosen layout
-  Plan chosen;
-  std::string report;
+struct PlanReport {
+  Plan chosen;       // the layout, and what the cost model predicts for it
+  std::string text;  // the alternatives considered and the chosen layout's layers, for the header
 };
 
 // memory_limit_bytes: per rank (0: none). Throws InputError when no layout fits.
-StrategyPlan plan_strategy(const TrainOptions& options, const Profile& profile, const Cluster& cluster,
+PlanReport plan_strategy(const TrainOptions& options, const Profile& profile, const Cluster& cluster,
                            double memory_limit_bytes);
 
 // The node's memory divided among its ranks, less a tenth for the system (/proc/meminfo), 0 if unknown.

@@ -55,66 +55,87 @@ std::vector<std::size_t> parse_indices(const std::string& text) {
 
 }  // namespace
 
+namespace {
+
+// "split across 2 ranks: layers 9 (...), 11 (...); the group's batch is gathered at layer 9", and the
+// layers that stay whole (`kept`).
+std::string split_report(const TensorSplitChoice& choice, Model& whole, int ranks, const std::string& kept) {
+  std::string report = "split across " + std::to_string(ranks) + " ranks: layer";
+  report += choice.layers.size() > 1 ? "s " : " ";
+  for (std::size_t k = 0; k < choice.layers.size(); ++k)
+    report += (k ? ", " : "") + std::to_string(choice.layers[k]) + " (" + whole.layer(choice.layers[k]).describe() + ")";
+  if (choice.kind == SplitKind::dense)
+    report += "; the group's batch is gathered at layer " + std::to_string(choice.layers.front());
+  else
+    report += "; the group shares one batch";
+  if (!kept.empty()) report += "; whole on every rank: " + kept + ", which " + std::to_string(ranks) + " does not divide";
+  return report;
+}
+
+}  // namespace
+
 TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, int ranks) {
+  const Layout group{.tensor = ranks};
   TensorSplitChoice choice;
+  int divisor = 0;
   std::string kept;
   if (option == "classifier") {
     std::size_t begin = 0;
     for (std::size_t i = 0; i < whole.num_layers(); ++i)
       if (!dense_at(whole, i) && whole.layer_param_count(i) > 0) begin = i + 1;
     for (std::size_t i = begin; i < whole.num_layers(); ++i) {
-      const Dense* dense = dense_at(whole, i);
-      if (!dense) continue;
-      if (dense->options().out_features % ranks == 0)
+      if (split_kind(whole, i, divisor) != SplitKind::dense) continue;
+      if (group.may_split(SplitKind::dense, divisor))
         choice.layers.push_back(i);
       else
-        kept += (kept.empty() ? "" : ", ") + std::to_string(i) + " (" + std::to_string(dense->options().out_features) +
-                " outputs)";
+        kept += (kept.empty() ? "" : ", ") + std::to_string(i) + " (" + std::to_string(divisor) + " outputs)";
     }
     if (choice.layers.empty())
       throw InputError("--tensor-split classifier: model " + whole.name() + " has no dense layer after its last " +
                        "layer of another kind with parameters whose outputs " + std::to_string(ranks) +
                        " ranks divide" + (kept.empty() ? "" : ": " + kept) +
                        (whole.name().rfind("vit", 0) == 0 ? " (try --tensor-split blocks)" : ""));
+    choice.kind = SplitKind::dense;
   } else if (option == "blocks") {
     for (std::size_t i = 0; i < whole.num_layers(); ++i)
       if (transformer_block_at(whole, i)) choice.layers.push_back(i);
     if (choice.layers.empty())
       throw InputError("--tensor-split blocks: model " + whole.name() + " has no transformer blocks (try classifier)");
+    choice.kind = SplitKind::block;
   } else {
-    choice.layers = parse_indices(option);
-    std::sort(choice.layers.begin(), choice.layers.end());
-    choice.layers.erase(std::unique(choice.layers.begin(), choice.layers.end()), choice.layers.end());
-    bool blocks = false;
-    for (const std::size_t i : choice.layers) {
-      if (i >= whole.num_layers())
-        throw InputError("--tensor-split " + option + ": model " + whole.name() + " has layers 0-" +
-                         std::to_string(whole.num_layers() - 1));
-      const Dense* dense = dense_at(whole, i);
-      blocks = blocks || !dense;
-      if (!dense && !transformer_block_at(whole, i))
-        throw InputError("--tensor-split " + option + ": layer " + std::to_string(i) + " of " + whole.name() + " (" +
-                         whole.layer(i).describe() + ") is neither a dense layer nor a transformer block");
-      if (dense && dense->options().out_features % ranks != 0)
-        throw InputError("--tensor-split " + option + ": --tensor-parallel " + std::to_string(ranks) +
-                         " does not divide the " + std::to_string(dense->options().out_features) +
-                         " outputs of layer " + std::to_string(i));
-    }
-    if (blocks && std::any_of(choice.layers.begin(), choice.layers.end(), [&](std::size_t i) { return dense_at(whole, i); }))
-      throw InputError("--tensor-split " + option + ": split dense layers (each rank brings its own images) or "
-                       "transformer blocks (the group shares its images), not both");
+    return check_tensor_split(parse_indices(option), whole, ranks, option);
   }
-  choice.gathers_batch = dense_at(whole, choice.layers.front()) != nullptr;
-  choice.report = "split across " + std::to_string(ranks) + " ranks: layer";
-  choice.report += choice.layers.size() > 1 ? "s " : " ";
-  for (std::size_t k = 0; k < choice.layers.size(); ++k)
-    choice.report += (k ? ", " : "") + std::to_string(choice.layers[k]) + " (" +
-                     whole.layer(choice.layers[k]).describe() + ")";
-  if (choice.gathers_batch)
-    choice.report += "; the group's batch is gathered at layer " + std::to_string(choice.layers.front());
-  else
-    choice.report += "; the group shares one batch";
-  if (!kept.empty()) choice.report += "; whole on every rank: " + kept + ", which " + std::to_string(ranks) + " does not divide";
+  choice.report = split_report(choice, whole, ranks, kept);
+  return choice;
+}
+
+TensorSplitChoice check_tensor_split(std::vector<std::size_t> layers, Model& whole, int ranks, const std::string& option) {
+  const Layout group{.tensor = ranks};
+  TensorSplitChoice choice;
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  bool blocks = false, dense = false;
+  for (const std::size_t i : layers) {
+    if (i >= whole.num_layers())
+      throw InputError("--tensor-split " + option + ": model " + whole.name() + " has layers 0-" +
+                       std::to_string(whole.num_layers() - 1));
+    int divisor = 0;
+    const SplitKind kind = split_kind(whole, i, divisor);
+    if (kind == SplitKind::none)
+      throw InputError("--tensor-split " + option + ": layer " + std::to_string(i) + " of " + whole.name() + " (" +
+                       whole.layer(i).describe() + ") is neither a dense layer nor a transformer block");
+    if (kind == SplitKind::dense && !group.may_split(kind, divisor))
+      throw InputError("--tensor-split " + option + ": --tensor-parallel " + std::to_string(ranks) +
+                       " does not divide the " + std::to_string(divisor) + " outputs of layer " + std::to_string(i));
+    blocks = blocks || kind == SplitKind::block;
+    dense = dense || kind == SplitKind::dense;
+  }
+  if (blocks && dense)
+    throw InputError("--tensor-split " + option + ": split dense layers (each rank brings its own images) or "
+                     "transformer blocks (the group shares its images), not both");
+  choice.layers = std::move(layers);
+  choice.kind = dense ? SplitKind::dense : SplitKind::block;
+  choice.report = split_report(choice, whole, ranks, "");
   return choice;
 }
 

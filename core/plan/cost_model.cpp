@@ -38,16 +38,15 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   for (auto c : layout.cut) covered += c;
   if (covered != L) throw InputError("layout " + layout.describe() + ": its cut does not cover the model's layers");
   std::vector<char> split(L, 0);
-  std::size_t gather = L;  // the first split dense layer: the group's batch is gathered there
   for (auto i : layout.split) {
-    if (i >= L || profile.layers[i].split == SplitKind::none || T < 2 || profile.layers[i].divisor % T != 0)
+    if (i >= L || profile.layers[i].split != layout.split_kind || !layout.may_split(layout.split_kind, profile.layers[i].divisor))
       throw InputError("layout " + layout.describe() + ": layer " + std::to_string(i) + " cannot split " +
                        std::to_string(T) + " ways");
     split[i] = 1;
-    if (profile.layers[i].split == SplitKind::dense) gather = std::min(gather, i);
   }
-  const bool gathers = gather < L;
-  const int data_ranks = gathers ? D * T : D;
+  const bool gathers = layout.split_kind == SplitKind::dense && !layout.split.empty();
+  const std::size_t gather = gathers ? layout.split.front() : L;  // where the group's batch is gathered
+  const int data_ranks = layout.data_ranks();
   if (global_batch % data_ranks != 0 || (global_batch / data_ranks) % M != 0)
     throw InputError("layout " + layout.describe() + ": a global batch of " + std::to_string(global_batch) +
                      " does not divide among its ranks and micro-batches");
@@ -74,7 +73,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
     double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, activations = 0;
     // 1F1B keeps min(M, S - s) micro-batches on stage s; GPipe all of them.
-    const double in_flight = layout.gpipe ? M : std::min(M, S - s);
+    const double in_flight = layout.schedule == PipelineSchedule::gpipe ? M : std::min(M, S - s);
     for (std::size_t i = first; i < end; ++i) {
       const LayerCost& l = profile.layers[i];
       const double rows = gathers && i >= gather ? T * m : m;
@@ -117,7 +116,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       slot_comm = comm;
     }
     double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
-    if (layout.bucket_bytes > 0 && S == 1 && T == 1 && D > 1) {
+    if (layout.buckets_overlap_backward() && D > 1) {
       // Buckets all-reduce while the last micro-batch's backward (taken as two thirds of a layer's time)
       // runs: only what it does not cover shows, and at least the last bucket.
       const double backward = 2.0 / 3.0 * (slot - comm);

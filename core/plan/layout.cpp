@@ -12,7 +12,7 @@ std::string Layout::describe() const {
     s << ", cut";
     for (std::size_t i = 0; i < cut.size(); ++i) s << (i ? "," : " ") << cut[i];
   }
-  if (stages > 1 && gpipe) s << ", gpipe";
+  if (stages > 1 && schedule == PipelineSchedule::gpipe) s << ", gpipe";
   if (!split.empty()) {
     s << ", split";
     for (std::size_t i = 0; i < split.size(); ++i) s << (i ? "," : " ") << split[i];

@@ -1,25 +1,58 @@
-// A training layout as a value: what launch/ builds a run from, whether a user chose it with options or
-// the planner chose it. ranks = replicas x stages x tensor.
+// A training layout as a value: the one thing launch/ builds a run from, whether the user chose it with
+// options or the planner chose it. ranks = replicas x stages x tensor (D x S x T). The rules that follow
+// from a layout (which ranks bring their own images, where a rank sits in the grid, when gradients may be
+// averaged in buckets during backward, which layers may split) are its methods, written here once.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "core/train/pipeline_schedule.hpp"
+
 namespace ddl {
 
+// How a layer can be split across a tensor group (core/layers/split_dense.hpp, split_linear.hpp).
+enum class SplitKind { none, dense, block };
+
+// A rank's place in the grid. World rank = (replica * stages + stage) * tensor + t: the ranks that split a
+// stage's layers are neighbours (they exchange activations at every split layer), then a replica's stages,
+// on one node when the node has room for them.
+struct GridPosition {
+  int replica = 0, stage = 0, t = 0;
+};
+
 struct Layout {
-  int replicas = 1, stages = 1, tensor = 1;  // D x S x T
+  int replicas = 1, stages = 1, tensor = 1;
   int micro_batches = 1;
-  std::vector<std::size_t> cut;    // layers per stage (one entry per stage)
+  std::vector<std::size_t> cut;    // layers per stage (one entry per stage; empty: balanced by measurement)
   std::vector<std::size_t> split;  // layers split across each tensor group, ascending (empty when T = 1)
-  int batch = 0;                   // --batch-size: per rank that brings its own images, per group that shares
-  // What the user chose, which the planner keeps: GPipe's schedule (every micro-batch's activations in
-  // flight, where 1F1B keeps at most one a stage ahead) and --bucket-mb (data parallelism's all-reduce in
-  // buckets during backward).
-  bool gpipe = false;
+  int batch = 0;                   // per rank that brings its own images (data_ranks), per step
+  // Split dense layers gather their group's images (each rank brings its own); split transformer blocks
+  // share one batch. Layers of both kinds never split in one layout.
+  SplitKind split_kind = SplitKind::none;
+  // What the user chose, which the planner keeps: GPipe keeps every micro-batch's activations in flight,
+  // 1F1B at most one a stage ahead; bucket_bytes > 0 asks for data parallelism's all-reduce in buckets.
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   double bucket_bytes = 0;
+
   int ranks() const { return replicas * stages * tensor; }
+  GridPosition position(int rank) const { return {rank / (stages * tensor), rank / tensor % stages, rank % tensor}; }
+  // The ranks that bring their own images each step, and this position's index among them: the training
+  // data is dealt among D x T ranks where split dense layers gather a group's images, else among the D
+  // replicas.
+  int data_ranks() const { return split_kind == SplitKind::dense ? replicas * tensor : replicas; }
+  int data_rank(const GridPosition& p) const { return split_kind == SplitKind::dense ? p.replica * tensor + p.t : p.replica; }
+  int global_batch() const { return batch * data_ranks(); }
+  // Buckets overlap backward only on plain data parallelism: a pipeline's messages and a split layer's
+  // collectives would call MPI from the bucket thread and the step's at once, which MPI_THREAD_SERIALIZED
+  // forbids; such a layout averages its gradients in one piece after the step.
+  bool buckets_overlap_backward() const { return bucket_bytes > 0 && stages == 1 && tensor == 1; }
+  // Whether a layer of this kind, whose `divisor` (a dense layer's outputs, a block's heads) the group must
+  // divide, may split across this layout's tensor groups.
+  bool may_split(SplitKind kind, int divisor) const {
+    return kind != SplitKind::none && tensor > 1 && divisor > 0 && divisor % tensor == 0;
+  }
   // "2 x 1 x 2, 1 micro-batch, split 10,12,13, batch 32"
   std::string describe() const;
 };

@@ -7,10 +7,9 @@
 #include <string>
 #include <vector>
 
-namespace ddl {
+#include "core/plan/layout.hpp"
 
-// How a layer can be split across a tensor group (core/layers/split_dense.hpp, split_linear.hpp).
-enum class SplitKind { none, dense, block };
+namespace ddl {
 
 struct LayerCost {
   std::string name;           // as the model table describes it

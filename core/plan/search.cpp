@@ -45,12 +45,12 @@ std::vector<std::vector<std::size_t>> every_cut(std::size_t n, std::size_t s, st
 
 // The splits a group of T ranks may take: subsets of the dense layers it divides (all of them, or the
 // last k when there are many), and all transformer blocks when T divides every one.
-std::vector<std::vector<std::size_t>> every_split(const Profile& profile, int T) {
+std::vector<std::vector<std::size_t>> every_split(const Profile& profile, const Layout& grid) {
   std::vector<std::size_t> dense, blocks;
   bool all_blocks = true;
   for (std::size_t i = 0; i < profile.layers.size(); ++i) {
     const LayerCost& l = profile.layers[i];
-    const bool divides = l.divisor > 0 && l.divisor % T == 0;
+    const bool divides = grid.may_split(l.split, l.divisor);
     if (l.split == SplitKind::dense && divides) dense.push_back(i);
     if (l.split == SplitKind::block) {
       blocks.push_back(i);
@@ -94,7 +94,7 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
   const std::size_t L = profile.layers.size();
   for (const int T : divisors(cluster.ranks)) {
     std::vector<std::vector<std::size_t>> splits{{}};
-    if (T > 1) splits = every_split(profile, T);
+    if (T > 1) splits = every_split(profile, Layout{.tensor = T});
     if (splits.empty()) continue;
     for (const int S : divisors(cluster.ranks / T)) {
       if (static_cast<std::size_t>(S) > L) continue;
@@ -102,16 +102,16 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
       auto cuts = every_cut(L, static_cast<std::size_t>(S), kMostCuts);
       if (cuts.empty()) cuts.push_back(balanced_cut(profile, S));
       for (const auto& split : splits) {
-        const bool gathers = !split.empty() && profile.layers[split.front()].split == SplitKind::dense;
-        const int data_ranks = gathers ? D * T : D;
-        if (global_batch % data_ranks != 0) continue;
-        const int batch = global_batch / data_ranks;
+        Layout layout{.replicas = D, .stages = S, .tensor = T, .split = split,
+                      .split_kind = split.empty() ? SplitKind::none : profile.layers[split.front()].split,
+                      .schedule = limits.schedule, .bucket_bytes = limits.bucket_bytes};
+        if (global_batch % layout.data_ranks() != 0) continue;
+        layout.batch = global_batch / layout.data_ranks();
         for (const int M : {1, 2, 4, 8, 16, 32}) {
-          if (batch % M != 0 || !fits(limits, D, S, T, M)) continue;
+          if (layout.batch % M != 0 || !fits(limits, D, S, T, M)) continue;
+          layout.micro_batches = M;
           for (const auto& cut : cuts) {
-            Layout layout{D, S, T, M, cut, split, batch};
-            layout.gpipe = limits.gpipe;
-            layout.bucket_bytes = limits.bucket_bytes;
+            layout.cut = cut;
             visit({layout, predict(profile, cluster, layout, global_batch)});
           }
         }
@@ -120,8 +120,8 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
   }
 }
 
-PlanResult plan_layouts(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits) {
-  PlanResult result;
+SearchResult plan_layouts(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits) {
+  SearchResult result;
   auto better = [](const std::optional<Plan>& held, const Plan& p) {
     return !held || p.prediction.step_s < held->prediction.step_s;
   };

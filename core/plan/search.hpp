@@ -19,7 +19,7 @@ struct Constraints {
   // > 0: fixed to this value.
   int replicas = 0, stages = 0, tensor = 0, micro_batches = 0;
   int min_stages = 1;
-  bool gpipe = false;       // every layout with GPipe's schedule
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // every layout's
   double bucket_bytes = 0;  // every layout with --bucket-mb
 };
 
@@ -30,7 +30,7 @@ struct Plan {
 
 constexpr double kDataParallelMargin = 0.03;
 
-struct PlanResult {
+struct SearchResult {  // what the search found
   std::optional<Plan> best;           // the choice
   std::optional<Plan> fastest;        // the least predicted step time
   std::optional<Plan> best_data;      // S = T = 1
@@ -38,7 +38,7 @@ struct PlanResult {
   std::size_t considered = 0, over_memory = 0;
 };
 
-PlanResult plan_layouts(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits);
+SearchResult plan_layouts(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits);
 
 // Calls `visit` with every layout plan_layouts considers and its prediction, memory limit aside.
 void for_each_layout(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits,

@@ -36,18 +36,18 @@ void grow(std::vector<Tensor>& v, std::size_t n) {
 }  // namespace
 
 Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, const LrSchedule& schedule,
-                 ReplicaGroup& replicas, StageLink* link, const StepPlan& plan, TensorGroup* tensor)
+                 ReplicaGroup& replicas, StageLink* link, const MicroBatching& batching, TensorGroup* tensor)
     : ctx_(ctx),
       slots_(std::move(slots)),
       optimizer_(optimizer),
       schedule_(schedule),
       replicas_(replicas),
       link_(link),
-      plan_(plan),
+      batching_(batching),
       tensor_(tensor),
       whole_ranges_(slots_.empty() ? decltype(whole_ranges_){} : slots_[0]->whole_param_ranges()) {
   if (slots_.empty()) throw Error("trainer: no model");
-  const int needed = slots_needed(plan_, stage(), stages());
+  const int needed = slots_needed(batching_, stage(), stages());
   if (static_cast<int>(slots_.size()) < needed)
     throw Error("trainer: the schedule keeps " + std::to_string(needed) + " micro-batches in flight, " +
                 std::to_string(slots_.size()) + " model copies given");
@@ -64,8 +64,8 @@ Trainer::~Trainer() {
   }
 }
 
-int Trainer::slots_needed(const StepPlan& plan, int stage, int stages) {
-  return micro_batches_in_flight(stage_ops(plan.schedule, stage, stages, plan.micro_batches));
+int Trainer::slots_needed(const MicroBatching& batching, int stage, int stages) {
+  return micro_batches_in_flight(stage_ops(batching.schedule, stage, stages, batching.micro_batches));
 }
 
 // During each micro-batch's backward (the later ones add to the gradients of the earlier): on the last,
@@ -123,7 +123,7 @@ dims_t Trainer::input_dims(const Batch* batch, std::size_t micro, Mode mode) {
 Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode) {
   const bool train = mode == Mode::train;
   ctx_.begin_step(static_cast<int>(mode));
-  micro_batches_ = plan_.micro_batches;
+  micro_batches_ = batching_.micro_batches;
   if (!train && n % static_cast<std::size_t>(micro_batches_) != 0) micro_batches_ = 1;  // a last, partial batch
   if (n % static_cast<std::size_t>(micro_batches_) != 0)
     throw InputError("a batch of " + std::to_string(n) + " images does not split into " +
@@ -132,7 +132,7 @@ Trainer::StepSums Trainer::run_step(const Batch* batch, std::size_t n, Mode mode
   const std::size_t micro = n / M;
   std::vector<PipelineOp> ops;
   if (train)
-    ops = stage_ops(plan_.schedule, stage(), stages(), micro_batches_);
+    ops = stage_ops(batching_.schedule, stage(), stages(), micro_batches_);
   else
     for (int m = 0; m < micro_batches_; ++m) ops.push_back({true, m});
   slots_in_use_ = train ? micro_batches_in_flight(ops) : 1;
@@ -283,7 +283,7 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
   std::size_t step = first_step;
   for (; step < steps; ++step) {
     const Batch* batch = nullptr;
-    std::size_t n = plan_.batch_size;
+    std::size_t n = batching_.batch_size;
     if (first()) {
       const auto waiting = Timeline::span(timeline_, "wait for data");
       batch = loader->next();
@@ -312,7 +312,7 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
       const double s = std::chrono::duration<double>(clock::now() - t0).count();
       hooks.progress({step + 1, steps, loss_sum / images, images * replicas_.size() / s});
     }
-    if (hooks.stop && hooks.stop()) {
+    if (hooks.after_step && hooks.after_step()) {
       ++step;
       break;
     }
@@ -334,7 +334,7 @@ PassMetrics Trainer::evaluate(BatchLoader* loader, std::size_t images) {
       n = batch->size();
     } else {
       if (seen >= images) break;
-      n = std::min(plan_.batch_size, images - seen);
+      n = std::min(batching_.batch_size, images - seen);
     }
     const StepSums sums = run_step(batch, n, Mode::infer);
     loss_sum += sums.loss;

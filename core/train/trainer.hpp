@@ -40,11 +40,11 @@ struct StepProgress {
 
 struct EpochHooks {
   std::function<void(const StepProgress&)> progress;
-  // Asked after every step, on every rank: true ends the epoch there (the ranks must agree).
-  std::function<bool()> stop;
+  // Runs after every step, on every rank: true ends the epoch there (the ranks must agree).
+  std::function<bool()> after_step;
 };
 
-struct StepPlan {
+struct MicroBatching {
   int micro_batches = 1;
   PipelineSchedule schedule = PipelineSchedule::gpipe;
   std::size_t batch_size = 0;  // per replica; the batch a stage without a loader processes each step
@@ -59,19 +59,19 @@ class Trainer {
   // a gather each rank trained them on its own images, elsewhere the average keeps the copies alike.
   // Subscribes to the models' gradients-ready hooks for its lifetime.
   Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, const LrSchedule& schedule,
-          ReplicaGroup& replicas, StageLink* link, const StepPlan& plan, TensorGroup* tensor = nullptr);
+          ReplicaGroup& replicas, StageLink* link, const MicroBatching& batching, TensorGroup* tensor = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  static int slots_needed(const StepPlan& plan, int stage, int stages);
+  static int slots_needed(const MicroBatching& batching, int stage, int stages);
 
   // Trains one epoch of `steps` steps from step first_step (a resumed epoch); `epoch` counts from 0 and
   // places the learning rate. The first stage takes its batches from the loader (started at first_step);
   // later stages pass null.
   PassMetrics train_epoch(BatchLoader* loader, std::size_t epoch, std::size_t steps, std::size_t first_step = 0,
                           const EpochHooks& hooks = {});
-  // `images`: how many this replica evaluates, in batches of plan.batch_size (the loader's, on the first stage).
+  // `images`: how many this replica evaluates, in batches of batching.batch_size (the loader's, on the first stage).
   PassMetrics evaluate(BatchLoader* loader, std::size_t images);
   float last_lr() const { return last_lr_; }
   // Records spans into `timeline` from now on (null: none).
@@ -101,7 +101,7 @@ class Trainer {
   LrSchedule schedule_;
   ReplicaGroup& replicas_;
   StageLink* link_;
-  StepPlan plan_;
+  MicroBatching batching_;
   TensorGroup* tensor_;
   SoftmaxCrossEntropy loss_;
   float last_lr_ = 0.0f;

@@ -56,7 +56,7 @@ Profile alexnet_profile(const Link& within, const Link& between) {
 const Link kFast{10e-6, 20e9}, kSlow{100e-6, 0.1e9};
 
 TEST(Planner, FastLinksAndASmallModelChooseDataParallelism) {
-  const PlanResult r = plan_layouts(seed_cnn_profile(kFast), {4, 4}, 256, {});
+  const SearchResult r = plan_layouts(seed_cnn_profile(kFast), {4, 4}, 256, {});
   ASSERT_TRUE(r.best && r.best_data && r.fastest);
   EXPECT_EQ(r.best->layout.replicas, 4) << r.best->layout.describe();
   EXPECT_DOUBLE_EQ(r.best->prediction.step_s, r.best_data->prediction.step_s);
@@ -68,7 +68,7 @@ TEST(Planner, FastLinksAndASmallModelChooseDataParallelism) {
 TEST(Planner, SlowLinksWithLargeDenseLayersSplitThem) {
   // Two nodes of one rank, a slow network between them: all-reducing 61 M gradients costs more than
   // exchanging a batch of features.
-  const PlanResult r = plan_layouts(alexnet_profile(kFast, kSlow), {2, 1}, 64, {});
+  const SearchResult r = plan_layouts(alexnet_profile(kFast, kSlow), {2, 1}, 64, {});
   ASSERT_TRUE(r.best && r.best_data);
   EXPECT_EQ(r.best->layout.tensor, 2) << r.best->layout.describe();
   EXPECT_FALSE(r.best->layout.split.empty());
@@ -80,7 +80,7 @@ TEST(Planner, SlowLinksWithLargeDenseLayersSplitThem) {
 // scales its layers (their split collectives apart), and the plan made from it moves work off that stage.
 TEST(Planner, RecalibrationScalesTheLayersMeasuredSlowerAndMovesTheCut) {
   const Profile p = alexnet_profile(kFast, kFast);
-  const Layout split{1, 1, 2, 1, {4}, {1, 2, 3}, 32};
+  const Layout split{1, 1, 2, 1, {4}, {1, 2, 3}, 32, SplitKind::dense};
   const Prediction predicted = predict(p, {2, 2}, split, 64);
   std::vector<double> measured;
   for (const auto& l : predicted.layers) measured.push_back(l.seconds);
@@ -113,12 +113,12 @@ TEST(Planner, RecalibrationScalesTheLayersMeasuredSlowerAndMovesTheCut) {
   pipelines.stages = 2;
   pipelines.tensor = 1;
   pipelines.micro_batches = 4;
-  const PlanResult first = plan_layouts(equal, {2, 2}, 64, pipelines);
+  const SearchResult first = plan_layouts(equal, {2, 2}, 64, pipelines);
   ASSERT_TRUE(first.best);
   EXPECT_EQ(first.best->layout.cut, (std::vector<std::size_t>{2, 2})) << first.best->layout.describe();
   std::vector<double> stage_slow;
   for (const auto& l : first.best->prediction.layers) stage_slow.push_back(l.stage == 1 ? 3 * l.seconds : l.seconds);
-  const PlanResult again = plan_layouts(recalibrated(equal, first.best->prediction, stage_slow), {2, 2}, 64, pipelines);
+  const SearchResult again = plan_layouts(recalibrated(equal, first.best->prediction, stage_slow), {2, 2}, 64, pipelines);
   ASSERT_TRUE(again.best);
   EXPECT_EQ(again.best->layout.cut, (std::vector<std::size_t>{3, 1})) << again.best->layout.describe();
 }
@@ -151,7 +151,7 @@ TEST(Planner, GPipesActivationsAndBucketsOverlapAreCosted) {
   const Profile p = alexnet_profile(kFast, kSlow);
   Layout one_f_one_b{1, 2, 1, 8, {2, 2}, {}, 64};
   Layout gpipe = one_f_one_b;
-  gpipe.gpipe = true;
+  gpipe.schedule = PipelineSchedule::gpipe;
   const Prediction a = predict(p, {2, 2}, one_f_one_b, 64), b = predict(p, {2, 2}, gpipe, 64);
   EXPECT_DOUBLE_EQ(a.step_s, b.step_s);
   EXPECT_GT(b.peak_bytes, a.peak_bytes);
@@ -182,11 +182,11 @@ TEST(Planner, GPipesActivationsAndBucketsOverlapAreCosted) {
 
 TEST(Planner, AMemoryLimitBelowDataParallelismsNeedChoosesAPipelineOrASplit) {
   const Profile p = alexnet_profile(kFast, kFast);
-  const PlanResult free = plan_layouts(p, {2, 2}, 64, {});
+  const SearchResult free = plan_layouts(p, {2, 2}, 64, {});
   ASSERT_TRUE(free.best_data);
   Constraints limits;
   limits.memory_limit_bytes = 0.75 * free.best_data->prediction.peak_bytes;
-  const PlanResult tight = plan_layouts(p, {2, 2}, 64, limits);
+  const SearchResult tight = plan_layouts(p, {2, 2}, 64, limits);
   EXPECT_FALSE(tight.best_data) << "data parallelism needs " << free.best_data->prediction.peak_bytes;
   ASSERT_TRUE(tight.best);
   EXPECT_TRUE(tight.best->layout.stages > 1 || tight.best->layout.tensor > 1) << tight.best->layout.describe();
@@ -231,10 +231,12 @@ double fastest_by_enumeration(const Profile& p, const Cluster& c, int global_bat
           }
         if (!possible) continue;
         for (int M : {1, 2, 4, 8, 16, 32}) {
-          const int data_ranks = !split.empty() ? D * T : D;
+          Layout layout{D, S, T, M, {}, split, 0, split.empty() ? SplitKind::none : p.layers[split.front()].split};
+          const int data_ranks = layout.data_ranks();
           if (global_batch % data_ranks != 0 || (global_batch / data_ranks) % M != 0) continue;
+          layout.batch = global_batch / data_ranks;
           std::vector<std::size_t> counts;
-          cuts(counts, L, S, Layout{D, S, T, M, {}, split, global_batch / data_ranks});
+          cuts(counts, L, S, layout);
         }
       }
     }
@@ -244,7 +246,7 @@ double fastest_by_enumeration(const Profile& p, const Cluster& c, int global_bat
 TEST(Planner, ItsChoiceIsTheFastestOfAnExhaustiveEnumeration) {
   for (const Cluster c : {Cluster{4, 4}, Cluster{4, 2}, Cluster{6, 3}}) {
     for (const Profile& p : {seed_cnn_profile(kSlow), alexnet_profile(kFast, kSlow)}) {
-      const PlanResult r = plan_layouts(p, c, 96, {});
+      const SearchResult r = plan_layouts(p, c, 96, {});
       ASSERT_TRUE(r.fastest && r.best);
       EXPECT_DOUBLE_EQ(r.fastest->prediction.step_s, fastest_by_enumeration(p, c, 96))
           << p.model << " on " << c.ranks << " ranks: " << r.fastest->layout.describe();
@@ -258,7 +260,7 @@ TEST(Planner, PredictsTheBytesDdlTrainReportsForASplitClassifier) {
   // DdlTrain.SplitLayersReportTheBytesTheySend: seed_cnn, T = 2, batch 16 a rank, 614,848 bytes a step,
   // of which 64 are the labels, which the planner leaves out.
   const Profile p = seed_cnn_profile(kFast);
-  const Layout split{1, 1, 2, 1, {7}, {5, 6}, 16};
+  const Layout split{1, 1, 2, 1, {7}, {5, 6}, 16, SplitKind::dense};
   EXPECT_DOUBLE_EQ(predict(p, {2, 2}, split, 32).sent_bytes, 614848.0 - 64.0);
   // Data parallelism on 2 ranks sends each rank's 282,250 gradients once (2 (n - 1) / n of them).
   const Layout data{2, 1, 1, 1, {7}, {}, 16};
@@ -267,8 +269,8 @@ TEST(Planner, PredictsTheBytesDdlTrainReportsForASplitClassifier) {
 
 TEST(Planner, RefusesLayoutsThatDoNotFit) {
   const Profile p = seed_cnn_profile(kFast);
-  EXPECT_THROW(predict(p, {2, 2}, Layout{1, 1, 2, 1, {7}, {4}, 16}, 32), InputError);    // flatten splits not
-  EXPECT_THROW(predict(p, {4, 4}, Layout{1, 1, 4, 1, {7}, {5, 6}, 8}, 32), InputError);  // 4 does not divide 10
+  EXPECT_THROW(predict(p, {2, 2}, Layout{1, 1, 2, 1, {7}, {4}, 16, SplitKind::dense}, 32), InputError);    // flatten splits not
+  EXPECT_THROW(predict(p, {4, 4}, Layout{1, 1, 4, 1, {7}, {5, 6}, 8, SplitKind::dense}, 32), InputError);  // 4 does not divide 10
   EXPECT_THROW(predict(p, {2, 2}, Layout{1, 2, 1, 1, {3, 3}, {}, 32}, 32), InputError);  // the cut misses a layer
   EXPECT_THROW(predict(p, {4, 4}, Layout{2, 1, 1, 1, {7}, {}, 16}, 32), InputError);     // 2 of 4 ranks
   EXPECT_THROW(predict(p, {3, 3}, Layout{3, 1, 1, 1, {7}, {}, 10}, 32), InputError);     // 32 images on 3 ranks
@@ -299,7 +301,7 @@ TEST(Planner, PlansAThousandRanksFromASavedProfile) {
   const Profile saved = profile_from_text(to_text(vit_b16_profile()), "saved");
   for (const int ranks : {64, 1024}) {
     const auto t0 = std::chrono::steady_clock::now();
-    const PlanResult r = plan_layouts(saved, {ranks, 16}, 4 * ranks, {});
+    const SearchResult r = plan_layouts(saved, {ranks, 16}, 4 * ranks, {});
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_TRUE(r.best);
     std::cout << ranks << " ranks: " << r.considered << " layouts in " << seconds << " s, best "

@@ -1,0 +1,87 @@
+#include "launch/train/after_step.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "comm/replica_check.hpp"
+#include "core/checksum.hpp"
+#include "core/error.hpp"
+
+namespace ddl {
+namespace {
+
+// The values every replica of a stage must hold alike: the parameters, and with the optimizer's state
+// (momentum, Adam's moments: derived from averaged gradients). Not the layers' state: BatchNorm's
+// running statistics come from each replica's own images.
+std::vector<NamedValues> replica_values(Session& session, bool with_optimizer) {
+  std::vector<NamedValues> values;
+  const std::span<const float> params = session.model->params();
+  for (const auto& e : session.model->param_entries()) values.push_back({e.name, params.subspan(e.offset, e.size), {}});
+  if (with_optimizer)
+    for (const auto& s : session.optimizer->state()) values.push_back({"optimizer " + s.name, s.floats, s.words});
+  return values;
+}
+
+}  // namespace
+
+void check_replicas(const Job& job, Session& session, const std::string& when, bool with_optimizer) {
+  const Communicator& replicas = session.grid.stage_replicas();
+  if (replicas.size() == 1) return;
+  const std::string difference = replica_difference(replicas, replica_values(session, with_optimizer));
+  if (difference.empty()) return;
+  if (job.options.on_divergence == "stop")
+    throw Error("replicas diverged " + when + ": " + difference +
+                " (a non-deterministic kernel, or faulty memory or network on a node; --on-divergence resync copies "
+                "replica 0's state and goes on)");
+  replicas.broadcast(session.model->params(), 0);
+  for (const auto& s : session.optimizer->state()) {
+    replicas.broadcast(s.floats, 0);
+    replicas.broadcast(s.words, 0);
+  }
+  if (replicas.rank() == 0) {
+    std::fprintf(stderr, "ddl_train: replicas diverged %s: %s; copied rank %d's parameters and optimizer state to "
+                 "them (--on-divergence resync)\n", when.c_str(), difference.c_str(), replicas.world_rank(0));
+    std::fflush(stderr);
+  }
+}
+
+AfterStep::AfterStep(Job& job, Session& session, const Profiler& profiler, const std::atomic<int>& stop_signal)
+    : job_(job), session_(session), profiler_(profiler), stop_signal_(stop_signal), stop_vote_(job.world) {
+  if (const char* text = std::getenv("DDL_TEST_PERTURB"))
+    if (std::sscanf(text, "%d:%llu", &perturb_rank_, &perturb_step_) != 2) perturb_rank_ = -1;
+}
+
+bool AfterStep::operator()(bool last_of_run) {
+  job_.world.hang_detector()->step_done();
+  const unsigned long long step = ++job_.steps_run;
+  if (perturb_rank_ == job_.world.rank() && perturb_step_ == step) session_.model->params()[0] += 1.0f;
+  const int every = job_.options.check_replicas;
+  if (every > 0 && step % static_cast<unsigned>(every) == 0)
+    check_replicas(job_, session_, "after step " + std::to_string(step), false);
+  Replanner* replanner = job_.replanner ? &*job_.replanner : nullptr;
+  if (replanner) {
+    if (first_step_of_layout_)
+      replanner->begin_measuring(profiler_, step);
+    else
+      replanner->step_took(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count());
+    first_step_of_layout_ = false;
+  }
+  const bool stop = stop_vote_.step(stop_signal_.load() != 0);
+  if (!stop && !last_of_run && replanner && replanner->due(step)) consider_replan();
+  step_began_ = std::chrono::steady_clock::now();
+  return stop || next_.has_value();
+}
+
+bool AfterStep::stop_at_epoch_end() { return job_.world.any(stop_vote_.finish() || stop_signal_.load() != 0); }
+
+void AfterStep::consider_replan() {
+  HangDetector& hang = *job_.world.hang_detector();
+  hang.set_phase("re-planning");
+  std::optional<Switch> next = job_.replanner->replan(job_.world, profiler_, session_.model->first_layer(), job_.steps_run);
+  job_.world.check_same("the re-plan's decision",
+                        Checksum().add(next ? next->plan.chosen.layout.describe() : "keep").value());
+  next_ = std::move(next);
+  hang.set_phase("training");
+}
+
+}  // namespace ddl

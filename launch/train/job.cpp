@@ -1,0 +1,195 @@
+#include "launch/train/job.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+
+#include "core/cpu_bf16.hpp"
+#include "core/data/hdf5.hpp"
+#include "core/data/sampler.hpp"
+#include "core/error.hpp"
+#include "launch/strategy.hpp"
+#include "launch/thread_count.hpp"
+#include "launch/train/on_every_rank.hpp"
+
+namespace ddl {
+namespace {
+
+// "3 nodes: host1 x2, host2 x2, host3 x2" on rank 0 when the job spans several hosts (empty otherwise), so
+// that a launch across nodes can be checked from its output.
+std::string describe_nodes(const Communicator& world) {
+  char name[256] = "?";
+  gethostname(name, sizeof name - 1);
+  const auto names = world.gather(name, 0);
+  std::vector<std::pair<std::string, int>> hosts;
+  for (const auto& n : names) {
+    auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == n; });
+    if (it == hosts.end()) hosts.emplace_back(n, 1);
+    else ++it->second;
+  }
+  if (hosts.size() < 2) return "";
+  std::string text = std::to_string(hosts.size()) + " nodes:";
+  for (std::size_t i = 0; i < hosts.size(); ++i)
+    text += (i ? ", " : " ") + hosts[i].first + " x" + std::to_string(hosts[i].second);
+  return text;
+}
+
+std::vector<std::size_t> every_index(std::size_t n) {
+  std::vector<std::size_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+std::string image_shape(const ImageDataset& ds) {
+  return std::to_string(ds.height()) + "x" + std::to_string(ds.width()) + "x" + std::to_string(ds.channels());
+}
+
+void check_precision_and_paths(const TrainOptions& o) {
+  if (o.precision == "bf16" && !cpu_computes_bf16())
+    throw InputError("--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
+                     "slower than f32): train with --precision f32");
+  for (const auto& [option, path] : {std::pair{"--train", o.train_path}, std::pair{"--val", o.val_path}})
+    if (!path.empty() && std::filesystem::is_directory(path))
+      throw InputError(std::string(option) + " " + path + " is a folder: import its images first (ddl_data import "
+                       "--from " + path + " --output data.h5) and give the .h5 file");
+}
+
+ModelConfig model_config(const TrainOptions& o, const ImageDataset& train) {
+  const ModelConfig config{.num_classes = o.num_classes > 0 ? o.num_classes : static_cast<int>(train.num_classes()),
+                           .seed = o.seed,
+                           .image_size = o.image_size,
+                           .dropout = o.dropout,
+                           .patch_size = o.patch_size,
+                           .depth = o.depth,
+                           .width = o.width,
+                           .heads = o.heads};
+  if (static_cast<std::size_t>(config.num_classes) < train.num_classes())
+    throw InputError(o.train_path + " has " + std::to_string(train.num_classes()) + " classes but --num-classes is " +
+                     std::to_string(config.num_classes));
+  return config;
+}
+
+void check_model_input(const TrainOptions& o, Model& whole, const ImageDataset& train) {
+  const dims_t in = whole.input_shape();
+  if (o.image_size > 0 && in[1] != o.image_size)
+    throw InputError("model " + o.model + " takes " + std::to_string(in[1]) + "x" + std::to_string(in[2]) +
+                     " images; --image-size does not apply to it");
+  if (train.channels() != in[0])
+    throw InputError("model " + o.model + " takes " + std::to_string(in[0]) + "-channel images, " + o.train_path +
+                     " holds " + image_shape(train));
+}
+
+// Images of another size than the model's input are resampled by the loader.
+Preprocessing preprocessing(const TrainOptions& o, const Model& whole, const ImageDataset& train) {
+  Preprocessing prep;
+  const dims_t in = whole.input_shape();
+  prep.out_height = static_cast<int>(in[1]);
+  prep.out_width = static_cast<int>(in[2]);
+  prep.random_flip = o.random_flip;
+  prep.random_crop_padding = o.random_crop_padding;
+  prep.random_resized_crop = o.random_resized_crop;
+  if (o.normalize == "imagenet") {
+    prep.normalize_mean_std = true;
+    prep.mean = kImageNetMean;
+    prep.stddev = kImageNetStd;
+  } else if (o.normalize == "meanstd") {
+    prep.normalize_mean_std = true;
+    prep.mean = o.mean.empty() ? std::vector<float>(train.channel_mean().begin(), train.channel_mean().end()) : o.mean;
+    prep.stddev =
+        o.stddev.empty() ? std::vector<float>(train.channel_std().begin(), train.channel_std().end()) : o.stddev;
+  }
+  return prep;
+}
+
+// --cache-images: the bytes of training images to keep in memory, 0 for none. Every first-stage rank holds
+// every training image, since each epoch deals them out to the replicas anew (the other stages read none).
+// auto: where the whole file's images take at most a quarter of a rank's share of the node's memory, the
+// smallest node's, so that every rank decides alike. Collective over `world`.
+double images_to_keep_in_memory(Job& job, double bytes) {
+  const TrainOptions& o = job.options;
+  if (o.cache_images == "off") return 0;
+  std::vector<double> share{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
+                                                  : default_memory_limit(job.world.split_shared().size())};
+  job.world.allreduce_min(share);
+  if (o.cache_images == "auto" && !(bytes <= share[0] / 4)) {
+    job.cache_note = "training images read from the file every step (" + std::to_string(static_cast<long long>(bytes / 1e6)) +
+                     " MB do not fit in a quarter of a rank's memory share; --cache-images on to keep them in memory)";
+    return 0;
+  }
+  return bytes;
+}
+
+// Validation: a separate file, or a seeded fraction held out of the training file.
+void choose_subsets(Job& job, const ImageDataset& train) {
+  const TrainOptions& o = job.options;
+  job.train_subset = every_index(train.size());
+  if (!o.val_path.empty()) {
+    const ImageDataset val(o.val_path);
+    if (val.height() != train.height() || val.width() != train.width() || val.channels() != train.channels())
+      throw InputError(o.val_path + ": images are " + image_shape(val) + ", the training set's " + image_shape(train));
+    if (val.class_names() != train.class_names())
+      throw InputError(o.val_path + ": class names differ from the training set's");
+    job.val_subset = every_index(val.size());
+  } else if (o.val_fraction > 0) {
+    const auto order = epoch_permutation(train.size(), o.seed ^ 0x7a11d, 0);
+    const auto n_val = static_cast<std::size_t>(o.val_fraction * static_cast<double>(train.size()));
+    if (n_val == 0) throw InputError("--val-fraction leaves no validation images");
+    job.val_subset.assign(order.begin(), order.begin() + n_val);
+    job.train_subset.assign(order.begin() + n_val, order.end());
+  }
+}
+
+}  // namespace
+
+Job::Job(TrainOptions given, const Communicator& world_) : options(std::move(given)), world(world_) {
+  const TrainOptions& o = options;
+  threads = o.threads > 0 ? o.threads : default_threads(world.split_shared().size());
+  omp_set_num_threads(threads);
+  nodes = describe_nodes(world);
+  double image_bytes = 0;
+  on_every_rank(world, "setting up", [&] {
+    check_precision_and_paths(o);
+    if (o.precision == "bf16") compute_type = dnnl::memory::data_type::bf16;
+    const ImageDataset train(o.train_path);
+    config = model_config(o, train);
+    whole = define_model(o.model, config);
+    check_model_input(o, *whole, train);
+    prep = preprocessing(o, *whole, train);
+    choose_subsets(*this, train);
+    training_images = train.size();
+    image_bytes = static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
+    state.model_name = o.model;
+    state.seed = o.seed;
+    state.configuration = o.describe();
+    state.class_names = train.class_names();
+    state.input_mean.assign(prep.mean.begin(), prep.mean.end());
+    state.input_std.assign(prep.stddev.begin(), prep.stddev.end());
+  });
+  if (o.precision == "auto") {
+    // bf16 only where every rank's CPU computes it: replicas must compute alike.
+    double without_bf16[1] = {cpu_computes_bf16() ? 0.0 : 1.0};
+    world.allreduce_sum(without_bf16);
+    if (without_bf16[0] == 0.0) compute_type = dnnl::memory::data_type::bf16;
+  }
+  cache_bytes = images_to_keep_in_memory(*this, image_bytes);
+}
+
+void Job::open_outputs() {
+  const TrainOptions& o = options;
+  if (world.rank() == 0 && !o.metrics_path.empty()) {
+    const auto folder = std::filesystem::path(o.metrics_path).parent_path();
+    if (!folder.empty() && !std::filesystem::is_directory(folder))
+      throw InputError("--metrics " + o.metrics_path + ": there is no folder " + folder.string());
+  }
+  if (!o.checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
+    if (ec) throw InputError("--checkpoint-dir " + o.checkpoint_dir + ": " + ec.message());
+    if (world.rank() == 0) checkpoint_lock = std::make_unique<DirectoryLock>(o.checkpoint_dir);
+  }
+}
+
+}  // namespace ddl

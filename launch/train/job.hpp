@@ -1,0 +1,53 @@
+// A training job: what outlives its layouts. ddl_train sets up one job, then trains it in a session of one
+// layout (session.hpp) after another, for as long as re-planning moves it to a new layout.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/data/batch_loader.hpp"
+#include "core/train/checkpoint.hpp"
+#include "core/train/directory_lock.hpp"
+#include "core/train/timeline.hpp"
+#include "launch/metrics_log.hpp"
+#include "launch/replanner.hpp"
+#include "launch/train_options.hpp"
+#include "models/registry.hpp"
+
+namespace ddl {
+
+struct Job {
+  // Collective over `world`: checks the options against this CPU and the data, on every rank alike.
+  // Throws InputError.
+  Job(TrainOptions given, const Communicator& world);
+  // After the first session's set-up: rank 0's checks of the output folders, and the checkpoint folder's
+  // lock, which the job holds through every layout. Throws InputError.
+  void open_outputs();
+
+  TrainOptions options;
+  const Communicator& world;
+  int threads = 1;
+  std::string nodes;  // "3 nodes: host1 x2, ..." where the job spans several hosts
+  dnnl::memory::data_type compute_type = dnnl::memory::data_type::f32;
+  ModelConfig config;
+  std::unique_ptr<Model> whole;  // not finalized: its layers, to choose and check layouts by
+  Preprocessing prep;             // of the training images; a session sets the type its model takes
+  std::size_t training_images = 0;
+  std::vector<std::size_t> train_subset, val_subset;  // dataset indices used for training / validation
+  TrainingState state;
+  std::string resume_path;  // the checkpoint the job resumed from
+  std::string init_note;    // what --init did, for rank 0's header
+  double cache_bytes = 0;   // of training images to keep in memory (the planner leaves them room)
+  std::string cache_note;   // --cache-images: what was kept in memory, or why not
+  std::shared_ptr<const ImageCache> image_cache;
+  std::optional<Replanner> replanner;   // a planned job that re-plans (--replan-every)
+  unsigned long long steps_run = 0;     // training steps of this process, over every layout
+  std::unique_ptr<DirectoryLock> checkpoint_lock;  // rank 0's, with a checkpoint folder
+  std::optional<MetricsLog> metrics;    // rank 0's, with --metrics
+  Timeline timeline;                    // --timeline: every layout's events
+};
+
+}  // namespace ddl

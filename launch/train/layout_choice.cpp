@@ -1,0 +1,114 @@
+#include "launch/train/layout_choice.hpp"
+
+#include <fstream>
+#include <iterator>
+
+#include "core/checksum.hpp"
+#include "core/error.hpp"
+#include "launch/plan_profile.hpp"
+#include "launch/tensor_split.hpp"
+#include "launch/train/on_every_rank.hpp"
+
+namespace ddl {
+namespace {
+
+// --load-profile: a profile of this model, saved by --save-profile.
+MeasuredProfile load_profile(const TrainOptions& o, const Communicator& world, std::size_t model_layers) {
+  MeasuredProfile measured;
+  on_every_rank(world, "--load-profile", [&] {
+    std::ifstream in(o.load_profile);
+    if (!in) throw InputError("--load-profile: cannot read " + o.load_profile);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    measured.profile = profile_from_text(text, o.load_profile);
+    if (measured.profile.model != o.model)
+      throw InputError("--load-profile " + o.load_profile + " profiles model " + measured.profile.model + ", not " +
+                       o.model);
+    if (measured.profile.layers.size() != model_layers)
+      throw InputError("--load-profile " + o.load_profile + " holds " + std::to_string(measured.profile.layers.size()) +
+                       " layers, model " + o.model + " has " + std::to_string(model_layers));
+  });
+  measured.links = "profile and links from " + o.load_profile;
+  return measured;
+}
+
+// --strategy auto | data | pipeline: the profile (measured on these ranks, or --load-profile) and the plan,
+// which every rank must agree on.
+ChosenLayout planner_layout(Job& job) {
+  const TrainOptions& o = job.options;
+  const Communicator& world = job.world;
+  const MeasuredProfile measured = o.load_profile.empty() ? measure_profile(o, job.config, world, job.compute_type)
+                                                          : load_profile(o, world, job.whole->num_layers());
+  on_every_rank(world, "--save-profile", [&] {
+    if (o.save_profile.empty() || world.rank() != 0) return;
+    std::ofstream out(o.save_profile);
+    out << to_text(measured.profile);
+    out.close();
+    if (!out) throw InputError("--save-profile: cannot write " + o.save_profile);
+  });
+  std::vector<double> per_node{static_cast<double>(world.split_shared().size())};
+  world.allreduce_max(per_node);
+  const int ranks = o.plan_for_ranks > 0 ? o.plan_for_ranks : world.size();
+  const Cluster cluster{ranks, o.plan_for_per_node > 0 ? o.plan_for_per_node
+                                                       : std::min(static_cast<int>(per_node[0]), ranks)};
+  // The smallest node's share: every rank must plan with the same limit.
+  std::vector<double> limit{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
+                                                  : default_memory_limit(cluster.ranks_per_node)};
+  world.allreduce_min(limit);
+  limit[0] -= job.cache_bytes;  // the training images kept in memory
+  const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit[0]);
+  if (o.plan_only) return {.plan_report = plan.text + "  " + measured.links + "\n"};
+  if (o.replan_every != TrainOptions::kNeverReplan && world.size() > 1)
+    job.replanner.emplace(o, measured.profile, cluster, limit[0], plan.chosen.layout);
+  ChosenLayout chosen = planned_layout(plan, *job.whole);
+  chosen.plan_report += "  " + measured.links + "\n";
+  world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")",
+                   Checksum().add(chosen.layout.describe()).value());
+  return chosen;
+}
+
+}  // namespace
+
+ChosenLayout manual_layout(const TrainOptions& o, Model& whole, int ranks) {
+  const int S = o.pipeline_stages, T = o.tensor_parallel;
+  if (ranks % (S * T) != 0)
+    throw InputError(std::to_string(ranks) + " ranks do not form a grid of replicas x " + std::to_string(S) +
+                     " pipeline stages x " + std::to_string(T) +
+                     " tensor-parallel ranks (the rank count must be a multiple of --pipeline-stages times "
+                     "--tensor-parallel)");
+  ChosenLayout chosen{.layout = {.replicas = ranks / (S * T),
+                                 .stages = S,
+                                 .tensor = T,
+                                 .micro_batches = o.micro_batches,
+                                 .cut = o.partition,
+                                 .batch = o.batch_size,
+                                 .schedule = o.pipeline_schedule,
+                                 .bucket_bytes = o.bucket_mb * (1 << 20)}};
+  if (T > 1) {
+    TensorSplitChoice split = choose_tensor_split(o.tensor_split, whole, T);
+    chosen.layout.split = std::move(split.layers);
+    chosen.layout.split_kind = split.kind;
+    chosen.split_report = std::move(split.report);
+  }
+  return chosen;
+}
+
+ChosenLayout planned_layout(const PlanReport& plan, Model& whole) {
+  ChosenLayout chosen{.layout = plan.chosen.layout,
+                      .plan_report = plan.text,
+                      .predicted_step_s = plan.chosen.prediction.step_s,
+                      .predicted_comm_share = plan.chosen.prediction.comm_share()};
+  const Layout& l = chosen.layout;
+  if (l.tensor > 1) {
+    std::string named;
+    for (std::size_t i = 0; i < l.split.size(); ++i) named += (i ? "," : "") + std::to_string(l.split[i]);
+    chosen.split_report = check_tensor_split(l.split, whole, l.tensor, named).report;
+  }
+  return chosen;
+}
+
+ChosenLayout first_layout(Job& job) {
+  if (job.options.strategy == "manual") return manual_layout(job.options, *job.whole, job.world.size());
+  return planner_layout(job);
+}
+
+}  // namespace ddl

@@ -1,0 +1,293 @@
+#include "launch/train/training_loop.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "comm/mpi_environment.hpp"
+#include "comm/mpi_replica_group.hpp"
+#include "comm/mpi_stage_link.hpp"
+#include "core/checksum.hpp"
+#include "core/data/sampler.hpp"
+#include "core/train/resources.hpp"
+#include "launch/error_line.hpp"
+#include "launch/progress_bar.hpp"
+#include "launch/train/after_step.hpp"
+#include "launch/train/checkpoints.hpp"
+#include "launch/train/run_report.hpp"
+
+namespace ddl {
+namespace {
+
+template <typename T>
+std::vector<T> select(const std::vector<T>& from, const std::vector<std::size_t>& positions) {
+  std::vector<T> out;
+  out.reserve(positions.size());
+  for (auto p : positions) out.push_back(from[p]);
+  return out;
+}
+
+// Below a split layer that gathers its group's batch, each rank of the group kept its own BatchNorm
+// statistics, from its own images; evaluation runs the same images on every rank of the group and a
+// checkpoint keeps one rank's, so the group takes its first rank's first, as if one model had run.
+void share_group_state(Session& session) {
+  if (session.layout().tensor == 1) return;
+  for (const StateView& s : session.model->state())
+    if (!s.floats.empty()) session.grid.tensor().broadcast(s.floats, 0);
+}
+
+// The objects of one session's training, and its epochs.
+class TrainingLoop {
+ public:
+  TrainingLoop(Job& job, Session& session, StopSignals& stop_signals);
+  SessionEnd run();
+
+ private:
+  // The epoch's training steps; a value when the session ends inside the epoch.
+  std::optional<SessionEnd> train_steps(int epoch, PassMetrics& tr);
+  // Validation, the epoch's figures, checkpoints and report; a value when the session ends there.
+  std::optional<SessionEnd> end_epoch(int epoch, const PassMetrics& tr);
+  EpochFigures reduce_figures(int epoch, const PassMetrics& tr);
+  void save_checkpoints(int epoch, bool best);
+  SessionEnd move_to_next_layout();
+  SessionEnd stop_midway(const PassMetrics& tr, int epoch, std::size_t steps);
+  SessionEnd finish(int code);
+
+  Job& job_;
+  Session& session_;
+  const TrainOptions& o_;
+  const Layout& layout_;
+  const Communicator& world_;
+  const bool lead_;
+  MpiReplicaGroup group_;
+  std::optional<MpiStageLink> link_;
+  Profiler profiler_;  // every micro-batch's copy adds to it
+  std::optional<Trainer> trainer_;
+  std::optional<AfterStep> after_step_;
+  bool bar_ = false;
+  bool stopped_ = false;  // by a signal, agreed at the end of the epoch's steps
+  double train_seconds_ = 0;
+  std::size_t train_steps_ = 0;
+  PassMetrics last_val_;
+  StopSignals& stop_signals_;
+};
+
+TrainingLoop::TrainingLoop(Job& job, Session& session, StopSignals& stop_signals)
+    : job_(job),
+      session_(session),
+      o_(job.options),
+      layout_(session.layout()),
+      world_(job.world),
+      lead_(job.world.rank() == 0),
+      group_(session.grid.stage_replicas(),
+             {o_.allreduce_algorithm, o_.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
+             static_cast<std::size_t>(layout_.buckets_overlap_backward() ? layout_.bucket_bytes : 0.0)),
+      stop_signals_(stop_signals) {
+  world_.check_same("the configuration (options, model)",
+                    Checksum().add(o_.describe() + layout_.describe() + session.model->name()).value() ^
+                        session.model->whole_param_count());
+  group_.broadcast(session.model->params(), 0);
+  if (layout_.stages > 1) link_.emplace(session.grid.pipeline());
+}
+
+SessionEnd TrainingLoop::run() {
+  if (lead_) print_header(job_, session_);
+  if (job_.state.epochs_done >= static_cast<std::uint64_t>(o_.epochs) && job_.state.steps_done == 0) {
+    if (lead_)
+      std::printf("nothing to train: %s holds %llu epochs, and --epochs %d counts all epochs, resumed ones too\n",
+                  job_.resume_path.c_str(), static_cast<unsigned long long>(job_.state.epochs_done), o_.epochs);
+    return {};
+  }
+  const std::vector<Model*> copies = session_.model_copies();
+  if (o_.profile || job_.replanner)
+    for (Model* m : copies) m->attach_profiler(&profiler_);
+  trainer_.emplace(session_.ctx, copies, *session_.optimizer, session_.schedule, group_, link_ ? &*link_ : nullptr,
+                   session_.micro_batching, session_.grid.tensor_group());
+  if (lead_ && !o_.metrics_path.empty() && !job_.metrics) job_.metrics.emplace(o_.metrics_path, !job_.resume_path.empty());
+  // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
+  // mpirun "auto" cannot tell and stays with plain lines; --progress always forces the bar. A pipeline's
+  // first stage does not see the loss, so it shows no bar.
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  bar_ = lead_ && layout_.stages == 1 &&
+         (o_.progress == "always" || (o_.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
+  stop_signals_.arm();
+  after_step_.emplace(job_, session_, profiler_, stop_signals_.received());
+  try {
+    if (!o_.timeline_path.empty()) trainer_->record(&job_.timeline);
+    for (auto epoch = static_cast<int>(job_.state.epochs_done); epoch < o_.epochs; ++epoch) {
+      PassMetrics tr;
+      if (auto end = train_steps(epoch, tr)) return std::move(*end);
+      if (auto end = end_epoch(epoch, tr)) return std::move(*end);
+    }
+    const auto peaks = world_.allgather(peak_resident_bytes());
+    if (lead_) {
+      if (world_.size() > 1) {
+        std::printf("peak RSS by rank (MB):");
+        for (auto p : peaks) std::printf(" %.0f", static_cast<double>(p) / (1 << 20));
+        std::printf("\n");
+      }
+      if (o_.profile && train_steps_) print_profile(profiler_, train_seconds_, train_steps_);
+      if (!job_.val_subset.empty() && last_val_.images > 0)
+        std::printf("final validation accuracy %.4f (best %.4f)\n", last_val_.accuracy, job_.state.best_accuracy);
+    }
+    world_.barrier();
+    return finish(0);
+  } catch (...) {
+    fail_during_training(world_, std::current_exception());
+  }
+}
+
+std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) {
+  const int batch = layout_.batch;
+  auto indices = training_indices(job_.train_subset.size(), o_.seed, epoch, layout_.data_rank(session_.position()),
+                                  layout_.data_ranks(), batch);
+  if (o_.steps_per_epoch > 0)
+    indices.resize(std::min(indices.size(), static_cast<std::size_t>(o_.steps_per_epoch) * batch));
+  const std::size_t steps = indices.size() / batch;
+  // A run stopped in the middle of an epoch resumes at the step after the last one it finished.
+  const std::size_t first_step = static_cast<std::uint64_t>(epoch) == job_.state.epochs_done ? job_.state.steps_done : 0;
+  indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(first_step * batch));
+  BatchLoader* loader = session_.train_loader ? &*session_.train_loader : nullptr;
+  if (loader) loader->start(select(job_.train_subset, indices), true, o_.seed, epoch, first_step);
+  ProgressBar progress(epoch + 1, o_.epochs);
+  group_.take_stats();
+  if (link_) link_->take_wait_seconds();
+  if (MpiTensorGroup* tensor = session_.grid.tensor_group()) tensor->take_bytes_sent();
+  std::size_t step_in_epoch = first_step;
+  EpochHooks hooks;
+  if (bar_) hooks.progress = [&](const StepProgress& p) { progress.update(p); };
+  hooks.after_step = [&] { return (*after_step_)(++step_in_epoch == steps && epoch + 1 == o_.epochs); };
+  world_.hang_detector()->set_phase("training");
+  after_step_->epoch_begins();
+  tr = trainer_->train_epoch(loader, epoch, steps, first_step, hooks);
+  if (bar_) progress.finish();
+  // A signal that came late in the epoch (or during the last step) stops the run at the epoch's end.
+  stopped_ = after_step_->stop_at_epoch_end();
+  if (first_step + tr.steps == steps) return std::nullopt;
+  job_.state.steps_done = first_step + tr.steps;
+  if (after_step_->next() && !stopped_) return move_to_next_layout();
+  return stop_midway(tr, epoch, steps);
+}
+
+std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& tr) {
+  job_.state.steps_done = 0;
+  EpochFigures figures = reduce_figures(epoch, tr);
+  train_seconds_ += tr.seconds;
+  train_steps_ += tr.steps;
+  HangDetector& hang = *world_.hang_detector();
+  hang.set_phase("evaluation");
+  share_group_state(session_);
+  if (!job_.val_subset.empty()) {
+    const GridPosition& p = session_.position();
+    const auto mine = evaluation_indices(job_.val_subset.size(), p.replica, layout_.replicas);
+    if (session_.val_loader) session_.val_loader->start(select(job_.val_subset, mine), false, o_.seed, epoch);
+    figures.val = trainer_->evaluate(session_.val_loader ? &*session_.val_loader : nullptr, mine.size());
+    figures.validated = true;
+    last_val_ = figures.val;
+  }
+  double peak_mb[1] = {static_cast<double>(peak_resident_bytes()) / (1 << 20)};
+  world_.allreduce_max(peak_mb);
+  figures.peak_mb = peak_mb[0];
+  job_.state.epochs_done = static_cast<std::uint64_t>(epoch + 1);
+  const bool best = figures.validated && figures.val.accuracy > job_.state.best_accuracy;
+  if (best) job_.state.best_accuracy = figures.val.accuracy;
+  hang.set_phase("checkpoint");
+  save_checkpoints(epoch, best);
+  if (lead_) report_epoch(job_, session_, figures);
+  if (stopped_) return stop_midway(tr, epoch + 1, 0);
+  if (!after_step_->next() && job_.replanner && o_.replan_every == TrainOptions::kReplanEachEpoch &&
+      epoch + 1 < o_.epochs)
+    after_step_->consider_replan();
+  if (after_step_->next()) return move_to_next_layout();
+  return std::nullopt;
+}
+
+// The slowest rank's wait is what the step pays for communication; a pipeline's idle share is the mean
+// over its stages.
+EpochFigures TrainingLoop::reduce_figures(int epoch, const PassMetrics& tr) {
+  EpochFigures f;
+  f.epoch = epoch + 1;
+  f.train = tr;
+  f.lr = trainer_->last_lr();
+  const auto comm = group_.take_stats();
+  // Each rank's share of its own epoch: a rank that entered the epoch early (while rank 0 still wrote a
+  // checkpoint) waits longer than rank 0's epoch lasted, which once showed as 113.7%.
+  double comm_share[1] = {tr.seconds > 0 ? comm.wait_seconds / tr.seconds : 0.0};
+  world_.allreduce_max(comm_share);
+  double bytes[1] = {comm.bytes / layout_.replicas};  // every stage's share, counted once per replica
+  world_.allreduce_sum(bytes);
+  double pipeline_wait[1] = {link_ ? link_->take_wait_seconds() / world_.size() : 0.0};
+  world_.allreduce_sum(pipeline_wait);
+  // What one rank sent to its tensor group (activations, labels, gradients of the layers below the
+  // gather), the busiest rank's.
+  MpiTensorGroup* tensor = session_.grid.tensor_group();
+  double tensor_bytes[1] = {tensor ? tensor->take_bytes_sent() : 0.0};
+  world_.allreduce_max(tensor_bytes);
+  f.comm_share = comm_share[0];
+  f.reduced_bytes = bytes[0];
+  f.pipeline_wait_s = pipeline_wait[0];
+  f.tensor_bytes = tensor_bytes[0];
+  return f;
+}
+
+void TrainingLoop::save_checkpoints(int epoch, bool best) {
+  if (o_.checkpoint_dir.empty()) return;
+  check_replicas(job_, session_, "by the end of epoch " + std::to_string(epoch + 1), true);
+  const std::filesystem::path dir(o_.checkpoint_dir);
+  save(job_, session_, (dir / "last.h5").string(), true);
+  if (best) save(job_, session_, (dir / "best.h5").string(), false);
+  world_.barrier();  // the ranks that write nothing wait here, in the checkpoint phase's time limit
+}
+
+SessionEnd TrainingLoop::move_to_next_layout() {
+  const Switch& next = *after_step_->next();
+  ChosenLayout chosen = planned_layout(next.plan, *job_.whole);
+  chosen.replan_reason = next.reason;
+  return {0, std::move(chosen), pack_for_next_layout(job_, session_)};
+}
+
+// After SIGINT or SIGTERM (Slurm's pre-emption): every rank stopped after the same step; the checkpoint
+// records how far the run got (`steps` of the epoch, 0 at an epoch's end), so --resume continues it
+// exactly. Exit code 128 + the signal, as a shell reports a process ended by it.
+SessionEnd TrainingLoop::stop_midway(const PassMetrics& tr, int epoch, std::size_t steps) {
+  job_.state.epochs_done = static_cast<std::uint64_t>(epoch);
+  const std::string last = (std::filesystem::path(o_.checkpoint_dir) / "last.h5").string();
+  if (!o_.checkpoint_dir.empty() && job_.state.steps_done > 0) save(job_, session_, last, true);
+  const GridPosition& p = session_.position();
+  if (p.replica == 0 && p.stage == 0 && p.t == 0) {  // world rank 0, which speaks for the job
+    if (job_.state.steps_done > 0)
+      std::printf("stopped by a signal in epoch %d at step %llu/%zu (train loss %.4f over its last %zu steps)",
+                  epoch + 1, static_cast<unsigned long long>(job_.state.steps_done), steps, tr.loss, tr.steps);
+    else
+      std::printf("stopped by a signal after epoch %d", epoch);
+    if (o_.checkpoint_dir.empty())
+      std::printf("; nothing saved (no --checkpoint-dir)\n");
+    else
+      std::printf("; %s holds it: continue with --resume auto\n", last.c_str());
+    std::fflush(stdout);
+  }
+  const int signal = after_step_->signal();
+  return finish(128 + (signal != 0 ? signal : SIGTERM));
+}
+
+SessionEnd TrainingLoop::finish(int code) {
+  if (!o_.timeline_path.empty()) write_timeline(job_, session_);
+  return {code, std::nullopt, {}};
+}
+
+}  // namespace
+
+SessionEnd train(Job& job, Session& session, StopSignals& stop_signals) {
+  return TrainingLoop(job, session, stop_signals).run();
+}
+
+[[noreturn]] void fail_during_training(const Communicator& world, std::exception_ptr error) {
+  print_error_line("ddl_train", &world, describe_exception(error));
+  abort_all_ranks(1);
+}
+
+}  // namespace ddl
