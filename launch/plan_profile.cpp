@@ -76,6 +76,28 @@ MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, st
   return m;
 }
 
+namespace {
+
+// Every rank's figures, averaged: the ranks then plan alike.
+void average_over_ranks(Profile& p, const Communicator& world) {
+  std::vector<double> figures{p.base_bytes, p.optimizer_s_per_param, p.measured_bytes};
+  for (const auto& l : p.layers) {
+    figures.push_back(l.seconds);
+    figures.push_back(l.fixed_seconds);
+  }
+  world.allreduce_sum(figures);  // averaged below
+  for (double& f : figures) f /= world.size();
+  p.base_bytes = figures[0];
+  p.optimizer_s_per_param = figures[1];
+  p.measured_bytes = figures[2];
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    p.layers[i].seconds = figures[3 + 2 * i];
+    p.layers[i].fixed_seconds = figures[4 + 2 * i];
+  }
+}
+
+}  // namespace
+
 MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config, const Communicator& world,
                                 dnnl::memory::data_type compute_type) {
   MeasuredProfile measured;
@@ -144,22 +166,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   }
   // The probe's memory is freed: the peaks reported during training leave it out.
   restart_peak_resident();
-  // Every rank's figures, averaged: the ranks then plan alike.
-  std::vector<double> figures{p.base_bytes, p.optimizer_s_per_param, p.measured_bytes};
-  for (const auto& l : p.layers) {
-    figures.push_back(l.seconds);
-    figures.push_back(l.fixed_seconds);
-  }
-  world.allreduce_sum(figures);  // averaged below
-  for (double& f : figures) f /= world.size();
-  p.base_bytes = figures[0];
-  p.optimizer_s_per_param = figures[1];
-  p.measured_bytes = figures[2];
-  for (std::size_t i = 0; i < p.layers.size(); ++i) {
-    p.layers[i].seconds = figures[3 + 2 * i];
-    p.layers[i].fixed_seconds = figures[4 + 2 * i];
-  }
-
+  average_over_ranks(p, world);
   const MeasuredLinks links = measure_links(o, world, kProbeBytesAtStart);
   p.within_node = links.within;
   p.between_nodes = links.between;

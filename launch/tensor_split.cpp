@@ -75,7 +75,8 @@ std::string split_report(const TensorSplitChoice& choice, Model& whole, int rank
 }  // namespace
 
 TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, int ranks) {
-  const Layout group{.tensor = ranks};
+  Layout group;
+  group.tensor = ranks;
   TensorSplitChoice choice;
   int divisor = 0;
   std::string kept;
@@ -110,7 +111,8 @@ TensorSplitChoice choose_tensor_split(const std::string& option, Model& whole, i
 }
 
 TensorSplitChoice check_tensor_split(std::vector<std::size_t> layers, Model& whole, int ranks, const std::string& option) {
-  const Layout group{.tensor = ranks};
+  Layout group;
+  group.tensor = ranks;
   TensorSplitChoice choice;
   std::sort(layers.begin(), layers.end());
   layers.erase(std::unique(layers.begin(), layers.end()), layers.end());

@@ -58,41 +58,45 @@ void refuse_repeated_keys(const std::string& text, const std::string& path) {
   }
 }
 
-}  // namespace
+// An option's words and the values they name, for the options parsed into enums.
+template <typename Enum>
+struct Word {
+  const char* text;
+  Enum value;
+};
+constexpr Word<AllreduceAlgorithm> kAllreduceWords[] = {
+    {"ring", AllreduceAlgorithm::ring}, {"hier", AllreduceAlgorithm::hierarchical}, {"mpi", AllreduceAlgorithm::mpi}};
+constexpr Word<LrPolicy> kLrScheduleWords[] = {
+    {"constant", LrPolicy::constant}, {"step", LrPolicy::step}, {"cosine", LrPolicy::cosine}};
+constexpr Word<PipelineSchedule> kScheduleWords[] = {{"gpipe", PipelineSchedule::gpipe},
+                                                     {"1f1b", PipelineSchedule::one_f_one_b}};
 
-std::string TrainOptions::describe() const {
-  std::ostringstream s;
-  s << "model = " << model << "\nnum-classes = " << num_classes << "\nimage-size = " << image_size
-    << "\ndropout = " << dropout << "\npatch-size = " << patch_size << "\ndepth = " << depth << "\nwidth = " << width
-    << "\nheads = " << heads << "\nrandom-resized-crop = " << random_resized_crop << "\ntrain = " << train_path << "\nval = " << val_path
-    << "\nval-fraction = " << val_fraction << "\nnormalize = " << normalize << "\nrandom-flip = " << random_flip
-    << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
-    << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr
-    << "\nlr-schedule = " << lr_schedule << "\nwarmup-epochs = " << warmup_epochs
-    << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nmomentum = " << momentum
-    << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
-    << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed
-    << "\nallreduce = " << allreduce << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
-    << "\nscale-lr = " << scale_lr << "\npipeline-stages = " << pipeline_stages
-    << "\nmicro-batches = " << micro_batches << "\npartition = " << to_string(partition) << "\nschedule = " << schedule
-    << "\ninit = " << init << "\nprecision = " << precision << "\ntensor-parallel = " << tensor_parallel
-    << "\ntensor-split = " << tensor_split << "\nstrategy = " << strategy << "\n";
-  for (float m : mean) s << "mean += " << m << "\n";
-  for (float d : stddev) s << "std += " << d << "\n";
-  return s.str();
+// "--allreduce must be ring, hier or mpi, not 'x'" for a word that names none.
+template <typename Enum, std::size_t N>
+Enum parse_word(const std::string& text, const Word<Enum> (&words)[N], const char* option) {
+  std::string listed;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (text == words[i].text) return words[i].value;
+    listed += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + words[i].text;
+  }
+  throw InputError(std::string("--") + option + " must be " + listed + ", not '" + text + "'");
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, std::size_t params) {
-  if (o.optimizer == "adam") return make_adam(params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
-  return make_sgd(params, {o.momentum, o.nesterov, o.weight_decay});
+template <typename Enum, std::size_t N>
+const char* word_of(Enum value, const Word<Enum> (&words)[N]) {
+  for (const auto& w : words)
+    if (w.value == value) return w.text;
+  return "?";
 }
 
-std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
-  TrainOptions o;
-  std::string config, mean, stddev;
-  po::options_description general("General");
-  general.add_options()("help,h", "print this help")("config", po::value(&config),
-                                                     "read options from this file (key = value lines)");
+// The texts that options take before they become values (lists, numbers with words beside them, enums),
+// converted once the command line and --config are both read.
+struct OptionTexts {
+  std::string config, mean, stddev, partition, plan_for, link_within, link_between, replan_every = "epoch";
+  std::string allreduce = "hier", lr_schedule = "constant", schedule = "1f1b";
+};
+
+po::options_description model_options(TrainOptions& o) {
   po::options_description model("Model");
   std::string names;
   for (const auto& n : model_names()) names += (names.empty() ? "" : " | ") + n;
@@ -106,6 +110,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "depth", po::value(&o.depth)->default_value(0), "vit: encoder blocks (0: the model's)")(
       "width", po::value(&o.width)->default_value(0), "vit: hidden size (0: the model's)")(
       "heads", po::value(&o.heads)->default_value(0), "vit: attention heads (0: the model's)");
+  return model;
+}
+
+po::options_description data_options(TrainOptions& o, OptionTexts& t) {
   po::options_description data("Data");
   data.add_options()("train", po::value(&o.train_path),
                      "training set (.h5 from ddl_data import; a shard or the base name)")(
@@ -113,13 +121,17 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
                                                              po::value(&o.val_fraction)->default_value(0.0, "0"),
                                                              "hold out this fraction of --train for validation")(
       "normalize", po::value(&o.normalize)->default_value(o.normalize), "scale (pixel/255) | meanstd | imagenet (meanstd with ImageNet's mean and std)")(
-      "mean", po::value(&mean), "per-channel means for meanstd, e.g. 0.485,0.456,0.406 (default: the training set's)")(
-      "std", po::value(&stddev), "per-channel standard deviations for meanstd")(
+      "mean", po::value(&t.mean), "per-channel means for meanstd, e.g. 0.485,0.456,0.406 (default: the training set's)")(
+      "std", po::value(&t.stddev), "per-channel standard deviations for meanstd")(
       "random-flip", po::bool_switch(&o.random_flip), "augment: random horizontal flips")(
       "random-resized-crop", po::bool_switch(&o.random_resized_crop),
       "augment: torchvision's random-resized-crop (area 8-100%, aspect 3/4-4/3) to the model's input size")(
       "random-crop-padding", po::value(&o.random_crop_padding)->default_value(0),
       "augment: random crops after zero padding by this many pixels");
+  return data;
+}
+
+po::options_description training_options(TrainOptions& o, OptionTexts& t) {
   po::options_description training("Training");
   training.add_options()("epochs", po::value(&o.epochs)->default_value(o.epochs),
                          "epochs to train (in all, counting resumed ones)")(
@@ -128,7 +140,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "cap on steps per epoch (0: the whole set; for quick runs)")(
       "optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "adam | sgd")(
       "lr", po::value(&o.lr)->default_value(o.lr, "0.001"), "base learning rate")(
-      "lr-schedule", po::value(&o.lr_schedule)->default_value(o.lr_schedule), "constant | step | cosine")(
+      "lr-schedule", po::value(&t.lr_schedule)->default_value(t.lr_schedule), "constant | step | cosine")(
       "warmup-epochs", po::value(&o.warmup_epochs)->default_value(0.0f, "0"), "linear warm-up length in epochs")(
       "lr-step-epochs", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs, "30"),
       "step schedule: epochs between decays")("lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma, "0.1"),
@@ -140,6 +152,10 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "adam-beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2, "0.999"), "adam beta2")(
       "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, "1e-07"), "adam epsilon (Keras 1e-7)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation, shuffling, augmentation, dropout");
+  return training;
+}
+
+po::options_description system_options(TrainOptions& o, OptionTexts& t) {
   po::options_description system("System");
   system.add_options()("threads", po::value(&o.threads)->default_value(0),
                        "compute threads per rank (0: the node's cores / its ranks)")(
@@ -150,7 +166,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "f32 | bf16 | auto: bf16 computes convolutions, dense layers and matrix products in bf16 (AVX512-BF16 or "
       "AMX), with bf16 activations between the layers that take them; the loss, the weights, the gradients and "
       "the optimizer stay f32. auto: bf16 where the CPU has those instructions, else f32")(
-      "allreduce", po::value(&o.allreduce)->default_value(o.allreduce),
+      "allreduce", po::value(&t.allreduce)->default_value(t.allreduce),
       "gradient all-reduce: ring | hier (shared memory in a node, ring across) | mpi")(
       "allreduce-wire", po::value(&o.allreduce_wire)->default_value(o.allreduce_wire),
       "f32 | bf16 (ring: half the bytes, sums in f32)")(
@@ -165,16 +181,23 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "same parameters (0: never)")(
       "on-divergence", po::value(&o.on_divergence)->default_value(o.on_divergence),
       "when replicas differ: stop (naming the ranks and the tensor) | resync (copy replica 0's state, log it, go on)");
-  std::string partition;
+  return system;
+}
+
+po::options_description pipeline_options(TrainOptions& o, OptionTexts& t) {
   po::options_description pipeline("Pipeline (model parallelism; ranks = data-parallel replicas x stages)");
   pipeline.add_options()("pipeline-stages", po::value(&o.pipeline_stages)->default_value(1),
                          "cut the model's layers into this many stages, one rank each")(
       "micro-batches", po::value(&o.micro_batches)->default_value(1),
       "split each step's batch into this many micro-batches (gradients accumulate over them)")(
-      "partition", po::value(&partition),
+      "partition", po::value(&t.partition),
       "layers per stage, e.g. 5,4,6 (default: balanced by measured time and memory)")(
-      "schedule", po::value(&o.schedule)->default_value(o.schedule),
+      "schedule", po::value(&t.schedule)->default_value(t.schedule),
       "gpipe (all forwards, then all backwards) | 1f1b (fewer micro-batches in flight)");
+  return pipeline;
+}
+
+po::options_description split_options(TrainOptions& o) {
   po::options_description split("Split layers (ranks = replicas x stages x tensor-parallel)");
   split.add_options()("tensor-parallel", po::value(&o.tensor_parallel)->default_value(1),
                       "split the chosen layers across groups of this many ranks, each holding a share of their "
@@ -184,8 +207,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "which layers split: classifier (the dense layers after the last convolution that the group size divides), "
       "blocks (a transformer's blocks: attention heads and MLP features divided, the group sharing one batch) or "
       "layer indices as the model table numbers them, e.g. 9,11");
-  std::string plan_for, link_within, link_between, replan_every = "epoch";
-  po::options_description planner("Planner (seeds/004: the layout chosen from a profile measured at start)");
+  return split;
+}
+
+po::options_description planner_options(TrainOptions& o, OptionTexts& t) {
+  po::options_description planner("Planner (the layout chosen from a profile measured at start)");
   planner.add_options()("strategy", po::value(&o.strategy)->default_value(o.strategy),
                         "manual (the options above) | auto (the fastest predicted layout of replicas, stages, "
                         "split layers and micro-batches that fits the memory limit) | data | pipeline (the best of "
@@ -193,20 +219,24 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "memory-limit", po::value(&o.memory_limit_gb),
       "GB per rank a plan may use (default: the node's memory shared among its ranks, less 10%)")(
       "plan-only", po::bool_switch(&o.plan_only), "print the plan and stop")(
-      "plan-for", po::value(&plan_for),
+      "plan-for", po::value(&t.plan_for),
       "RANKS[,RANKS_PER_NODE]: plan a larger cluster from the profile measured here (or --load-profile), print it "
       "and stop (ranks per node: as this job's by default; memory per rank: this node's shared among them, or "
       "--memory-limit)")(
       "save-profile", po::value(&o.save_profile), "write the measured profile to this file (rank 0)")(
       "load-profile", po::value(&o.load_profile),
       "plan from this profile file instead of measuring (e.g. a saved one with another network's link figures)")(
-      "link-within", po::value(&link_within),
+      "link-within", po::value(&t.link_within),
       "LATENCY_US,GB_PER_S of an all-reduce link within a node, where it cannot be measured (default 5,5)")(
-      "link-between", po::value(&link_between),
+      "link-between", po::value(&t.link_between),
       "LATENCY_US,GB_PER_S between nodes, where it cannot be measured (default 50,1.25: 10 Gbit/s Ethernet)")(
-      "replan-every", po::value(&replan_every)->default_value(replan_every),
+      "replan-every", po::value(&t.replan_every)->default_value(t.replan_every),
       "STEPS | epoch | never: how often a planned run measures its layers and links again and moves to another "
       "layout when one is predicted at least 10% faster");
+  return planner;
+}
+
+po::options_description output_options(TrainOptions& o) {
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
@@ -219,11 +249,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       "progress", po::value(&o.progress)->default_value(o.progress),
       "progress bar: auto (on a terminal, not under mpirun) | always | never")(
       "profile", po::bool_switch(&o.profile), "print per-layer forward/backward times");
+  return output;
+}
 
-  po::options_description all(
-      "ddl_train: train a model on an HDF5 image dataset (run under mpirun for data parallelism)");
-  all.add(general).add(model).add(data).add(training).add(system).add(pipeline).add(split).add(planner).add(output);
-  po::variables_map vm;
+// Reads the command line, then --config's file (the command line wins). False after printing --help.
+bool read_options(int argc, char** argv, const po::options_description& all, po::variables_map& vm) {
   std::vector<std::string> inputs(argv, argv + argc);  // what an error message may quote
   try {
     const auto parsed = po::command_line_parser(argc, argv).options(all).run();
@@ -233,7 +263,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
     po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << all << "\n";
-      return std::nullopt;
+      return false;
     }
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
@@ -250,6 +280,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   } catch (const po::error& e) {
     throw InputError(option_error_message(e, inputs) + " (see --help)");
   }
+  return true;
+}
+
+// The lists and the words beside numbers, and what --strategy takes from the layout's options.
+void convert_texts(TrainOptions& o, const OptionTexts& t, const po::variables_map& vm) {
   auto given = [&](const char* option) { return vm.count(option) && !vm[option].defaulted(); };
   if (o.strategy != "manual") {
     require(!given("partition") && !given("tensor-split"),
@@ -259,17 +294,17 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
     if (given("tensor-parallel")) o.fixed_tensor = o.tensor_parallel;
     if (given("micro-batches")) o.fixed_micro_batches = o.micro_batches;
   }
-  if (!mean.empty()) o.mean = parse_floats(mean, "mean");
-  if (!stddev.empty()) o.stddev = parse_floats(stddev, "std");
-  for (float count : parse_floats(partition, "partition")) {
+  if (!t.mean.empty()) o.mean = parse_floats(t.mean, "mean");
+  if (!t.stddev.empty()) o.stddev = parse_floats(t.stddev, "std");
+  for (float count : parse_floats(t.partition, "partition")) {
     // Compared before the cast: a float beyond size_t's range (1e30, inf) does not convert (undefined).
     require(count >= 1 && count <= 1e6f && count == std::floor(count),
             "--partition takes whole layer counts of at least 1, e.g. 5,4,6");
     o.partition.push_back(static_cast<std::size_t>(count));
   }
 
-  if (!plan_for.empty()) {
-    const auto counts = parse_floats(plan_for, "plan-for");
+  if (!t.plan_for.empty()) {
+    const auto counts = parse_floats(t.plan_for, "plan-for");
     require((counts.size() == 1 || counts.size() == 2) && counts[0] >= 1 && counts[0] <= 1e6f &&
                 counts[0] == std::floor(counts[0]) && (counts.size() == 1 || (counts[1] >= 1 && counts[1] <= counts[0])),
             "--plan-for takes RANKS or RANKS,RANKS_PER_NODE, e.g. 64,16");
@@ -277,8 +312,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
     o.plan_for_per_node = counts.size() == 2 ? static_cast<int>(counts[1]) : 0;  // 0: as this job's nodes
     o.plan_only = true;
   }
-  for (auto [text, link, name] : {std::tuple{&link_within, &o.link_within, "link-within"},
-                                  std::tuple{&link_between, &o.link_between, "link-between"}}) {
+  for (auto [text, link, name] : {std::tuple{&t.link_within, &o.link_within, "link-within"},
+                                  std::tuple{&t.link_between, &o.link_between, "link-between"}}) {
     if (text->empty()) continue;
     const auto v = parse_floats(*text, name);
     require(v.size() == 2 && v[0] >= 0 && v[1] > 0,
@@ -287,14 +322,18 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   }
   require(o.strategy != "manual" || !given("replan-every"),
           "--replan-every goes with --strategy auto, data or pipeline (a manual layout is never re-planned)");
-  if (replan_every == "never") {
+  if (t.replan_every == "never") {
     o.replan_every = TrainOptions::kNeverReplan;
-  } else if (replan_every != "epoch") {
-    const auto steps = parse_floats(replan_every, "replan-every");
+  } else if (t.replan_every != "epoch") {
+    const auto steps = parse_floats(t.replan_every, "replan-every");
     require(steps.size() == 1 && steps[0] >= 1 && steps[0] <= 1e9f && steps[0] == std::floor(steps[0]),
-            "--replan-every takes a step count of at least 1, epoch or never, not '" + replan_every + "'");
+            "--replan-every takes a step count of at least 1, epoch or never, not '" + t.replan_every + "'");
     o.replan_every = static_cast<int>(steps[0]);
   }
+}
+
+// The values' ranges and the words they may be; the enums' words parsed.
+void check_training(TrainOptions& o, const OptionTexts& t) {
   require(o.strategy == "manual" || o.strategy == "auto" || o.strategy == "data" || o.strategy == "pipeline",
           "--strategy must be manual, auto, data or pipeline, not '" + o.strategy + "'");
   require(o.memory_limit_gb >= 0, "--memory-limit must be >= 0");
@@ -316,35 +355,24 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.progress == "auto" || o.progress == "always" || o.progress == "never",
           "--progress must be auto, always or never");
   require(o.threads >= 0 && o.threads <= 1024, "--threads must be between 0 and 1024");
-  if (o.allreduce == "ring")
-    o.allreduce_algorithm = AllreduceAlgorithm::ring;
-  else if (o.allreduce == "hier")
-    o.allreduce_algorithm = AllreduceAlgorithm::hierarchical;
-  else if (o.allreduce == "mpi")
-    o.allreduce_algorithm = AllreduceAlgorithm::mpi;
-  else
-    throw InputError("--allreduce must be ring, hier or mpi, not '" + o.allreduce + "'");
-  if (o.lr_schedule == "constant")
-    o.lr_policy = LrPolicy::constant;
-  else if (o.lr_schedule == "step")
-    o.lr_policy = LrPolicy::step;
-  else if (o.lr_schedule == "cosine")
-    o.lr_policy = LrPolicy::cosine;
-  else
-    throw InputError("--lr-schedule must be constant, step or cosine, not '" + o.lr_schedule + "'");
+  o.allreduce_algorithm = parse_word(t.allreduce, kAllreduceWords, "allreduce");
+  o.lr_policy = parse_word(t.lr_schedule, kLrScheduleWords, "lr-schedule");
+}
+
+void check_system_and_layout(TrainOptions& o, const OptionTexts& t) {
   require(o.allreduce_wire == "f32" || o.allreduce_wire == "bf16", "--allreduce-wire must be f32 or bf16");
   require(o.cache_images == "auto" || o.cache_images == "on" || o.cache_images == "off",
           "--cache-images must be auto, on or off");
   require(o.precision == "f32" || o.precision == "bf16" || o.precision == "auto",
           "--precision must be f32, bf16 or auto");
-  require(o.allreduce_wire == "f32" || o.allreduce == "ring", "--allreduce-wire bf16 needs --allreduce ring");
+  require(o.allreduce_wire == "f32" || o.allreduce_algorithm == AllreduceAlgorithm::ring, "--allreduce-wire bf16 needs --allreduce ring");
   require(o.bucket_mb >= 0, "--bucket-mb must be >= 0");
   if (o.timeout != "auto") {
     const auto seconds = parse_floats(o.timeout, "timeout");
     require(seconds.size() == 1 && seconds[0] >= 0, "--timeout must be auto or a number of seconds >= 0");
     o.timeout_seconds = seconds[0];
   }
-  require(o.normalize == "meanstd" || (mean.empty() && stddev.empty()),
+  require(o.normalize == "meanstd" || (t.mean.empty() && t.stddev.empty()),
           "--mean and --std apply to --normalize meanstd, not " + o.normalize);
   require(o.check_replicas >= 0, "--check-replicas must be >= 0");
   require(o.on_divergence == "stop" || o.on_divergence == "resync", "--on-divergence must be stop or resync");
@@ -359,12 +387,64 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   require(o.partition.empty() || o.partition.size() == static_cast<std::size_t>(o.pipeline_stages),
           "--partition gives " + std::to_string(o.partition.size()) + " stages, --pipeline-stages is " +
               std::to_string(o.pipeline_stages));
-  if (o.schedule == "gpipe")
-    o.pipeline_schedule = PipelineSchedule::gpipe;
-  else if (o.schedule == "1f1b")
-    o.pipeline_schedule = PipelineSchedule::one_f_one_b;
-  else
-    throw InputError("--schedule must be gpipe or 1f1b, not '" + o.schedule + "'");
+  o.pipeline_schedule = parse_word(t.schedule, kScheduleWords, "schedule");
+}
+
+}  // namespace
+
+std::string TrainOptions::describe() const {
+  std::ostringstream s;
+  s << "model = " << model << "\nnum-classes = " << num_classes << "\nimage-size = " << image_size
+    << "\ndropout = " << dropout << "\npatch-size = " << patch_size << "\ndepth = " << depth << "\nwidth = " << width
+    << "\nheads = " << heads << "\nrandom-resized-crop = " << random_resized_crop << "\ntrain = " << train_path << "\nval = " << val_path
+    << "\nval-fraction = " << val_fraction << "\nnormalize = " << normalize << "\nrandom-flip = " << random_flip
+    << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
+    << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr
+    << "\nlr-schedule = " << option_word(lr_policy) << "\nwarmup-epochs = " << warmup_epochs
+    << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nmomentum = " << momentum
+    << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
+    << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed
+    << "\nallreduce = " << option_word(allreduce_algorithm) << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
+    << "\nscale-lr = " << scale_lr << "\npipeline-stages = " << pipeline_stages
+    << "\nmicro-batches = " << micro_batches << "\npartition = " << to_string(partition) << "\nschedule = " << option_word(pipeline_schedule)
+    << "\ninit = " << init << "\nprecision = " << precision << "\ntensor-parallel = " << tensor_parallel
+    << "\ntensor-split = " << tensor_split << "\nstrategy = " << strategy << "\n";
+  for (float m : mean) s << "mean += " << m << "\n";
+  for (float d : stddev) s << "std += " << d << "\n";
+  return s.str();
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, std::size_t params) {
+  if (o.optimizer == "adam") return make_adam(params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
+  return make_sgd(params, {o.momentum, o.nesterov, o.weight_decay});
+}
+
+const char* option_word(AllreduceAlgorithm a) { return word_of(a, kAllreduceWords); }
+const char* option_word(LrPolicy p) { return word_of(p, kLrScheduleWords); }
+const char* option_word(PipelineSchedule s) { return word_of(s, kScheduleWords); }
+
+std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
+  TrainOptions o;
+  OptionTexts t;
+  po::options_description general("General");
+  general.add_options()("help,h", "print this help")("config", po::value(&t.config),
+                                                     "read options from this file (key = value lines)");
+  po::options_description all(
+      "ddl_train: train a model on an HDF5 image dataset (run under mpirun for data parallelism)");
+  all.add(general)
+      .add(model_options(o))
+      .add(data_options(o, t))
+      .add(training_options(o, t))
+      .add(system_options(o, t))
+      .add(pipeline_options(o, t))
+      .add(split_options(o))
+      .add(planner_options(o, t))
+      .add(output_options(o));
+  po::variables_map vm;
+  if (!read_options(argc, argv, all, vm)) return std::nullopt;
+  convert_texts(o, t, vm);
+  check_training(o, t);
+  check_system_and_layout(o, t);
   return o;
 }
 

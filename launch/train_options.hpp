@@ -36,8 +36,7 @@ struct TrainOptions {
   int steps_per_epoch = 0;  // 0: the whole training set
   std::string optimizer = "adam";
   float lr = 1e-3f;
-  std::string lr_schedule = "constant";
-  LrPolicy lr_policy = LrPolicy::constant;  // lr_schedule, parsed
+  LrPolicy lr_policy = LrPolicy::constant;  // --lr-schedule
   float warmup_epochs = 0.0f;
   float lr_step_epochs = 30.0f;
   float lr_gamma = 0.1f;
@@ -50,8 +49,7 @@ struct TrainOptions {
   int threads = 0;                 // 0: this node's cores shared among its ranks
   std::string cache_images = "auto";  // auto | on | off: the training images kept in memory
   std::string precision = "f32";   // f32 | bf16 (convolutions and dense layers in bf16, the rest f32) | auto
-  std::string allreduce = "hier";  // ring | hier | mpi
-  AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::hierarchical;  // allreduce, parsed
+  AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::hierarchical;  // --allreduce ring | hier | mpi
   std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
   bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
@@ -63,8 +61,7 @@ struct TrainOptions {
   int pipeline_stages = 1;
   int micro_batches = 1;
   std::vector<std::size_t> partition;  // layers per stage; empty: balanced by measurement
-  std::string schedule = "1f1b";       // gpipe | 1f1b
-  PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;  // schedule, parsed
+  PipelineSchedule pipeline_schedule = PipelineSchedule::one_f_one_b;  // --schedule gpipe | 1f1b
   // split layers (ranks = replicas x stages x tensor-parallel)
   int tensor_parallel = 1;
   std::string tensor_split = "classifier";  // classifier | blocks | layer indices, e.g. 9,11
@@ -93,6 +90,11 @@ struct TrainOptions {
   // and fingerprinted to check that every rank was started the same way.
   std::string describe() const;
 };
+
+// The word an option takes for this value ("hier", "cosine", "1f1b").
+const char* option_word(AllreduceAlgorithm algorithm);
+const char* option_word(LrPolicy policy);
+const char* option_word(PipelineSchedule schedule);
 
 // The optimizer the options name, for `params` parameters.
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& options, std::size_t params);

@@ -94,7 +94,9 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
   const std::size_t L = profile.layers.size();
   for (const int T : divisors(cluster.ranks)) {
     std::vector<std::vector<std::size_t>> splits{{}};
-    if (T > 1) splits = every_split(profile, Layout{.tensor = T});
+    Layout group;
+    group.tensor = T;
+    if (T > 1) splits = every_split(profile, group);
     if (splits.empty()) continue;
     for (const int S : divisors(cluster.ranks / T)) {
       if (static_cast<std::size_t>(S) > L) continue;
@@ -102,9 +104,13 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
       auto cuts = every_cut(L, static_cast<std::size_t>(S), kMostCuts);
       if (cuts.empty()) cuts.push_back(balanced_cut(profile, S));
       for (const auto& split : splits) {
-        Layout layout{.replicas = D, .stages = S, .tensor = T, .split = split,
-                      .split_kind = split.empty() ? SplitKind::none : profile.layers[split.front()].split,
-                      .schedule = limits.schedule, .bucket_bytes = limits.bucket_bytes};
+        Layout layout = group;
+        layout.replicas = D;
+        layout.stages = S;
+        layout.split = split;
+        layout.split_kind = split.empty() ? SplitKind::none : profile.layers[split.front()].split;
+        layout.schedule = limits.schedule;
+        layout.bucket_bytes = limits.bucket_bytes;
         if (global_batch % layout.data_ranks() != 0) continue;
         layout.batch = global_batch / layout.data_ranks();
         for (const int M : {1, 2, 4, 8, 16, 32}) {

@@ -8,10 +8,6 @@
 
 namespace ddl {
 
-const char* schedule_name(PipelineSchedule schedule) {
-  return schedule == PipelineSchedule::gpipe ? "gpipe" : "1f1b";
-}
-
 std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage, int stages, int micro_batches) {
   if (stages < 1 || stage < 0 || stage >= stages || micro_batches < 1) throw Error("stage_ops: bad arguments");
   std::vector<PipelineOp> ops;

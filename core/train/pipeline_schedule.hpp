@@ -13,9 +13,6 @@ enum class PipelineSchedule {
   one_f_one_b,  // after a warm-up of forwards, one forward and one backward in turn: fewer in flight
 };
 
-// "gpipe" or "1f1b", as --schedule names them.
-const char* schedule_name(PipelineSchedule schedule);
-
 struct PipelineOp {
   bool forward;
   int micro;

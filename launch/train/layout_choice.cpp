@@ -56,7 +56,11 @@ ChosenLayout planner_layout(Job& job) {
   world.allreduce_min(limit);
   limit[0] -= job.cache_bytes;  // the training images kept in memory
   const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit[0]);
-  if (o.plan_only) return {.plan_report = plan.text + "  " + measured.links + "\n"};
+  if (o.plan_only) {
+    ChosenLayout report_only;
+    report_only.plan_report = plan.text + "  " + measured.links + "\n";
+    return report_only;
+  }
   if (o.replan_every != TrainOptions::kNeverReplan && world.size() > 1)
     job.replanner.emplace(o, measured.profile, cluster, limit[0], plan.chosen.layout);
   ChosenLayout chosen = planned_layout(plan, *job.whole);
@@ -75,28 +79,31 @@ ChosenLayout manual_layout(const TrainOptions& o, Model& whole, int ranks) {
                      " pipeline stages x " + std::to_string(T) +
                      " tensor-parallel ranks (the rank count must be a multiple of --pipeline-stages times "
                      "--tensor-parallel)");
-  ChosenLayout chosen{.layout = {.replicas = ranks / (S * T),
-                                 .stages = S,
-                                 .tensor = T,
-                                 .micro_batches = o.micro_batches,
-                                 .cut = o.partition,
-                                 .batch = o.batch_size,
-                                 .schedule = o.pipeline_schedule,
-                                 .bucket_bytes = o.bucket_mb * (1 << 20)}};
+  ChosenLayout chosen;
+  Layout& l = chosen.layout;
+  l.replicas = ranks / (S * T);
+  l.stages = S;
+  l.tensor = T;
+  l.micro_batches = o.micro_batches;
+  l.cut = o.partition;
+  l.batch = o.batch_size;
+  l.schedule = o.pipeline_schedule;
+  l.bucket_bytes = o.bucket_mb * (1 << 20);
   if (T > 1) {
     TensorSplitChoice split = choose_tensor_split(o.tensor_split, whole, T);
-    chosen.layout.split = std::move(split.layers);
-    chosen.layout.split_kind = split.kind;
+    l.split = std::move(split.layers);
+    l.split_kind = split.kind;
     chosen.split_report = std::move(split.report);
   }
   return chosen;
 }
 
 ChosenLayout planned_layout(const PlanReport& plan, Model& whole) {
-  ChosenLayout chosen{.layout = plan.chosen.layout,
-                      .plan_report = plan.text,
-                      .predicted_step_s = plan.chosen.prediction.step_s,
-                      .predicted_comm_share = plan.chosen.prediction.comm_share()};
+  ChosenLayout chosen;
+  chosen.layout = plan.chosen.layout;
+  chosen.plan_report = plan.text;
+  chosen.predicted_step_s = plan.chosen.prediction.step_s;
+  chosen.predicted_comm_share = plan.chosen.prediction.comm_share();
   const Layout& l = chosen.layout;
   if (l.tensor > 1) {
     std::string named;

@@ -32,7 +32,7 @@ void print_grid(const Job& job, const Session& session) {
     std::printf("ranks %d in a grid %d x %d (replicas x stages), threads per rank %d, batch %d per replica (global %d)",
                 ranks, l.replicas, l.stages, job.threads, l.batch, l.global_batch());
   if (l.micro_batches > 1 || l.stages > 1)
-    std::printf(" in %d micro-batches (%s)", l.micro_batches, schedule_name(l.schedule));
+    std::printf(" in %d micro-batches (%s)", l.micro_batches, option_word(l.schedule));
   std::printf(", %zu training / %zu validation images\n", job.train_subset.size(), job.val_subset.size());
 }
 
@@ -52,10 +52,10 @@ void print_run_notes(const Job& job, const Session& session) {
     std::printf("precision bf16: convolutions, dense layers and matrix products multiply in bf16 and accumulate in "
                 "f32; activations bf16 between the layers that take it; weights, gradients, optimizer and loss f32\n");
   if (l.replicas > 1 && l.buckets_overlap_backward())
-    std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", o.allreduce.c_str(),
+    std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", option_word(o.allreduce_algorithm),
                 o.allreduce_wire.c_str(), o.bucket_mb);
   else if (l.replicas > 1)
-    std::printf("gradients: %s all-reduce, %s wire, one piece after backward\n", o.allreduce.c_str(),
+    std::printf("gradients: %s all-reduce, %s wire, one piece after backward\n", option_word(o.allreduce_algorithm),
                 o.allreduce_wire.c_str());
   if (o.num_classes > 0 && static_cast<std::size_t>(o.num_classes) > data.num_classes())
     std::printf("note: --num-classes %d, but %s has %zu classes: the model's other outputs are never a right answer\n",
