@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# seeds/004's Table I on our machines (issue 14): one model with 100 classes trained for a fixed number of
+# Baligodugula and Amsaad's Table I (2025) on our machines (issue 14): one model with 100 classes trained for a fixed number of
 # steps as one rank, data parallel (--strategy data), pipeline (--strategy pipeline), every grid D x S x T
 # of the ranks set by hand (the best of them is the "best static layout"), and --strategy auto. Global batch
 # 32, SGD with momentum, one thread per rank; each row is the second epoch (the first builds the

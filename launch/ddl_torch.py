@@ -127,7 +127,7 @@ def torch_model(name, num_classes, image_size=None, patch_size=None, depth=None,
 
 
 class SeedCnn(nn.Module):
-    """seeds/000's CNN (32 x 32 images), or with BatchNorm after each convolution (seed_cnn_bn)."""
+    """Abdulkarim et al.'s CNN (2026) (32 x 32 images), or with BatchNorm after each convolution (seed_cnn_bn)."""
 
     def __init__(self, num_classes, batch_norm=False):
         super().__init__()

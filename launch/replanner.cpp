@@ -1,34 +1,17 @@
 #include "launch/replanner.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "core/error.hpp"
 #include "core/plan/recalibrate.hpp"
 #include "launch/plan_profile.hpp"
+#include "launch/test_hooks.hpp"
 
 namespace ddl {
-namespace {
 
-// A test's way to slow the links down without a network to slow: DDL_TEST_SLOW_LINKS=STEP:FACTOR divides
-// the measured bandwidths by FACTOR and multiplies the latencies by it at re-plans from step STEP on.
-struct LinkSlowdown {
-  unsigned long long from_step = 0;
-  double factor = 1;
-  static LinkSlowdown from_environment() {
-    LinkSlowdown s;
-    if (const char* text = std::getenv("DDL_TEST_SLOW_LINKS"))
-      if (std::sscanf(text, "%llu:%lf", &s.from_step, &s.factor) != 2 || s.factor <= 0) s = {};
-    return s;
-  }
-  void apply(Link& link, unsigned long long step) const {
-    if (step < from_step) return;
-    link.latency_s *= factor;
-    link.bytes_per_s /= factor;
-  }
-};
-
-}  // namespace
+bool worth_moving(const Layout& current, const Prediction& now, const Plan& next) {
+  return next.layout.describe() != current.describe() && next.prediction.step_s <= (1 - kSwitchGain) * now.step_s;
+}
 
 Replanner::Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, Layout layout)
     : given_(std::move(given)),
@@ -99,8 +82,7 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
     return std::nullopt;  // nothing else fits: the current layout does, it runs
   }
   const Prediction& better = next->chosen.prediction;
-  if (next->chosen.layout.describe() == layout_.describe() || better.step_s > (1 - kSwitchGain) * now.step_s)
-    return std::nullopt;
+  if (!worth_moving(layout_, now, next->chosen)) return std::nullopt;
 
   double layers_now = 0, layers_before = 0;
   for (std::size_t i = 0; i < measured.size(); ++i) {

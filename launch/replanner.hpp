@@ -1,5 +1,5 @@
-// Re-planning during training (--strategy auto | data | pipeline, --replan-every; seeds/004's Algorithm 1
-// run again): at a step boundary every rank measures what the current layout's layers took since the last
+// Re-planning during training (--strategy auto | data | pipeline, --replan-every; Baligodugula and Amsaad's
+// Algorithm 1 run again): at a step boundary every rank measures what the current layout's layers took since the last
 // time, and the links again; the profile is recalibrated to those figures (core/plan/recalibrate.hpp), and
 // the planner runs again on it. Another layout predicted at least kSwitchGain faster than the current one
 // under the same figures is returned, for ddl_train to move the run to it.
@@ -22,6 +22,10 @@
 namespace ddl {
 
 constexpr double kSwitchGain = 0.10;
+
+// Whether the job should move from `current` (predicted `now` under the figures just measured) to the
+// plan's layout: another layout, at least kSwitchGain faster.
+bool worth_moving(const Layout& current, const Prediction& now, const Plan& next);
 
 struct Switch {
   PlanReport plan;

@@ -31,7 +31,7 @@ double default_memory_limit(int ranks_on_this_node) {
 }
 
 PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
-                           double memory_limit_bytes) {
+                         double memory_limit_bytes) {
   Constraints limits;
   limits.memory_limit_bytes = memory_limit_bytes;
   limits.stages = o.fixed_stages;

@@ -17,7 +17,7 @@ struct PlanReport {
 
 // memory_limit_bytes: per rank (0: none). Throws InputError when no layout fits.
 PlanReport plan_strategy(const TrainOptions& options, const Profile& profile, const Cluster& cluster,
-                           double memory_limit_bytes);
+                         double memory_limit_bytes);
 
 // The node's memory divided among its ranks, less a tenth for the system (/proc/meminfo), 0 if unknown.
 double default_memory_limit(int ranks_on_this_node);

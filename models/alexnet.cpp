@@ -1,4 +1,4 @@
-// AlexNet (Krizhevsky et al., 2012) as torchvision defines it (the single-tower variant of seeds/002):
+// AlexNet (Krizhevsky et al., 2012) as torchvision defines it (the single-tower variant Lerat et al. train, 2022):
 //   conv 64 11x11/4 p2, max-pool 3/2, conv 192 5x5 p2, max-pool 3/2, conv 384, 256, 256 3x3 p1,
 //   max-pool 3/2, dropout, dense 4096, dropout, dense 4096, dense classes; ReLU after every conv and
 //   hidden dense. 61,100,840 parameters at 1,000 classes and 224x224 (6x6x256 features).

@@ -1,4 +1,5 @@
-// The reference CNN of seeds/000 (Abdulkarim et al., 2026), for 32x32 RGB images:
+// The reference CNN of Abdulkarim et al., "Optimizing Training Time in Deep Learning Models Using
+// Distributed Computing Techniques" (2026), for 32x32 RGB images:
 //   conv 32 3x3 same + ReLU, max-pool 2, conv 64 3x3 same + ReLU, max-pool 2, flatten, dense 64 + ReLU,
 //   dense 10 (softmax is part of the loss). Glorot-uniform weights and zero biases, as Keras initialises
 //   them. 282,250 parameters at 10 classes.

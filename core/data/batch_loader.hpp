@@ -35,7 +35,7 @@ struct Preprocessing {
   dnnl::memory::data_type type = dnnl::memory::data_type::f32;
 };
 
-// seeds/002's (and torchvision's) ImageNet statistics, in pixel/255 units: --normalize imagenet.
+// Lerat et al.'s (2022, and torchvision's) ImageNet statistics, in pixel/255 units: --normalize imagenet.
 inline const std::vector<float> kImageNetMean{0.485f, 0.456f, 0.406f}, kImageNetStd{0.229f, 0.224f, 0.225f};
 
 // One image (h x w x c, uint8) as the network's input without augmentation, as the loader prepares

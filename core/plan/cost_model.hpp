@@ -1,5 +1,6 @@
 // The planner's cost model: a layout's predicted step time and peak memory per rank from a profile
-// (seeds/004: compute from the measured layers, communication from activation and gradient sizes).
+// (after Baligodugula and Amsaad, "Optimizing Distributed Training Approaches for Scaling Neural Networks",
+// 2025: compute from the measured layers, communication from activation and gradient sizes).
 //   - Compute: each layer's time per image times the images it sees (a split layer's share of a gathered
 //     batch, or 1/T of a shared one); a pipeline's step lasts (M + S - 1) of its slowest stage's
 //     micro-batch slots (GPipe and 1F1B have the same bubble), each slot with its activation messages.

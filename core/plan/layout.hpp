@@ -42,12 +42,15 @@ struct Layout {
   // data is dealt among D x T ranks where split dense layers gather a group's images, else among the D
   // replicas.
   int data_ranks() const { return split_kind == SplitKind::dense ? replicas * tensor : replicas; }
-  int data_rank(const GridPosition& p) const { return split_kind == SplitKind::dense ? p.replica * tensor + p.t : p.replica; }
+  int data_rank(const GridPosition& p) const {
+    return split_kind == SplitKind::dense ? p.replica * tensor + p.t : p.replica;
+  }
   int global_batch() const { return batch * data_ranks(); }
   // Buckets overlap backward only on plain data parallelism: a pipeline's messages and a split layer's
   // collectives would call MPI from the bucket thread and the step's at once, which MPI_THREAD_SERIALIZED
   // forbids; such a layout averages its gradients in one piece after the step.
-  bool buckets_overlap_backward() const { return bucket_bytes > 0 && stages == 1 && tensor == 1; }
+  bool buckets_overlap_backward() const { return bucket_bytes > 0 && plain_data_parallel(); }
+  bool plain_data_parallel() const { return stages == 1 && tensor == 1; }
   // Whether a layer of this kind, whose `divisor` (a dense layer's outputs, a block's heads) the group must
   // divide, may split across this layout's tensor groups.
   bool may_split(SplitKind kind, int divisor) const {

@@ -1,4 +1,4 @@
-// What the planner knows about a model and the machines it runs on (seeds/004's profile): each layer's
+// What the planner knows about a model and the machines it runs on (Baligodugula and Amsaad's profile, 2025): each layer's
 // measured compute time and sizes, the optimizer's cost, and a latency + bandwidth model of the links
 // within a node and between nodes. Plain data, measured by ddl_train on the job's own ranks (launch/) or
 // read from a file, so that planning needs no MPI and runs on a laptop.

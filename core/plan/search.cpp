@@ -139,7 +139,7 @@ SearchResult plan_layouts(const Profile& profile, const Cluster& cluster, int gl
     }
     const Layout& l = p.layout;
     if (better(result.fastest, p)) result.fastest = p;
-    if (l.stages == 1 && l.tensor == 1 && better(result.best_data, p)) result.best_data = p;
+    if (l.plain_data_parallel() && better(result.best_data, p)) result.best_data = p;
     if (l.replicas == 1 && l.tensor == 1 && l.stages > 1 && better(result.best_pipeline, p)) result.best_pipeline = p;
   });
   result.best = result.fastest;

@@ -1,7 +1,8 @@
-// The planner's search (seeds/004's Algorithm 1 over ddl's layouts): every grid D x S x T of the ranks,
-// micro-batches from {1, 2, 4, 8, 16, 32}, every cut of the layers into S stages (or, where there are too
-// many, the cut balanced by time and memory), and for T > 1 every split the profile allows (any subset of
-// the splittable dense layers, or the last k of them where there are many; every transformer block).
+// The planner's search (Baligodugula and Amsaad's Algorithm 1, 2025, over ddl's layouts): every grid
+// D x S x T of the ranks, micro-batches from {1, 2, 4, 8, 16, 32}, every cut of the layers into S stages
+// (or, where there are too many, the cut balanced by time and memory), and for T > 1 every split the
+// profile allows (any subset of the splittable dense layers, or the last k of them where there are many;
+// every transformer block).
 // Layouts over the memory limit are dropped; the least predicted step time wins, unless plain data
 // parallelism is predicted within kDataParallelMargin of it: the cost model's own error is larger than
 // that, and the plainer layout has fewer ways to be slow that the model does not know.

@@ -1,7 +1,6 @@
 #include "launch/train/after_step.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "comm/replica_check.hpp"
 #include "core/checksum.hpp"
@@ -39,22 +38,21 @@ void check_replicas(const Job& job, Session& session, const std::string& when, b
     replicas.broadcast(s.words, 0);
   }
   if (replicas.rank() == 0) {
-    std::fprintf(stderr, "ddl_train: replicas diverged %s: %s; copied rank %d's parameters and optimizer state to "
-                 "them (--on-divergence resync)\n", when.c_str(), difference.c_str(), replicas.world_rank(0));
+    std::fprintf(stderr,
+                 "ddl_train: replicas diverged %s: %s; copied rank %d's parameters and optimizer state to "
+                 "them (--on-divergence resync)\n",
+                 when.c_str(), difference.c_str(), replicas.world_rank(0));
     std::fflush(stderr);
   }
 }
 
 AfterStep::AfterStep(Job& job, Session& session, const Profiler& profiler, const std::atomic<int>& stop_signal)
-    : job_(job), session_(session), profiler_(profiler), stop_signal_(stop_signal), stop_vote_(job.world) {
-  if (const char* text = std::getenv("DDL_TEST_PERTURB"))
-    if (std::sscanf(text, "%d:%llu", &perturb_rank_, &perturb_step_) != 2) perturb_rank_ = -1;
-}
+    : job_(job), session_(session), profiler_(profiler), stop_signal_(stop_signal), stop_vote_(job.world) {}
 
 bool AfterStep::operator()(bool last_of_run) {
   job_.world.hang_detector()->step_done();
   const unsigned long long step = ++job_.steps_run;
-  if (perturb_rank_ == job_.world.rank() && perturb_step_ == step) session_.model->params()[0] += 1.0f;
+  if (perturbation_.rank == job_.world.rank() && perturbation_.step == step) session_.model->params()[0] += 1.0f;
   const int every = job_.options.check_replicas;
   if (every > 0 && step % static_cast<unsigned>(every) == 0)
     check_replicas(job_, session_, "after step " + std::to_string(step), false);
@@ -77,7 +75,8 @@ bool AfterStep::stop_at_epoch_end() { return job_.world.any(stop_vote_.finish() 
 void AfterStep::consider_replan() {
   HangDetector& hang = *job_.world.hang_detector();
   hang.set_phase("re-planning");
-  std::optional<Switch> next = job_.replanner->replan(job_.world, profiler_, session_.model->first_layer(), job_.steps_run);
+  std::optional<Switch> next =
+      job_.replanner->replan(job_.world, profiler_, session_.model->first_layer(), job_.steps_run);
   job_.world.check_same("the re-plan's decision",
                         Checksum().add(next ? next->plan.chosen.layout.describe() : "keep").value());
   next_ = std::move(next);

@@ -11,6 +11,7 @@
 #include "comm/stop_vote.hpp"
 #include "core/profiler.hpp"
 #include "launch/replanner.hpp"
+#include "launch/test_hooks.hpp"
 #include "launch/train/job.hpp"
 #include "launch/train/session.hpp"
 
@@ -44,10 +45,7 @@ class AfterStep {
   const std::atomic<int>& stop_signal_;
   StopVote stop_vote_;
   std::optional<Switch> next_;
-  // A test's way to make one replica drift: DDL_TEST_PERTURB=RANK:STEP adds 1 to that world rank's first
-  // parameter after that training step (counted over the whole run).
-  int perturb_rank_ = -1;
-  unsigned long long perturb_step_ = 0;
+  const ReplicaPerturbation perturbation_ = ReplicaPerturbation::from_environment();
   // A re-planning run times its steps; the first one of a layout builds its primitives and is left out.
   std::chrono::steady_clock::time_point step_began_;
   bool first_step_of_layout_ = true;

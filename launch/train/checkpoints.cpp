@@ -124,9 +124,10 @@ bool resume(Job& job, Session& session) {
       return false;
     }
     if (job.world.rank() == 0) {
-      std::fprintf(stderr, "ddl_train: %s; resuming from %s instead\n",
-                   error ? describe_exception(error).c_str() : (candidates[i] + " cannot be read on every rank").c_str(),
-                   candidates[i + 1].c_str());
+      std::fprintf(
+          stderr, "ddl_train: %s; resuming from %s instead\n",
+          error ? describe_exception(error).c_str() : (candidates[i] + " cannot be read on every rank").c_str(),
+          candidates[i + 1].c_str());
       std::fflush(stderr);
     }
   }

@@ -27,8 +27,10 @@ std::string describe_nodes(const Communicator& world) {
   std::vector<std::pair<std::string, int>> hosts;
   for (const auto& n : names) {
     auto it = std::find_if(hosts.begin(), hosts.end(), [&](const auto& h) { return h.first == n; });
-    if (it == hosts.end()) hosts.emplace_back(n, 1);
-    else ++it->second;
+    if (it == hosts.end())
+      hosts.emplace_back(n, 1);
+    else
+      ++it->second;
   }
   if (hosts.size() < 2) return "";
   std::string text = std::to_string(hosts.size()) + " nodes:";
@@ -49,12 +51,15 @@ std::string image_shape(const ImageDataset& ds) {
 
 void check_precision_and_paths(const TrainOptions& o) {
   if (o.precision == "bf16" && !cpu_computes_bf16())
-    throw InputError("--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
-                     "slower than f32): train with --precision f32");
+    throw InputError(
+        "--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
+        "slower than f32): train with --precision f32");
   for (const auto& [option, path] : {std::pair{"--train", o.train_path}, std::pair{"--val", o.val_path}})
     if (!path.empty() && std::filesystem::is_directory(path))
-      throw InputError(std::string(option) + " " + path + " is a folder: import its images first (ddl_data import "
-                       "--from " + path + " --output data.h5) and give the .h5 file");
+      throw InputError(std::string(option) + " " + path +
+                       " is a folder: import its images first (ddl_data import "
+                       "--from " +
+                       path + " --output data.h5) and give the .h5 file");
 }
 
 ModelConfig model_config(const TrainOptions& o, const ImageDataset& train) {
@@ -115,7 +120,8 @@ double images_to_keep_in_memory(Job& job, double bytes) {
                                                   : default_memory_limit(job.world.split_shared().size())};
   job.world.allreduce_min(share);
   if (o.cache_images == "auto" && !(bytes <= share[0] / 4)) {
-    job.cache_note = "training images read from the file every step (" + std::to_string(static_cast<long long>(bytes / 1e6)) +
+    job.cache_note = "training images read from the file every step (" +
+                     std::to_string(static_cast<long long>(bytes / 1e6)) +
                      " MB do not fit in a quarter of a rank's memory share; --cache-images on to keep them in memory)";
     return 0;
   }

@@ -34,7 +34,7 @@ struct Job {
   dnnl::memory::data_type compute_type = dnnl::memory::data_type::f32;
   ModelConfig config;
   std::unique_ptr<Model> whole;  // not finalized: its layers, to choose and check layouts by
-  Preprocessing prep;             // of the training images; a session sets the type its model takes
+  Preprocessing prep;            // of the training images; a session sets the type its model takes
   std::size_t training_images = 0;
   std::vector<std::size_t> train_subset, val_subset;  // dataset indices used for training / validation
   TrainingState state;
@@ -43,11 +43,11 @@ struct Job {
   double cache_bytes = 0;   // of training images to keep in memory (the planner leaves them room)
   std::string cache_note;   // --cache-images: what was kept in memory, or why not
   std::shared_ptr<const ImageCache> image_cache;
-  std::optional<Replanner> replanner;   // a planned job that re-plans (--replan-every)
-  unsigned long long steps_run = 0;     // training steps of this process, over every layout
+  std::optional<Replanner> replanner;              // a planned job that re-plans (--replan-every)
+  unsigned long long steps_run = 0;                // training steps of this process, over every layout
   std::unique_ptr<DirectoryLock> checkpoint_lock;  // rank 0's, with a checkpoint folder
-  std::optional<MetricsLog> metrics;    // rank 0's, with --metrics
-  Timeline timeline;                    // --timeline: every layout's events
+  std::optional<MetricsLog> metrics;               // rank 0's, with --metrics
+  Timeline timeline;                               // --timeline: every layout's events
 };
 
 }  // namespace ddl

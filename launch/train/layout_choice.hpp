@@ -12,9 +12,9 @@ namespace ddl {
 // A layout, and what the run's header says of how it came to be.
 struct ChosenLayout {
   Layout layout;
-  std::string split_report;  // with T > 1: what splits, what stays whole and why
-  std::string plan_report;   // a planned layout: the planner's report
-  std::string replan_reason; // a re-plan's move: why, in place of the model's summary
+  std::string split_report;                               // with T > 1: what splits, what stays whole and why
+  std::string plan_report;                                // a planned layout: the planner's report
+  std::string replan_reason;                              // a re-plan's move: why, in place of the model's summary
   double predicted_step_s = 0, predicted_comm_share = 0;  // by the plan
 };
 

@@ -21,10 +21,11 @@ void print_grid(const Job& job, const Session& session) {
   const Layout& l = session.layout();
   const int ranks = job.world.size();
   if (l.tensor > 1)
-    std::printf("ranks %d in a grid %d x %d x %d (replicas x stages x tensor-parallel), threads per rank %d, batch %d "
-                "per %s (global %d)",
-                ranks, l.replicas, l.stages, l.tensor, job.threads, l.batch,
-                l.split_kind == SplitKind::dense ? "rank" : "tensor group", l.global_batch());
+    std::printf(
+        "ranks %d in a grid %d x %d x %d (replicas x stages x tensor-parallel), threads per rank %d, batch %d "
+        "per %s (global %d)",
+        ranks, l.replicas, l.stages, l.tensor, job.threads, l.batch,
+        l.split_kind == SplitKind::dense ? "rank" : "tensor group", l.global_batch());
   else if (l.stages == 1)
     std::printf("ranks %d, threads per rank %d, batch %d per rank (global %d)", ranks, job.threads, l.batch,
                 l.global_batch());
@@ -45,15 +46,17 @@ void print_run_notes(const Job& job, const Session& session) {
   if (data.height() != in[1] || data.width() != in[2])
     std::printf("%s images resampled to %ldx%ld (bilinear)\n", image_shape(data).c_str(), static_cast<long>(in[1]),
                 static_cast<long>(in[2]));
-  std::printf("optimizer %s, schedule %s\n", session.optimizer->describe().c_str(), session.schedule.describe().c_str());
+  std::printf("optimizer %s, schedule %s\n", session.optimizer->describe().c_str(),
+              session.schedule.describe().c_str());
   if (o.precision == "auto" && session.ctx.compute_type() == dt::f32)
     std::printf("precision auto: f32 (a CPU of this run has neither AVX512-BF16 nor AMX)\n");
   if (session.ctx.compute_type() == dt::bf16)
-    std::printf("precision bf16: convolutions, dense layers and matrix products multiply in bf16 and accumulate in "
-                "f32; activations bf16 between the layers that take it; weights, gradients, optimizer and loss f32\n");
+    std::printf(
+        "precision bf16: convolutions, dense layers and matrix products multiply in bf16 and accumulate in "
+        "f32; activations bf16 between the layers that take it; weights, gradients, optimizer and loss f32\n");
   if (l.replicas > 1 && l.buckets_overlap_backward())
-    std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n", option_word(o.allreduce_algorithm),
-                o.allreduce_wire.c_str(), o.bucket_mb);
+    std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n",
+                option_word(o.allreduce_algorithm), o.allreduce_wire.c_str(), o.bucket_mb);
   else if (l.replicas > 1)
     std::printf("gradients: %s all-reduce, %s wire, one piece after backward\n", option_word(o.allreduce_algorithm),
                 o.allreduce_wire.c_str());
@@ -61,10 +64,10 @@ void print_run_notes(const Job& job, const Session& session) {
     std::printf("note: --num-classes %d, but %s has %zu classes: the model's other outputs are never a right answer\n",
                 o.num_classes, o.train_path.c_str(), data.num_classes());
   if (!job.resume_path.empty()) {
-    std::printf("resumed from %s after epoch %llu%s\n", job.resume_path.c_str(),
-                static_cast<unsigned long long>(job.state.epochs_done),
-                job.state.steps_done ? (" and " + std::to_string(job.state.steps_done) + " steps of the next").c_str()
-                                     : "");
+    std::printf(
+        "resumed from %s after epoch %llu%s\n", job.resume_path.c_str(),
+        static_cast<unsigned long long>(job.state.epochs_done),
+        job.state.steps_done ? (" and " + std::to_string(job.state.steps_done) + " steps of the next").c_str() : "");
     const std::string changed = changed_options(job.state.configuration, o.describe());
     if (!changed.empty()) std::printf("options changed since the checkpoint: %s\n", changed.c_str());
     if (!o.init.empty()) std::printf("--init %s not used: the run resumed instead\n", o.init.c_str());
@@ -105,7 +108,8 @@ void report_epoch(Job& job, const Session& session, const EpochFigures& f) {
   std::printf("  time %.2f s  %.0f img/s  lr %.3g  peak RSS %.0f MB%s", tr.seconds, tr.images_per_second(), f.lr,
               f.peak_mb, job.world.size() > 1 ? " (largest rank)" : "");
   if (l.replicas > 1)
-    std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * f.comm_share, f.reduced_bytes / steps / (1 << 20));
+    std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * f.comm_share,
+                f.reduced_bytes / steps / (1 << 20));
   if (l.stages > 1) std::printf("  pipeline wait %.1f%%", 100.0 * f.pipeline_wait_s / tr.seconds);
   if (l.tensor > 1) std::printf("  tensor group %.0f bytes/step sent per rank", f.tensor_bytes / steps);
   if (predicted > 0) std::printf("  step %.3f s (planned %.3f s)", step_seconds, predicted);

@@ -18,11 +18,11 @@ struct EpochFigures {
   PassMetrics train, val;
   bool validated = false;
   double lr = 0;
-  double peak_mb = 0;             // the largest rank's resident memory
-  double comm_share = 0;          // of the slowest rank's epoch spent waiting for all-reduces
-  double reduced_bytes = 0;       // all-reduced, every stage's share once
-  double pipeline_wait_s = 0;     // the stages' mean
-  double tensor_bytes = 0;        // sent by the busiest rank to its tensor group
+  double peak_mb = 0;          // the largest rank's resident memory
+  double comm_share = 0;       // of the slowest rank's epoch spent waiting for all-reduces
+  double reduced_bytes = 0;    // all-reduced, every stage's share once
+  double pipeline_wait_s = 0;  // the stages' mean
+  double tensor_bytes = 0;     // sent by the busiest rank to its tensor group
 };
 
 void print_header(const Job& job, Session& session);

@@ -23,7 +23,8 @@ void keep_training_images_in_memory(Job& job, Session& session, bool first_of_jo
     try {
       job.image_cache = session.train_loader->keep_in_memory(job.train_subset);
     } catch (const std::bad_alloc&) {
-      throw InputError("--cache-images: no memory for the " + std::to_string(static_cast<long long>(job.cache_bytes / 1e6)) +
+      throw InputError("--cache-images: no memory for the " +
+                       std::to_string(static_cast<long long>(job.cache_bytes / 1e6)) +
                        " MB of training images (--cache-images off reads them from the file every step)");
     }
     char note[160];
@@ -59,8 +60,8 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
   ctx.set_compute_type(job.compute_type);
   LayerSplit split;
   if (l.tensor > 1) split = {l.split, grid.tensor_group()};
-  StagePartition partition = choose_partition(o, l, job.config, job.whole->num_layers(), p.stage, grid.pipeline(),
-                                              job.world, ctx);
+  StagePartition partition =
+      choose_partition(o, l, job.config, job.whole->num_layers(), p.stage, grid.pipeline(), job.world, ctx);
   l.cut = std::move(partition.counts);
   partition_report = std::move(partition.report);
   const LayerRange range = stage_range(l.cut, p.stage);

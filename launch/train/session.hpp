@@ -34,8 +34,8 @@ class Session {
   ChosenLayout chosen;  // its cut filled in where it was measured
   Context ctx;
   ProcessGrid grid;
-  std::string partition_report;  // with S > 1: each stage's layers
-  std::unique_ptr<Model> model;  // the whole model, or this rank's stage
+  std::string partition_report;                // with S > 1: each stage's layers
+  std::unique_ptr<Model> model;                // the whole model, or this rank's stage
   std::vector<std::unique_ptr<Model>> copies;  // sharing its parameters: micro-batches in flight
   MicroBatching micro_batching;
   std::unique_ptr<Optimizer> optimizer;

@@ -107,7 +107,8 @@ SessionEnd TrainingLoop::run() {
     for (Model* m : copies) m->attach_profiler(&profiler_);
   trainer_.emplace(session_.ctx, copies, *session_.optimizer, session_.schedule, group_, link_ ? &*link_ : nullptr,
                    session_.micro_batching, session_.grid.tensor_group());
-  if (lead_ && !o_.metrics_path.empty() && !job_.metrics) job_.metrics.emplace(o_.metrics_path, !job_.resume_path.empty());
+  if (lead_ && !o_.metrics_path.empty() && !job_.metrics)
+    job_.metrics.emplace(o_.metrics_path, !job_.resume_path.empty());
   // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
   // mpirun "auto" cannot tell and stays with plain lines; --progress always forces the bar. A pipeline's
   // first stage does not see the loss, so it shows no bar.
@@ -149,7 +150,8 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
     indices.resize(std::min(indices.size(), static_cast<std::size_t>(o_.steps_per_epoch) * batch));
   const std::size_t steps = indices.size() / batch;
   // A run stopped in the middle of an epoch resumes at the step after the last one it finished.
-  const std::size_t first_step = static_cast<std::uint64_t>(epoch) == job_.state.epochs_done ? job_.state.steps_done : 0;
+  const std::size_t first_step =
+      static_cast<std::uint64_t>(epoch) == job_.state.epochs_done ? job_.state.steps_done : 0;
   indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(first_step * batch));
   BatchLoader* loader = session_.train_loader ? &*session_.train_loader : nullptr;
   if (loader) loader->start(select(job_.train_subset, indices), true, o_.seed, epoch, first_step);

@@ -55,6 +55,48 @@ Profile alexnet_profile(const Link& within, const Link& between) {
 // Shared memory (a small collective costs MPI some 10 us) and a slow network.
 const Link kFast{10e-6, 20e9}, kSlow{100e-6, 0.1e9};
 
+// The rules that follow from a layout, each written once in core/plan/layout.hpp.
+TEST(Layout, PlacesRanksAndDealsTheDataByItsGrid) {
+  Layout l{2, 3, 2, 4, {3, 2, 2}, {}, 16};  // 12 ranks: world rank = (replica * S + stage) * T + t
+  EXPECT_EQ(l.ranks(), 12);
+  const GridPosition p = l.position(9);  // replica 1, stage 1, t 1
+  EXPECT_EQ(p.replica, 1);
+  EXPECT_EQ(p.stage, 1);
+  EXPECT_EQ(p.t, 1);
+  EXPECT_EQ(l.data_ranks(), 2);  // the group shares one batch (blocks, or nothing split)
+  EXPECT_EQ(l.data_rank(p), 1);
+  EXPECT_EQ(l.global_batch(), 32);
+  l.split = {5};
+  l.split_kind = SplitKind::dense;  // each rank of a group brings its own images
+  EXPECT_EQ(l.data_ranks(), 4);
+  EXPECT_EQ(l.data_rank(p), 3);
+  EXPECT_EQ(l.global_batch(), 64);
+  EXPECT_EQ(l.describe(), "2 x 3 x 2, 4 micro-batches, cut 3,2,2, split 5, batch 16");
+}
+
+TEST(Layout, BucketsOverlapBackwardOnlyOnPlainDataParallelism) {
+  Layout data{4, 1, 1, 1, {7}, {}, 16};
+  EXPECT_FALSE(data.buckets_overlap_backward());  // none asked for
+  data.bucket_bytes = 1 << 20;
+  EXPECT_TRUE(data.buckets_overlap_backward());
+  Layout pipeline = data, split = data;
+  pipeline.stages = 2;
+  split.tensor = 2;
+  EXPECT_FALSE(pipeline.buckets_overlap_backward());
+  EXPECT_FALSE(split.buckets_overlap_backward());
+}
+
+TEST(Layout, ALayerMaySplitWhereItsKindSplitsAndTheGroupDividesIt) {
+  Layout l;
+  EXPECT_FALSE(l.may_split(SplitKind::dense, 64));  // T = 1: no group to split across
+  l.tensor = 4;
+  EXPECT_TRUE(l.may_split(SplitKind::dense, 64));
+  EXPECT_FALSE(l.may_split(SplitKind::dense, 10));
+  EXPECT_TRUE(l.may_split(SplitKind::block, 12));
+  EXPECT_FALSE(l.may_split(SplitKind::none, 64));
+  EXPECT_FALSE(l.may_split(SplitKind::dense, 0));
+}
+
 TEST(Planner, FastLinksAndASmallModelChooseDataParallelism) {
   const SearchResult r = plan_layouts(seed_cnn_profile(kFast), {4, 4}, 256, {});
   ASSERT_TRUE(r.best && r.best_data && r.fastest);

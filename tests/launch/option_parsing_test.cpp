@@ -1,0 +1,73 @@
+// ddl_train's options without a job: words parsed into their enums once and written back by describe(),
+// what a strategy takes from the layout's options, and what a resumed run says changed.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "launch/train/run_report.hpp"
+#include "launch/train_options.hpp"
+
+namespace ddl {
+namespace {
+
+std::optional<TrainOptions> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), {"ddl_train", "--train", "data.h5"});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_train_options(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainOptionsParsing, EnumsFromTheirWordsAndBack) {
+  const auto o = parse({"--allreduce", "ring", "--lr-schedule", "cosine", "--schedule", "gpipe"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->allreduce_algorithm, AllreduceAlgorithm::ring);
+  EXPECT_EQ(o->lr_policy, LrPolicy::cosine);
+  EXPECT_EQ(o->pipeline_schedule, PipelineSchedule::gpipe);
+  const std::string text = o->describe();
+  EXPECT_NE(text.find("\nallreduce = ring\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nlr-schedule = cosine\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nschedule = gpipe\n"), std::string::npos) << text;
+  const auto defaults = parse({});
+  EXPECT_EQ(defaults->allreduce_algorithm, AllreduceAlgorithm::hierarchical);
+  EXPECT_NE(defaults->describe().find("\nallreduce = hier\n"), std::string::npos);
+  EXPECT_NE(defaults->describe().find("\nschedule = 1f1b\n"), std::string::npos);
+}
+
+TEST(TrainOptionsParsing, AWordThatNamesNothingIsRefusedWithTheWordsThatDo) {
+  EXPECT_EQ(error_of({"--allreduce", "tree"}), "--allreduce must be ring, hier or mpi, not 'tree'");
+  EXPECT_EQ(error_of({"--lr-schedule", "linear"}), "--lr-schedule must be constant, step or cosine, not 'linear'");
+  EXPECT_EQ(error_of({"--schedule", "zb"}), "--schedule must be gpipe or 1f1b, not 'zb'");
+  EXPECT_EQ(error_of({"--allreduce-wire", "bf16"}), "--allreduce-wire bf16 needs --allreduce ring");
+}
+
+TEST(TrainOptionsParsing, AStrategyKeepsTheGridOptionsGivenAndRefusesACutOrSplit) {
+  const auto o = parse({"--strategy", "auto", "--pipeline-stages", "2"});
+  EXPECT_EQ(o->fixed_stages, 2);
+  EXPECT_EQ(o->fixed_tensor, 0);
+  EXPECT_EQ(o->fixed_micro_batches, 0);
+  EXPECT_NE(error_of({"--strategy", "auto", "--partition", "3,4"}).find("chooses the cut and the split layers"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--replan-every", "5"}).find("--replan-every goes with --strategy auto"), std::string::npos);
+  EXPECT_EQ(parse({"--strategy", "data", "--replan-every", "never"})->replan_every, TrainOptions::kNeverReplan);
+  EXPECT_EQ(parse({"--strategy", "data", "--replan-every", "7"})->replan_every, 7);
+}
+
+TEST(ChangedOptions, NamesWhatAResumedRunChangedButItsEpochs) {
+  const auto before = parse({"--lr", "0.001", "--epochs", "2"}), after = parse({"--lr", "0.01", "--epochs", "5"});
+  EXPECT_EQ(changed_options(before->describe(), after->describe()), "lr 0.001 -> 0.01");
+  EXPECT_EQ(changed_options(before->describe(), before->describe()), "");
+}
+
+}  // namespace
+}  // namespace ddl
