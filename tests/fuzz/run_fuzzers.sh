@@ -44,20 +44,20 @@ mkdir -p "$artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/fuzz/lsan.supp:print_suppressions=0}
-code=0
-for t in "${targets[@]}"; do
+# One target: its messages on stdout, its status as the function's.
+fuzz_one() {
+  local t=$1 exe findings seeds dict t0 inputs
   exe=$build/tests/fuzz/fuzz_$t
-  [ -x "$exe" ] || { echo "run_fuzzers: no target $t"; code=1; continue; }
+  [ -x "$exe" ] || { echo "run_fuzzers: no target $t"; return 1; }
   # Past findings first, each by name: one that fails again is named, not rediscovered.
   findings=("$root/tests/fuzz/findings/$t"/*)
   if [ -e "${findings[0]}" ] && ! "$exe" -timeout=20 -rss_limit_mb=2048 -malloc_limit_mb=1024 -artifact_prefix="$work/$t-" \
       "${findings[@]}" \
       > "$work/$t.findings.log" 2>&1; then
-    code=1
     echo "run_fuzzers: $t: FAILED: tests/fuzz/findings/$t/$(sed -n 's|^Running: .*/||p' "$work/$t.findings.log" | tail -1)" \
          "fails again (tests/fuzz/findings/README.md):"
     grep -v '^#\|^INFO:\|^ *$' "$work/$t.findings.log" | grep -v '^ *#[0-9]* 0x.* in fuzzer::' | tail -25
-    continue
+    return 1
   fi
   mkdir -p "$work/$t"  # new inputs go here, not into the repository's corpus
   seeds=()
@@ -73,11 +73,23 @@ for t in "${targets[@]}"; do
     inputs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log")
     echo "run_fuzzers: $t: $inputs inputs in $(($(date +%s) - t0)) s ($(ls "$work/$t" | wc -l) new in the corpus): ok"
   else
-    code=1
     echo "run_fuzzers: $t: FAILED after $(($(date +%s) - t0)) s; the input is in $artifacts/" \
          "(DDL_FUZZ_VERBOSE=1 $exe FILE replays it):"
     grep -v '^#\|^INFO:\|^ *$' "$work/$t.log" | grep -v '^ *#[0-9]* 0x.* in fuzzer::\|NEW_FUNC' | tail -40
+    return 1
   fi
+}
+
+# The targets side by side, one a core (each fuzzes on one thread), their messages in the targets' order.
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
+  { if fuzz_one "$t" > "$work/$t.result" 2>&1; then echo 0; else echo 1; fi > "$work/$t.status"; } &
+done
+wait
+code=0
+for t in "${targets[@]}"; do
+  cat "$work/$t.result"
+  [ "$(cat "$work/$t.status")" = 0 ] || code=1
 done
 echo "run_fuzzers: $(($(date +%s) - start)) s in all"
 exit "$code"
