@@ -3,8 +3,7 @@
 namespace ddl {
 
 ProcessGrid::ProcessGrid(const Communicator& world, const Layout& layout)
-    : world_(world),
-      position_(layout.position(world.rank())),
+    : position_(layout.position(world.rank())),
       pipeline_(world.split(position_.replica * layout.tensor + position_.t, position_.stage)),
       stage_replicas_(world.split(position_.stage * layout.tensor + position_.t, position_.replica)),
       tensor_(world.split(position_.replica * layout.stages + position_.stage, position_.t)),

@@ -18,7 +18,6 @@ class ProcessGrid {
   ProcessGrid& operator=(const ProcessGrid&) = delete;
 
   const GridPosition& position() const { return position_; }
-  const Communicator& world() const { return world_; }
   // The stages of this replica (of this rank's tensor index).
   const Communicator& pipeline() const { return pipeline_; }
   // The replicas of this stage (likewise): the ranks that average gradients.
@@ -31,7 +30,6 @@ class ProcessGrid {
   MpiTensorGroup* tensor_group() { return tensor_group_ ? &*tensor_group_ : nullptr; }
 
  private:
-  const Communicator& world_;
   GridPosition position_;
   Communicator pipeline_, stage_replicas_, tensor_, replica_ranks_;
   std::optional<MpiTensorGroup> tensor_group_;

@@ -22,6 +22,24 @@
 #include "launch/train/training_loop.hpp"
 #include "launch/train_options.hpp"
 
+namespace ddl {
+namespace {
+
+// While the job asks for another layout (a re-plan's move), build its session and train on.
+int train_every_layout(Job& job, std::optional<Session>& session, StopSignals& stop_signals) {
+  SessionEnd end = train(job, *session, stop_signals);
+  while (end.next_layout) {
+    session.reset();  // the previous layout's memory, communicators and loaders go first
+    session.emplace(job, std::move(*end.next_layout), false);
+    take_packed_state(job, *session, std::move(end.state_image));
+    end = train(job, *session, stop_signals);
+  }
+  return end.exit_code;
+}
+
+}  // namespace
+}  // namespace ddl
+
 int main(int argc, char** argv) {
   using namespace ddl;
   StopSignals stop_signals;  // before any thread starts
@@ -31,7 +49,7 @@ int main(int argc, char** argv) {
   std::optional<HangDetector> hang;
   std::optional<Job> job;
   std::optional<Session> session;
-  std::string plan_only;  // --plan-only: the plan's report
+  std::string plan_report;  // --plan-only: all it prints
   // Set-up: every rank learns whether any rank failed, so all stop together with exit code 2.
   std::exception_ptr setup_error;
   try {
@@ -44,12 +62,12 @@ int main(int argc, char** argv) {
     job.emplace(*options, *world);
     ChosenLayout first = first_layout(*job);
     if (job->options.plan_only) {
-      plan_only = first.plan_report;
+      plan_report = first.plan_report;
     } else {
       session.emplace(*job, std::move(first), true);
       // Last, after every collective of the set-up: a check that only rank 0 makes must not leave the
       // other ranks in a collective that rank 0 never joins (they all agree on set-up errors after this).
-      job->open_outputs();
+      job->prepare_outputs();
     }
   } catch (...) {
     setup_error = std::current_exception();
@@ -64,19 +82,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (!session) {
-      if (world->rank() == 0) std::printf("%s", plan_only.c_str());
+      if (world->rank() == 0) std::printf("%s", plan_report.c_str());
       return 0;
     }
     if (!resume(*job, *session) || !initialize(*job, *session)) return 2;
-    // While the job asks for another layout (a re-plan's move), build its session and train on.
-    SessionEnd end = train(*job, *session, stop_signals);
-    while (end.next_layout) {
-      session.reset();  // the previous layout's memory, communicators and loaders go first
-      session.emplace(*job, std::move(*end.next_layout), false);
-      take_packed_state(*job, *session, end.state_image);
-      end = train(*job, *session, stop_signals);
-    }
-    return end.exit_code;
+    return train_every_layout(*job, session, stop_signals);
   } catch (...) {
     fail_during_training(*world, std::current_exception());
   }

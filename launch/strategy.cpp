@@ -38,7 +38,7 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
   limits.tensor = o.fixed_tensor;
   limits.micro_batches = o.fixed_micro_batches;
   limits.schedule = o.pipeline_schedule;
-  limits.bucket_bytes = o.bucket_mb * (1 << 20);
+  limits.bucket_bytes = o.bucket_bytes();
   if (o.strategy == "data") limits.stages = limits.tensor = 1;
   if (o.strategy == "pipeline") {
     limits.tensor = 1;

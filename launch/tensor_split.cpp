@@ -53,9 +53,6 @@ std::vector<std::size_t> parse_indices(const std::string& text) {
   return out;
 }
 
-}  // namespace
-
-namespace {
 
 // "split across 2 ranks: layers 9 (...), 11 (...); the group's batch is gathered at layer 9", and the
 // layers that stay whole (`kept`).

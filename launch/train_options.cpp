@@ -414,6 +414,22 @@ std::string TrainOptions::describe() const {
   return s.str();
 }
 
+std::string TrainOptions::describe(const Layout& layout) const {
+  if (strategy == "manual") return describe();
+  TrainOptions planned = *this;
+  planned.pipeline_stages = layout.stages;
+  planned.tensor_parallel = layout.tensor;
+  planned.micro_batches = layout.micro_batches;
+  planned.partition = layout.stages > 1 ? layout.cut : std::vector<std::size_t>{};
+  if (!layout.split.empty()) {
+    planned.tensor_split.clear();
+    for (std::size_t i = 0; i < layout.split.size(); ++i)
+      planned.tensor_split += (i ? "," : "") + std::to_string(layout.split[i]);
+  }
+  planned.batch_size = layout.batch;
+  return planned.describe();
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, std::size_t params) {
   if (o.optimizer == "adam") return make_adam(params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
   return make_sgd(params, {o.momentum, o.nesterov, o.weight_decay});

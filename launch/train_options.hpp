@@ -10,6 +10,7 @@
 #include "comm/allreduce.hpp"
 #include "core/optim/lr_schedule.hpp"
 #include "core/optim/optimizer.hpp"
+#include "core/plan/layout.hpp"
 #include "core/plan/profile.hpp"
 #include "core/train/pipeline_schedule.hpp"
 
@@ -89,6 +90,10 @@ struct TrainOptions {
   // The settings that define the run (not where it writes), "key = value" a line: stored in checkpoints
   // and fingerprinted to check that every rank was started the same way.
   std::string describe() const;
+  // The same for the run in `layout`: under a strategy, the planner's grid, micro-batches, cut, split and
+  // batch stand where a user would have given them.
+  std::string describe(const Layout& layout) const;
+  double bucket_bytes() const { return bucket_mb * (1 << 20); }
 };
 
 // The word an option takes for this value ("hier", "cosine", "1f1b").

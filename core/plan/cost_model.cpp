@@ -44,7 +44,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
                        std::to_string(T) + " ways");
     split[i] = 1;
   }
-  const bool gathers = layout.split_kind == SplitKind::dense && !layout.split.empty();
+  const bool gathers = layout.gathers_batch();
   const std::size_t gather = gathers ? layout.split.front() : L;  // where the group's batch is gathered
   const int data_ranks = layout.data_ranks();
   if (global_batch % data_ranks != 0 || (global_batch / data_ranks) % M != 0)

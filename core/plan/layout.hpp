@@ -41,9 +41,11 @@ struct Layout {
   // The ranks that bring their own images each step, and this position's index among them: the training
   // data is dealt among D x T ranks where split dense layers gather a group's images, else among the D
   // replicas.
-  int data_ranks() const { return split_kind == SplitKind::dense ? replicas * tensor : replicas; }
+  int data_ranks() const { return gathers_batch() ? replicas * tensor : replicas; }
+  // Split dense layers: the first of them gathers its group's images, each rank having brought its own.
+  bool gathers_batch() const { return split_kind == SplitKind::dense && !split.empty(); }
   int data_rank(const GridPosition& p) const {
-    return split_kind == SplitKind::dense ? p.replica * tensor + p.t : p.replica;
+    return gathers_batch() ? p.replica * tensor + p.t : p.replica;
   }
   int global_batch() const { return batch * data_ranks(); }
   // Buckets overlap backward only on plain data parallelism: a pipeline's messages and a split layer's

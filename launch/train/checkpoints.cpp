@@ -184,8 +184,9 @@ std::vector<char> pack_for_next_layout(const Job& job, Session& session) {
   return image;
 }
 
-void take_packed_state(Job& job, Session& session, const std::vector<char>& image) {
-  take_loaded_state(job, load_checkpoint_image(image, *session.model, session.optimizer.get()));
+void take_packed_state(Job& job, Session& session, std::vector<char>&& image) {
+  const std::vector<char> packed = std::move(image);
+  take_loaded_state(job, load_checkpoint_image(packed, *session.model, session.optimizer.get()));
 }
 
 }  // namespace ddl

@@ -22,7 +22,7 @@ bool resume(Job& job, Session& session);
 bool initialize(Job& job, Session& session);
 // The job's checkpoint in memory, on every rank: the state the next layout's ranks take their slices from.
 std::vector<char> pack_for_next_layout(const Job& job, Session& session);
-// A session of a re-plan's move takes the state packed by the session before it.
-void take_packed_state(Job& job, Session& session, const std::vector<char>& image);
+// A session of a re-plan's move takes the state packed by the session before it, and frees the image.
+void take_packed_state(Job& job, Session& session, std::vector<char>&& image);
 
 }  // namespace ddl

@@ -45,10 +45,6 @@ std::vector<std::size_t> every_index(std::size_t n) {
   return v;
 }
 
-std::string image_shape(const ImageDataset& ds) {
-  return std::to_string(ds.height()) + "x" + std::to_string(ds.width()) + "x" + std::to_string(ds.channels());
-}
-
 void check_precision_and_paths(const TrainOptions& o) {
   if (o.precision == "bf16" && !cpu_computes_bf16())
     throw InputError(
@@ -150,7 +146,11 @@ void choose_subsets(Job& job, const ImageDataset& train) {
 
 }  // namespace
 
-Job::Job(TrainOptions given, const Communicator& world_) : options(std::move(given)), world(world_) {
+std::string image_shape(const ImageDataset& ds) {
+  return std::to_string(ds.height()) + "x" + std::to_string(ds.width()) + "x" + std::to_string(ds.channels());
+}
+
+Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(given)), world(ranks) {
   const TrainOptions& o = options;
   threads = o.threads > 0 ? o.threads : default_threads(world.split_shared().size());
   omp_set_num_threads(threads);
@@ -164,12 +164,11 @@ Job::Job(TrainOptions given, const Communicator& world_) : options(std::move(giv
     whole = define_model(o.model, config);
     check_model_input(o, *whole, train);
     prep = preprocessing(o, *whole, train);
-    choose_subsets(*this, train);
+    if (!o.plan_only) choose_subsets(*this, train);  // a plan reads no validation set
     training_images = train.size();
     image_bytes = static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
     state.model_name = o.model;
     state.seed = o.seed;
-    state.configuration = o.describe();
     state.class_names = train.class_names();
     state.input_mean.assign(prep.mean.begin(), prep.mean.end());
     state.input_std.assign(prep.stddev.begin(), prep.stddev.end());
@@ -183,7 +182,7 @@ Job::Job(TrainOptions given, const Communicator& world_) : options(std::move(giv
   cache_bytes = images_to_keep_in_memory(*this, image_bytes);
 }
 
-void Job::open_outputs() {
+void Job::prepare_outputs() {
   const TrainOptions& o = options;
   if (world.rank() == 0 && !o.metrics_path.empty()) {
     const auto folder = std::filesystem::path(o.metrics_path).parent_path();

@@ -22,10 +22,10 @@ namespace ddl {
 struct Job {
   // Collective over `world`: checks the options against this CPU and the data, on every rank alike.
   // Throws InputError.
-  Job(TrainOptions given, const Communicator& world);
-  // After the first session's set-up: rank 0's checks of the output folders, and the checkpoint folder's
-  // lock, which the job holds through every layout. Throws InputError.
-  void open_outputs();
+  Job(TrainOptions given, const Communicator& ranks);
+  // After the first session's set-up: the checkpoint folder made, and rank 0's check of the metrics file's
+  // folder and its lock on the checkpoint folder, which the job holds through every layout. Throws InputError.
+  void prepare_outputs();
 
   TrainOptions options;
   const Communicator& world;
@@ -49,5 +49,8 @@ struct Job {
   std::optional<MetricsLog> metrics;               // rank 0's, with --metrics
   Timeline timeline;                               // --timeline: every layout's events
 };
+
+// "32x32x3": height x width x channels.
+std::string image_shape(const ImageDataset& dataset);
 
 }  // namespace ddl

@@ -63,10 +63,10 @@ ChosenLayout planner_layout(Job& job) {
   }
   if (o.replan_every != TrainOptions::kNeverReplan && world.size() > 1)
     job.replanner.emplace(o, measured.profile, cluster, limit[0], plan.chosen.layout);
+  world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")",
+                   Checksum().add(plan.chosen.layout.describe()).value());
   ChosenLayout chosen = planned_layout(plan, *job.whole);
   chosen.plan_report += "  " + measured.links + "\n";
-  world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")",
-                   Checksum().add(chosen.layout.describe()).value());
   return chosen;
 }
 
@@ -88,7 +88,7 @@ ChosenLayout manual_layout(const TrainOptions& o, Model& whole, int ranks) {
   l.cut = o.partition;
   l.batch = o.batch_size;
   l.schedule = o.pipeline_schedule;
-  l.bucket_bytes = o.bucket_mb * (1 << 20);
+  l.bucket_bytes = o.bucket_bytes();
   if (T > 1) {
     TensorSplitChoice split = choose_tensor_split(o.tensor_split, whole, T);
     l.split = std::move(split.layers);
@@ -105,11 +105,7 @@ ChosenLayout planned_layout(const PlanReport& plan, Model& whole) {
   chosen.predicted_step_s = plan.chosen.prediction.step_s;
   chosen.predicted_comm_share = plan.chosen.prediction.comm_share();
   const Layout& l = chosen.layout;
-  if (l.tensor > 1) {
-    std::string named;
-    for (std::size_t i = 0; i < l.split.size(); ++i) named += (i ? "," : "") + std::to_string(l.split[i]);
-    chosen.split_report = check_tensor_split(l.split, whole, l.tensor, named).report;
-  }
+  if (l.tensor > 1) chosen.split_report = check_tensor_split(l.split, whole, l.tensor, "the plan's split").report;
   return chosen;
 }
 

