@@ -1,8 +1,9 @@
 // Re-planning during training (--strategy auto | data | pipeline, --replan-every; Baligodugula and Amsaad's
-// Algorithm 1 run again): at a step boundary every rank measures what the current layout's layers took since the last
-// time, and the links again; the profile is recalibrated to those figures (core/plan/recalibrate.hpp), and
-// the planner runs again on it. Another layout predicted at least kSwitchGain faster than the current one
-// under the same figures is returned, for ddl_train to move the run to it.
+// Algorithm 1 run again): at a step boundary every rank measures what the current layout's layers took since
+// the last time, and the links again; the profile is recalibrated to those figures
+// (core/plan/recalibrate.hpp), and the planner runs again on it. Another layout predicted at least
+// kSwitchGain faster than the current one under the same figures is returned, for ddl_train to move the run
+// to it.
 //
 // Every input to the decision is reduced over all ranks first (the slowest rank's figures), so every rank
 // computes the same plan from the same numbers; ddl_train still checks that they agree.

@@ -53,7 +53,6 @@ std::vector<std::size_t> parse_indices(const std::string& text) {
   return out;
 }
 
-
 // "split across 2 ranks: layers 9 (...), 11 (...); the group's batch is gathered at layer 9", and the
 // layers that stay whole (`kept`).
 std::string split_report(const TensorSplitChoice& choice, Model& whole, int ranks, const std::string& kept) {

@@ -93,7 +93,7 @@ const char* word_of(Enum value, const Word<Enum> (&words)[N]) {
 // converted once the command line and --config are both read.
 struct OptionTexts {
   std::string config, mean, stddev, partition, plan_for, link_within, link_between, replan_every = "epoch";
-  std::string allreduce = "hier", lr_schedule = "constant", schedule = "1f1b";
+  std::string allreduce, lr_schedule, schedule;  // their defaults: the words of TrainOptions' enums
 };
 
 po::options_description model_options(TrainOptions& o) {
@@ -140,7 +140,7 @@ po::options_description training_options(TrainOptions& o, OptionTexts& t) {
       "cap on steps per epoch (0: the whole set; for quick runs)")(
       "optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "adam | sgd")(
       "lr", po::value(&o.lr)->default_value(o.lr, "0.001"), "base learning rate")(
-      "lr-schedule", po::value(&t.lr_schedule)->default_value(t.lr_schedule), "constant | step | cosine")(
+      "lr-schedule", po::value(&t.lr_schedule)->default_value(option_word(o.lr_policy)), "constant | step | cosine")(
       "warmup-epochs", po::value(&o.warmup_epochs)->default_value(0.0f, "0"), "linear warm-up length in epochs")(
       "lr-step-epochs", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs, "30"),
       "step schedule: epochs between decays")("lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma, "0.1"),
@@ -166,7 +166,7 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "f32 | bf16 | auto: bf16 computes convolutions, dense layers and matrix products in bf16 (AVX512-BF16 or "
       "AMX), with bf16 activations between the layers that take them; the loss, the weights, the gradients and "
       "the optimizer stay f32. auto: bf16 where the CPU has those instructions, else f32")(
-      "allreduce", po::value(&t.allreduce)->default_value(t.allreduce),
+      "allreduce", po::value(&t.allreduce)->default_value(option_word(o.allreduce_algorithm)),
       "gradient all-reduce: ring | hier (shared memory in a node, ring across) | mpi")(
       "allreduce-wire", po::value(&o.allreduce_wire)->default_value(o.allreduce_wire),
       "f32 | bf16 (ring: half the bytes, sums in f32)")(
@@ -192,7 +192,7 @@ po::options_description pipeline_options(TrainOptions& o, OptionTexts& t) {
       "split each step's batch into this many micro-batches (gradients accumulate over them)")(
       "partition", po::value(&t.partition),
       "layers per stage, e.g. 5,4,6 (default: balanced by measured time and memory)")(
-      "schedule", po::value(&t.schedule)->default_value(t.schedule),
+      "schedule", po::value(&t.schedule)->default_value(option_word(o.pipeline_schedule)),
       "gpipe (all forwards, then all backwards) | 1f1b (fewer micro-batches in flight)");
   return pipeline;
 }

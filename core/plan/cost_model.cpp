@@ -39,7 +39,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   if (covered != L) throw InputError("layout " + layout.describe() + ": its cut does not cover the model's layers");
   std::vector<char> split(L, 0);
   for (auto i : layout.split) {
-    if (i >= L || profile.layers[i].split != layout.split_kind || !layout.may_split(layout.split_kind, profile.layers[i].divisor))
+    if (i >= L || profile.layers[i].split != layout.split_kind ||
+        !layout.may_split(layout.split_kind, profile.layers[i].divisor))
       throw InputError("layout " + layout.describe() + ": layer " + std::to_string(i) + " cannot split " +
                        std::to_string(T) + " ways");
     split[i] = 1;

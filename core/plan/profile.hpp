@@ -1,7 +1,7 @@
-// What the planner knows about a model and the machines it runs on (Baligodugula and Amsaad's profile, 2025): each layer's
-// measured compute time and sizes, the optimizer's cost, and a latency + bandwidth model of the links
-// within a node and between nodes. Plain data, measured by ddl_train on the job's own ranks (launch/) or
-// read from a file, so that planning needs no MPI and runs on a laptop.
+// What the planner knows about a model and the machines it runs on (Baligodugula and Amsaad's profile, 2025):
+// each layer's measured compute time and sizes, the optimizer's cost, and a latency + bandwidth model of the
+// links within a node and between nodes. Plain data, measured by ddl_train on the job's own ranks (launch/)
+// or read from a file, so that planning needs no MPI and runs on a laptop.
 #pragma once
 
 #include <string>

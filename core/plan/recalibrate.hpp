@@ -1,6 +1,7 @@
-// Re-profiling during training (Baligodugula and Amsaad, 2025): the layers' times measured while a layout trains, against
-// what the cost model predicted for them there, make the profile that the next plan is made from. Another
-// job that takes a node's cores shows up here; a slower network shows up in the links, measured again.
+// Re-profiling during training (Baligodugula and Amsaad, 2025): the layers' times measured while a layout
+// trains, against what the cost model predicted for them there, make the profile that the next plan is made
+// from. Another job that takes a node's cores shows up here; a slower network shows up in the links, measured
+// again.
 #pragma once
 
 #include <span>

@@ -165,7 +165,6 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
     check_model_input(o, *whole, train);
     prep = preprocessing(o, *whole, train);
     if (!o.plan_only) choose_subsets(*this, train);  // a plan reads no validation set
-    training_images = train.size();
     image_bytes = static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
     state.model_name = o.model;
     state.seed = o.seed;

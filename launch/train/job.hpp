@@ -35,7 +35,6 @@ struct Job {
   ModelConfig config;
   std::unique_ptr<Model> whole;  // not finalized: its layers, to choose and check layouts by
   Preprocessing prep;            // of the training images; a session sets the type its model takes
-  std::size_t training_images = 0;
   std::vector<std::size_t> train_subset, val_subset;  // dataset indices used for training / validation
   TrainingState state;
   std::string resume_path;  // the checkpoint the job resumed from
