@@ -54,6 +54,19 @@ def write_pngs(h5_path, folder, count, size=None):
     return folder
 
 
+def import_subset(source, output, per_class, classes=None):
+    """The first `per_class` images of each class (of the first `classes` classes) as a ddl dataset with 20%
+    held out: small, since each epoch validates on every held-out image."""
+    folder = output.replace(".h5", "")
+    for name in sorted(os.listdir(source))[:classes]:
+        os.makedirs(os.path.join(folder, name))
+        for image in sorted(os.listdir(os.path.join(source, name)))[:per_class]:
+            shutil.copy(os.path.join(source, name, image), os.path.join(folder, name, image))
+    run(os.path.join(BIN, "ddl_data"), "import", "--from", folder, "--output", output, "--val-fraction", "0.2",
+        "--seed", "1")
+    return output
+
+
 def ddl_logits(checkpoint, images):
     out = run(os.path.join(BIN, "ddl_predict"), "--checkpoint", checkpoint, "--logits", images).stdout
     rows = list(csv.reader(out.splitlines()))[1:]
@@ -76,9 +89,7 @@ class TorchInterop(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="ddl_torch_")
         run("tar", "xzf", os.path.join(ROOT, "data", "cifar10_sample.tar.gz"), "-C", cls.dir)
-        cls.sample = os.path.join(cls.dir, "sample.h5")
-        run(os.path.join(BIN, "ddl_data"), "import", "--from", os.path.join(cls.dir, "cifar10_sample"),
-            "--output", cls.sample, "--val-fraction", "0.2", "--seed", "1")
+        cls.sample = import_subset(os.path.join(cls.dir, "cifar10_sample"), os.path.join(cls.dir, "sample.h5"), 80)
         cls.images = write_pngs(os.path.join(cls.dir, "sample_val.h5"), os.path.join(cls.dir, "png"), 16)
 
     @classmethod
@@ -167,12 +178,8 @@ class TorchInterop(unittest.TestCase):
         self.assertLess(numpy.abs(after[~moved] - start[~moved]).max(initial=0), 1e-25)
 
         # Five of the ten classes: the classifier starts afresh, the rest from the weights, and it learns.
-        five = self.path("five")
-        for name in sorted(os.listdir(self.path("cifar10_sample")))[:5]:
-            shutil.copytree(os.path.join(self.path("cifar10_sample"), name), os.path.join(five, name))
-        run(os.path.join(BIN, "ddl_data"), "import", "--from", five, "--output", self.path("five.h5"),
-            "--val-fraction", "0.2", "--seed", "1")
-        out = self.train("resnet18_cifar", self.path("five.h5"), "--init", imported, checkpoint_dir=self.path("ck_five"),
+        five = import_subset(self.path("cifar10_sample"), self.path("five.h5"), 80, classes=5)
+        out = self.train("resnet18_cifar", five, "--init", imported, checkpoint_dir=self.path("ck_five"),
                          epochs=3, steps=5).stdout
         self.assertIn("11.weight, 11.bias start afresh (its classifier is for 10 classes, this run's for 5)", out)
         losses = [float(line.split("train loss ")[1].split()[0]) for line in out.splitlines()
