@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
-# The README's first command on a machine that has never had ddl's packages: a bare Debian root file system
-# (debootstrap minbase, cached between runs), the repository's files in it (what git tracks or would track: no
-# build/, no runs/), then `bash launch/run_sample.sh` inside, which must install, build, train and print a
-# final validation accuracy that shows learning. Then `bash launch/setup.sh --tests --install-only` must
-# install every tool that a skippable test looks for, and the suite runs inside under AddressSanitizer and
-# UndefinedBehaviorSanitizer (tests/sanitizers/run_sanitizers.sh address: in-process tests with leak checks,
-# a sample of the end-to-end tests), alone, as its fault tests are timed. One build and one run check both the
-# other release's packages and compiler and the sanitizers; the host's suite runs every test in a Release
-# build. Catches a package that works on a developer's machine only because something else installed it.
-# By default, each supported release but the host's: on the host's own release CI runs the README's commands
-# on a fresh machine itself (.ci/run). Several releases given are set up side by side (one's downloads
-# overlap another's build), each in its own root. Needs root, debootstrap and unshare; exit 77 (skipped)
-# otherwise.
+# A machine that has never had ddl's packages, of the Debian release that CI's host is not: a bare Debian
+# root file system (debootstrap minbase, cached between runs) with the repository's files in it (what git
+# tracks or would track: no build/, no runs/). Inside, `bash launch/setup.sh --install-only` must install
+# what builds ddl and its tests, `bash launch/setup.sh --tests --install-only` every tool a skippable test
+# looks for, and then the suite runs under AddressSanitizer and UndefinedBehaviorSanitizer
+# (tests/sanitizers/run_sanitizers.sh address: the in-process tests with leak checks, a sample of the
+# end-to-end tests), alone, as its fault tests are timed. One build and one run check the other release's
+# packages and compiler and the sanitizers; the host's suite runs every test in a Release build, and CI
+# runs the README's first command on its fresh host (.ci/run). Catches a package that works on a
+# developer's machine only because something else installed it. By default, each supported release but
+# the host's; several are set up side by side (one's downloads overlap another's build), each in its own
+# root. Needs root, debootstrap and unshare; exit 77 (skipped) otherwise.
 #   bash tests/launch/fresh_machine.sh [RELEASE...]   (bookworm, trixie)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -53,13 +52,12 @@ set_up() {  # RELEASE: its root in $work/RELEASE, its output in $work/RELEASE.tx
     tar -C "$root" --exclude=./build --exclude=./runs --exclude=./.git -c . | tar -C "$dir/root/ddl" -x
   fi
 
-  step "bash launch/run_sample.sh"
-  debian_root_run "$dir" bash -c 'cd /root/ddl && bash launch/run_sample.sh' 2>&1 | tee "$work/$release.sample.txt"
-  bash "$root/tests/launch/sample_accuracy.sh" "$work/$release.sample.txt" "Debian $release"
-
-  # The host's own release installs and builds the tests in the host's run (CI's host is a fresh machine).
-  [ "$release" != "$(debian_host_release)" ] || return 0
-  # The suite runs in the sanitizers' own build: a Release build of it here would be unused.
+  # The build packages alone must build ddl and its tests: a package that only a test package pulls in
+  # would be missed otherwise. The build is the sanitizers' (the suite runs in it); a Release build here
+  # would be unused.
+  step "bash launch/setup.sh --install-only, then the ASan and UBSan build"
+  debian_root_run "$dir" bash -c 'cd /root/ddl && bash launch/setup.sh --install-only &&
+    bash tests/sanitizers/run_sanitizers.sh address --build-only'
   step "bash launch/setup.sh --tests --install-only"
   debian_root_run "$dir" bash -c 'cd /root/ddl && bash launch/setup.sh --tests --install-only'
   debian_root_run "$dir" bash -c '
@@ -84,7 +82,6 @@ pids=()
 [ "$code" -eq 0 ] || exit "$code"
 
 for release in "${releases[@]}"; do
-  [ "$release" != "$(debian_host_release)" ] || continue
   echo "== $release: the test suite inside under ASan and UBSan (tests/sanitizers/run_sanitizers.sh address)"
   # Its exit 77 (no sanitizer runtime that runs) fails here: setup.sh --tests installs one.
   debian_root_run "$work/$release" bash -c 'cd /root/ddl && bash tests/sanitizers/run_sanitizers.sh address' \
