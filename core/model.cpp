@@ -120,7 +120,13 @@ void Model::initialize(std::uint64_t seed) {
   for (std::size_t e = 0; e < entries_.size(); ++e) {
     const ParamSpec& spec = entries_[e].spec;
     const std::span<float> values = params_view_.subspan(entries_[e].offset, entries_[e].size);
-    if (spec.whole_dims.empty())
+    const auto given = starting_values_ ? starting_values_->find(entries_[e].name) : StartingValues::const_iterator();
+    if (starting_values_ && given != starting_values_->end()) {
+      if (given->second.size() != whole_size(spec))
+        throw Error("model " + name_ + ": " + entries_[e].name + " starts from " + std::to_string(given->second.size()) +
+                    " values, but holds " + std::to_string(whole_size(spec)));
+      take_slice(given->second, spec, values);
+    } else if (spec.whole_dims.empty())
       initialize_param(spec, values, seed, first_entry_ + e);
     else
       initialize_part(spec, values, seed, first_entry_ + e);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,8 +56,13 @@ class Model {
   // `share`, a finalized copy of the same model (or stage), binds to its buffers instead of allocating:
   // the copies hold separate activations for micro-batches in flight over one set of parameters.
   void finalize(Context& ctx, Model* share = nullptr);
-  // Fills the parameters from the initialisers named in each ParamSpec; same seed, same bits.
+  // Fills the parameters from the initialisers named in each ParamSpec; same seed, same bits. A parameter
+  // given a starting value (set_starting_values) takes this rank's part of it instead.
   void initialize(std::uint64_t seed);
+  // Whole arrays by parameter name ("<layer>.<name>", whole_size values each): an imported graph's weights,
+  // which the model is to start from rather than from drawn values.
+  using StartingValues = std::map<std::string, std::vector<float>>;
+  void set_starting_values(std::shared_ptr<const StartingValues> values) { starting_values_ = std::move(values); }
 
   // input: a batch of images, or for a later pipeline stage the previous stage's output.
   const Tensor& forward(Context& ctx, const Tensor& input, Mode mode);
@@ -131,6 +137,7 @@ class Model {
   std::vector<dnnl::memory::desc> output_mds_;
   Profiler* profiler_ = nullptr;
   bool accumulate_ = false;
+  std::shared_ptr<const StartingValues> starting_values_;
 };
 
 }  // namespace ddl

@@ -246,6 +246,16 @@ inline dnnl::binary::primitive_desc make_binary_pd(const dnnl::engine& eng, dnnl
 #endif
 }
 
+// A reduction of `src` to `dst`'s dimensions (the axes where dst has 1), e.g. a sum over the plane.
+inline dnnl::reduction::primitive_desc make_reduction_pd(const dnnl::engine& eng, dnnl::algorithm alg, const md_t& src,
+                                                         const md_t& dst) {
+#if DNNL_VERSION_MAJOR >= 3
+  return {eng, alg, src, dst, 0.0f, 0.0f};
+#else
+  return {dnnl::reduction::desc(alg, src, dst, 0.0f, 0.0f), eng};
+#endif
+}
+
 inline dnnl::matmul::primitive_desc make_matmul_pd(const dnnl::engine& eng, const md_t& src, const md_t& weights,
                                                    const md_t& bias, const md_t& dst,
                                                    const dnnl::primitive_attr& attr = dnnl::primitive_attr()) {

@@ -24,6 +24,7 @@
 #include "core/train/checkpoint.hpp"
 #include "launch/option_error.hpp"
 #include "launch/trained_model.hpp"
+#include "models/onnx/graph_model.hpp"
 #include "models/registry.hpp"
 
 namespace ddl {
@@ -266,6 +267,7 @@ int run_model(const std::vector<std::string>& args) {
   }
   if (config.image_size < 0 || config.patch_size < 0 || config.depth < 0 || config.width < 0 || config.heads < 0)
     throw InputError("--image-size, --patch-size, --depth, --width and --heads must be >= 0");
+  if (is_graph_file(name)) config.graph = read_graph_file(name);
   Context ctx;
   const auto model = make_model(name, config, ctx);
   const dims_t in = model->input_shape();

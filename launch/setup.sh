@@ -17,6 +17,7 @@ build_packages=(
   libopenmpi-dev openmpi-bin              # MPI (mpirun, mpicxx's libraries)
   libhdf5-dev libboost-program-options-dev libgtest-dev
   libjpeg62-turbo-dev libpng-dev          # image import
+  libonnx-dev libprotobuf-dev             # ONNX models (--model FILE.onnx); libonnx-dev leaves out protobuf's headers
 )
 test_packages=(
   procps                                  # pgrep: tests signal single ranks

@@ -100,6 +100,7 @@ po::options_description model_options(TrainOptions& o) {
   po::options_description model("Model");
   std::string names;
   for (const auto& n : model_names()) names += (names.empty() ? "" : " | ") + n;
+  names += " | FILE.onnx (a network exported from PyTorch: docs/onnx.md)";
   model.add_options()("model", po::value(&o.model)->default_value(o.model), names.c_str())(
       "num-classes", po::value(&o.num_classes)->default_value(0), "classes (0: the training set's)")(
       "image-size", po::value(&o.image_size)->default_value(0),

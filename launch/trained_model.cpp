@@ -62,6 +62,21 @@ std::vector<double> configuration_list(const std::string& text, const std::strin
   return values;
 }
 
+// An imported graph's model: the checkpoint's copy of the graph, whose weights it holds itself.
+std::shared_ptr<const GraphBytes> stored_graph(const h5::Handle& file, const std::string& path) {
+  if (!h5::exists(file, "graph")) return nullptr;
+  auto graph = std::make_shared<GraphBytes>();
+  try {
+    const auto bytes = h5::read_dataset<std::uint8_t>(file, "graph", path);
+    graph->bytes.assign(bytes.begin(), bytes.end());
+  } catch (const Error&) {
+    throw InputError(path + ": its graph is damaged (its checksum does not match, or the file is cut short)");
+  }
+  for (const auto& pair : h5::read_strings_attribute(file, "graph_names", path))
+    graph->weights_elsewhere.insert(pair.substr(pair.find('=') + 1));
+  return graph;
+}
+
 }  // namespace
 
 std::map<std::string, std::string> configuration_values(const std::string& text) {
@@ -74,6 +89,7 @@ std::map<std::string, std::string> configuration_values(const std::string& text)
 
 TrainedModel load_trained_model(const std::string& path, Context& ctx) {
   std::string model_name, configuration;
+  std::shared_ptr<const GraphBytes> graph;
   hsize_t stored_params = 0;
   {
     h5::Handle file = h5::open_file(path);
@@ -82,12 +98,14 @@ TrainedModel load_trained_model(const std::string& path, Context& ctx) {
       throw InputError(path + ": not a ddl_train checkpoint");
     model_name = h5::read_string_attribute(file, "model", path);
     configuration = h5::read_string_attribute(file, "configuration", path);
+    graph = stored_graph(file, path);
     const auto shape = h5::dataset_shape(h5::open_dataset(file, "params", path), path);
     if (shape.size() == 1) stored_params = shape[0];
   }
   const auto values = configuration_values(configuration);
   TrainedModel t;
   t.config = model_config(values, path);
+  t.config.graph = graph;
   if (t.config.num_classes <= 0)
     t.config.num_classes = classes_from_parameters(model_name, t.config, stored_params, path);
   t.model = make_model(model_name, t.config, ctx);

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "models/onnx/graph_model.hpp"
 
 namespace ddl {
 namespace {
@@ -25,6 +26,7 @@ const std::vector<std::pair<std::string, Factory>>& table() {
 
 std::unique_ptr<Model> define_model(const std::string& name, const ModelConfig& config) {
   if (config.num_classes < 2) throw InputError("a model needs at least 2 classes");
+  if (config.graph) return define_graph_model(name, config).model;
   for (const auto& [n, factory] : table())
     if (n == name) return factory(config);
   std::string known;

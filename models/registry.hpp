@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,13 @@
 #include "core/model.hpp"
 
 namespace ddl {
+
+// An ONNX graph to build the model from (models/onnx/graph_model.hpp): a file's bytes, or a checkpoint's
+// copy without the weights it holds itself (the initializers named in weights_elsewhere).
+struct GraphBytes {
+  std::string bytes;
+  std::set<std::string> weights_elsewhere;
+};
 
 // What a user may change about a model; 0 (or a negative dropout) keeps the model's own value.
 struct ModelConfig {
@@ -24,6 +32,8 @@ struct ModelConfig {
   int depth = 0;  // encoder blocks
   int width = 0;  // hidden size D (the MLP is 4 D wide)
   int heads = 0;
+  // Set for a model imported from ONNX (--model FILE.onnx), which every copy and stage builds from.
+  std::shared_ptr<const GraphBytes> graph;
 };
 
 // The value a model uses: the user's when given, the model's own otherwise.

@@ -11,27 +11,27 @@ dnnl::prop_kind forward_kind(Mode mode) {
 }
 }  // namespace
 
-dnnl::memory::desc Gelu::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
-  const auto alg = dnnl::algorithm::eltwise_gelu_erf;
-  const auto fwd_pd = make_eltwise_forward_pd(ctx.engine(), forward_kind(mode), alg, src_md);
+dnnl::memory::desc Eltwise::setup(Context& ctx, const dnnl::memory::desc& src_md, Mode mode, bool need_diff_src) {
+  const auto fwd_pd = make_eltwise_forward_pd(ctx.engine(), forward_kind(mode), algorithm_, src_md, alpha_, beta_);
   fwd_ = dnnl::eltwise_forward(fwd_pd);
   reset_output(ctx, fwd_pd.dst_desc());
   bwd_.reset();
   if (mode == Mode::train && need_diff_src) {
-    bwd_ = dnnl::eltwise_backward(make_eltwise_backward_pd(ctx.engine(), alg, src_md, src_md, 0.0f, 0.0f, fwd_pd));
+    bwd_ = dnnl::eltwise_backward(
+        make_eltwise_backward_pd(ctx.engine(), algorithm_, src_md, src_md, alpha_, beta_, fwd_pd));
     diff_src_.reset(src_md);
   }
   return output_.desc();
 }
 
-const Tensor& Gelu::forward(Context& ctx, const Tensor& src) {
+const Tensor& Eltwise::forward(Context& ctx, const Tensor& src) {
   src_ = &src;
   const Tensor& dst = output_.get(ctx);
   fwd_.execute(ctx.stream(), {{DNNL_ARG_SRC, src.memory()}, {DNNL_ARG_DST, dst.memory()}});
   return dst;
 }
 
-const Tensor& Gelu::backward(Context& ctx, const Tensor& diff_dst) {
+const Tensor& Eltwise::backward(Context& ctx, const Tensor& diff_dst) {
   if (bwd_)
     bwd_->execute(ctx.stream(), {{DNNL_ARG_SRC, src_->memory()},
                                  {DNNL_ARG_DIFF_DST, diff_dst.memory()},

@@ -1,5 +1,7 @@
-// GELU (the exact, erf-based form that PyTorch's nn.GELU and ViT use) and softmax over one axis, each a
-// oneDNN forward/backward pair that keeps the input's layout.
+// A function applied to each element on oneDNN's eltwise primitives, forward and backward (from the saved
+// input), keeping the input's layout: GELU (the exact, erf-based form that PyTorch's nn.GELU and ViT use),
+// and for imported graphs sigmoid, tanh, leaky ReLU, clip (ReLU6), hard sigmoid and hard swish. Softmax
+// over one axis below.
 #pragma once
 
 #include <optional>
@@ -8,9 +10,12 @@
 
 namespace ddl {
 
-class Gelu : public Layer {
+class Eltwise : public Layer {
  public:
-  std::string describe() const override { return "gelu"; }
+  // alpha and beta as oneDNN's algorithm defines them (leaky ReLU's slope, clip's bounds...).
+  Eltwise(std::string name, dnnl::algorithm algorithm, float alpha = 0.0f, float beta = 0.0f)
+      : name_(std::move(name)), algorithm_(algorithm), alpha_(alpha), beta_(beta) {}
+  std::string describe() const override { return name_; }
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
@@ -19,9 +24,17 @@ class Gelu : public Layer {
   bool takes_bf16() const override { return output_type_ == dt::bf16; }
 
  private:
+  std::string name_;
+  dnnl::algorithm algorithm_;
+  float alpha_, beta_;
   dnnl::eltwise_forward fwd_;
   std::optional<dnnl::eltwise_backward> bwd_;
   const Tensor* src_ = nullptr;
+};
+
+class Gelu : public Eltwise {
+ public:
+  Gelu() : Eltwise("gelu", dnnl::algorithm::eltwise_gelu_erf) {}
 };
 
 // softmax(x)_i = exp(x_i) / sum_j exp(x_j) along `axis`; backward from the saved output.

@@ -102,6 +102,11 @@ std::uint64_t header_checksum(const TrainingState& state, const std::vector<std:
     for (const auto& values : {state.input_mean, state.input_std})
       c.add(values.size()).add(values.data(), values.size() * sizeof(double));
   }
+  // An imported graph's names; the graph itself is a checksummed dataset.
+  if (!state.graph_names.empty()) {
+    c.add(state.graph_names.size());
+    for (const auto& name : state.graph_names) c.add(name);
+  }
   return c.value();
 }
 
@@ -171,6 +176,10 @@ void write_part(const h5::Handle& file, const std::string& tmp, Model& model, Op
     if (!state.class_names.empty()) h5::write_fixed_strings_attribute(file, "class_names", state.class_names);
     if (!state.input_mean.empty()) h5::write_attribute(file, "input_mean", state.input_mean);
     if (!state.input_std.empty()) h5::write_attribute(file, "input_std", state.input_std);
+    if (!state.graph.empty()) {
+      write_checksummed<std::uint8_t>(file, "graph", state.graph);
+      h5::write_fixed_strings_attribute(file, "graph_names", state.graph_names);
+    }
     create_checksummed_vector<float>(file, "params", model.whole_param_count());
     create_group(file, "model_state", tmp);
     h5::Handle opt = create_group(file, "optimizer_state", tmp);
@@ -271,6 +280,9 @@ TrainingState load_unchecked(const h5::Handle& file, const std::string& path, Mo
   if (h5::has_attribute(file, "class_names")) state.class_names = h5::read_strings_attribute(file, "class_names", path);
   if (h5::has_attribute(file, "input_mean")) state.input_mean = h5::read_doubles_attribute(file, "input_mean", path);
   if (h5::has_attribute(file, "input_std")) state.input_std = h5::read_doubles_attribute(file, "input_std", path);
+  if (h5::has_attribute(file, "graph_names")) state.graph_names = h5::read_strings_attribute(file, "graph_names", path);
+  if (h5::exists(file, "graph"))
+    read_tensor(path, "graph", [&] { state.graph = h5::read_dataset<std::uint8_t>(file, "graph", path); });
   const auto shape = h5::dataset_shape(h5::open_dataset(file, "params", path), path);
   if (shape.size() != 1 || shape[0] != model.whole_param_count())
     throw InputError(path + ": checkpoint holds " + std::to_string(shape.empty() ? 0 : shape[0]) +

@@ -32,6 +32,11 @@ struct TrainingState {
   // training set's class names, and the per-channel normalisation its images had (empty: pixel / 255).
   std::vector<std::string> class_names;
   std::vector<double> input_mean, input_std;
+  // A model imported from an ONNX graph (absent for a built-in model): the graph without the weights
+  // this file holds, so that the checkpoint alone rebuilds the model, and each parameter's and state's
+  // name there, "<ddl name>=<graph name>" (models/onnx/graph_model.hpp), for export back.
+  std::vector<std::uint8_t> graph;
+  std::vector<std::string> graph_names;
 };
 
 // keep_previous: the file that `path` held, if any, stays as previous_checkpoint(path).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
+#include <set>
 
 #include "core/cpu_bf16.hpp"
 #include "core/data/hdf5.hpp"
@@ -14,6 +15,7 @@
 #include "launch/strategy.hpp"
 #include "launch/thread_count.hpp"
 #include "launch/train/on_every_rank.hpp"
+#include "models/onnx/graph_model.hpp"
 
 namespace ddl {
 namespace {
@@ -144,6 +146,22 @@ void choose_subsets(Job& job, const ImageDataset& train) {
   }
 }
 
+// An imported graph's model: checkpoints keep the graph (without the weights they hold themselves) and
+// its names; the run says where its weights start from.
+void keep_graph(Job& job, GraphModel graph) {
+  job.whole = std::move(graph.model);
+  std::set<std::string> weights;
+  for (const auto& [ddl_name, graph_name] : graph.onnx_names) {
+    job.state.graph_names.push_back(ddl_name + "=" + graph_name);
+    weights.insert(graph_name);
+  }
+  const std::string stripped = onnx::strip_weights(job.config.graph->bytes, weights);
+  job.state.graph.assign(stripped.begin(), stripped.end());
+  job.init_note = "initialised from the graph's initializers (" + job.options.model + ")";
+  if (!graph.fresh_classifier.empty())
+    job.init_note += "; " + graph.fresh_classifier + " start afresh (the graph's classifier is for another class count)";
+}
+
 }  // namespace
 
 std::string image_shape(const ImageDataset& ds) {
@@ -161,12 +179,17 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
     if (o.precision == "bf16") compute_type = dnnl::memory::data_type::bf16;
     const ImageDataset train(o.train_path);
     config = model_config(o, train);
-    whole = define_model(o.model, config);
+    if (is_graph_file(o.model)) {
+      config.graph = read_graph_file(o.model);
+      keep_graph(*this, define_graph_model(o.model, config));
+    } else {
+      whole = define_model(o.model, config);
+    }
     check_model_input(o, *whole, train);
     prep = preprocessing(o, *whole, train);
     if (!o.plan_only) choose_subsets(*this, train);  // a plan reads no validation set
     image_bytes = static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
-    state.model_name = o.model;
+    state.model_name = whole->name();
     state.seed = o.seed;
     state.class_names = train.class_names();
     state.input_mean.assign(prep.mean.begin(), prep.mean.end());

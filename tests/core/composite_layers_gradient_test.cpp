@@ -1,13 +1,18 @@
-// Finite-difference checks of the blocks and transformer layers: residual, concat, linear, layer norm,
-// GELU, softmax, batched matmul, attention and the token layers.
+// Finite-difference checks of the blocks and transformer layers: residual, gate, concat, linear, layer norm,
+// GELU and the other element-wise functions, softmax, batched matmul, attention and the token layers.
 #include <gtest/gtest.h>
+
+#include <functional>
 
 #include "core/error.hpp"
 #include "core/layers/attention.hpp"
 #include "core/layers/batch_norm2d.hpp"
 #include "core/layers/concat.hpp"
 #include "core/layers/conv2d.hpp"
+#include "core/layers/dense.hpp"
 #include "core/layers/elementwise.hpp"
+#include "core/layers/flatten.hpp"
+#include "core/layers/gate.hpp"
 #include "core/layers/layer_norm.hpp"
 #include "core/layers/linear.hpp"
 #include "core/layers/pool2d.hpp"
@@ -158,6 +163,43 @@ TEST(LinearGradient, AfterABlockedConvolutionOutput) {
 TEST(LayerNormGradient, LastAxis) {
   LayerNorm norm({.features = 8});
   check_gradients(norm, {2, 3, 8}, {.abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f});
+}
+
+// A squeeze-and-excitation gate, after a convolution whose blocked layout the factors broadcast over.
+TEST(GateGradient, SqueezeAndExcitation) {
+  Sequential path;
+  path.emplace<Pool2d>(Pool2dOptions{.kind = PoolKind::global_avg});
+  path.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 4, .kernel = 1, .relu = true});
+  path.emplace<Conv2d>(Conv2dOptions{.in_channels = 4, .out_channels = 16, .kernel = 1});
+  path.emplace<Eltwise>("sigmoid", dnnl::algorithm::eltwise_logistic);
+  Sequential chain = conv_body(3, 16, 1, false);
+  chain.emplace<Gate>("gate", std::move(path));
+  check_gradients(chain, {2, 3, 5, 5}, kPiecewise);
+}
+
+TEST(GateGradient, PathThatGivesMoreThanAFactorAChannelIsAnError) {
+  Sequential path;
+  path.emplace<Eltwise>("sigmoid", dnnl::algorithm::eltwise_logistic);
+  Gate gate("bad", std::move(path));
+  Context ctx;
+  EXPECT_THROW(gate.setup(ctx, plain_desc({2, 4, 5, 5}), Mode::train, true), InputError);
+}
+
+// The functions imported graphs use, each at points away from its kinks.
+TEST(EltwiseGradient, SigmoidTanhLeakyReluClipHardSwish) {
+  using dnnl::algorithm;
+  const std::pair<const char*, std::function<std::unique_ptr<Layer>()>> functions[] = {
+      {"sigmoid", [] { return std::make_unique<Eltwise>("sigmoid", algorithm::eltwise_logistic); }},
+      {"tanh", [] { return std::make_unique<Eltwise>("tanh", algorithm::eltwise_tanh); }},
+      {"leaky relu", [] { return std::make_unique<Eltwise>("leaky relu", algorithm::eltwise_relu, 0.1f); }},
+      {"clip", [] { return std::make_unique<Eltwise>("clip", algorithm::eltwise_clip_v2, -0.5f, 0.5f); }},
+      {"hard swish", [] { return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish); }},
+  };
+  for (const auto& [name, make] : functions) {
+    SCOPED_TRACE(name);
+    auto layer = make();
+    check_gradients(*layer, {2, 3, 4, 4}, kPiecewise);
+  }
 }
 
 TEST(GeluGradient, Exact) {

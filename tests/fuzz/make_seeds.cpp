@@ -20,6 +20,7 @@
 #include "core/optim/optimizer.hpp"
 #include "core/train/checkpoint.hpp"
 #include "tests/fuzz/checkpoint_model.hpp"
+#include "tests/models/onnx_builder.hpp"
 
 namespace ddl {
 namespace {
@@ -204,6 +205,17 @@ void config_files(const fs::path& dir) {
   for (const auto& [name, text] : files) write(dir / name, Bytes(text.begin(), text.end()));
 }
 
+// Models as torch.onnx.export writes them: weights in raw_data and float_data, torch's x.view(x.size(0), -1),
+// and shape arithmetic on the input's shape.
+void onnx_models(const fs::path& dir) {
+  for (const auto& [name, model] :
+       {std::pair{"tiny_cnn.onnx", onnx_test::tiny_cnn()}, std::pair{"view_cnn_opset17.onnx", onnx_test::view_cnn(17)},
+        std::pair{"flatten_by_input_shape.onnx", onnx_test::flatten_by_input_shape()}}) {
+    const std::string bytes = onnx_test::bytes_of(model);
+    write(dir / name, Bytes(bytes.begin(), bytes.end()));
+  }
+}
+
 }  // namespace
 }  // namespace ddl
 
@@ -221,6 +233,7 @@ int main(int argc, char** argv) {
   ddl::images(corpus / "image_folder");
   ddl::cifar(corpus / "cifar_binary");
   ddl::config_files(corpus / "config_file");
+  ddl::onnx_models(corpus / "onnx_graph");
   std::filesystem::remove_all(scratch);
   return 0;
 }

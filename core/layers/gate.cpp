@@ -1,0 +1,80 @@
+#include "core/layers/gate.hpp"
+
+#include "core/error.hpp"
+#include "core/onednn_api.hpp"
+
+namespace ddl {
+
+Gate::Gate(std::string name, Sequential path) : name_(std::move(name)), path_(std::move(path)) {
+  if (path_.empty()) throw Error("gate " + name_ + ": empty path");
+}
+
+std::vector<ParamSpec> Gate::param_specs() const {
+  std::vector<ParamSpec> all;
+  append_prefixed(all, path_.param_specs(), "path");
+  return all;
+}
+
+void Gate::bind(const std::vector<ParamView>& views, Context& ctx) { path_.bind(views, ctx); }
+
+dnnl::memory::desc Gate::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
+  using dnnl::algorithm;
+  set_output_type(ctx, dt::f32);
+  if (data_type_of(src) != dt::f32) throw Error(name_ + ": takes f32 input");
+  path_.set_may_overwrite_diff_dst(true);  // its gradient is this block's own
+  factors_md_ = path_.setup(ctx, src, mode, true);
+  const dims_t in = dims_of(src), factors = dims_of(factors_md_);
+  if (in.size() != 4 || factors != dims_t{in[0], in[1], 1, 1})
+    throw InputError(name_ + ": its path gives " + to_string(factors) + " for input " + to_string(in) +
+                     "; a gate gives one factor an image and a channel");
+  src_md_ = src;
+  scale_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, factors_md_, src));
+  reset_output(ctx, src);
+  scale_diff_.reset();
+  times_src_.reset();
+  add_diffs_.reset();
+  sum_plane_.reset();
+  if (mode == Mode::infer) return src;
+  times_src_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, src, src));
+  sum_plane_ = dnnl::reduction(make_reduction_pd(ctx.engine(), algorithm::reduction_sum, src, factors_md_));
+  if (need_diff_src) {
+    scale_diff_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, factors_md_, src));
+    add_diffs_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_add, src, src, src));
+    diff_src_.reset(src);
+  }
+  return src;
+}
+
+const Tensor& Gate::forward(Context& ctx, const Tensor& src) {
+  src_ = &src;
+  factors_ = &path_.forward(ctx, src);
+  const Tensor& dst = output_.get(ctx);
+  scale_.execute(ctx.stream(),
+                 {{DNNL_ARG_SRC_0, src.memory()}, {DNNL_ARG_SRC_1, factors_->memory()}, {DNNL_ARG_DST, dst.memory()}});
+  return dst;
+}
+
+const Tensor& Gate::backward(Context& ctx, const Tensor& diff_dst) {
+  Tensor product = ctx.lease(src_md_);
+  times_src_->execute(ctx.stream(), {{DNNL_ARG_SRC_0, diff_dst.memory()},
+                                     {DNNL_ARG_SRC_1, src_->memory()},
+                                     {DNNL_ARG_DST, product.memory()}});
+  Tensor diff_factors = ctx.lease(factors_md_);
+  sum_plane_->execute(ctx.stream(), {{DNNL_ARG_SRC, product.memory()}, {DNNL_ARG_DST, diff_factors.memory()}});
+  ctx.give_back(product);
+  // Before the path's backward, which may overwrite the factors (its output) with its gradient.
+  if (scale_diff_)
+    scale_diff_->execute(ctx.stream(), {{DNNL_ARG_SRC_0, diff_dst.memory()},
+                                        {DNNL_ARG_SRC_1, factors_->memory()},
+                                        {DNNL_ARG_DST, diff_src_.get(ctx, output_).memory()}});
+  const Tensor& through_path = path_.backward(ctx, diff_factors);
+  if (add_diffs_)
+    add_diffs_->execute(ctx.stream(), {{DNNL_ARG_SRC_0, diff_src_.current().memory()},
+                                       {DNNL_ARG_SRC_1, through_path.memory()},
+                                       {DNNL_ARG_DST, diff_src_.current().memory()}});
+  path_.release_gradient(ctx);
+  ctx.give_back(diff_factors);
+  return diff_src_.current();
+}
+
+}  // namespace ddl

@@ -1,0 +1,41 @@
+// A gate over channels, as squeeze-and-excitation blocks have it (Hu et al., 2018): dst = src * gate(src),
+// where the gate's path (global pooling, two 1x1 convolutions, a sigmoid) gives one factor an image and a
+// channel, [N, C, 1, 1], broadcast over the plane. Backward: the gradient reaches src directly (diff_dst
+// times the factors) and through the path, from the factors' gradient, the sum over the plane of diff_dst
+// times src. One layer, like a residual block: a pipeline never separates the two uses of src.
+#pragma once
+
+#include <optional>
+
+#include "core/layers/sequential.hpp"
+
+namespace ddl {
+
+class Gate : public Layer {
+ public:
+  Gate(std::string name, Sequential path);
+
+  std::string describe() const override { return name_; }
+  std::vector<ParamSpec> param_specs() const override;
+  void bind(const std::vector<ParamView>& views, Context& ctx) override;
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  // f32 throughout: the factors multiply every activation, and a gate's costs are small.
+  void set_output_type(const Context& ctx, dt /*type*/) override { path_.set_output_type(ctx, dt::f32); }
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  std::vector<StateView> state() override { return path_.state(); }
+  bool backward_reads_output() const override { return false; }
+
+ private:
+  std::string name_;
+  Sequential path_;
+  dnnl::binary scale_;  // src times the factors
+  // Backward: diff_dst times the factors, and times src; the plane's sum of the latter; the two gradients' sum.
+  std::optional<dnnl::binary> scale_diff_, times_src_, add_diffs_;
+  std::optional<dnnl::reduction> sum_plane_;
+  dnnl::memory::desc src_md_, factors_md_;
+  const Tensor* src_ = nullptr;
+  const Tensor* factors_ = nullptr;
+};
+
+}  // namespace ddl

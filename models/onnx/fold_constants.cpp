@@ -1,0 +1,573 @@
+// fold_constants (onnx_graph.hpp): evaluates an ONNX graph's shape arithmetic once for a batch of 1 and once
+// for a batch of 2, so that what is left computes only on images and every integer that followed the batch
+// is known as kBatch. An evaluation walks the nodes in order: a node whose inputs are all known (constants,
+// or the outputs of nodes folded before it) is computed by its operation below; a Shape is known from the
+// input's [batch, C, H, W] or a constant's dims. The shape of any other value depends on layers not built
+// yet, except its first dimension, which is always the batch: a Shape of such a value may only be read at
+// index 0 (torch's x.view(x.size(0), -1)).
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include "core/error.hpp"
+#include "models/onnx/onnx_graph.hpp"
+
+namespace ddl::onnx {
+namespace {
+
+using Dims = std::vector<std::int64_t>;
+
+// Shape arithmetic computes a few numbers; a larger result means a corrupt file, and these limits keep it
+// from taking the machine's memory: elements in one value, and in all values of one evaluation.
+constexpr std::uint64_t kMaxValue = std::uint64_t{1} << 20, kMaxAll = std::uint64_t{1} << 24;
+// ONNX's numbers for the data types Cast may give here.
+constexpr std::int64_t kFloat = 1, kInt32 = 6, kInt64 = 7, kBool = 9;
+
+// Names come from the file: a control character in one must not break a message's one line.
+std::string one_line(std::string text) {
+  for (char& c : text)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return text;
+}
+
+std::string dims_text(const Dims& dims) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + "]";
+}
+
+// One node being folded: its inputs (nullptr where an optional one is left out) and how it reports a problem.
+struct Op {
+  const Graph& graph;
+  const Node& node;
+  std::vector<const Constant*> in;
+
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw InputError(one_line(graph.source + ": " + node.describe() + ": " + problem));
+  }
+  bool has(std::size_t i) const { return i < in.size() && in[i]; }
+  const Constant& input(std::size_t i) const {
+    if (!has(i)) fail("has no input " + std::to_string(i + 1));
+    return *in[i];
+  }
+  const Dims& ints(std::size_t i) const {
+    if (!input(i).integer) fail("its input " + std::to_string(i + 1) + " is not of integers");
+    return in[i]->ints;
+  }
+  std::int64_t scalar(std::size_t i) const {
+    if (ints(i).size() != 1) fail("its input " + std::to_string(i + 1) + " is not one number");
+    return in[i]->ints[0];
+  }
+  std::int64_t axis(std::int64_t a, std::size_t rank) const {
+    const auto r = static_cast<std::int64_t>(rank);
+    if (a < -r || a >= r) fail("axis " + std::to_string(a) + " is outside a tensor of rank " + std::to_string(r));
+    return a < 0 ? a + r : a;
+  }
+  // The element count of `dims`, checked before a tensor of them is allocated. The product with each 0
+  // counted as 1 bounds every stride too.
+  std::size_t size(const Dims& dims) const {
+    std::uint64_t bound = 1, n = 1;
+    for (const std::int64_t d : dims) {
+      if (d < 0) fail("gives a tensor of dims " + dims_text(dims));
+      const auto size = static_cast<std::uint64_t>(d);
+      if (size > kMaxValue || (bound *= std::max<std::uint64_t>(size, 1)) > kMaxValue)
+        fail("gives a tensor of dims " + dims_text(dims) + ", more than 2^20 elements: ddl folds shape arithmetic");
+      n *= size;
+    }
+    return n;
+  }
+};
+
+Dims strides_of(const Dims& dims) {
+  Dims strides(dims.size(), 1);
+  for (std::size_t d = dims.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<std::int64_t>(dims[d], 1);
+  return strides;
+}
+
+// The flat index, offset + sum of i_d * strides[d], of each element (i_0, i_1, ...) of `dims` in row-major order.
+std::vector<std::size_t> indices(const Dims& dims, const Dims& strides, std::int64_t offset, std::size_t n) {
+  std::vector<std::size_t> out;
+  out.reserve(n);
+  Dims at(dims.size(), 0);
+  for (std::int64_t flat = offset; out.size() < n;) {
+    out.push_back(static_cast<std::size_t>(flat));
+    for (std::size_t d = dims.size(); d-- > 0;) {
+      flat += strides[d];
+      if (++at[d] < dims[d]) break;
+      flat -= strides[d] * dims[d];
+      at[d] = 0;
+    }
+  }
+  return out;
+}
+
+// numpy's broadcasting, which ONNX's element-wise operations follow.
+Dims broadcast(const Op& op, const Dims& a, const Dims& b) {
+  Dims out(std::max(a.size(), b.size()));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const std::int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
+    if (x != y && x != 1 && y != 1) op.fail("cannot broadcast " + dims_text(a) + " with " + dims_text(b));
+    out[out.size() - 1 - i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+// For each element of a tensor of `out` dims, the element of a tensor of `in` dims that broadcasts to it.
+std::vector<std::size_t> broadcast_index(const Dims& in, const Dims& out, std::size_t n) {
+  const Dims own = strides_of(in);
+  Dims strides(out.size(), 0);
+  const std::size_t lead = out.size() - in.size();
+  for (std::size_t d = 0; d < in.size(); ++d) strides[lead + d] = in[d] == 1 ? 0 : own[d];
+  return indices(out, strides, 0, n);
+}
+
+Constant take(const Constant& c, const std::vector<std::size_t>& at, Dims dims) {
+  Constant out{std::move(dims), c.integer, {}, {}};
+  for (const std::size_t i : at)
+    if (c.integer)
+      out.ints.push_back(c.ints[i]);
+    else
+      out.floats.push_back(c.floats[i]);
+  return out;
+}
+
+void same_kind(const Op& op, const Constant& a, const Constant& b) {
+  if (a.integer != b.integer) op.fail("mixes integers and real numbers");
+}
+
+Constant constant(const Op& op) {
+  const auto& a = op.node.attributes;
+  if (a.count("value")) {
+    const Attribute& value = a.at("value");
+    if (value.kind != Attribute::Kind::tensor || !value.t) op.fail("its value is not a tensor");
+    return *value.t;
+  }
+  if (a.count("value_float")) return {{}, false, {op.node.real("value_float", 0)}, {}};
+  if (a.count("value_int")) return {{}, true, {}, {op.node.integer("value_int", 0)}};
+  if (a.count("value_ints")) {
+    Dims v = op.node.integers("value_ints", {});
+    return {{static_cast<std::int64_t>(v.size())}, true, {}, std::move(v)};
+  }
+  if (a.count("value_floats") && a.at("value_floats").kind == Attribute::Kind::reals) {
+    const auto& v = a.at("value_floats").floats;
+    return {{static_cast<std::int64_t>(v.size())}, false, v, {}};
+  }
+  op.fail("has no value ddl reads (value, value_float(s), value_int(s))");
+}
+
+Constant constant_of_shape(const Op& op) {
+  const Dims& dims = op.ints(0);
+  const std::size_t n = op.size(dims);
+  Constant fill{{}, false, {0.f}, {}};
+  if (op.node.attributes.count("value")) {
+    const Attribute& value = op.node.attributes.at("value");
+    if (!value.t || value.t->size() != 1) op.fail("its value is not one number");
+    fill = *value.t;
+  }
+  Constant out{dims, fill.integer, {}, {}};
+  if (fill.integer)
+    out.ints.assign(n, fill.ints[0]);
+  else
+    out.floats.assign(n, fill.floats[0]);
+  return out;
+}
+
+Constant gather(const Op& op) {
+  const Constant& data = op.input(0);
+  const Dims& index = op.ints(1);
+  const std::size_t axis = op.axis(op.node.integer("axis", 0), data.dims.size());
+  Dims dims(data.dims.begin(), data.dims.begin() + axis);
+  dims.insert(dims.end(), op.in[1]->dims.begin(), op.in[1]->dims.end());
+  dims.insert(dims.end(), data.dims.begin() + axis + 1, data.dims.end());
+  std::vector<std::size_t> at;
+  at.reserve(op.size(dims));
+  const std::int64_t length = data.dims[axis];
+  std::int64_t outer = 1, inner = 1;  // the elements before the axis, and after it
+  for (std::size_t d = 0; d < axis; ++d) outer *= data.dims[d];
+  for (std::size_t d = axis + 1; d < data.dims.size(); ++d) inner *= data.dims[d];
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t i : index) {
+      if (i < -length || i >= length)
+        op.fail("index " + std::to_string(i) + " is outside [0, " + std::to_string(length) + ")");
+      if (i < 0) i += length;
+      for (std::int64_t k = 0; k < inner; ++k) at.push_back(static_cast<std::size_t>((o * length + i) * inner + k));
+    }
+  return take(data, at, std::move(dims));
+}
+
+// Unsqueeze's and Squeeze's axes: an input from opset 13, an attribute before.
+Dims axes_of(const Op& op) { return op.has(1) ? op.ints(1) : op.node.integers("axes", {}); }
+
+Constant unsqueeze(const Op& op) {
+  Constant out = op.input(0);
+  const Dims axes = axes_of(op);
+  std::vector<bool> added(out.dims.size() + axes.size());
+  for (const std::int64_t a : axes) {
+    const std::int64_t d = op.axis(a, added.size());
+    if (added[d]) op.fail("names axis " + std::to_string(a) + " twice");
+    added[d] = true;
+  }
+  Dims dims;
+  auto old = out.dims.begin();
+  for (const bool one : added) dims.push_back(one ? 1 : *old++);
+  out.dims = std::move(dims);
+  return out;
+}
+
+Constant squeeze(const Op& op) {
+  Constant out = op.input(0);
+  std::vector<bool> removed(out.dims.size());
+  for (const std::int64_t a : axes_of(op)) {
+    const std::int64_t d = op.axis(a, removed.size());
+    if (out.dims[d] != 1) op.fail("squeezes axis " + std::to_string(a) + " of size " + std::to_string(out.dims[d]));
+    removed[d] = true;
+  }
+  if (!op.has(1) && !op.node.attributes.count("axes"))
+    for (std::size_t d = 0; d < removed.size(); ++d) removed[d] = out.dims[d] == 1;
+  Dims dims;
+  for (std::size_t d = 0; d < removed.size(); ++d)
+    if (!removed[d]) dims.push_back(out.dims[d]);
+  out.dims = std::move(dims);
+  return out;
+}
+
+Constant concat(const Op& op) {
+  const Constant& first = op.input(0);
+  if (!op.node.attributes.count("axis")) op.fail("has no axis");
+  const std::size_t axis = op.axis(op.node.integer("axis", 0), first.dims.size());
+  Dims dims = first.dims;
+  dims[axis] = 0;
+  for (std::size_t i = 0; i < op.in.size(); ++i) {
+    const Constant& c = op.input(i);
+    same_kind(op, first, c);
+    Dims other = c.dims;
+    if (other.size() != dims.size()) op.fail("joins tensors of different ranks");
+    dims[axis] += other[axis];
+    other[axis] = dims[axis];
+    if (other != dims) op.fail("joins " + dims_text(c.dims) + " to tensors of other dims");
+    op.size(dims);
+  }
+  Constant out{dims, first.integer, {}, {}};
+  std::size_t blocks = 1;  // one block an index of the dimensions before the axis, from each input in turn
+  for (std::size_t d = 0; d < axis; ++d) blocks *= dims[d];
+  for (std::size_t b = 0; b < blocks; ++b)
+    for (const Constant* c : op.in) {
+      const std::size_t block = c->size() / blocks;
+      if (out.integer)
+        out.ints.insert(out.ints.end(), c->ints.begin() + b * block, c->ints.begin() + (b + 1) * block);
+      else
+        out.floats.insert(out.floats.end(), c->floats.begin() + b * block, c->floats.begin() + (b + 1) * block);
+    }
+  return out;
+}
+
+Constant cast(const Op& op) {
+  Constant out = op.input(0);
+  const std::int64_t to = op.node.integer("to", 0);
+  if (to == kFloat) {
+    if (out.integer) out.floats.assign(out.ints.begin(), out.ints.end());
+    out.integer = false;
+    out.ints.clear();
+    return out;
+  }
+  if (to != kInt32 && to != kInt64 && to != kBool)
+    op.fail("casts to data type " + std::to_string(to) + "; ddl folds casts to FLOAT, INT32, INT64 and BOOL");
+  if (!out.integer) {
+    constexpr float kLimit = 9223372036854775808.0f;  // 2^63
+    for (const float f : out.floats) {
+      if (to != kBool && !(f >= -kLimit && f < kLimit)) op.fail("casts " + std::to_string(f) + " to an integer");
+      out.ints.push_back(to == kBool ? f != 0 : static_cast<std::int64_t>(f));
+    }
+    out.integer = true;
+    out.floats.clear();
+  }
+  for (auto& v : out.ints) v = to == kBool ? v != 0 : to == kInt32 ? static_cast<std::int32_t>(v) : v;
+  return out;
+}
+
+Constant slice(const Op& op) {
+  const Constant& data = op.input(0);
+  const Dims &starts = op.ints(1), &ends = op.ints(2);
+  Dims axes(starts.size()), steps(starts.size(), 1);
+  for (std::size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<std::int64_t>(i);
+  if (op.has(3)) axes = op.ints(3);
+  if (op.has(4)) steps = op.ints(4);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    op.fail("has starts, ends, axes and steps of different lengths");
+  Dims count = data.dims, step(data.dims.size(), 1), begin(data.dims.size(), 0);
+  std::vector<bool> seen(data.dims.size());
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::int64_t a = op.axis(axes[i], data.dims.size()), dim = data.dims[a];
+    if (seen[a] || steps[i] == 0) op.fail("slices axis " + std::to_string(axes[i]) + " twice or with a step of 0");
+    seen[a] = true;
+    if (dim == 0) {
+      count[a] = 0;
+      continue;
+    }
+    // A step longer than the axis takes one element, as a step of the axis' length does.
+    const std::int64_t s = std::clamp(steps[i], -std::max<std::int64_t>(dim, 1), std::max<std::int64_t>(dim, 1));
+    std::int64_t first = starts[i] < 0 ? starts[i] + dim : starts[i], last = ends[i] < 0 ? ends[i] + dim : ends[i];
+    if (s > 0) {
+      first = std::clamp<std::int64_t>(first, 0, dim);
+      last = std::clamp<std::int64_t>(last, 0, dim);
+      count[a] = last > first ? (last - first - 1) / s + 1 : 0;
+    } else {
+      first = std::clamp<std::int64_t>(first, 0, dim - 1);
+      last = std::clamp<std::int64_t>(last, -1, dim - 1);
+      count[a] = first > last ? (first - last - 1) / -s + 1 : 0;
+    }
+    begin[a] = first;
+    step[a] = s;
+  }
+  const std::size_t n = op.size(count);
+  const Dims strides = strides_of(data.dims);
+  std::int64_t offset = 0;
+  Dims stepped(strides.size());
+  for (std::size_t d = 0; d < strides.size(); ++d) {
+    offset += begin[d] * strides[d];
+    stepped[d] = strides[d] * step[d];
+  }
+  return take(data, n == 0 ? std::vector<std::size_t>{} : indices(count, stepped, offset, n), count);
+}
+
+Constant equal(const Op& op) {
+  const Constant &a = op.input(0), &b = op.input(1);
+  same_kind(op, a, b);
+  Dims dims = broadcast(op, a.dims, b.dims);
+  const std::size_t n = op.size(dims);
+  const auto ia = broadcast_index(a.dims, dims, n), ib = broadcast_index(b.dims, dims, n);
+  Constant out{std::move(dims), true, {}, Dims(n)};
+  for (std::size_t k = 0; k < n; ++k)
+    out.ints[k] = a.integer ? a.ints[ia[k]] == b.ints[ib[k]] : a.floats[ia[k]] == b.floats[ib[k]];
+  return out;
+}
+
+Constant where(const Op& op) {
+  const Dims& condition = op.ints(0);
+  const Constant &x = op.input(1), &y = op.input(2);
+  same_kind(op, x, y);
+  Dims dims = broadcast(op, broadcast(op, op.in[0]->dims, x.dims), y.dims);
+  const std::size_t n = op.size(dims);
+  const auto ic = broadcast_index(op.in[0]->dims, dims, n), ix = broadcast_index(x.dims, dims, n),
+             iy = broadcast_index(y.dims, dims, n);
+  Constant both = x;
+  both.ints.insert(both.ints.end(), y.ints.begin(), y.ints.end());
+  both.floats.insert(both.floats.end(), y.floats.begin(), y.floats.end());
+  std::vector<std::size_t> at(n);
+  for (std::size_t k = 0; k < n; ++k) at[k] = condition[ic[k]] ? ix[k] : x.size() + iy[k];
+  return take(both, at, std::move(dims));
+}
+
+Constant expand(const Op& op) {
+  const Constant& data = op.input(0);
+  Dims dims = broadcast(op, data.dims, op.ints(1));
+  const std::size_t n = op.size(dims);
+  const auto at = broadcast_index(data.dims, dims, n);
+  return take(data, at, std::move(dims));
+}
+
+Constant range(const Op& op) {
+  const std::int64_t start = op.scalar(0), limit = op.scalar(1), delta = op.scalar(2);
+  std::int64_t span = 0, count = 0;
+  if (delta == 0) op.fail("has a step of 0");
+  if (__builtin_sub_overflow(limit, start, &span)) op.fail("spans more than int64 holds");
+  if (delta > 0 && span > 0) count = (span - 1) / delta + 1;
+  if (delta < 0 && span < 0) count = (span + 1) / delta + 1;
+  Constant out{{count}, true, {}, Dims(op.size({count}))};
+  for (std::int64_t k = 0; k < count; ++k) out.ints[k] = start + k * delta;
+  return out;
+}
+
+// Add, Sub, Mul and Div, on integers only: shapes. Real numbers on constants are weights, not shapes.
+Constant arithmetic(const Op& op) {
+  const Constant &a = op.input(0), &b = op.input(1);
+  if (!a.integer || !b.integer) op.fail("computes on real numbers; ddl folds integer (shape) arithmetic only");
+  Dims dims = broadcast(op, a.dims, b.dims);
+  const std::size_t n = op.size(dims);
+  const auto ia = broadcast_index(a.dims, dims, n), ib = broadcast_index(b.dims, dims, n);
+  Constant out{std::move(dims), true, {}, Dims(n)};
+  const std::string& name = op.node.op;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::int64_t x = a.ints[ia[k]], y = b.ints[ib[k]];
+    std::int64_t& r = out.ints[k];
+    bool overflow = false;
+    if (name == "Add") overflow = __builtin_add_overflow(x, y, &r);
+    if (name == "Sub") overflow = __builtin_sub_overflow(x, y, &r);
+    if (name == "Mul") overflow = __builtin_mul_overflow(x, y, &r);
+    if (name == "Div") {
+      if (y == 0) op.fail("divides by 0");
+      overflow = y == -1 && x == std::numeric_limits<std::int64_t>::min();
+      if (!overflow) r = x / y;
+    }
+    if (overflow) op.fail("overflows int64");
+  }
+  return out;
+}
+
+Constant reshape(const Op& op) {
+  Constant out = op.input(0);
+  const Dims& shape = op.ints(1);
+  const bool allow_zero = op.node.integer("allowzero", 0) != 0;
+  Dims dims;
+  std::uint64_t known = 1;
+  std::size_t free = shape.size();
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    std::int64_t d = shape[i];
+    if (d == 0 && !allow_zero) {  // 0: the input's dimension
+      if (i >= out.dims.size()) op.fail("cannot reshape " + dims_text(out.dims) + " to " + dims_text(shape));
+      d = out.dims[i];
+    }
+    if (d == -1 && free == shape.size())
+      free = i;
+    else if (d < 0 || __builtin_mul_overflow(known, static_cast<std::uint64_t>(d), &known))
+      op.fail("cannot reshape " + dims_text(out.dims) + " to " + dims_text(shape));
+    dims.push_back(d);
+  }
+  const std::uint64_t n = out.size();
+  if (free < shape.size() && known != 0 && n % known == 0) dims[free] = static_cast<std::int64_t>(n / known);
+  if ((free < shape.size() && dims[free] < 0) || (free == shape.size() && known != n))
+    op.fail("cannot reshape " + dims_text(out.dims) + " to " + dims_text(shape));
+  out.dims = std::move(dims);
+  return out;
+}
+
+using Fold = Constant (*)(const Op&);
+const std::map<std::string, Fold>& operations() {
+  static const std::map<std::string, Fold> table = {{"Constant", constant}, {"ConstantOfShape", constant_of_shape},
+                                                    {"Gather", gather},     {"Unsqueeze", unsqueeze},
+                                                    {"Squeeze", squeeze},   {"Concat", concat},
+                                                    {"Cast", cast},         {"Slice", slice},
+                                                    {"Equal", equal},       {"Where", where},
+                                                    {"Expand", expand},     {"Range", range},
+                                                    {"Add", arithmetic},    {"Sub", arithmetic},
+                                                    {"Mul", arithmetic},    {"Div", arithmetic},
+                                                    {"Reshape", reshape}};
+  return table;
+}
+
+// What one evaluation knows: the outputs of the nodes it folded.
+struct Evaluation {
+  std::vector<bool> folded;  // by node
+  std::map<std::string, Constant> values;
+};
+
+Evaluation evaluate(const Graph& graph, std::int64_t batch) {
+  Evaluation e;
+  e.folded.assign(graph.nodes.size(), false);
+  // A Shape's output -> the value whose shape it is, where ddl knows only the first dimension, the batch.
+  std::map<std::string, std::string> batch_only;
+  const auto known = [&](const std::string& name) -> const Constant* {
+    if (const auto it = e.values.find(name); it != e.values.end()) return &it->second;
+    if (const auto it = graph.constants.find(name); it != graph.constants.end()) return &it->second;
+    return nullptr;
+  };
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    Op op{graph, node, {}};
+    if (node.outputs.empty() || node.outputs[0].empty()) continue;
+    const std::string& out = node.outputs[0];
+    if (node.op == "Shape" && node.inputs.size() == 1) {
+      const std::string& of = node.inputs[0];
+      if (of.empty() || node.outputs.size() != 1) op.fail("is not a Shape of one input to one output");
+      Dims dims = graph.image_shape;
+      dims.insert(dims.begin(), batch);
+      if (of != graph.input && known(of)) dims = known(of)->dims;
+      const auto rank = static_cast<std::int64_t>(dims.size());
+      const auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + rank : v, 0, rank); };
+      const std::int64_t first = clamp(op.node.integer("start", 0)), last = clamp(op.node.integer("end", rank));
+      if (of != graph.input && !known(of)) {
+        if (first != 0 || batch_only.count(of))
+          op.fail("needs the shape of '" + of + "', which ddl cannot know before the layers are built");
+        batch_only[out] = of;
+      } else {
+        e.values[out] = {{std::max<std::int64_t>(last - first, 0)}, true, {}, {}};
+        if (last > first) e.values[out].ints.assign(dims.begin() + first, dims.begin() + last);
+      }
+      e.folded[i] = true;
+      continue;
+    }
+    bool on_images = false, batch_size = false;
+    for (const std::string& in : node.inputs) {
+      if (in.empty()) {
+        op.in.push_back(nullptr);
+      } else if (const auto it = batch_only.find(in); it != batch_only.end()) {
+        // Index 0 of a shape whose other dimensions ddl does not know: the batch.
+        const Constant* index = node.inputs.size() == 2 && in == node.inputs[0] ? known(node.inputs[1]) : nullptr;
+        const bool reads_batch = node.op == "Gather" && node.integer("axis", 0) == 0 && index && index->integer &&
+                                 std::all_of(index->ints.begin(), index->ints.end(), [](auto v) { return v == 0; });
+        if (!reads_batch)
+          op.fail("needs the shape of '" + it->second + "', which ddl cannot know before the layers are built");
+        op.in.push_back(nullptr);
+        batch_size = true;
+      } else {
+        op.in.push_back(known(in));
+        on_images = on_images || !op.in.back();
+      }
+    }
+    if (on_images) continue;
+    const auto fold = operations().find(node.op);
+    if (!batch_size && fold == operations().end())
+      op.fail("computes on constants only, and ddl folds only shape arithmetic");
+    // A second output would be left without the node that gives it.
+    if (node.outputs.size() != 1) op.fail("has " + std::to_string(node.outputs.size()) + " outputs; ddl folds one");
+    Constant value =
+        batch_size ? Constant{op.in[1]->dims, true, {}, Dims(op.size(op.in[1]->dims), batch)} : fold->second(op);
+    // A Constant's value is the file's; what is computed from it is bounded in all.
+    if (node.op != "Constant" && (total += value.size()) > kMaxAll) op.fail("takes folding past 2^24 values in all");
+    e.values[out] = std::move(value);
+    e.folded[i] = true;
+  }
+  return e;
+}
+
+// The value as the graph keeps it: integers that were the batch size in both evaluations become kBatch; any
+// other difference between them is a use of the batch that ddl cannot express.
+Constant keep_batch(const Graph& graph, const Node& node, Constant one, const Constant& two) {
+  const auto fail = [&](const std::string& problem) {
+    throw InputError(one_line(graph.source + ": " + node.describe() + ": " + problem));
+  };
+  if (one.dims != two.dims || one.integer != two.integer) fail("the shape of its result changes with the batch size");
+  if (!one.integer && std::memcmp(one.floats.data(), two.floats.data(), one.floats.size() * sizeof(float)) != 0)
+    fail("its result changes with the batch size");
+  for (std::size_t k = 0; k < one.ints.size(); ++k)
+    if (one.ints[k] != two.ints[k]) {
+      if (one.ints[k] != 1 || two.ints[k] != 2) fail("its result changes with the batch size, but is not the batch");
+      one.ints[k] = kBatch;
+    }
+  return one;
+}
+
+}  // namespace
+
+void fold_constants(Graph& graph) {
+  Evaluation one, two;
+  try {
+    one = evaluate(graph, 1);
+    two = evaluate(graph, 2);
+  } catch (const InputError& e) {
+    // Node's accessors name the node, not the file.
+    if (std::string_view(e.what()).starts_with(graph.source + ": ")) throw;
+    throw InputError(one_line(graph.source + ": " + e.what()));
+  }
+  std::set<std::string> used = {graph.output};
+  for (std::size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!one.folded[i]) used.insert(graph.nodes[i].inputs.begin(), graph.nodes[i].inputs.end());
+  if (one.values.count(graph.output) || graph.constants.count(graph.output))
+    throw InputError(one_line(graph.source + ": output '" + graph.output + "' does not depend on the input image"));
+  std::vector<Node> left;
+  for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+    Node& node = graph.nodes[i];
+    if (!one.folded[i]) {
+      left.push_back(std::move(node));
+      continue;
+    }
+    const auto value = one.values.find(node.outputs[0]);
+    if (value != one.values.end() && used.count(value->first))
+      graph.constants[value->first] = keep_batch(graph, node, value->second, two.values.at(value->first));
+  }
+  graph.nodes = std::move(left);
+}
+
+}  // namespace ddl::onnx

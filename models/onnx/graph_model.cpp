@@ -1,0 +1,401 @@
+#include "models/onnx/graph_model.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "core/layers/batch_norm2d.hpp"
+#include "core/layers/conv2d.hpp"
+#include "core/layers/dense.hpp"
+#include "core/layers/dropout.hpp"
+#include "core/layers/elementwise.hpp"
+#include "core/layers/flatten.hpp"
+#include "core/layers/gate.hpp"
+#include "core/layers/pool2d.hpp"
+#include "core/layers/relu.hpp"
+#include "core/layers/residual.hpp"
+
+namespace ddl {
+namespace {
+
+using onnx::Node;
+
+// A layer being built, with the graph's names for where its parameters and state start from, in the
+// order of its param_specs() and state(); "" where a value has no initializer (a fresh classifier's,
+// a dropout's generator).
+struct Built {
+  std::unique_ptr<Layer> layer;
+  std::vector<std::string> params, state;
+
+  void append_names(const Built& part) {
+    params.insert(params.end(), part.params.begin(), part.params.end());
+    state.insert(state.end(), part.state.begin(), part.state.end());
+  }
+};
+
+class Builder {
+ public:
+  Builder(const onnx::Graph& graph, const ModelConfig& config) : g_(graph), config_(config) {
+    for (std::size_t n = 0; n < g_.nodes.size(); ++n)
+      for (const std::string& input : g_.nodes[n].inputs)
+        if (!input.empty() && !g_.constants.count(input)) readers_[input].push_back(n);
+  }
+
+  GraphModel build() {
+    GraphModel out;
+    out.model =
+        std::make_unique<Model>(g_.source, dims_t(g_.image_shape.begin(), g_.image_shape.end()), config_.num_classes);
+    std::vector<Built> layers;
+    for (std::string v = g_.input; v != g_.output;) {
+      Built b = step(v);
+      if (b.layer) layers.push_back(std::move(b));
+    }
+    if (layers.empty()) throw InputError(g_.source + ": the graph has no layer between its input and its output");
+    out.fresh_classifier = fit_classifier(layers.back());
+    auto starting = std::make_shared<Model::StartingValues>();
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const std::string prefix = std::to_string(i) + ".";
+      const auto specs = layers[i].layer->param_specs();
+      for (std::size_t k = 0; k < specs.size(); ++k) {
+        const std::string& source = layers[i].params.at(k);
+        if (source.empty()) continue;
+        out.onnx_names[prefix + specs[k].name] = source;
+        (*starting)[prefix + specs[k].name] = g_.constants.at(source).floats;
+      }
+      const auto state = layers[i].layer->state();
+      for (std::size_t k = 0; k < state.size(); ++k)
+        if (!layers[i].state.at(k).empty()) out.onnx_names[prefix + state[k].name] = layers[i].state[k];
+      out.model->add(std::move(layers[i].layer));
+    }
+    out.model->set_starting_values(std::move(starting));
+    return out;
+  }
+
+ private:
+  // The layer that starts at value v (none for an Identity), v moved on to its output.
+  Built step(std::string& v) {
+    const auto& r = readers(v);
+    if (r.size() == 2) return residual(v);
+    if (r.size() != 1)
+      throw InputError(g_.source + ": value '" + v + "' is read by " + std::to_string(r.size()) +
+                       " nodes; ddl builds chains of layers and blocks of two paths that meet in an Add");
+    return layer(g_.nodes[r[0]], v);
+  }
+
+  Built layer(const Node& n, std::string& v) {
+    if (data_inputs(n) != 1) refuse(n, "it joins two paths that did not fork from one value before it");
+    v = n.outputs.at(0);
+    if (n.op == "Identity") return {};
+    if (n.op == "Conv") return conv(n, v);
+    if (n.op == "BatchNormalization") return batch_norm(n, v);
+    if (n.op == "Gemm") return gemm(n, v);
+    if (n.op == "Relu") return {std::make_unique<Relu>(), {}, {}};
+    if (auto f = eltwise(n)) return {std::move(f), {}, {}};
+    if (n.op == "MaxPool" || n.op == "AveragePool") return pool(n);
+    if (n.op == "GlobalAveragePool")
+      return {std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::global_avg}), {}, {}};
+    if (n.op == "Flatten") {
+      if (n.integer("axis", 1) != 1) refuse(n, "ddl flattens from axis 1 only");
+      return {std::make_unique<Flatten>(), {}, {}};
+    }
+    if (n.op == "Reshape") return reshape(n);
+    if (n.op == "Dropout") return dropout(n);
+    if (n.op == "Pad") return pad(n);
+    refuse(n, "ddl does not support this operator (docs/onnx.md lists those it does)");
+  }
+
+  // Two paths from v that meet in an Add: a residual block, its longer path the body. Or in a Mul, one of
+  // them v itself: a gate (squeeze-and-excitation).
+  Built residual(std::string& v) {
+    const Node& join = join_of(v);
+    if (join.op != "Add" && join.op != "Mul")
+      refuse(join, "two paths meet here; ddl joins paths in an Add (a residual block) or a Mul (a gate) only");
+    Built paths[2];
+    Sequential chains[2];
+    const auto& r = readers(v);
+    for (int p = 0; p < 2; ++p) {
+      if (&g_.nodes[r[p]] == &join) continue;  // the identity shortcut
+      std::string at = v;
+      for (Built b = layer(g_.nodes[r[p]], at);; b = step(at)) {
+        if (b.layer) {
+          paths[p].append_names(b);
+          chains[p].add(std::move(b.layer));
+        }
+        if (reads(join, at)) break;
+      }
+    }
+    const int body = chains[1].parts().size() > chains[0].parts().size() ? 1 : 0;
+    v = join.outputs.at(0);
+    if (join.op == "Mul") {
+      if (!chains[1 - body].empty())
+        refuse(join, "ddl multiplies a value by factors computed from it (a gate), not two computed values");
+      Built gate = std::move(paths[body]);
+      gate.layer = std::make_unique<Gate>("gate", std::move(chains[body]));
+      return gate;
+    }
+    const bool relu = fuse_relu(v);
+    Built block;
+    block.append_names(paths[body]);
+    block.append_names(paths[1 - body]);
+    block.layer = std::make_unique<Residual>("residual block" + std::string(relu ? " +relu" : ""),
+                                             std::move(chains[body]), std::move(chains[1 - body]), relu);
+    return block;
+  }
+
+  // The node where the two paths from v meet: the first node with two inputs on each path, past the
+  // blocks nested in it.
+  const Node& join_of(const std::string& v) {
+    const auto& r = readers(v);
+    const Node& a = first_join(r[0]);
+    const Node& b = first_join(r[1]);
+    if (&a != &b)
+      throw InputError(g_.source + ": the two paths from value '" + v + "' end in different nodes (" + a.describe() +
+                       ", " + b.describe() + "); ddl builds blocks of two paths that meet in one Add");
+    return a;
+  }
+  const Node& first_join(std::size_t n) {
+    for (;;) {
+      const Node& node = g_.nodes[n];
+      if (data_inputs(node) >= 2) return node;
+      std::string out = node.outputs.at(0);
+      while (readers(out).size() == 2) out = join_of(out).outputs.at(0);
+      if (readers(out).size() != 1) refuse(node, "its path ends before it meets the path it forked from");
+      n = readers(out)[0];
+    }
+  }
+
+  Built conv(const Node& n, std::string& v) {
+    const onnx::Constant& w = constant(n, 1);
+    if (w.dims.size() != 4) refuse(n, "its weight is not [out, in, kh, kw]");
+    if (n.integer("group", 1) != 1) refuse(n, "grouped and depthwise convolutions are not supported yet");
+    if (n.text("auto_pad", "NOTSET") != "NOTSET") refuse(n, "auto_pad is not supported yet; give explicit pads");
+    const auto kernel = square(n, w.dims[2], w.dims[3], "kernel");
+    for (auto d : n.integers("dilations", {1, 1}))
+      if (d != 1) refuse(n, "dilated convolutions are not supported yet");
+    const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+    Conv2dOptions o{.in_channels = int(w.dims[1]),
+                    .out_channels = int(w.dims[0]),
+                    .kernel = kernel,
+                    .stride = stride(n),
+                    .padding = padding(n),
+                    .bias = bias};
+    o.relu = fuse_relu(v);
+    Built b{std::make_unique<Conv2d>(o), {n.inputs[1]}, {}};
+    if (bias) b.params.push_back(n.inputs[2]);
+    return b;
+  }
+
+  Built batch_norm(const Node& n, std::string& v) {
+    const onnx::Constant& scale = constant(n, 1);
+    for (std::size_t i = 2; i < 5; ++i)
+      if (constant(n, i).size() != scale.size()) refuse(n, "its scale, bias, mean and variance differ in size");
+    // ONNX's momentum weighs the running value, PyTorch's and ddl's the batch's.
+    BatchNorm2dOptions o{.channels = int(scale.size()),
+                         .epsilon = n.real("epsilon", 1e-5f),
+                         .momentum = 1.0f - n.real("momentum", 0.9f)};
+    o.relu = fuse_relu(v);
+    auto layer = std::make_unique<BatchNorm2d>(o);
+    auto state = layer->state();  // running mean and variance: the layer's own, set here once
+    for (std::size_t k = 0; k < 2; ++k) {
+      const auto& from = constant(n, 3 + k).floats;
+      std::copy(from.begin(), from.end(), state[k].floats.begin());
+    }
+    return {std::move(layer), {n.inputs[1], n.inputs[2]}, {n.inputs[3], n.inputs[4]}};
+  }
+
+  Built gemm(const Node& n, std::string& v) {
+    const onnx::Constant& w = constant(n, 1);
+    if (n.integer("transA", 0) != 0 || n.integer("transB", 0) != 1 || n.real("alpha", 1) != 1 || n.real("beta", 1) != 1)
+      refuse(n, "ddl takes a Gemm as PyTorch's Linear exports it (transB = 1, transA = 0, alpha = beta = 1)");
+    if (w.dims.size() != 2) refuse(n, "its weight is not [out, in]");
+    const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+    if (bias && constant(n, 2).size() != std::size_t(w.dims[0])) refuse(n, "its bias is not one value per output");
+    DenseOptions o{.in_features = int(w.dims[1]), .out_features = int(w.dims[0]), .bias = bias};
+    o.relu = fuse_relu(v);
+    Built b{std::make_unique<Dense>(o), {n.inputs[1]}, {}};
+    if (bias) b.params.push_back(n.inputs[2]);
+    return b;
+  }
+
+  Built pool(const Node& n) {
+    const auto k = n.integers("kernel_shape", {});
+    if (k.size() != 2) refuse(n, "its kernel_shape is not two values");
+    if (n.integer("ceil_mode", 0) != 0) refuse(n, "ceil_mode = 1 is not supported yet");
+    if (n.text("auto_pad", "NOTSET") != "NOTSET") refuse(n, "auto_pad is not supported yet; give explicit pads");
+    for (auto d : n.integers("dilations", {1, 1}))
+      if (d != 1) refuse(n, "dilated pooling is not supported");
+    PoolKind kind = PoolKind::max;
+    if (n.op == "AveragePool")
+      kind = n.integer("count_include_pad", 0) ? PoolKind::avg_include_padding : PoolKind::avg_exclude_padding;
+    return {std::make_unique<Pool2d>(Pool2dOptions{
+                .kind = kind, .kernel = square(n, k[0], k[1], "kernel"), .stride = stride(n), .padding = padding(n)}),
+            {},
+            {}};
+  }
+
+  // The functions applied to each element, on oneDNN's eltwise primitives; null for another operator.
+  std::unique_ptr<Layer> eltwise(const Node& n) const {
+    using dnnl::algorithm;
+    if (n.op == "Sigmoid") return std::make_unique<Eltwise>("sigmoid", algorithm::eltwise_logistic);
+    if (n.op == "Tanh") return std::make_unique<Eltwise>("tanh", algorithm::eltwise_tanh);
+    if (n.op == "HardSwish") return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish);
+    if (n.op == "LeakyRelu")
+      return std::make_unique<Eltwise>("leaky relu", algorithm::eltwise_relu, n.real("alpha", 0.01f));
+    if (n.op == "Clip") {  // since opset 11 its bounds are inputs
+      const float low = bound(n, 1, -3.4e38f), high = bound(n, 2, 3.4e38f);
+      return std::make_unique<Eltwise>("clip " + std::to_string(low) + ".." + std::to_string(high),
+                                       algorithm::eltwise_clip_v2, low, high);
+    }
+    if (n.op == "HardSigmoid") {  // max(0, min(1, alpha x + beta)): oneDNN 2.6 has no such algorithm
+      Sequential s("hard sigmoid");
+      s.emplace<Eltwise>("linear", algorithm::eltwise_linear, n.real("alpha", 0.2f), n.real("beta", 0.5f));
+      s.emplace<Eltwise>("clip", algorithm::eltwise_clip_v2, 0.0f, 1.0f);
+      return std::make_unique<Sequential>(std::move(s));
+    }
+    return nullptr;
+  }
+  float bound(const Node& n, std::size_t input, float otherwise) const {
+    if (input >= n.inputs.size() || n.inputs[input].empty()) return otherwise;
+    const onnx::Constant& c = constant(n, input);
+    if (c.integer || c.size() != 1) refuse(n, "its bound is not one number");
+    return c.floats[0];
+  }
+
+  // A Reshape that keeps the batch and flattens the rest: torch's x.view(x.size(0), -1).
+  Built reshape(const Node& n) {
+    const onnx::Constant& shape = constant(n, 1);
+    const bool batch_first = shape.ints.size() == 2 && (shape.ints[0] == onnx::kBatch || shape.ints[0] == 0);
+    if (!batch_first || shape.ints[1] == 0 || shape.ints[1] < -1)
+      refuse(n, "ddl takes a Reshape that keeps the batch and flattens the rest (x.view(x.size(0), -1)) only");
+    return {std::make_unique<Flatten>(), {}, {}};
+  }
+
+  // PyTorch exports avg_pool2d as a Pad before the pooling, one that pads nothing where the pooling has no
+  // padding.
+  Built pad(const Node& n) {
+    const onnx::Constant& pads = constant(n, 1);
+    if (n.text("mode", "constant") != "constant" || !pads.integer ||
+        std::any_of(pads.ints.begin(), pads.ints.end(), [](std::int64_t p) { return p != 0; }))
+      refuse(n, "ddl takes a Pad that pads nothing only; give the padding to the convolution or pooling");
+    return {};
+  }
+
+  Built dropout(const Node& n) {
+    float ratio = n.real("ratio", 0.5f);  // before opset 12 an attribute, since then an input
+    if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+      const onnx::Constant& given = constant(n, 1);
+      if (given.size() != 1 || given.integer) refuse(n, "its ratio is not one number");
+      ratio = given.floats[0];
+    }
+    return {std::make_unique<Dropout>(ratio, layer_seed(config_, random_layers_++)), {}, {""}};
+  }
+
+  // Where the run's classes differ from the graph's: the final Gemm built anew for the run's, starting
+  // from drawn values (its names returned); anything else cannot be trained on this data.
+  std::string fit_classifier(Built& last) {
+    auto* dense = dynamic_cast<Dense*>(last.layer.get());
+    const std::int64_t classes = dense ? dense->options().out_features : g_.classes;
+    if (classes == config_.num_classes) return "";
+    if (!dense)
+      throw InputError(g_.source + ": the graph gives " + std::to_string(classes) + " classes and the data has " +
+                       std::to_string(config_.num_classes) +
+                       "; ddl replaces a final Gemm (a fully connected layer) "
+                       "only, and this graph ends otherwise");
+    DenseOptions o = dense->options();
+    o.out_features = config_.num_classes;
+    last.layer = std::make_unique<Dense>(o);
+    std::string fresh;
+    for (auto& p : last.params) {
+      fresh += (fresh.empty() ? "" : ", ") + p;
+      p.clear();
+    }
+    return fresh;
+  }
+
+  // Whether the value v is read only by a Relu, which is then fused: v moves on to the Relu's output.
+  bool fuse_relu(std::string& v) {
+    const auto& r = readers(v);
+    if (r.size() != 1 || g_.nodes[r[0]].op != "Relu" || v == g_.output) return false;
+    v = g_.nodes[r[0]].outputs.at(0);
+    return true;
+  }
+
+  int stride(const Node& n) const {
+    const auto s = n.integers("strides", {1, 1});
+    if (s.size() != 2) refuse(n, "its strides are not two values");
+    return square(n, s[0], s[1], "stride");
+  }
+  int padding(const Node& n) const {
+    const auto p = n.integers("pads", {0, 0, 0, 0});
+    if (p.size() != 4 || p[0] != p[1] || p[0] != p[2] || p[0] != p[3])
+      refuse(n, "ddl pads every side of an image alike (pads " + list(p) + ")");
+    return int(p[0]);
+  }
+  int square(const Node& n, std::int64_t a, std::int64_t b, const std::string& what) const {
+    if (a != b || a <= 0)
+      refuse(n, "ddl takes a square " + what + ", not " + std::to_string(a) + "x" + std::to_string(b));
+    return int(a);
+  }
+  static std::string list(const std::vector<std::int64_t>& v) {
+    std::string s;
+    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    return s;
+  }
+
+  const onnx::Constant& constant(const Node& n, std::size_t input) const {
+    if (input >= n.inputs.size() || n.inputs[input].empty())
+      refuse(n, "input " + std::to_string(input) + " is missing");
+    const auto it = g_.constants.find(n.inputs[input]);
+    if (it == g_.constants.end())
+      refuse(n,
+             "its input '" + n.inputs[input] + "' is computed; ddl takes weights, shapes and ratios as initializers");
+    return it->second;
+  }
+  std::size_t data_inputs(const Node& n) const {
+    std::size_t count = 0;
+    for (const auto& input : n.inputs) count += !input.empty() && !g_.constants.count(input);
+    return count;
+  }
+  bool reads(const Node& n, const std::string& v) const {
+    return std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end();
+  }
+  const std::vector<std::size_t>& readers(const std::string& v) const {
+    static const std::vector<std::size_t> none;
+    const auto it = readers_.find(v);
+    return it == readers_.end() ? none : it->second;
+  }
+  [[noreturn]] void refuse(const Node& n, const std::string& why) const {
+    throw InputError(g_.source + ": " + n.describe() + ": " + why);
+  }
+
+  const onnx::Graph& g_;
+  const ModelConfig& config_;
+  std::map<std::string, std::vector<std::size_t>> readers_;  // a value: the nodes that read it
+  std::uint64_t random_layers_ = 0;
+};
+
+}  // namespace
+
+GraphModel define_graph_model(const std::string& name, const ModelConfig& config) {
+  if (!config.graph) throw Error(name + ": a graph model needs the graph's bytes");
+  onnx::Graph graph = onnx::parse_onnx(config.graph->bytes, std::filesystem::path(name).filename().string(),
+                                       config.graph->weights_elsewhere);
+  onnx::fold_constants(graph);
+  return Builder(graph, config).build();
+}
+
+bool is_graph_file(const std::string& model) {
+  return model.size() > 5 && model.compare(model.size() - 5, 5, ".onnx") == 0;
+}
+
+std::shared_ptr<const GraphBytes> read_graph_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("--model " + path + ": no such file, or it cannot be read");
+  auto graph = std::make_shared<GraphBytes>();
+  graph->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError("--model " + path + ": cannot be read");
+  return graph;
+}
+
+}  // namespace ddl

@@ -1,0 +1,15 @@
+// Fuzz target: an ONNX model (ddl_train --model FILE.onnx), read and its shape arithmetic folded. The input
+// is the file.
+#include <cstdint>
+#include <string_view>
+
+#include "models/onnx/onnx_graph.hpp"
+#include "tests/fuzz/fuzz_input.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  ddl::fuzz::expect_success_or_input_error([&] {
+    ddl::onnx::Graph graph = ddl::onnx::parse_onnx({reinterpret_cast<const char*>(data), size}, "fuzz.onnx");
+    ddl::onnx::fold_constants(graph);
+  });
+  return 0;
+}

@@ -1,0 +1,213 @@
+"""ddl_train --model FILE.onnx against PyTorch: networks exported by torch.onnx.export train in ddl as in
+PyTorch (a few steps of full-batch SGD from the same weights: every parameter and BatchNorm statistic within
+1e-3 of the tensor's largest value), and a graph ddl cannot build is refused in one line.
+    DDL_BIN_DIR=build/launch /usr/bin/python3 tests/launch/onnx_import_test.py
+Exits 77 (skipped) when a Python module is missing, unless DDL_TESTS_REQUIRE_ALL=1.
+"""
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("DDL_BIN_DIR", os.path.join(ROOT, "build", "launch"))
+SAMPLE_SCRIPT = os.path.join(ROOT, "data", "models", "export_sample.py")
+SAMPLE = os.path.join(ROOT, "data", "models", "se_resnet_sample.onnx")
+# Every parameter and statistic after the steps: |ddl - torch| at most this fraction of the tensor's largest |value|.
+TOLERANCE = 1e-3
+
+try:
+    import h5py
+    import numpy
+    import torch
+    from torch import nn
+except ImportError as e:
+    print(f"onnx_import_test: {e}: skipped", file=sys.stderr)
+    sys.exit(1 if os.environ.get("DDL_TESTS_REQUIRE_ALL") == "1" else 77)
+
+
+def run(*command, expect=0):
+    result = subprocess.run([str(c) for c in command], capture_output=True, text=True)
+    if expect is not None and result.returncode != expect:
+        raise AssertionError(f"{' '.join(map(str, command))}: exit {result.returncode}, expected {expect}\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result
+
+
+class Residual(nn.Module):
+    """A basic block as torchvision's ResNet has it, with a 1x1 projection where the shape changes."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
+
+
+class SmallResNet(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2))
+        self.blocks = nn.Sequential(Residual(8, 8, 1), Residual(8, 16, 2))
+        self.head = nn.Linear(16 * 4, classes)
+
+    def forward(self, x):
+        x = nn.functional.avg_pool2d(self.blocks(self.stem(x)), 4)  # 8x8 -> 2x2
+        return self.head(x.view(x.size(0), -1))
+
+
+def randomize_batch_norms(model):
+    """BatchNorm's scale, shift and statistics away from 1 and 0: the test then sees that ddl starts from
+    the file's values, and the shifts are not sums that cancel to near zero, whose relative error a single
+    ReLU flipped by rounding (a value within 1e-7 of 0) would dominate."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.2)
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+def export(model, path, opset, size=32):
+    model.train()
+    torch.onnx.export(model, torch.zeros(2, 3, size, size), path, opset_version=opset,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=["images"], output_names=["logits"],
+                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+
+
+def ddl_tensors(checkpoint):
+    """The checkpoint's parameters and BatchNorm statistics by the graph's names."""
+    with h5py.File(checkpoint, "r") as f:
+        to_graph = dict(pair.decode().split("=", 1) if isinstance(pair, bytes) else pair.split("=", 1)
+                        for pair in f.attrs["graph_names"])
+        names = [n.decode() if isinstance(n, bytes) else n for n in f.attrs["param_names"]]
+        params = numpy.asarray(f["params"])
+        states = {}
+        f["model_state"].visititems(lambda name, obj: states.__setitem__(name, numpy.asarray(obj))
+                                    if isinstance(obj, h5py.Dataset) and obj.dtype == numpy.float32 else None)
+    return to_graph, names, params, states
+
+
+class OnnxImport(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="ddl_onnx_")
+        run("tar", "xzf", os.path.join(ROOT, "data", "cifar10_sample.tar.gz"), "-C", cls.dir)
+        source, folder = os.path.join(cls.dir, "cifar10_sample"), os.path.join(cls.dir, "few")
+        for name in sorted(os.listdir(source)):  # 8 images a class: 64 to train on, 16 held out
+            os.makedirs(os.path.join(folder, name))
+            for image in sorted(os.listdir(os.path.join(source, name)))[:8]:
+                shutil.copy(os.path.join(source, name, image), os.path.join(folder, name, image))
+        cls.data = os.path.join(cls.dir, "few.h5")
+        run(os.path.join(BIN, "ddl_data"), "import", "--from", folder, "--output", cls.data, "--val-fraction", "0.2",
+            "--seed", "1")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def train_both(self, model, onnx_file, steps, lr=0.05):
+        """`steps` steps of full-batch SGD in ddl and in PyTorch from the same weights; returns ddl's
+        checkpoint and the trained torch module."""
+        checkpoints = self.path(os.path.basename(onnx_file) + ".ck")
+        run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--val",
+            self.data.replace(".h5", "_val.h5"), "--epochs", steps, "--steps-per-epoch", 1, "--batch-size", 64,
+            "--optimizer", "sgd", "--momentum", 0, "--lr", lr, "--threads", 1, "--progress", "never",
+            "--checkpoint-dir", checkpoints)
+        with h5py.File(self.data, "r") as f:
+            images = torch.from_numpy(numpy.asarray(f["images"], dtype=numpy.float32) / 255).permute(0, 3, 1, 2).contiguous()
+            labels = torch.from_numpy(numpy.asarray(f["labels"], dtype=numpy.int64))
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0)
+        model.train()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+        return os.path.join(checkpoints, "last.h5"), model
+
+    def assert_same_tensors(self, checkpoint, model):
+        to_graph, names, params, states = ddl_tensors(checkpoint)
+        expected = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+        offset, compared = 0, 0
+        for name in names:
+            tensor = expected[to_graph[name]]
+            mine = params[offset:offset + tensor.size].reshape(tensor.shape)
+            offset += tensor.size
+            worst = numpy.abs(mine - tensor).max() / max(numpy.abs(tensor).max(), 1e-12)
+            self.assertLessEqual(worst, TOLERANCE, f"{name} ({to_graph[name]})")
+            compared += 1
+        self.assertEqual(offset, params.size)
+        for name, values in states.items():
+            if name in to_graph:
+                tensor = expected[to_graph[name]]
+                worst = numpy.abs(values - tensor).max() / max(numpy.abs(tensor).max(), 1e-12)
+                self.assertLessEqual(worst, TOLERANCE, f"{name} ({to_graph[name]})")
+                compared += 1
+        self.assertEqual(compared, len([k for k in expected if not k.endswith("num_batches_tracked")]))
+
+    def test_a_residual_network_trains_as_in_pytorch_at_opsets_13_and_17(self):
+        for opset in (13, 17):
+            with self.subTest(opset=opset):
+                torch.manual_seed(opset)
+                model = randomize_batch_norms(SmallResNet())
+                onnx_file = self.path(f"resnet_{opset}.onnx")
+                export(model, onnx_file, opset)
+                checkpoint, trained = self.train_both(model, onnx_file, steps=3)
+                self.assert_same_tensors(checkpoint, trained)
+
+    def test_the_samples_squeeze_excitation_resnet_trains_as_in_pytorch(self):
+        # The module data/models/export_sample.py exports (a gate inside a residual block's body).
+        spec = importlib.util.spec_from_file_location("export_sample", SAMPLE_SCRIPT)
+        sample = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sample)
+        torch.manual_seed(5)
+        model = randomize_batch_norms(sample.SampleNet())
+        onnx_file = self.path("se_resnet.onnx")
+        export(model, onnx_file, 13)
+        checkpoint, trained = self.train_both(model, onnx_file, steps=3)
+        self.assert_same_tensors(checkpoint, trained)
+        # The repository's own file trains as it is.
+        out = run(os.path.join(BIN, "ddl_train"), "--model", SAMPLE, "--train", self.data, "--epochs", 1,
+                  "--steps-per-epoch", 2, "--batch-size", 16, "--threads", 1, "--progress", "never").stdout
+        self.assertIn(f"initialised from the graph's initializers ({SAMPLE})", out)
+        self.assertIn("total parameters: 61434", out)
+
+    def test_a_graph_ddl_cannot_build_is_refused_in_one_line(self):
+        class Dilated(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 4, 3, padding=2, dilation=2)
+                self.fc = nn.Linear(4 * 32 * 32, 10)
+
+            def forward(self, x):
+                return self.fc(torch.flatten(self.conv(x), 1))
+
+        onnx_file = self.path("dilated.onnx")
+        export(Dilated(), onnx_file, 13)
+        result = run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--epochs", 1,
+                     expect=2)
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertIn("dilated.onnx: Conv node", lines[0])
+        self.assertIn("dilated convolutions are not supported", lines[0])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
