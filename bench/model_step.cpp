@@ -3,7 +3,7 @@
 // top-level layer's share. The ddl half of bench/models_vs_pytorch.sh (bench/torch_model_step.py is the
 // other). --bf16: convolutions, dense layers and matrix products compute in bf16, as `ddl_train
 // --precision bf16`.
-//   model_step MODEL [batch=32] [steps=5] [threads=0: all] [--profile] [--bf16]
+//   model_step MODEL|FILE.onnx [batch=32] [steps=5] [threads=0: all] [--profile] [--bf16]
 #include <omp.h>
 
 #include <chrono>
@@ -16,6 +16,7 @@
 #include "core/optim/optimizer.hpp"
 #include "core/rng.hpp"
 #include "core/train/resources.hpp"
+#include "models/onnx/graph_model.hpp"
 #include "models/registry.hpp"
 
 int main(int argc, char** argv) {
@@ -40,7 +41,9 @@ int main(int argc, char** argv) {
   try {
     Context ctx;
     if (bf16) ctx.set_compute_type(dnnl::memory::data_type::bf16);
-    auto model = make_model(name, {.num_classes = 1000, .seed = 1}, ctx);
+    ModelConfig config{.num_classes = 1000, .seed = 1};
+    if (is_graph_file(name)) config.graph = read_graph_file(name);  // an ONNX graph (docs/onnx.md)
+    auto model = make_model(name, config, ctx);
     model->initialize(1);
     auto sgd = make_sgd(model->param_count(), {.momentum = 0.9f});
     const dims_t& s = model->input_shape();

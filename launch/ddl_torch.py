@@ -245,8 +245,11 @@ CHUNK_VALUES = 1 << 20  # as core/train/checkpoint.cpp: each chunk checked with 
 
 class Checkpoint:
     def __init__(self, model, configuration, param_names, params, states, class_names=(), input_mean=(),
-                 input_std=(), epochs_done=0, steps_done=0, seed=0, best_accuracy=-1.0):
+                 input_std=(), epochs_done=0, steps_done=0, seed=0, best_accuracy=-1.0, graph=b"", graph_names=()):
         self.model, self.configuration = model, configuration
+        # A model imported from ONNX: the graph (without the weights this file holds) and, for each ddl
+        # name, the graph's name of the same tensor.
+        self.graph, self.graph_names = graph, dict(pair.split("=", 1) for pair in graph_names)
         self.param_names, self.params, self.states = list(param_names), params, dict(states)
         self.class_names, self.input_mean, self.input_std = list(class_names), list(input_mean), list(input_std)
         self.epochs_done, self.steps_done, self.seed, self.best_accuracy = epochs_done, steps_done, seed, best_accuracy
@@ -273,7 +276,8 @@ def read_checkpoint(path):
                 numpy.asarray(f["params"], dtype=numpy.float32), states,
                 [_text(n) for n in a.get("class_names", [])], list(a.get("input_mean", [])),
                 list(a.get("input_std", [])), int(a["epochs_done"]), int(a.get("steps_done", 0)), int(a["seed"]),
-                float(a["best_accuracy"][0]))
+                float(a["best_accuracy"][0]), numpy.asarray(f["graph"]).tobytes() if "graph" in f else b"",
+                [_text(n) for n in a.get("graph_names", [])])
     except OSError as e:  # h5py's word for a missing, foreign or damaged file
         raise ToolError(f"{path}: cannot be read as a ddl checkpoint ({e})")
     except KeyError as e:

@@ -22,8 +22,7 @@ namespace {
 using onnx::Node;
 
 // A layer being built, with the graph's names for where its parameters and state start from, in the
-// order of its param_specs() and state(); "" where a value has no initializer (a fresh classifier's,
-// a dropout's generator).
+// order of its param_specs() and state(); "" where a value has no initializer (a dropout's generator).
 struct Built {
   std::unique_ptr<Layer> layer;
   std::vector<std::string> params, state;
@@ -59,9 +58,10 @@ class Builder {
       const auto specs = layers[i].layer->param_specs();
       for (std::size_t k = 0; k < specs.size(); ++k) {
         const std::string& source = layers[i].params.at(k);
-        if (source.empty()) continue;
         out.onnx_names[prefix + specs[k].name] = source;
-        (*starting)[prefix + specs[k].name] = g_.constants.at(source).floats;
+        // A classifier refitted to another class count (fit_classifier) starts from drawn values.
+        const auto& values = g_.constants.at(source).floats;
+        if (values.size() == product(specs[k].dims)) (*starting)[prefix + specs[k].name] = values;
       }
       const auto state = layers[i].layer->state();
       for (std::size_t k = 0; k < state.size(); ++k)
@@ -291,8 +291,9 @@ class Builder {
     return {std::make_unique<Dropout>(ratio, layer_seed(config_, random_layers_++)), {}, {""}};
   }
 
-  // Where the run's classes differ from the graph's: the final Gemm built anew for the run's, starting
-  // from drawn values (its names returned); anything else cannot be trained on this data.
+  // Where the run's classes differ from the graph's: the final Gemm built anew for the run's, to start
+  // from drawn values (its names returned; they stay its names for export); anything else cannot be
+  // trained on this data.
   std::string fit_classifier(Built& last) {
     auto* dense = dynamic_cast<Dense*>(last.layer.get());
     const std::int64_t classes = dense ? dense->options().out_features : g_.classes;
@@ -306,10 +307,7 @@ class Builder {
     o.out_features = config_.num_classes;
     last.layer = std::make_unique<Dense>(o);
     std::string fresh;
-    for (auto& p : last.params) {
-      fresh += (fresh.empty() ? "" : ", ") + p;
-      p.clear();
-    }
+    for (const auto& p : last.params) fresh += (fresh.empty() ? "" : ", ") + p;
     return fresh;
   }
 

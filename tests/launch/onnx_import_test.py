@@ -16,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.environ.get("DDL_BIN_DIR", os.path.join(ROOT, "build", "launch"))
 SAMPLE_SCRIPT = os.path.join(ROOT, "data", "models", "export_sample.py")
 SAMPLE = os.path.join(ROOT, "data", "models", "se_resnet_sample.onnx")
+EXPORT = os.path.join(ROOT, "launch", "export_torch.py")
 # Every parameter and statistic after the steps: |ddl - torch| at most this fraction of the tensor's largest |value|.
 TOLERANCE = 1e-3
 
@@ -188,6 +189,54 @@ class OnnxImport(unittest.TestCase):
                   "--steps-per-epoch", 2, "--batch-size", 16, "--threads", 1, "--progress", "never").stdout
         self.assertIn(f"initialised from the graph's initializers ({SAMPLE})", out)
         self.assertIn("total parameters: 61434", out)
+
+    def test_a_trained_graph_goes_back_to_pytorch_and_to_onnx(self):
+        spec = importlib.util.spec_from_file_location("export_sample", SAMPLE_SCRIPT)
+        sample = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sample)
+        checkpoints = self.path("back.ck")
+        run(os.path.join(BIN, "ddl_train"), "--model", SAMPLE, "--train", self.data, "--epochs", 2,
+            "--steps-per-epoch", 2, "--batch-size", 16, "--threads", 1, "--progress", "never",
+            "--checkpoint-dir", checkpoints)
+        trained, weights, graph = os.path.join(checkpoints, "last.h5"), self.path("back.pt"), self.path("back.onnx")
+        run(sys.executable, EXPORT, trained, weights, "--onnx", graph)
+        model = sample.SampleNet()
+        missing, unexpected = model.load_state_dict(torch.load(weights), strict=False)
+        self.assertEqual(unexpected, [])
+        self.assertTrue(all(key.endswith("num_batches_tracked") for key in missing), missing)
+        # The exported module's evaluation loss on the held-out images is ddl_eval's.
+        val = self.data.replace(".h5", "_val.h5")
+        out = run(os.path.join(BIN, "ddl_eval"), "--checkpoint", trained, "--data", val, "--threads", 1).stdout
+        ddl_loss = float(out.split("loss ")[1].split()[0])
+        with h5py.File(val, "r") as f:
+            images = torch.from_numpy(numpy.asarray(f["images"], dtype=numpy.float32) / 255).permute(0, 3, 1, 2)
+            labels = torch.from_numpy(numpy.asarray(f["labels"], dtype=numpy.int64))
+        model.eval()
+        with torch.no_grad():
+            torch_loss = nn.functional.cross_entropy(model(images.contiguous()), labels).item()
+        self.assertAlmostEqual(ddl_loss, torch_loss, delta=1e-4 * abs(torch_loss), msg=out)
+        # The graph with the trained weights trains in ddl again, from those weights.
+        again = run(os.path.join(BIN, "ddl_train"), "--model", graph, "--train", self.data, "--epochs", 1,
+                    "--steps-per-epoch", 1, "--batch-size", 16, "--threads", 1, "--progress", "never").stdout
+        self.assertIn(f"initialised from the graph's initializers ({graph})", again)
+
+    def test_data_of_another_class_count_refits_the_classifier(self):
+        few, five = os.path.join(self.dir, "few"), self.path("five")
+        for name in sorted(os.listdir(few))[:5]:
+            shutil.copytree(os.path.join(few, name), os.path.join(five, name))
+        data = self.path("five.h5")
+        run(os.path.join(BIN, "ddl_data"), "import", "--from", five, "--output", data)
+        checkpoints = self.path("five.ck")
+        out = run(os.path.join(BIN, "ddl_train"), "--model", SAMPLE, "--train", data, "--epochs", 1,
+                  "--steps-per-epoch", 1, "--batch-size", 8, "--threads", 1, "--progress", "never",
+                  "--checkpoint-dir", checkpoints).stdout
+        self.assertIn("head.weight, head.bias start afresh (the graph's classifier is for another class count)", out)
+        self.assertIn("total parameters: 61109", out)  # 61,434 less 5 x 64 weights and 5 biases
+        weights = self.path("five.pt")
+        run(sys.executable, EXPORT, os.path.join(checkpoints, "last.h5"), weights)
+        state = torch.load(weights)
+        self.assertEqual(tuple(state["head.weight"].shape), (5, 64))
+        self.assertEqual(tuple(state["head.bias"].shape), (5,))
 
     def test_a_graph_ddl_cannot_build_is_refused_in_one_line(self):
         class Dilated(nn.Module):
