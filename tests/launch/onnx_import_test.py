@@ -82,6 +82,19 @@ def randomize_batch_norms(model):
     return model
 
 
+class SmallCnn(nn.Module):
+    """seed_cnn's shape, without BatchNorm: ranks then sum exactly what one rank sums over the global batch."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(nn.Linear(32 * 8 * 8, 64), nn.ReLU(), nn.Linear(64, classes))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.features(x), 1))
+
+
 def export(model, path, opset, size=32):
     model.train()
     torch.onnx.export(model, torch.zeros(2, 3, size, size), path, opset_version=opset,
@@ -106,6 +119,8 @@ def ddl_tensors(checkpoint):
 class OnnxImport(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        for variable in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):  # mpirun as root (CI)
+            os.environ.setdefault(variable, "1")
         cls.dir = tempfile.mkdtemp(prefix="ddl_onnx_")
         run("tar", "xzf", os.path.join(ROOT, "data", "cifar10_sample.tar.gz"), "-C", cls.dir)
         source, folder = os.path.join(cls.dir, "cifar10_sample"), os.path.join(cls.dir, "few")
@@ -237,6 +252,59 @@ class OnnxImport(unittest.TestCase):
         state = torch.load(weights)
         self.assertEqual(tuple(state["head.weight"].shape), (5, 64))
         self.assertEqual(tuple(state["head.bias"].shape), (5,))
+
+    def ddl_params(self, *command):
+        checkpoints = self.path(f"layout{len(os.listdir(self.dir))}.ck")
+        result = run(*command, "--train", self.data, "--epochs", 2, "--steps-per-epoch", 2, "--optimizer", "sgd",
+                     "--momentum", 0, "--lr", 0.05, "--threads", 1, "--progress", "never", "--checkpoint-dir",
+                     checkpoints)
+        return ddl_tensors(os.path.join(checkpoints, "last.h5"))[2], result.stdout
+
+    def test_ranks_pipelines_and_split_layers_train_as_one_rank(self):
+        torch.manual_seed(3)
+        cnn = self.path("cnn.onnx")
+        export(SmallCnn(), cnn, 13)
+        train = [os.path.join(BIN, "ddl_train"), "--model", cnn]
+        ranks = ["mpirun", "--oversubscribe", "-np", "2"] + train
+        one, _ = self.ddl_params(*train, "--batch-size", 32)
+        for name, command, tolerance in (
+                ("2 ranks", ranks + ["--batch-size", 16], 1e-5),
+                ("2 stages", ranks + ["--batch-size", 32, "--pipeline-stages", 2, "--micro-batches", 2], 1e-5),
+                ("split classifier", ranks + ["--batch-size", 16, "--tensor-parallel", 2], 1e-4)):
+            with self.subTest(layout=name):
+                params, out = self.ddl_params(*command)
+                self.assertEqual(params.shape, one.shape, out)
+                self.assertLessEqual(numpy.abs(params - one).max(), tolerance * numpy.abs(one).max(), out)
+        # A checkpoint of 2 stages resumes on 1 rank.
+        checkpoints = self.path("stages.ck")
+        common = ["--train", self.data, "--steps-per-epoch", 2, "--batch-size", 32, "--threads", 1, "--progress",
+                  "never", "--checkpoint-dir", checkpoints]
+        run(*ranks, *common, "--epochs", 1, "--pipeline-stages", 2)
+        out = run(*train, *common, "--epochs", 2, "--resume", "auto").stdout
+        self.assertIn("resumed from", out)
+
+    def test_bad_graphs_end_every_rank_with_one_line(self):
+        torch.manual_seed(3)
+        good = self.path("good.onnx")
+        export(SmallCnn(), good, 13)
+        with open(good, "rb") as f:
+            data = f.read()
+        truncated, garbage = self.path("truncated.onnx"), self.path("garbage.onnx")
+        with open(truncated, "wb") as f:
+            f.write(data[:len(data) // 2])
+        with open(garbage, "wb") as f:
+            f.write(b"not a model at all")
+        for path, message in ((truncated, "truncated.onnx: "), (garbage, "garbage.onnx: "),
+                              (self.path("missing.onnx"), "missing.onnx: no such file")):
+            with self.subTest(path=os.path.basename(path)):
+                result = run("mpirun", "--oversubscribe", "-np", 2, os.path.join(BIN, "ddl_train"), "--model", path,
+                             "--train", self.data, "--epochs", 1, expect=None)
+                self.assertNotEqual(result.returncode, 0)
+                lines = sorted(line for line in result.stderr.splitlines() if line.startswith("ddl_train: error"))
+                self.assertEqual([line[:27] for line in lines],  # one line a rank, as for any bad input
+                                 ["ddl_train: error (rank 0): ", "ddl_train: error (rank 1): "], result.stderr)
+                self.assertTrue(all(message in line for line in lines), result.stderr)
+                self.assertIn("Exit code:    2", result.stderr)
 
     def test_a_graph_ddl_cannot_build_is_refused_in_one_line(self):
         class Dilated(nn.Module):
