@@ -56,14 +56,14 @@ class DdlTrain : public ::testing::Test {
     // The runs validate on the first kValImages held-out images: every epoch of every run evaluates them all,
     // and the full 1,200 cost a large model more than its training steps (ResNet-18 at 64x64: 1,200
     // forward passes against 3 steps of 32 images).
-    ImageDataset held_out((*dir_ / "sample_val.h5").string());
+    ImageDataset held_out(*dir_ / "sample_val.h5");
     ImageSet part{held_out.height(), held_out.width(), held_out.channels(), held_out.class_names(), {}, {}};
     std::vector<std::size_t> first(kValImages);
     std::iota(first.begin(), first.end(), std::size_t{0});
     part.pixels.resize(kValImages * held_out.image_bytes());
     held_out.read(first, part.pixels);
     part.labels.assign(held_out.labels().begin(), held_out.labels().begin() + kValImages);
-    write_image_dataset(part, (*dir_ / "val.h5").string(), 1);
+    write_image_dataset(part, *dir_ / "val.h5", 1);
   }
   static void TearDownTestSuite() { delete dir_; }
 
