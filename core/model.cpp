@@ -79,6 +79,7 @@ void Model::keep_layers(std::size_t begin, std::size_t end) {
 
 void Model::finalize(Context& ctx, Model* share) {
   if (whole_layers_ == 0) whole_layers_ = layers_.size();
+  if (share) starting_values_.reset();  // a copy binds to initialised parameters
   std::size_t total = 0, whole = param_offset_;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     layer_param_begin_.push_back(total);
@@ -120,17 +121,24 @@ void Model::initialize(std::uint64_t seed) {
   for (std::size_t e = 0; e < entries_.size(); ++e) {
     const ParamSpec& spec = entries_[e].spec;
     const std::span<float> values = params_view_.subspan(entries_[e].offset, entries_[e].size);
-    const auto given = starting_values_ ? starting_values_->find(entries_[e].name) : StartingValues::const_iterator();
-    if (starting_values_ && given != starting_values_->end()) {
-      if (given->second.size() != whole_size(spec))
-        throw Error("model " + name_ + ": " + entries_[e].name + " starts from " + std::to_string(given->second.size()) +
+    if (const std::vector<float>* given = starting_value(entries_[e].name)) {
+      if (given->size() != whole_size(spec))
+        throw Error("model " + name_ + ": " + entries_[e].name + " starts from " + std::to_string(given->size()) +
                     " values, but holds " + std::to_string(whole_size(spec)));
-      take_slice(given->second, spec, values);
-    } else if (spec.whole_dims.empty())
+      take_slice(*given, spec, values);
+    } else if (spec.whole_dims.empty()) {
       initialize_param(spec, values, seed, first_entry_ + e);
-    else
+    } else {
       initialize_part(spec, values, seed, first_entry_ + e);
+    }
   }
+  starting_values_.reset();  // read once: an imported graph's weights are not kept twice
+}
+
+const std::vector<float>* Model::starting_value(const std::string& name) const {
+  if (!starting_values_) return nullptr;
+  const auto it = starting_values_->find(name);
+  return it == starting_values_->end() ? nullptr : &it->second;
 }
 
 std::vector<WholeSegment> Model::whole_segments() const {

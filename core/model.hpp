@@ -57,7 +57,8 @@ class Model {
   // the copies hold separate activations for micro-batches in flight over one set of parameters.
   void finalize(Context& ctx, Model* share = nullptr);
   // Fills the parameters from the initialisers named in each ParamSpec; same seed, same bits. A parameter
-  // given a starting value (set_starting_values) takes this rank's part of it instead.
+  // given a starting value (set_starting_values) takes this rank's part of it instead; the starting
+  // values are dropped then (and by a copy's finalize, which binds to initialised parameters).
   void initialize(std::uint64_t seed);
   // Whole arrays by parameter name ("<layer>.<name>", whole_size values each): an imported graph's weights,
   // which the model is to start from rather than from drawn values.
@@ -119,6 +120,7 @@ class Model {
 
  private:
   void setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode);
+  const std::vector<float>* starting_value(const std::string& name) const;  // null where none was given
 
   std::string name_;
   dims_t input_shape_;

@@ -90,6 +90,7 @@ std::map<std::string, std::string> configuration_values(const std::string& text)
 TrainedModel load_trained_model(const std::string& path, Context& ctx) {
   std::string model_name, configuration;
   std::shared_ptr<const GraphBytes> graph;
+  int classes = 0;  // the training set's, where the checkpoint names them
   hsize_t stored_params = 0;
   {
     h5::Handle file = h5::open_file(path);
@@ -99,6 +100,8 @@ TrainedModel load_trained_model(const std::string& path, Context& ctx) {
     model_name = h5::read_string_attribute(file, "model", path);
     configuration = h5::read_string_attribute(file, "configuration", path);
     graph = stored_graph(file, path);
+    if (h5::has_attribute(file, "class_names"))
+      classes = static_cast<int>(h5::read_strings_attribute(file, "class_names", path).size());
     const auto shape = h5::dataset_shape(h5::open_dataset(file, "params", path), path);
     if (shape.size() == 1) stored_params = shape[0];
   }
@@ -106,6 +109,9 @@ TrainedModel load_trained_model(const std::string& path, Context& ctx) {
   TrainedModel t;
   t.config = model_config(values, path);
   t.config.graph = graph;
+  // A graph ending otherwise than in a fully connected layer is built for one class count only: its
+  // training set's, whose names the checkpoint keeps.
+  if (t.config.num_classes <= 0 && graph && classes > 0) t.config.num_classes = classes;
   if (t.config.num_classes <= 0)
     t.config.num_classes = classes_from_parameters(model_name, t.config, stored_params, path);
   t.model = make_model(model_name, t.config, ctx);

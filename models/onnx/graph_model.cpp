@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "core/layers/batch_norm2d.hpp"
 #include "core/layers/conv2d.hpp"
@@ -20,6 +21,9 @@ namespace ddl {
 namespace {
 
 using onnx::Node;
+
+// The largest kernel, stride, padding or weight dimension taken: beyond any real network, within int.
+constexpr std::int64_t kLargestSize = 1 << 24;
 
 // A layer being built, with the graph's names for where its parameters and state start from, in the
 // order of its param_specs() and state(); "" where a value has no initializer (a dropout's generator).
@@ -60,8 +64,7 @@ class Builder {
         const std::string& source = layers[i].params.at(k);
         out.onnx_names[prefix + specs[k].name] = source;
         // A classifier refitted to another class count (fit_classifier) starts from drawn values.
-        const auto& values = g_.constants.at(source).floats;
-        if (values.size() == product(specs[k].dims)) (*starting)[prefix + specs[k].name] = values;
+        if (!refitted_.count(source)) (*starting)[prefix + specs[k].name] = g_.constants.at(source).floats;
       }
       const auto state = layers[i].layer->state();
       for (std::size_t k = 0; k < state.size(); ++k)
@@ -85,7 +88,7 @@ class Builder {
 
   Built layer(const Node& n, std::string& v) {
     if (data_inputs(n) != 1) refuse(n, "it joins two paths that did not fork from one value before it");
-    v = n.outputs.at(0);
+    v = output(n);
     if (n.op == "Identity") return {};
     if (n.op == "Conv") return conv(n, v);
     if (n.op == "BatchNormalization") return batch_norm(n, v);
@@ -114,6 +117,7 @@ class Builder {
     Built paths[2];
     Sequential chains[2];
     const auto& r = readers(v);
+    if (r[0] == r[1]) refuse(join, "it takes the same value twice; ddl joins two paths");
     for (int p = 0; p < 2; ++p) {
       if (&g_.nodes[r[p]] == &join) continue;  // the identity shortcut
       std::string at = v;
@@ -126,7 +130,7 @@ class Builder {
       }
     }
     const int body = chains[1].parts().size() > chains[0].parts().size() ? 1 : 0;
-    v = join.outputs.at(0);
+    v = output(join);
     if (join.op == "Mul") {
       if (!chains[1 - body].empty())
         refuse(join, "ddl multiplies a value by factors computed from it (a gate), not two computed values");
@@ -158,15 +162,15 @@ class Builder {
     for (;;) {
       const Node& node = g_.nodes[n];
       if (data_inputs(node) >= 2) return node;
-      std::string out = node.outputs.at(0);
-      while (readers(out).size() == 2) out = join_of(out).outputs.at(0);
+      std::string out = output(node);
+      while (readers(out).size() == 2) out = output(join_of(out));
       if (readers(out).size() != 1) refuse(node, "its path ends before it meets the path it forked from");
       n = readers(out)[0];
     }
   }
 
   Built conv(const Node& n, std::string& v) {
-    const onnx::Constant& w = constant(n, 1);
+    const onnx::Constant& w = weights(n, 1, 0);
     if (w.dims.size() != 4) refuse(n, "its weight is not [out, in, kh, kw]");
     if (n.integer("group", 1) != 1) refuse(n, "grouped and depthwise convolutions are not supported yet");
     if (n.text("auto_pad", "NOTSET") != "NOTSET") refuse(n, "auto_pad is not supported yet; give explicit pads");
@@ -174,6 +178,7 @@ class Builder {
     for (auto d : n.integers("dilations", {1, 1}))
       if (d != 1) refuse(n, "dilated convolutions are not supported yet");
     const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
+    if (bias) weights(n, 2, std::size_t(w.dims[0]));
     Conv2dOptions o{.in_channels = int(w.dims[1]),
                     .out_channels = int(w.dims[0]),
                     .kernel = kernel,
@@ -187,9 +192,8 @@ class Builder {
   }
 
   Built batch_norm(const Node& n, std::string& v) {
-    const onnx::Constant& scale = constant(n, 1);
-    for (std::size_t i = 2; i < 5; ++i)
-      if (constant(n, i).size() != scale.size()) refuse(n, "its scale, bias, mean and variance differ in size");
+    const onnx::Constant& scale = weights(n, 1, 0);
+    for (std::size_t i = 2; i < 5; ++i) weights(n, i, scale.size());
     // ONNX's momentum weighs the running value, PyTorch's and ddl's the batch's.
     BatchNorm2dOptions o{.channels = int(scale.size()),
                          .epsilon = n.real("epsilon", 1e-5f),
@@ -205,12 +209,12 @@ class Builder {
   }
 
   Built gemm(const Node& n, std::string& v) {
-    const onnx::Constant& w = constant(n, 1);
+    const onnx::Constant& w = weights(n, 1, 0);
     if (n.integer("transA", 0) != 0 || n.integer("transB", 0) != 1 || n.real("alpha", 1) != 1 || n.real("beta", 1) != 1)
       refuse(n, "ddl takes a Gemm as PyTorch's Linear exports it (transB = 1, transA = 0, alpha = beta = 1)");
     if (w.dims.size() != 2) refuse(n, "its weight is not [out, in]");
     const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
-    if (bias && constant(n, 2).size() != std::size_t(w.dims[0])) refuse(n, "its bias is not one value per output");
+    if (bias) weights(n, 2, std::size_t(w.dims[0]));
     DenseOptions o{.in_features = int(w.dims[1]), .out_features = int(w.dims[0]), .bias = bias};
     o.relu = fuse_relu(v);
     Built b{std::make_unique<Dense>(o), {n.inputs[1]}, {}};
@@ -239,7 +243,9 @@ class Builder {
     using dnnl::algorithm;
     if (n.op == "Sigmoid") return std::make_unique<Eltwise>("sigmoid", algorithm::eltwise_logistic);
     if (n.op == "Tanh") return std::make_unique<Eltwise>("tanh", algorithm::eltwise_tanh);
-    if (n.op == "HardSwish") return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish);
+    // x * min(max(x / 6 + 1 / 2, 0), 1): oneDNN 3 takes the 1/6 and 1/2 as alpha and beta, 2.6 ignores them.
+    if (n.op == "HardSwish")
+      return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f);
     if (n.op == "LeakyRelu")
       return std::make_unique<Eltwise>("leaky relu", algorithm::eltwise_relu, n.real("alpha", 0.01f));
     if (n.op == "Clip") {  // since opset 11 its bounds are inputs
@@ -307,7 +313,10 @@ class Builder {
     o.out_features = config_.num_classes;
     last.layer = std::make_unique<Dense>(o);
     std::string fresh;
-    for (const auto& p : last.params) fresh += (fresh.empty() ? "" : ", ") + p;
+    for (const auto& p : last.params) {
+      refitted_.insert(p);
+      fresh += (fresh.empty() ? "" : ", ") + p;
+    }
     return fresh;
   }
 
@@ -315,7 +324,7 @@ class Builder {
   bool fuse_relu(std::string& v) {
     const auto& r = readers(v);
     if (r.size() != 1 || g_.nodes[r[0]].op != "Relu" || v == g_.output) return false;
-    v = g_.nodes[r[0]].outputs.at(0);
+    v = output(g_.nodes[r[0]]);
     return true;
   }
 
@@ -328,10 +337,11 @@ class Builder {
     const auto p = n.integers("pads", {0, 0, 0, 0});
     if (p.size() != 4 || p[0] != p[1] || p[0] != p[2] || p[0] != p[3])
       refuse(n, "ddl pads every side of an image alike (pads " + list(p) + ")");
+    if (p[0] < 0 || p[0] > kLargestSize) refuse(n, "its padding " + std::to_string(p[0]) + " is out of range");
     return int(p[0]);
   }
   int square(const Node& n, std::int64_t a, std::int64_t b, const std::string& what) const {
-    if (a != b || a <= 0)
+    if (a != b || a <= 0 || a > kLargestSize)
       refuse(n, "ddl takes a square " + what + ", not " + std::to_string(a) + "x" + std::to_string(b));
     return int(a);
   }
@@ -339,6 +349,23 @@ class Builder {
     std::string s;
     for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
     return s;
+  }
+
+  // A float initializer of `count` values (any count where 0) with every dimension in range: a weight,
+  // bias or statistic.
+  const onnx::Constant& weights(const Node& n, std::size_t input, std::size_t count) const {
+    const onnx::Constant& c = constant(n, input);
+    if (c.integer) refuse(n, "its input '" + n.inputs[input] + "' holds integers, not weights");
+    if (count != 0 && c.size() != count)
+      refuse(n, "its input '" + n.inputs[input] + "' holds " + std::to_string(c.size()) + " values, not " +
+                    std::to_string(count));
+    for (auto d : c.dims)
+      if (d <= 0 || d > kLargestSize) refuse(n, "its input '" + n.inputs[input] + "' has a dimension of " + std::to_string(d));
+    return c;
+  }
+  const std::string& output(const Node& n) const {
+    if (n.outputs.empty() || n.outputs[0].empty()) refuse(n, "it has no output");
+    return n.outputs[0];
   }
 
   const onnx::Constant& constant(const Node& n, std::size_t input) const {
@@ -370,6 +397,7 @@ class Builder {
   const onnx::Graph& g_;
   const ModelConfig& config_;
   std::map<std::string, std::vector<std::size_t>> readers_;  // a value: the nodes that read it
+  std::set<std::string> refitted_;  // the initializers of a classifier built for another class count
   std::uint64_t random_layers_ = 0;
 };
 

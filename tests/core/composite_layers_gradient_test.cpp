@@ -2,6 +2,8 @@
 // GELU and the other element-wise functions, softmax, batched matmul, attention and the token layers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "core/error.hpp"
@@ -193,12 +195,38 @@ TEST(EltwiseGradient, SigmoidTanhLeakyReluClipHardSwish) {
       {"tanh", [] { return std::make_unique<Eltwise>("tanh", algorithm::eltwise_tanh); }},
       {"leaky relu", [] { return std::make_unique<Eltwise>("leaky relu", algorithm::eltwise_relu, 0.1f); }},
       {"clip", [] { return std::make_unique<Eltwise>("clip", algorithm::eltwise_clip_v2, -0.5f, 0.5f); }},
-      {"hard swish", [] { return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish); }},
+      {"hard swish", [] { return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f); }},
   };
   for (const auto& [name, make] : functions) {
     SCOPED_TRACE(name);
     auto layer = make();
     check_gradients(*layer, {2, 3, 4, 4}, kPiecewise);
+  }
+}
+
+// Their values, against the formulas PyTorch uses (a wrong alpha or beta gives a consistent gradient too).
+TEST(EltwiseOutput, MatchesTheFormulas) {
+  using dnnl::algorithm;
+  const std::vector<float> xs = {-4.0f, -1.5f, -0.25f, 0.0f, 0.5f, 2.0f, 5.0f};
+  struct Case {
+    Eltwise layer;
+    std::function<float(float)> formula;
+  } cases[] = {
+      {Eltwise("sigmoid", algorithm::eltwise_logistic), [](float x) { return 1 / (1 + std::exp(-x)); }},
+      {Eltwise("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f),
+       [](float x) { return x * std::min(std::max(x / 6 + 0.5f, 0.0f), 1.0f); }},
+      {Eltwise("leaky relu", algorithm::eltwise_relu, 0.1f), [](float x) { return x > 0 ? x : 0.1f * x; }},
+      {Eltwise("relu6", algorithm::eltwise_clip_v2, 0.0f, 6.0f), [](float x) { return std::min(std::max(x, 0.0f), 6.0f); }},
+  };
+  for (auto& c : cases) {
+    SCOPED_TRACE(c.layer.describe());
+    Context ctx;
+    const auto md = plain_desc({1, 1, 1, static_cast<dnnl::memory::dim>(xs.size())});
+    c.layer.setup(ctx, md, Mode::infer, false);
+    Tensor x(md, ctx.engine());
+    std::copy(xs.begin(), xs.end(), x.data());
+    const Tensor& y = c.layer.forward(ctx, x);
+    for (std::size_t i = 0; i < xs.size(); ++i) EXPECT_NEAR(y.data()[i], c.formula(xs[i]), 1e-6f) << xs[i];
   }
 }
 

@@ -34,7 +34,8 @@ if [ "${1:-}" = --build-only ]; then build_only=1; shift; fi
 [ $# -eq 0 ] || select=("$@")  # address without arguments: the runs below
 
 work=$(mktemp -d /tmp/ddl-sanitize-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# The test programs' shards run in the background: they end with the script, whatever ends it.
+trap 'jobs -p | xargs -r kill 2> /dev/null; rm -rf "$work"' EXIT
 # Built and run: a runtime may build but not run here (TSan under a large vm.mmap_rnd_bits, LSan without
 # ptrace).
 if ! printf 'int main() { return 0; }\n' | c++ -x c++ "${probe_flags[@]}" - -o "$work/probe" 2> "$work/probe.txt" ||
@@ -85,12 +86,14 @@ if [ "$mode" = address ] && [ $# -eq 0 ]; then
     done
     for shard in 0 1; do
       if wait "${pids[shard]}"; then
-        grep -h "^\[==========\].* ran\|^\[  PASSED" "$work/$program.$shard.txt" | tr '\n' ' ' | sed "s/^/$program shard $shard: /"
+        { grep -h "^\[==========\].* ran\|^\[  PASSED" "$work/$program.$shard.txt" || true; } | tr '\n' ' ' |
+          sed "s/^/$program shard $shard: /"
         echo
       else
         code=1
         echo "$program shard $shard FAILED:"
-        grep -h -B2 -A20 "FAILED\|ERROR\|Sanitizer" "$work/$program.$shard.txt" | tail -60
+        { grep -h -B2 -A20 "FAILED\|ERROR\|Sanitizer" "$work/$program.$shard.txt" || tail -20 "$work/$program.$shard.txt"; } |
+          tail -60
       fi
     done
   done
