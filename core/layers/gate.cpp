@@ -15,6 +15,12 @@ std::vector<ParamSpec> Gate::param_specs() const {
   return all;
 }
 
+std::vector<StateView> Gate::state() {
+  std::vector<StateView> all;
+  append_prefixed(all, path_.state(), "path");
+  return all;
+}
+
 void Gate::bind(const std::vector<ParamView>& views, Context& ctx) { path_.bind(views, ctx); }
 
 dnnl::memory::desc Gate::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
@@ -56,9 +62,9 @@ const Tensor& Gate::forward(Context& ctx, const Tensor& src) {
 
 const Tensor& Gate::backward(Context& ctx, const Tensor& diff_dst) {
   Tensor product = ctx.lease(src_md_);
-  times_src_->execute(ctx.stream(), {{DNNL_ARG_SRC_0, diff_dst.memory()},
-                                     {DNNL_ARG_SRC_1, src_->memory()},
-                                     {DNNL_ARG_DST, product.memory()}});
+  times_src_->execute(
+      ctx.stream(),
+      {{DNNL_ARG_SRC_0, diff_dst.memory()}, {DNNL_ARG_SRC_1, src_->memory()}, {DNNL_ARG_DST, product.memory()}});
   Tensor diff_factors = ctx.lease(factors_md_);
   sum_plane_->execute(ctx.stream(), {{DNNL_ARG_SRC, product.memory()}, {DNNL_ARG_DST, diff_factors.memory()}});
   ctx.give_back(product);

@@ -23,7 +23,7 @@ class Gate : public Layer {
   void set_output_type(const Context& ctx, dt /*type*/) override { path_.set_output_type(ctx, dt::f32); }
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
-  std::vector<StateView> state() override { return path_.state(); }
+  std::vector<StateView> state() override;
   bool backward_reads_output() const override { return false; }
 
  private:

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "models/onnx/message_text.hpp"
 #include "models/onnx/onnx_graph.hpp"
 
 namespace ddl::onnx {
@@ -23,19 +24,6 @@ using Dims = std::vector<std::int64_t>;
 constexpr std::uint64_t kMaxValue = std::uint64_t{1} << 20, kMaxAll = std::uint64_t{1} << 24;
 // ONNX's numbers for the data types Cast may give here.
 constexpr std::int64_t kFloat = 1, kInt32 = 6, kInt64 = 7, kBool = 9;
-
-// Names come from the file: a control character in one must not break a message's one line.
-std::string one_line(std::string text) {
-  for (char& c : text)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return text;
-}
-
-std::string dims_text(const Dims& dims) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
-  return text + "]";
-}
 
 // One node being folded: its inputs (nullptr where an optional one is left out) and how it reports a problem.
 struct Op {

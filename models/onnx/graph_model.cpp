@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <cstdio>
 #include <iterator>
+#include <limits>
 #include <set>
 
 #include "core/layers/batch_norm2d.hpp"
@@ -16,6 +18,7 @@
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
 #include "core/layers/residual.hpp"
+#include "models/onnx/message_text.hpp"
 
 namespace ddl {
 namespace {
@@ -81,8 +84,9 @@ class Builder {
     const auto& r = readers(v);
     if (r.size() == 2) return residual(v);
     if (r.size() != 1)
-      throw InputError(g_.source + ": value '" + v + "' is read by " + std::to_string(r.size()) +
-                       " nodes; ddl builds chains of layers and blocks of two paths that meet in an Add");
+      throw InputError(
+          onnx::one_line(g_.source + ": value '" + v + "' is read by " + std::to_string(r.size()) +
+                         " nodes; ddl builds chains of layers and blocks of two paths that meet in one node"));
     return layer(g_.nodes[r[0]], v);
   }
 
@@ -154,8 +158,9 @@ class Builder {
     const Node& a = first_join(r[0]);
     const Node& b = first_join(r[1]);
     if (&a != &b)
-      throw InputError(g_.source + ": the two paths from value '" + v + "' end in different nodes (" + a.describe() +
-                       ", " + b.describe() + "); ddl builds blocks of two paths that meet in one Add");
+      throw InputError(onnx::one_line(g_.source + ": the two paths from value '" + v + "' end in different nodes (" +
+                                      a.describe() + ", " + b.describe() +
+                                      "); ddl builds blocks of two paths that meet in one node"));
     return a;
   }
   const Node& first_join(std::size_t n) {
@@ -249,9 +254,11 @@ class Builder {
     if (n.op == "LeakyRelu")
       return std::make_unique<Eltwise>("leaky relu", algorithm::eltwise_relu, n.real("alpha", 0.01f));
     if (n.op == "Clip") {  // since opset 11 its bounds are inputs
-      const float low = bound(n, 1, -3.4e38f), high = bound(n, 2, 3.4e38f);
-      return std::make_unique<Eltwise>("clip " + std::to_string(low) + ".." + std::to_string(high),
-                                       algorithm::eltwise_clip_v2, low, high);
+      const float low = bound(n, 1, -std::numeric_limits<float>::max());
+      const float high = bound(n, 2, std::numeric_limits<float>::max());
+      char name[64];
+      std::snprintf(name, sizeof name, "clip %g..%g", low, high);
+      return std::make_unique<Eltwise>(name, algorithm::eltwise_clip_v2, low, high);
     }
     if (n.op == "HardSigmoid") {  // max(0, min(1, alpha x + beta)): oneDNN 2.6 has no such algorithm
       Sequential s("hard sigmoid");
@@ -360,7 +367,8 @@ class Builder {
       refuse(n, "its input '" + n.inputs[input] + "' holds " + std::to_string(c.size()) + " values, not " +
                     std::to_string(count));
     for (auto d : c.dims)
-      if (d <= 0 || d > kLargestSize) refuse(n, "its input '" + n.inputs[input] + "' has a dimension of " + std::to_string(d));
+      if (d <= 0 || d > kLargestSize)
+        refuse(n, "its input '" + n.inputs[input] + "' has a dimension of " + std::to_string(d));
     return c;
   }
   const std::string& output(const Node& n) const {
@@ -391,7 +399,7 @@ class Builder {
     return it == readers_.end() ? none : it->second;
   }
   [[noreturn]] void refuse(const Node& n, const std::string& why) const {
-    throw InputError(g_.source + ": " + n.describe() + ": " + why);
+    throw InputError(onnx::one_line(g_.source + ": " + n.describe() + ": " + why));
   }
 
   const onnx::Graph& g_;

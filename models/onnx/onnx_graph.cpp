@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "models/onnx/message_text.hpp"
 
 // Inside ddl::onnx, `onnx` names ddl's namespace; ONNX's generated classes are reached through this alias.
 namespace pb = ::onnx;
@@ -25,24 +26,11 @@ namespace {
 // A tensor of more elements (or with a dimension larger) is a corrupt file rather than a model ddl could train.
 constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 31;
 
-// Names come from the file: a control character in one must not break a message's one line.
-std::string one_line(std::string text) {
-  for (char& c : text)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return text;
-}
-
 [[noreturn]] void fail(const std::string& source, const std::string& problem) {
   throw InputError(one_line(source + ": " + problem));
 }
 
 std::string in_quotes(const std::string& name) { return "'" + name + "'"; }
-
-std::string dims_text(const std::vector<std::int64_t>& dims) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
-  return text + "]";
-}
 
 std::string type_name(int type) {
   // The field is a plain integer in the file: only a valid one may become the enum.

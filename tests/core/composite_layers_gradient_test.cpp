@@ -195,7 +195,8 @@ TEST(EltwiseGradient, SigmoidTanhLeakyReluClipHardSwish) {
       {"tanh", [] { return std::make_unique<Eltwise>("tanh", algorithm::eltwise_tanh); }},
       {"leaky relu", [] { return std::make_unique<Eltwise>("leaky relu", algorithm::eltwise_relu, 0.1f); }},
       {"clip", [] { return std::make_unique<Eltwise>("clip", algorithm::eltwise_clip_v2, -0.5f, 0.5f); }},
-      {"hard swish", [] { return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f); }},
+      {"hard swish",
+       [] { return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f); }},
   };
   for (const auto& [name, make] : functions) {
     SCOPED_TRACE(name);
@@ -216,7 +217,8 @@ TEST(EltwiseOutput, MatchesTheFormulas) {
       {Eltwise("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f),
        [](float x) { return x * std::min(std::max(x / 6 + 0.5f, 0.0f), 1.0f); }},
       {Eltwise("leaky relu", algorithm::eltwise_relu, 0.1f), [](float x) { return x > 0 ? x : 0.1f * x; }},
-      {Eltwise("relu6", algorithm::eltwise_clip_v2, 0.0f, 6.0f), [](float x) { return std::min(std::max(x, 0.0f), 6.0f); }},
+      {Eltwise("relu6", algorithm::eltwise_clip_v2, 0.0f, 6.0f),
+       [](float x) { return std::min(std::max(x, 0.0f), 6.0f); }},
   };
   for (auto& c : cases) {
     SCOPED_TRACE(c.layer.describe());
