@@ -1,9 +1,9 @@
 #include "models/onnx/graph_model.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <cstdio>
 #include <iterator>
 #include <limits>
 #include <set>
