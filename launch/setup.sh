@@ -5,6 +5,8 @@
 #   --tests  also installs what the test suite runs (launch/run_tests.sh): Slurm, Docker, debootstrap...,
 #            and builds everything (tests and benchmarks too)
 #   --install-only  installs, builds nothing
+#   --download-only  fetches the packages into apt's cache (/var/cache/apt/archives), installs and builds
+#            nothing: for a machine that goes offline later, and the fresh-machine test's early download
 # Every package is named here even when another one would pull it in: installs use
 # --no-install-recommends, so only a package's hard dependencies come along (libdnnl-dev merely recommends
 # the OpenCL headers that oneDNN's CMake package requires).
@@ -35,11 +37,14 @@ test_packages=(
 packages=("${build_packages[@]}")
 targets=(--target ddl_train ddl_data)
 build=1
+apt_action=(-y) verb=installing
 for arg in "$@"; do
   case "$arg" in
     --tests) packages+=("${test_packages[@]}"); targets=() ;;
     --install-only) build="" ;;
-    -*) echo "setup.sh: unknown option $arg (--tests, --install-only, or package names)" >&2; exit 2 ;;
+    --download-only) build=""; apt_action=(-y --download-only) verb=downloading ;;
+    -*) echo "setup.sh: unknown option $arg (--tests, --install-only, --download-only, or package names)" >&2
+        exit 2 ;;
     *) packages+=("$arg") ;;
   esac
 done
@@ -51,9 +56,9 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "setup: installing ${missing[*]}"
+  echo "setup: $verb ${missing[*]}"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install "${apt_action[@]}" -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 [ -n "$build" ] || exit 0

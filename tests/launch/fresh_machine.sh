@@ -12,6 +12,11 @@
 # the host's; several are set up side by side (one's downloads overlap another's build), each in its own
 # root. Needs root, debootstrap and unshare; exit 77 (skipped) otherwise.
 #   bash tests/launch/fresh_machine.sh [RELEASE...]   (bookworm, trixie)
+#   bash tests/launch/fresh_machine.sh --download-only [RELEASE...]
+#     only fetches, into the cache the roots share (tests/launch/debian_root.sh): each release's bare root and
+#     the packages `setup.sh --tests` installs in it, and the host release's bare root (the Docker test's
+#     base). ctest runs this first, beside the host's tests, so that the serial run above spends its time on
+#     the CPU rather than on the network.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 if [ "$(id -u)" -ne 0 ] || ! command -v debootstrap > /dev/null || ! command -v unshare > /dev/null; then
@@ -19,6 +24,8 @@ if [ "$(id -u)" -ne 0 ] || ! command -v debootstrap > /dev/null || ! command -v 
   exit 77
 fi
 source "$root/tests/launch/debian_root.sh"
+download_only=""
+if [ "${1:-}" = --download-only ]; then download_only=1; shift; fi
 releases=("$@")
 if [ $# -eq 0 ]; then
   for supported in bookworm trixie; do
@@ -37,6 +44,17 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
+
+if [ -n "$download_only" ]; then
+  for release in "${releases[@]}"; do
+    debian_root_make "$release" "$work/$release"
+    cp "$root/launch/setup.sh" "$work/$release/root/setup.sh"
+    debian_root_run "$work/$release" bash /root/setup.sh --tests --download-only
+  done
+  debian_base "$(debian_host_release)" > /dev/null
+  echo "fresh_machine: downloaded (${releases[*]}, and Debian $(debian_host_release)'s base)"
+  exit 0
+fi
 
 set_up() {  # RELEASE: its root in $work/RELEASE, its output in $work/RELEASE.txt
   local release=$1 dir=$work/$1 start
