@@ -66,9 +66,10 @@ int main(int argc, char** argv) {
   auto conv = [&](const char* name, memory src, memory diff_src, memory::dim ic, memory::dim oc, memory::dim hw,
                   std::vector<Timed>& backward) {
     const memory::dims src_d = {N, ic, hw, hw}, w_d = {oc, ic, 3, 3}, b_d = {oc}, dst_d = {N, oc, hw, hw};
-    const memory::dims st = {1, 1}, pad = {1, 1};
+    const memory::dims st = {1, 1}, no_dilation = {0, 0}, pad = {1, 1};
     const auto fpd = make_conv_forward_pd(eng, prop_kind::forward_training, algorithm::convolution_direct,
-                                          src.get_desc(), any(w_d), any_f32(b_d), any(dst_d), st, pad, pad, relu_attr);
+                                          src.get_desc(), any(w_d), any_f32(b_d), any(dst_d), st, no_dilation, pad, pad,
+                                          relu_attr);
     memory w(fpd.weights_desc(), eng), b(fpd.bias_desc(), eng), dst(fpd.dst_desc(), eng);
     add(name, false, convolution_forward(fpd),
         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
           a = args_t{{DNNL_ARG_DST, dst}, {DNNL_ARG_DIFF_DST, c.diff_dst}, {DNNL_ARG_DIFF_SRC, diff_pre}},
           &s] { p.execute(s, a); }});
     const auto wpd = make_conv_backward_weights_pd(eng, algorithm::convolution_direct, src.get_desc(), any_f32(w_d),
-                                                   any_f32(b_d), fpd.dst_desc(), st, pad, pad, fpd);
+                                                   any_f32(b_d), fpd.dst_desc(), st, no_dilation, pad, pad, fpd);
     memory dw(wpd.diff_weights_desc(), eng), db(wpd.diff_bias_desc(), eng);
     backward.push_back({name, true,
                         [p = convolution_backward_weights(wpd),
@@ -93,7 +94,7 @@ int main(int argc, char** argv) {
                          &s] { p.execute(s, a); }});
     if (diff_src) {
       const auto dpd = make_conv_backward_data_pd(eng, algorithm::convolution_direct, src.get_desc(), any(w_d),
-                                                  fpd.dst_desc(), st, pad, pad, fpd);
+                                                  fpd.dst_desc(), st, no_dilation, pad, pad, fpd);
       memory wd = dpd.weights_desc() == fpd.weights_desc() ? w : memory(dpd.weights_desc(), eng);
       backward.push_back(
           {name, true,

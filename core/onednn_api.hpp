@@ -76,37 +76,38 @@ inline constexpr bool kBatchNormBackwardTakesShift = DNNL_VERSION_MAJOR < 3;
 
 inline dnnl::convolution_forward::primitive_desc make_conv_forward_pd(
     const dnnl::engine& eng, dnnl::prop_kind prop, dnnl::algorithm alg, const md_t& src, const md_t& weights,
-    const md_t& bias, const md_t& dst, const dims_vec& strides, const dims_vec& padding_l, const dims_vec& padding_r,
-    const dnnl::primitive_attr& attr = dnnl::primitive_attr()) {
+    const md_t& bias, const md_t& dst, const dims_vec& strides, const dims_vec& dilates, const dims_vec& padding_l,
+    const dims_vec& padding_r, const dnnl::primitive_attr& attr = dnnl::primitive_attr()) {
 #if DNNL_VERSION_MAJOR >= 3
-  return {eng, prop, alg, src, weights, bias, dst, strides, padding_l, padding_r, attr};
+  return {eng, prop, alg, src, weights, bias, dst, strides, dilates, padding_l, padding_r, attr};
 #else
-  return {dnnl::convolution_forward::desc(prop, alg, src, weights, bias, dst, strides, padding_l, padding_r), attr,
-          eng};
+  return {dnnl::convolution_forward::desc(prop, alg, src, weights, bias, dst, strides, dilates, padding_l, padding_r),
+          attr, eng};
 #endif
 }
 
 inline dnnl::convolution_backward_data::primitive_desc make_conv_backward_data_pd(
     const dnnl::engine& eng, dnnl::algorithm alg, const md_t& diff_src, const md_t& weights, const md_t& diff_dst,
-    const dims_vec& strides, const dims_vec& padding_l, const dims_vec& padding_r,
+    const dims_vec& strides, const dims_vec& dilates, const dims_vec& padding_l, const dims_vec& padding_r,
     const dnnl::convolution_forward::primitive_desc& hint) {
 #if DNNL_VERSION_MAJOR >= 3
-  return {eng, alg, diff_src, weights, diff_dst, strides, padding_l, padding_r, hint};
+  return {eng, alg, diff_src, weights, diff_dst, strides, dilates, padding_l, padding_r, hint};
 #else
-  return {dnnl::convolution_backward_data::desc(alg, diff_src, weights, diff_dst, strides, padding_l, padding_r), eng,
-          hint};
+  return {dnnl::convolution_backward_data::desc(alg, diff_src, weights, diff_dst, strides, dilates, padding_l,
+                                                padding_r),
+          eng, hint};
 #endif
 }
 
 inline dnnl::convolution_backward_weights::primitive_desc make_conv_backward_weights_pd(
     const dnnl::engine& eng, dnnl::algorithm alg, const md_t& src, const md_t& diff_weights, const md_t& diff_bias,
-    const md_t& diff_dst, const dims_vec& strides, const dims_vec& padding_l, const dims_vec& padding_r,
-    const dnnl::convolution_forward::primitive_desc& hint) {
+    const md_t& diff_dst, const dims_vec& strides, const dims_vec& dilates, const dims_vec& padding_l,
+    const dims_vec& padding_r, const dnnl::convolution_forward::primitive_desc& hint) {
 #if DNNL_VERSION_MAJOR >= 3
-  return {eng, alg, src, diff_weights, diff_bias, diff_dst, strides, padding_l, padding_r, hint};
+  return {eng, alg, src, diff_weights, diff_bias, diff_dst, strides, dilates, padding_l, padding_r, hint};
 #else
-  return {dnnl::convolution_backward_weights::desc(alg, src, diff_weights, diff_bias, diff_dst, strides, padding_l,
-                                                   padding_r),
+  return {dnnl::convolution_backward_weights::desc(alg, src, diff_weights, diff_bias, diff_dst, strides, dilates,
+                                                   padding_l, padding_r),
           eng, hint};
 #endif
 }

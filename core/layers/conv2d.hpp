@@ -1,8 +1,12 @@
 // 2-D convolution on oneDNN's direct convolution, NCHW logical shapes:
-//   dst[n, o, y, x] = bias[o] + sum_{c, i, j} weight[o, c, i, j] * src[n, c, y*stride + i - pad, x*stride + j - pad]
+//   dst[n, o, y, x] = bias[o] + sum_{c, i, j} weight[o, c, i, j] * src[n, g*C/G + c, y*stride + i*dilation - pad,
+//                                                                       x*stride + j*dilation - pad]
+// with g = o / (O/G) the group of output channel o and c over the group's C/G input channels (G = groups:
+// 1 for an ordinary convolution, C for a depthwise one, as in MobileNet).
 // with an optional ReLU fused as a oneDNN post-op (its backward then runs from the saved output, or in the
 // max-pool that follows: see move_relu_backward_into_pools).
-// Weights are kept in the flat buffer as OIHW; oneDNN's preferred blocked layout is a reorder away.
+// Weights are kept in the flat buffer as OIHW ([O, C/G, kh, kw], PyTorch's shape; oneDNN reads the same
+// bytes as [G, O/G, C/G, kh, kw]); oneDNN's preferred blocked layout is a reorder away.
 #pragma once
 
 #include <optional>
@@ -20,6 +24,8 @@ struct Conv2dOptions {
   int kernel = 3;
   int stride = 1;
   int padding = 0;
+  int dilation = 1;  // 1: no gaps between the kernel's taps
+  int groups = 1;
   bool bias = true;
   bool relu = false;
   Init init = Init::glorot_uniform;
@@ -45,7 +51,7 @@ class Conv2d : public Layer {
 
  private:
   Conv2dOptions opt_;
-  dims_t weights_dims_;
+  dims_t weights_dims_;  // as oneDNN sees them: [O, C, kh, kw], or [G, O/G, C/G, kh, kw] in groups
   ParamMemory weights_, bias_;
   bool need_diff_src_ = false;
   Mode mode_ = Mode::train;

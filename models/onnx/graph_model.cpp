@@ -177,18 +177,23 @@ class Builder {
   Built conv(const Node& n, std::string& v) {
     const onnx::Constant& w = weights(n, 1, 0);
     if (w.dims.size() != 4) refuse(n, "its weight is not [out, in, kh, kw]");
-    if (n.integer("group", 1) != 1) refuse(n, "grouped and depthwise convolutions are not supported yet");
     if (n.text("auto_pad", "NOTSET") != "NOTSET") refuse(n, "auto_pad is not supported yet; give explicit pads");
     const auto kernel = square(n, w.dims[2], w.dims[3], "kernel");
-    for (auto d : n.integers("dilations", {1, 1}))
-      if (d != 1) refuse(n, "dilated convolutions are not supported yet");
+    const auto d = n.integers("dilations", {1, 1});
+    if (d.size() != 2) refuse(n, "its dilations are not two values");
+    const std::int64_t groups = n.integer("group", 1);
+    if (groups <= 0 || w.dims[0] % groups != 0 || w.dims[1] * groups > kLargestSize)
+      refuse(n, "its " + std::to_string(groups) + " groups do not divide its " + std::to_string(w.dims[0]) +
+                    " output channels");
     const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
     if (bias) weights(n, 2, std::size_t(w.dims[0]));
-    Conv2dOptions o{.in_channels = int(w.dims[1]),
+    Conv2dOptions o{.in_channels = int(w.dims[1] * groups),  // the weight holds one group's inputs
                     .out_channels = int(w.dims[0]),
                     .kernel = kernel,
                     .stride = stride(n),
                     .padding = padding(n),
+                    .dilation = square(n, d[0], d[1], "dilation"),
+                    .groups = int(groups),
                     .bias = bias};
     o.relu = fuse_relu(v);
     Built b{std::make_unique<Conv2d>(o), {n.inputs[1]}, {}};
