@@ -24,7 +24,7 @@ void Concat::bind(const std::vector<ParamView>& views, Context& ctx) {
 
 dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   std::vector<dnnl::memory::desc> outs;
-  for (auto& branch : branches_) outs.push_back(branch.setup(ctx, src, mode, need_diff_src));
+  for (auto& branch : branches_) outs.push_back(branch.empty() ? src : branch.setup(ctx, src, mode, need_diff_src));
   dims_t dst_dims = dims_of(outs[0]);
   dst_dims[1] = 0;
   for (const auto& md : outs) {
@@ -62,7 +62,8 @@ dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mo
 const Tensor& Concat::forward(Context& ctx, const Tensor& src) {
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_DST, dst_.memory()}};
   for (std::size_t b = 0; b < branches_.size(); ++b)
-    args.insert({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(b), branches_[b].forward(ctx, src).memory()});
+    args.insert({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(b),
+                 branches_[b].empty() ? src.memory() : branches_[b].forward(ctx, src).memory()});
   concat_.execute(ctx.stream(), args);
   return dst_;
 }
@@ -72,7 +73,7 @@ const Tensor& Concat::backward(Context& ctx, const Tensor& diff_dst) {
   for (std::size_t b = 0; b < branches_.size(); ++b) {
     const dnnl::memory slice(slice_mds_[b], ctx.engine(), const_cast<float*>(diff_dst.data()));
     slice_to_branch_[b](ctx, slice, branch_grads_[b].memory());
-    const Tensor& diff = branches_[b].backward(ctx, branch_grads_[b]);
+    const Tensor& diff = branches_[b].empty() ? branch_grads_[b] : branches_[b].backward(ctx, branch_grads_[b]);
     args.insert({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(b), diff.memory()});
   }
   if (sum_diffs_) {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/layers/batch_norm2d.hpp"
+#include "core/layers/concat.hpp"
 #include "core/layers/conv2d.hpp"
 #include "core/layers/dense.hpp"
 #include "core/layers/dropout.hpp"
@@ -113,28 +114,31 @@ class Builder {
   }
 
   // Two paths from v that meet in an Add: a residual block, its longer path the body. Or in a Mul, one of
-  // them v itself: a gate (squeeze-and-excitation).
+  // them v itself: a gate (squeeze-and-excitation). Or in a Concat along the channels: both paths' outputs
+  // side by side, in the node's order (DenseNet's [x, f(x)]; Inception's branches two at a time).
   Built residual(std::string& v) {
     const Node& join = join_of(v);
-    if (join.op != "Add" && join.op != "Mul")
-      refuse(join, "two paths meet here; ddl joins paths in an Add (a residual block) or a Mul (a gate) only");
+    if (join.op != "Add" && join.op != "Mul" && join.op != "Concat")
+      refuse(join,
+             "two paths meet here; ddl joins paths in an Add (a residual block), a Mul (a gate) or a Concat only");
     Built paths[2];
     Sequential chains[2];
+    std::string ends[2] = {v, v};  // the values the paths give the join
     const auto& r = readers(v);
     if (r[0] == r[1]) refuse(join, "it takes the same value twice; ddl joins two paths");
     for (int p = 0; p < 2; ++p) {
       if (&g_.nodes[r[p]] == &join) continue;  // the identity shortcut
-      std::string at = v;
-      for (Built b = layer(g_.nodes[r[p]], at);; b = step(at)) {
+      for (Built b = layer(g_.nodes[r[p]], ends[p]);; b = step(ends[p])) {
         if (b.layer) {
           paths[p].append_names(b);
           chains[p].add(std::move(b.layer));
         }
-        if (reads(join, at)) break;
+        if (reads(join, ends[p])) break;
       }
     }
-    const int body = chains[1].parts().size() > chains[0].parts().size() ? 1 : 0;
     v = output(join);
+    if (join.op == "Concat") return concat(join, paths, chains, ends);
+    const int body = chains[1].parts().size() > chains[0].parts().size() ? 1 : 0;
     if (join.op == "Mul") {
       if (!chains[1 - body].empty())
         refuse(join, "ddl multiplies a value by factors computed from it (a gate), not two computed values");
@@ -148,6 +152,23 @@ class Builder {
     block.append_names(paths[1 - body]);
     block.layer = std::make_unique<Residual>("residual block" + std::string(relu ? " +relu" : ""),
                                              std::move(chains[body]), std::move(chains[1 - body]), relu);
+    return block;
+  }
+
+  Built concat(const Node& join, Built (&paths)[2], Sequential (&chains)[2], const std::string (&ends)[2]) {
+    if (join.integer("axis", 1) != 1) refuse(join, "ddl concatenates along the channels (axis 1) only");
+    if (data_inputs(join) != 2) refuse(join, "ddl concatenates two paths that fork from one value");
+    const auto position = [&](const std::string& value) {
+      return std::find(join.inputs.begin(), join.inputs.end(), value) - join.inputs.begin();
+    };
+    const int first = position(ends[0]) < position(ends[1]) ? 0 : 1;
+    Built block;
+    block.append_names(paths[first]);
+    block.append_names(paths[1 - first]);
+    std::vector<Sequential> branches;
+    branches.push_back(std::move(chains[first]));
+    branches.push_back(std::move(chains[1 - first]));
+    block.layer = std::make_unique<Concat>("concat", std::move(branches));
     return block;
   }
 
@@ -414,6 +435,32 @@ class Builder {
   std::uint64_t random_layers_ = 0;
 };
 
+// DenseNet as PyTorch exports it concatenates every earlier feature map again in each layer:
+// Concat(x), Concat(x, f1), Concat(x, f1, f2), ... Each is the one before with one more value, so it is
+// rewritten as Concat(the one before, f2); a Concat of one value is that value. What is left are forks
+// that meet in a Concat of two, which the builder takes as blocks.
+void chain_concats(onnx::Graph& g) {
+  std::map<std::string, std::string> same;                     // a value: the value it equals
+  std::map<std::vector<std::string>, std::string> concat_of;  // the inputs of a Concat: its output
+  std::vector<Node> kept;
+  for (Node& n : g.nodes) {
+    for (auto& input : n.inputs)
+      if (same.count(input)) input = same.at(input);
+    if (n.op == "Concat" && n.integer("axis", 1) == 1 && !n.outputs.empty()) {
+      if (n.inputs.size() == 1) {
+        same[n.outputs[0]] = n.inputs[0];
+        continue;
+      }
+      concat_of[n.inputs] = n.outputs[0];
+      const std::vector<std::string> before(n.inputs.begin(), n.inputs.end() - 1);
+      if (const auto it = concat_of.find(before); it != concat_of.end()) n.inputs = {it->second, n.inputs.back()};
+    }
+    kept.push_back(std::move(n));
+  }
+  g.nodes = std::move(kept);
+  if (same.count(g.output)) g.output = same.at(g.output);
+}
+
 }  // namespace
 
 GraphModel define_graph_model(const std::string& name, const ModelConfig& config) {
@@ -421,6 +468,7 @@ GraphModel define_graph_model(const std::string& name, const ModelConfig& config
   onnx::Graph graph = onnx::parse_onnx(config.graph->bytes, std::filesystem::path(name).filename().string(),
                                        config.graph->weights_elsewhere);
   onnx::fold_constants(graph);
+  chain_concats(graph);
   return Builder(graph, config).build();
 }
 

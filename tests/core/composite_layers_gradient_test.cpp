@@ -146,6 +146,13 @@ TEST(ConcatGradient, ThreeBranchesAlongChannels) {
   check_gradients(concat, {2, 3, 5, 5});
 }
 
+TEST(ConcatGradient, IdentityBranchAsInDenseNet) {  // [x, f(x)]: the input itself is the first part
+  std::vector<Sequential> branches(1);
+  branches.push_back(conv_body(3, 4, 1, false));
+  Concat concat("dense layer", std::move(branches));
+  check_gradients(concat, {2, 3, 5, 5});
+}
+
 TEST(LinearGradient, TokensWithBias) {
   Linear linear({.in_features = 6, .out_features = 5});
   check_gradients(linear, {2, 4, 6});

@@ -218,6 +218,18 @@ class OnnxImport(unittest.TestCase):
         checkpoint, trained = self.train_both(model, onnx_file, steps=1, lr=0.01)
         self.assert_same_tensors(checkpoint, trained, exact=self.train_torch(exact, steps=1, lr=0.01))
 
+    def test_torchvisions_densenet_trains_as_in_pytorch(self):
+        # Each dense layer concatenates every feature map before it; transitions pad nothing and pool.
+        # densenet121's layers at a quarter of its growth, two dense blocks of three: the same graph, smaller.
+        import torchvision
+        torch.manual_seed(9)
+        model = randomize_batch_norms(torchvision.models.DenseNet(growth_rate=8, block_config=(3, 3),
+                                                                  num_init_features=16, bn_size=2, num_classes=10))
+        onnx_file = self.path("densenet.onnx")
+        export(model, onnx_file, 13)
+        checkpoint, trained = self.train_both(model, onnx_file, steps=3)
+        self.assert_same_tensors(checkpoint, trained)
+
     def test_the_samples_squeeze_excitation_resnet_trains_as_in_pytorch(self):
         # The module data/models/export_sample.py exports (a gate inside a residual block's body).
         spec = importlib.util.spec_from_file_location("export_sample", SAMPLE_SCRIPT)
@@ -345,14 +357,28 @@ class OnnxImport(unittest.TestCase):
             def forward(self, x):
                 return self.fc(torch.flatten(torch.cos(x), 1))
 
-        onnx_file = self.path("cosine.onnx")
-        export(Cosine(), onnx_file, 13)
-        result = run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--epochs", 1,
-                     expect=2)
-        lines = result.stderr.strip().splitlines()
-        self.assertEqual(len(lines), 1, result.stderr)
-        self.assertIn("cosine.onnx: Cos node", lines[0])
-        self.assertIn("ddl does not support this operator (docs/onnx.md lists those it does)", lines[0])
+        class ThreeWays(nn.Module):  # Inception's join of three computed paths
+            def __init__(self):
+                super().__init__()
+                self.a, self.b, self.c = (nn.Conv2d(3, 2, 1) for _ in range(3))
+                self.fc = nn.Linear(6 * 32 * 32, 10)
+
+            def forward(self, x):
+                return self.fc(torch.flatten(torch.cat([self.a(x), self.b(x), self.c(x)], 1), 1))
+
+        for module, node, why in (
+                (Cosine(), "Cos node", "ddl does not support this operator (docs/onnx.md lists those it does)"),
+                (ThreeWays(), "read by 3 nodes", "ddl builds chains of layers and blocks of two paths")):
+            with self.subTest(module=type(module).__name__):
+                onnx_file = self.path(f"{type(module).__name__}.onnx")
+                export(module, onnx_file, 13)
+                result = run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--epochs",
+                             1, expect=2)
+                lines = result.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, result.stderr)
+                self.assertIn(f"{type(module).__name__}.onnx: ", lines[0])
+                self.assertIn(node, lines[0])
+                self.assertIn(why, lines[0])
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
