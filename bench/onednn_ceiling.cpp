@@ -67,9 +67,9 @@ int main(int argc, char** argv) {
                   std::vector<Timed>& backward) {
     const memory::dims src_d = {N, ic, hw, hw}, w_d = {oc, ic, 3, 3}, b_d = {oc}, dst_d = {N, oc, hw, hw};
     const memory::dims st = {1, 1}, no_dilation = {0, 0}, pad = {1, 1};
-    const auto fpd = make_conv_forward_pd(eng, prop_kind::forward_training, algorithm::convolution_direct,
-                                          src.get_desc(), any(w_d), any_f32(b_d), any(dst_d), st, no_dilation, pad, pad,
-                                          relu_attr);
+    const auto fpd =
+        make_conv_forward_pd(eng, prop_kind::forward_training, algorithm::convolution_direct, src.get_desc(), any(w_d),
+                             any_f32(b_d), any(dst_d), st, no_dilation, pad, pad, relu_attr);
     memory w(fpd.weights_desc(), eng), b(fpd.bias_desc(), eng), dst(fpd.dst_desc(), eng);
     add(name, false, convolution_forward(fpd),
         {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});

@@ -93,9 +93,9 @@ inline dnnl::convolution_backward_data::primitive_desc make_conv_backward_data_p
 #if DNNL_VERSION_MAJOR >= 3
   return {eng, alg, diff_src, weights, diff_dst, strides, dilates, padding_l, padding_r, hint};
 #else
-  return {dnnl::convolution_backward_data::desc(alg, diff_src, weights, diff_dst, strides, dilates, padding_l,
-                                                padding_r),
-          eng, hint};
+  return {
+      dnnl::convolution_backward_data::desc(alg, diff_src, weights, diff_dst, strides, dilates, padding_l, padding_r),
+      eng, hint};
 #endif
 }
 

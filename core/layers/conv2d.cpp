@@ -21,7 +21,8 @@ Conv2d::Conv2d(const Conv2dOptions& options) : opt_(options) {
 
 std::string Conv2d::describe() const {
   std::string s = "conv2d " + std::to_string(opt_.in_channels) + "->" + std::to_string(opt_.out_channels) + " k" +
-                  std::to_string(opt_.kernel) + " s" + std::to_string(opt_.stride) + " p" + std::to_string(opt_.padding);
+                  std::to_string(opt_.kernel) + " s" + std::to_string(opt_.stride) + " p" +
+                  std::to_string(opt_.padding);
   if (opt_.dilation != 1) s += " d" + std::to_string(opt_.dilation);
   if (opt_.groups != 1) s += " g" + std::to_string(opt_.groups);
   return s + (opt_.relu ? " +relu" : "");
@@ -31,8 +32,11 @@ std::vector<ParamSpec> Conv2d::param_specs() const {
   const std::size_t area = static_cast<std::size_t>(opt_.kernel) * opt_.kernel;
   const int group_in = opt_.in_channels / opt_.groups;
   // Fans as PyTorch counts them for grouped weights: the inputs one output sees, every output times the area.
-  std::vector<ParamSpec> specs{{"weight", {opt_.out_channels, group_in, opt_.kernel, opt_.kernel}, opt_.init,
-                                group_in * area, opt_.out_channels * area}};
+  std::vector<ParamSpec> specs{{"weight",
+                                {opt_.out_channels, group_in, opt_.kernel, opt_.kernel},
+                                opt_.init,
+                                group_in * area,
+                                opt_.out_channels * area}};
   if (opt_.bias) specs.push_back({"bias", {opt_.out_channels}, Init::zeros});
   return specs;
 }
@@ -68,9 +72,9 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   memory::desc bias_md = opt_.bias ? memory::desc({opt_.out_channels}, dt::f32, tag::x) : memory::desc();
 
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-  const auto fwd_pd = make_conv_forward_pd(ctx.engine(), prop, dnnl::algorithm::convolution_direct, src_any,
-                                           weights_any, bias_md, dst_any, strides, dilates, padding, padding,
-                                           relu_post_op(opt_.relu));
+  const auto fwd_pd =
+      make_conv_forward_pd(ctx.engine(), prop, dnnl::algorithm::convolution_direct, src_any, weights_any, bias_md,
+                           dst_any, strides, dilates, padding, padding, relu_post_op(opt_.relu));
   fwd_ = dnnl::convolution_forward(fwd_pd);
   fwd_src_ = Relayout(ctx, src_md, fwd_pd.src_desc());
   fwd_weights_ = LeasedCopy(ctx, weights_.value.get_desc(), fwd_pd.weights_desc());
@@ -81,9 +85,9 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   const bool relu_backward_here = opt_.relu && !relu_backward_in_next_;
   relu_backward_ = relu_backward_here ? FusedReluBackward(ctx, dst_md, may_overwrite_diff_dst_) : FusedReluBackward();
 
-  const auto bw_pd = make_conv_backward_weights_pd(ctx.engine(), dnnl::algorithm::convolution_direct, src_any,
-                                                   diff_weights_any, bias_md, diff_dst_any, strides, dilates,
-                                                   padding, padding, fwd_pd);
+  const auto bw_pd =
+      make_conv_backward_weights_pd(ctx.engine(), dnnl::algorithm::convolution_direct, src_any, diff_weights_any,
+                                    bias_md, diff_dst_any, strides, dilates, padding, padding, fwd_pd);
   bwd_weights_ = dnnl::convolution_backward_weights(bw_pd);
   bwd_weights_src_ = Relayout(ctx, fwd_pd.src_desc(), bw_pd.src_desc());
   bwd_weights_diff_dst_ = Relayout(ctx, dst_md, bw_pd.diff_dst_desc());
@@ -92,9 +96,9 @@ memory::desc Conv2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   bwd_data_.reset();
   diff_src_to_input_layout_.reset();
   if (need_diff_src) {
-    const auto bd_pd = make_conv_backward_data_pd(ctx.engine(), dnnl::algorithm::convolution_direct, diff_src_any,
-                                                  weights_any, diff_dst_any, strides, dilates, padding, padding,
-                                                  fwd_pd);
+    const auto bd_pd =
+        make_conv_backward_data_pd(ctx.engine(), dnnl::algorithm::convolution_direct, diff_src_any, weights_any,
+                                   diff_dst_any, strides, dilates, padding, padding, fwd_pd);
     bwd_data_ = dnnl::convolution_backward_data(bd_pd);
     // Usually the backward wants the forward's weight layout: reuse the forward's reordered copy then.
     reuse_forward_weights_ = bd_pd.weights_desc() == fwd_pd.weights_desc();

@@ -440,7 +440,7 @@ class Builder {
 // rewritten as Concat(the one before, f2); a Concat of one value is that value. What is left are forks
 // that meet in a Concat of two, which the builder takes as blocks.
 void chain_concats(onnx::Graph& g) {
-  std::map<std::string, std::string> same;                     // a value: the value it equals
+  std::map<std::string, std::string> same;                    // a value: the value it equals
   std::map<std::vector<std::string>, std::string> concat_of;  // the inputs of a Concat: its output
   std::vector<Node> kept;
   for (Node& n : g.nodes) {

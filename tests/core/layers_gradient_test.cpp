@@ -44,8 +44,8 @@ TEST(Conv2dGradient, FusedRelu) {
 }
 
 TEST(Conv2dGradient, GroupedAndDilated) {
-  Conv2d conv({.in_channels = 4, .out_channels = 6, .kernel = 3, .stride = 1, .padding = 2, .dilation = 2,
-               .groups = 2});
+  Conv2d conv(
+      {.in_channels = 4, .out_channels = 6, .kernel = 3, .stride = 1, .padding = 2, .dilation = 2, .groups = 2});
   check_gradients(conv, {2, 4, 6, 6});
 }
 
@@ -63,8 +63,8 @@ TEST(Conv2dGradient, DepthwiseStride2) {  // MobileNet's: one filter a channel
 TEST(Conv2dOutput, GroupsAndDilationMatchTheFormula) {
   const int C = 4, O = 6, G = 2, K = 3, D = 2, P = 1, S = 2, H = 7;
   Context ctx;
-  Conv2d conv({.in_channels = C, .out_channels = O, .kernel = K, .stride = S, .padding = P, .dilation = D,
-               .groups = G});
+  Conv2d conv(
+      {.in_channels = C, .out_channels = O, .kernel = K, .stride = S, .padding = P, .dilation = D, .groups = G});
   const std::size_t nw = std::size_t(O) * (C / G) * K * K;
   std::vector<float> params = test::random_values(nw + O, 3), grads(nw + O);
   conv.bind({{std::span(params).subspan(0, nw), std::span(grads).subspan(0, nw)},
@@ -74,7 +74,8 @@ TEST(Conv2dOutput, GroupsAndDilationMatchTheFormula) {
   const int W = (H + 2 * P - D * (K - 1) - 1) / S + 1;
   ASSERT_EQ(dims_of(out_md), (dims_t{1, O, W, W}));
   const std::vector<float> x = test::random_values(std::size_t(C) * H * H, 4);
-  const std::vector<float> y = test::to_plain(ctx, conv.forward(ctx, test::from_plain(ctx, x, plain_desc({1, C, H, H}))));
+  const std::vector<float> y =
+      test::to_plain(ctx, conv.forward(ctx, test::from_plain(ctx, x, plain_desc({1, C, H, H}))));
   for (int o = 0; o < O; ++o)
     for (int yy = 0; yy < W; ++yy)
       for (int xx = 0; xx < W; ++xx) {
