@@ -6,6 +6,7 @@
 //   model_step MODEL|FILE.onnx [batch=32] [steps=5] [threads=0: all] [--profile] [--bf16]
 #include <omp.h>
 
+#include <malloc.h>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
     if (is_graph_file(name)) config.graph = read_graph_file(name);  // an ONNX graph (docs/onnx.md)
     auto model = make_model(name, config, ctx);
     model->initialize(1);
+    // As ddl_train does once its models hold a graph's weights (Job::forget_graph_weights).
+    config.graph.reset();
+    malloc_trim(0);
     auto sgd = make_sgd(model->param_count(), {.momentum = 0.9f});
     const dims_t& s = model->input_shape();
     Tensor x(plain_desc({batch, s[0], s[1], s[2]}), ctx.engine());

@@ -6,6 +6,7 @@
 
 #include "core/data/hdf5.hpp"
 #include "core/error.hpp"
+#include "models/onnx/graph_model.hpp"
 
 namespace ddl {
 namespace {
@@ -65,16 +66,14 @@ std::vector<double> configuration_list(const std::string& text, const std::strin
 // An imported graph's model: the checkpoint's copy of the graph, whose weights it holds itself.
 std::shared_ptr<const GraphBytes> stored_graph(const h5::Handle& file, const std::string& path) {
   if (!h5::exists(file, "graph")) return nullptr;
-  auto graph = std::make_shared<GraphBytes>();
+  std::string bytes;
   try {
-    const auto bytes = h5::read_dataset<std::uint8_t>(file, "graph", path);
-    graph->bytes.assign(bytes.begin(), bytes.end());
+    const auto stored = h5::read_dataset<std::uint8_t>(file, "graph", path);
+    bytes.assign(stored.begin(), stored.end());
   } catch (const Error&) {
     throw InputError(path + ": its graph is damaged (its checksum does not match, or the file is cut short)");
   }
-  for (const auto& pair : h5::read_strings_attribute(file, "graph_names", path))
-    graph->weights_elsewhere.insert(pair.substr(pair.find('=') + 1));
-  return graph;
+  return graph_without_weights(std::move(bytes), h5::read_strings_attribute(file, "graph_names", path));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "launch/train/job.hpp"
 
+#include <malloc.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -150,6 +151,7 @@ void choose_subsets(Job& job, const ImageDataset& train) {
 // its names; the run says where its weights start from.
 void keep_graph(Job& job, GraphModel graph) {
   job.whole = std::move(graph.model);
+  job.whole->set_starting_values(nullptr);  // the sessions' models start from the values; this one chooses layouts
   std::set<std::string> weights;
   for (const auto& [ddl_name, graph_name] : graph.onnx_names) {
     job.state.graph_names.push_back(ddl_name + "=" + graph_name);
@@ -202,6 +204,14 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
     if (without_bf16[0] == 0.0) compute_type = dnnl::memory::data_type::bf16;
   }
   cache_bytes = images_to_keep_in_memory(*this, image_bytes);
+}
+
+void Job::forget_graph_weights() {
+  if (!config.graph || !config.graph->weights_elsewhere.empty()) return;
+  config.graph = graph_without_weights(std::string(state.graph.begin(), state.graph.end()), state.graph_names);
+  // The weights' copies freed while the models were built lie in malloc's heap in pieces, which it keeps;
+  // a step's buffers are large blocks that malloc maps afresh, so the pieces would stay resident for the run.
+  malloc_trim(0);
 }
 
 void Job::prepare_outputs() {

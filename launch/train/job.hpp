@@ -26,6 +26,9 @@ struct Job {
   // After the first session's set-up: the checkpoint folder made, and rank 0's check of the metrics file's
   // folder and its lock on the checkpoint folder, which the job holds through every layout. Throws InputError.
   void prepare_outputs();
+  // Once the first session's models hold an imported graph's weights: the job keeps the graph without
+  // them, as checkpoints do (later sessions take every value from the state the last one hands on).
+  void forget_graph_weights();
 
   TrainOptions options;
   const Communicator& world;

@@ -43,7 +43,8 @@ struct Built {
 
 class Builder {
  public:
-  Builder(const onnx::Graph& graph, const ModelConfig& config) : g_(graph), config_(config) {
+  // The graph's weights move into the model's starting values (build): it is built once.
+  Builder(onnx::Graph& graph, const ModelConfig& config) : g_(graph), config_(config) {
     for (std::size_t n = 0; n < g_.nodes.size(); ++n)
       for (const std::string& input : g_.nodes[n].inputs)
         if (!input.empty() && !g_.constants.count(input)) readers_[input].push_back(n);
@@ -61,14 +62,22 @@ class Builder {
     if (layers.empty()) throw InputError(g_.source + ": the graph has no layer between its input and its output");
     out.fresh_classifier = fit_classifier(layers.back());
     auto starting = std::make_shared<Model::StartingValues>();
+    std::map<std::string, std::string> moved;  // an initializer: the parameter whose starting value it became
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const std::string prefix = std::to_string(i) + ".";
       const auto specs = layers[i].layer->param_specs();
       for (std::size_t k = 0; k < specs.size(); ++k) {
         const std::string& source = layers[i].params.at(k);
-        out.onnx_names[prefix + specs[k].name] = source;
+        const std::string name = prefix + specs[k].name;
+        out.onnx_names[name] = source;
         // A classifier refitted to another class count (fit_classifier) starts from drawn values.
-        if (!refitted_.count(source)) (*starting)[prefix + specs[k].name] = g_.constants.at(source).floats;
+        if (refitted_.count(source)) continue;
+        if (const auto it = moved.find(source); it != moved.end()) {
+          (*starting)[name] = starting->at(it->second);  // a weight that two nodes share
+        } else {
+          (*starting)[name] = std::move(g_.constants.at(source).floats);
+          moved[source] = name;
+        }
       }
       const auto state = layers[i].layer->state();
       for (std::size_t k = 0; k < state.size(); ++k)
@@ -428,7 +437,7 @@ class Builder {
     throw InputError(onnx::one_line(g_.source + ": " + n.describe() + ": " + why));
   }
 
-  const onnx::Graph& g_;
+  onnx::Graph& g_;
   const ModelConfig& config_;
   std::map<std::string, std::vector<std::size_t>> readers_;  // a value: the nodes that read it
   std::set<std::string> refitted_;  // the initializers of a classifier built for another class count
@@ -482,6 +491,13 @@ std::shared_ptr<const GraphBytes> read_graph_file(const std::string& path) {
   auto graph = std::make_shared<GraphBytes>();
   graph->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   if (in.bad()) throw InputError("--model " + path + ": cannot be read");
+  return graph;
+}
+
+std::shared_ptr<const GraphBytes> graph_without_weights(std::string bytes, const std::vector<std::string>& graph_names) {
+  auto graph = std::make_shared<GraphBytes>();
+  graph->bytes = std::move(bytes);
+  for (const auto& pair : graph_names) graph->weights_elsewhere.insert(pair.substr(pair.find('=') + 1));
   return graph;
 }
 

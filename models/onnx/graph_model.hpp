@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/onnx/onnx_graph.hpp"
 #include "models/registry.hpp"
@@ -34,5 +35,8 @@ GraphModel define_graph_model(const std::string& name, const ModelConfig& config
 bool is_graph_file(const std::string& model);
 // An ONNX file's bytes, for ModelConfig::graph (a missing or unreadable file is an InputError naming it).
 std::shared_ptr<const GraphBytes> read_graph_file(const std::string& path);
+// The graph as checkpoints keep it: `bytes` without the weights that `graph_names` ("ddl name=graph name",
+// TrainingState::graph_names) name, whose values come from elsewhere.
+std::shared_ptr<const GraphBytes> graph_without_weights(std::string bytes, const std::vector<std::string>& graph_names);
 
 }  // namespace ddl

@@ -268,7 +268,7 @@ std::string Node::describe() const {
 }
 
 Graph parse_onnx(std::string_view bytes, const std::string& source, const std::set<std::string>& weights_elsewhere) {
-  const pb::ModelProto model = parse_model(bytes, source);
+  pb::ModelProto model = parse_model(bytes, source);
   Graph g;
   g.source = source;
   for (const auto& o : model.opset_import())
@@ -296,9 +296,13 @@ Graph parse_onnx(std::string_view bytes, const std::string& source, const std::s
          "has " + std::to_string(graph.output_size()) + " outputs; ddl trains a graph of one output [batch, classes]");
   read_output(graph.output(0), g);
 
-  for (const auto& t : graph.initializer())
+  // Each initializer's bytes go as soon as its values are read: the weights are held once, not twice.
+  for (auto& t : *model.mutable_graph()->mutable_initializer()) {
     g.constants[t.name()] =
         to_constant(t, "initializer " + in_quotes(t.name()), source, weights_elsewhere.count(t.name()));
+    std::string().swap(*t.mutable_raw_data());
+    t.clear_float_data();
+  }
   read_nodes(graph, g);
   return g;
 }

@@ -325,6 +325,41 @@ class OnnxImport(unittest.TestCase):
         out = run(*train, *common, "--epochs", 2, "--resume", "auto").stdout
         self.assertIn("resumed from", out)
 
+    def test_a_replanned_run_moves_with_the_graphs_values(self):
+        # After the first layout's models are built the job keeps the graph without its weights; the next
+        # layout's models take every value from the moved state. Links slowed by the test hook after the
+        # run began in data parallelism make the re-plan move it (as DdlTrain.Replanning... does for
+        # seed_cnn); its parameters equal those of a run that stayed.
+        torch.manual_seed(3)
+        cnn = self.path("replan.onnx")
+        export(SmallCnn(), cnn, 13)
+        mpirun = ["mpirun", "--oversubscribe", "-np", 2, os.path.join(BIN, "ddl_train"), "--model", cnn, "--train",
+                  self.data, "--threads", 1, "--progress", "never", "--batch-size", 16]
+        profile = self.path("replan.profile")
+        run(*mpirun, "--strategy", "auto", "--plan-only", "--save-profile", profile)
+        def free(line):  # links and an optimizer that cost nothing, as when the run began
+            key = line.split(" ")[0]
+            return {"within_node": key + " 0 1e15", "between_nodes": key + " 0 1e15",
+                    "optimizer_s_per_param": key + " 0"}.get(key, line.rstrip("\n"))
+
+        with open(profile) as f:
+            lines = [free(line) for line in f]
+        with open(profile, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.environ["DDL_TEST_SLOW_LINKS"] = "1:1000"
+        try:
+            params = []
+            for name, replan in (("stayed", "never"), ("moved", "epoch")):
+                checkpoints = self.path(f"replan_{name}.ck")
+                out = run(*mpirun, "--strategy", "auto", "--load-profile", profile, "--epochs", 2, "--steps-per-epoch",
+                          3, "--optimizer", "sgd", "--momentum", 0.9, "--lr", 0.01, "--seed", 3, "--replan-every",
+                          replan, "--checkpoint-dir", checkpoints).stdout
+                self.assertEqual("re-plan after step" in out, replan == "epoch", out)
+                params.append(ddl_tensors(os.path.join(checkpoints, "last.h5"))[2])
+        finally:
+            del os.environ["DDL_TEST_SLOW_LINKS"]
+        self.assertLessEqual(numpy.abs(params[0] - params[1]).max(), 1e-5 * numpy.abs(params[0]).max())
+
     def test_bad_graphs_end_every_rank_with_one_line(self):
         torch.manual_seed(3)
         good = self.path("good.onnx")
