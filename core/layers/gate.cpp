@@ -30,9 +30,11 @@ dnnl::memory::desc Gate::setup(Context& ctx, const dnnl::memory::desc& src, Mode
   path_.set_may_overwrite_diff_dst(true);  // its gradient is this block's own
   factors_md_ = path_.setup(ctx, src, mode, true);
   const dims_t in = dims_of(src), factors = dims_of(factors_md_);
-  if (in.size() != 4 || factors != dims_t{in[0], in[1], 1, 1})
+  // Factors of src's own shape (1x1 planes included) multiply element by element.
+  const bool per_channel = factors != in && in.size() == 4 && factors == dims_t{in[0], in[1], 1, 1};
+  if (!per_channel && factors != in)
     throw InputError(name_ + ": its path gives " + to_string(factors) + " for input " + to_string(in) +
-                     "; a gate gives one factor an image and a channel");
+                     "; a gate gives one factor an image and a channel, or one an element");
   src_md_ = src;
   scale_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, factors_md_, src));
   reset_output(ctx, src);
@@ -40,9 +42,13 @@ dnnl::memory::desc Gate::setup(Context& ctx, const dnnl::memory::desc& src, Mode
   times_src_.reset();
   add_diffs_.reset();
   sum_plane_.reset();
+  to_factors_layout_.reset();
   if (mode == Mode::infer) return src;
   times_src_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, src, src));
-  sum_plane_ = dnnl::reduction(make_reduction_pd(ctx.engine(), algorithm::reduction_sum, src, factors_md_));
+  if (per_channel)
+    sum_plane_ = dnnl::reduction(make_reduction_pd(ctx.engine(), algorithm::reduction_sum, src, factors_md_));
+  else if (factors_md_ != src)
+    to_factors_layout_.emplace(ctx, src, factors_md_);
   if (need_diff_src) {
     scale_diff_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, factors_md_, src));
     add_diffs_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_add, src, src, src));
@@ -65,9 +71,17 @@ const Tensor& Gate::backward(Context& ctx, const Tensor& diff_dst) {
   times_src_->execute(
       ctx.stream(),
       {{DNNL_ARG_SRC_0, diff_dst.memory()}, {DNNL_ARG_SRC_1, src_->memory()}, {DNNL_ARG_DST, product.memory()}});
-  Tensor diff_factors = ctx.lease(factors_md_);
-  sum_plane_->execute(ctx.stream(), {{DNNL_ARG_SRC, product.memory()}, {DNNL_ARG_DST, diff_factors.memory()}});
-  ctx.give_back(product);
+  Tensor diff_factors;
+  if (sum_plane_ || to_factors_layout_) {
+    diff_factors = ctx.lease(factors_md_);
+    if (sum_plane_)
+      sum_plane_->execute(ctx.stream(), {{DNNL_ARG_SRC, product.memory()}, {DNNL_ARG_DST, diff_factors.memory()}});
+    else
+      (*to_factors_layout_)(ctx, product.memory(), diff_factors.memory());
+    ctx.give_back(product);
+  } else {
+    diff_factors = std::move(product);  // element factors in src's layout: the product is their gradient
+  }
   // Before the path's backward, which may overwrite the factors (its output) with its gradient.
   if (scale_diff_)
     scale_diff_->execute(ctx.stream(), {{DNNL_ARG_SRC_0, diff_dst.memory()},

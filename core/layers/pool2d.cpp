@@ -1,5 +1,7 @@
 #include "core/layers/pool2d.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "core/onednn_api.hpp"
 
@@ -18,7 +20,7 @@ std::string Pool2d::describe() const {
   if (opt_.kind == PoolKind::global_avg) return "global_avg_pool";
   std::string name = opt_.kind == PoolKind::max ? "max_pool" : "avg_pool";
   return name + " k" + std::to_string(opt_.kernel) + " s" + std::to_string(opt_.stride) + " p" +
-         std::to_string(opt_.padding);
+         std::to_string(opt_.padding) + (opt_.ceil_mode ? " ceil" : "");
 }
 
 memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool need_diff_src) {
@@ -33,8 +35,17 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   }
   if (in[2] + 2 * padding[0] < kernel[0] || in[3] + 2 * padding[1] < kernel[1])
     throw InputError(describe() + ": input " + to_string(in) + " is smaller than the kernel");
-  const dims_t dst_dims = {in[0], in[1], (in[2] + 2 * padding[0] - kernel[0]) / strides[0] + 1,
-                           (in[3] + 2 * padding[1] - kernel[1]) / strides[1] + 1};
+  dims_t dst_dims = {in[0], in[1], 0, 0}, padding_r = padding;
+  for (int a = 0; a < 2; ++a) {
+    const memory::dim size = in[2 + a], p = padding[a], k = kernel[a], s = strides[a];
+    memory::dim out = (size + 2 * p - k + (opt_.ceil_mode ? s - 1 : 0)) / s + 1;
+    if (opt_.ceil_mode && (out - 1) * s >= size + p) --out;
+    dst_dims[2 + a] = out;
+    padding_r[a] = std::max(p, (out - 1) * s + k - size - p);
+    if (padding_r[a] > p && opt_.kind == PoolKind::avg_include_padding)
+      throw InputError(describe() + ": ceil_mode's last window on input " + to_string(in) +
+                       " reaches past the padding, which an average that counts padding does not count");
+  }
   auto alg = opt_.kind == PoolKind::max                   ? dnnl::algorithm::pooling_max
              : opt_.kind == PoolKind::avg_include_padding ? dnnl::algorithm::pooling_avg_include_padding
                                                           : dnnl::algorithm::pooling_avg_exclude_padding;
@@ -43,7 +54,7 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   // its own, and oneDNN pools bf16 into bf16 only.
   memory::desc dst_any(dst_dims, data_type_of(src_md), tag::any);
   const auto fwd_pd =
-      make_pooling_forward_pd(ctx.engine(), prop, alg, src_md, dst_any, strides, kernel, padding, padding);
+      make_pooling_forward_pd(ctx.engine(), prop, alg, src_md, dst_any, strides, kernel, padding, padding_r);
   fwd_ = dnnl::pooling_forward(fwd_pd);
   reset_output(ctx, fwd_pd.dst_desc());
   workspace_ = fwd_pd.workspace_desc().get_size() ? Tensor(fwd_pd.workspace_desc(), ctx.engine()) : Tensor();
@@ -52,7 +63,7 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   previous_relu_backward_ = FusedReluBackward();
   if (mode == Mode::train && need_diff_src) {
     const auto bwd_pd = make_pooling_backward_pd(ctx.engine(), alg, src_md, fwd_pd.dst_desc(), strides, kernel,
-                                                 padding, padding, fwd_pd);
+                                                 padding, padding_r, fwd_pd);
     if (bwd_pd.diff_src_desc() != src_md || bwd_pd.diff_dst_desc() != fwd_pd.dst_desc())
       throw Error(describe() + ": oneDNN chose unexpected backward layouts");
     bwd_ = dnnl::pooling_backward(bwd_pd);

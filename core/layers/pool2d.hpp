@@ -1,5 +1,8 @@
 // 2-D pooling on oneDNN: max, average (padding counted or not), and global average (the kernel covers the
-// whole input plane, output [N, C, 1, 1]). Output size floor((H + 2 * padding - kernel) / stride) + 1.
+// whole input plane, output [N, C, 1, 1]). Output size floor((H + 2 * padding - kernel) / stride) + 1, or
+// with ceil_mode the ceiling, as PyTorch has it: a last window that starts inside the input or its left
+// padding is kept (the padding on the right grows for it; average pooling that counts padding then refuses,
+// since PyTorch does not count that growth).
 // Max pooling keeps oneDNN's workspace (the argmax positions) from forward for backward.
 #pragma once
 
@@ -17,6 +20,7 @@ struct Pool2dOptions {
   int kernel = 2;
   int stride = 2;
   int padding = 0;
+  bool ceil_mode = false;
 };
 
 class Pool2d : public Layer {

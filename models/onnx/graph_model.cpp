@@ -112,6 +112,7 @@ class Builder {
     if (n.op == "MaxPool" || n.op == "AveragePool") return pool(n);
     if (n.op == "GlobalAveragePool")
       return {std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::global_avg}), {}, {}};
+    if (n.op == "ReduceMean") return reduce_mean(n);
     if (n.op == "Flatten") {
       if (n.integer("axis", 1) != 1) refuse(n, "ddl flattens from axis 1 only");
       return {std::make_unique<Flatten>(), {}, {}};
@@ -265,17 +266,33 @@ class Builder {
   Built pool(const Node& n) {
     const auto k = n.integers("kernel_shape", {});
     if (k.size() != 2) refuse(n, "its kernel_shape is not two values");
-    if (n.integer("ceil_mode", 0) != 0) refuse(n, "ceil_mode = 1 is not supported yet");
     if (n.text("auto_pad", "NOTSET") != "NOTSET") refuse(n, "auto_pad is not supported yet; give explicit pads");
     for (auto d : n.integers("dilations", {1, 1}))
       if (d != 1) refuse(n, "dilated pooling is not supported");
     PoolKind kind = PoolKind::max;
     if (n.op == "AveragePool")
       kind = n.integer("count_include_pad", 0) ? PoolKind::avg_include_padding : PoolKind::avg_exclude_padding;
-    return {std::make_unique<Pool2d>(Pool2dOptions{
-                .kind = kind, .kernel = square(n, k[0], k[1], "kernel"), .stride = stride(n), .padding = padding(n)}),
+    return {std::make_unique<Pool2d>(Pool2dOptions{.kind = kind,
+                                                   .kernel = square(n, k[0], k[1], "kernel"),
+                                                   .stride = stride(n),
+                                                   .padding = padding(n),
+                                                   .ceil_mode = n.integer("ceil_mode", 0) != 0}),
             {},
             {}};
+  }
+
+  // x.mean([2, 3]): a global average pooling, flattened unless the dimensions are kept.
+  Built reduce_mean(const Node& n) {
+    auto axes = n.integers("axes", {});
+    for (auto& a : axes) a = a < 0 ? a + 4 : a;
+    std::sort(axes.begin(), axes.end());
+    if (axes != std::vector<std::int64_t>{2, 3}) refuse(n, "ddl takes a ReduceMean over the plane (axes 2 and 3) only");
+    auto pool = std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::global_avg});
+    if (n.integer("keepdims", 1)) return {std::move(pool), {}, {}};
+    auto flattened = std::make_unique<Sequential>("mean over the plane");
+    flattened->add(std::move(pool));
+    flattened->emplace<Flatten>();
+    return {std::move(flattened), {}, {}};
   }
 
   // The functions applied to each element, on oneDNN's eltwise primitives; null for another operator.

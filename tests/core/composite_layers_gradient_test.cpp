@@ -186,12 +186,36 @@ TEST(GateGradient, SqueezeAndExcitation) {
   check_gradients(chain, {2, 3, 5, 5}, kPiecewise);
 }
 
-TEST(GateGradient, PathThatGivesMoreThanAFactorAChannelIsAnError) {
+// SiLU, x * sigmoid(x): a factor an element, after a blocked convolution (the same layout) and on a plain
+// input through a 1x1 convolution (the path's output in another layout than src's).
+TEST(GateGradient, ElementFactorsAsSiLU) {
+  Sequential silu;
+  silu.emplace<Eltwise>("sigmoid", dnnl::algorithm::eltwise_logistic);
+  Sequential chain = conv_body(3, 16, 1, false);
+  chain.emplace<Gate>("silu", std::move(silu));
+  check_gradients(chain, {2, 3, 5, 5});
+  Sequential conv;
+  conv.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 16, .kernel = 1});
+  Gate gate("gate by a convolution", std::move(conv));
+  check_gradients(gate, {2, 16, 4, 4});
+}
+
+// At 1x1 pixels (MobileNet-V3's last blocks at 32x32) the factors a channel are a factor an element.
+TEST(GateGradient, SqueezeAndExcitationOnOnePixel) {
   Sequential path;
+  path.emplace<Pool2d>(Pool2dOptions{.kind = PoolKind::global_avg});
+  path.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 16, .kernel = 1});
   path.emplace<Eltwise>("sigmoid", dnnl::algorithm::eltwise_logistic);
+  Gate gate("gate", std::move(path));
+  check_gradients(gate, {2, 16, 1, 1});
+}
+
+TEST(GateGradient, PathOfAnotherShapeIsAnError) {
+  Sequential path;
+  path.emplace<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2});
   Gate gate("bad", std::move(path));
   Context ctx;
-  EXPECT_THROW(gate.setup(ctx, plain_desc({2, 4, 5, 5}), Mode::train, true), InputError);
+  EXPECT_THROW(gate.setup(ctx, plain_desc({2, 4, 6, 6}), Mode::train, true), InputError);
 }
 
 // The functions imported graphs use, each at points away from its kinks.

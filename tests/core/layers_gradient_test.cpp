@@ -145,6 +145,30 @@ TEST(AvgPoolGradient, ExcludePadding) {
   check_gradients(pool, {1, 2, 4, 4});
 }
 
+// ceil_mode (SqueezeNet's pools): 6 pixels, kernel 3, stride 2 give 3 windows, the last over pixels 4-5.
+TEST(PoolCeilMode, LastWindowIsKeptAndItsGradientFlows) {
+  for (PoolKind kind : {PoolKind::max, PoolKind::avg_exclude_padding}) {
+    Pool2d pool({.kind = kind, .kernel = 3, .stride = 2, .padding = 0, .ceil_mode = true});
+    SCOPED_TRACE(pool.describe());
+    Context ctx;
+    const auto out = pool.setup(ctx, plain_desc({1, 1, 6, 6}), Mode::infer, false);
+    ASSERT_EQ(dims_of(out), (dims_t{1, 1, 3, 3}));
+    std::vector<float> x(36);
+    for (int i = 0; i < 36; ++i) x[i] = float(i);  // row r, column c holds 6r + c
+    const auto y = test::to_plain(ctx, pool.forward(ctx, test::from_plain(ctx, x, plain_desc({1, 1, 6, 6}))));
+    // The corner window covers rows and columns 4-5: max 35, mean of 28, 29, 34, 35.
+    EXPECT_FLOAT_EQ(y[8], kind == PoolKind::max ? 35.0f : 31.5f);
+    Pool2d again({.kind = kind, .kernel = 3, .stride = 2, .padding = 0, .ceil_mode = true});
+    check_gradients(again, {2, 3, 6, 6});
+  }
+  // With padding 1, a window that would start in the right padding is dropped: 5 pixels give 3, not 4.
+  Context ctx;
+  Pool2d padded({.kind = PoolKind::max, .kernel = 2, .stride = 2, .padding = 1, .ceil_mode = true});
+  EXPECT_EQ(dims_of(padded.setup(ctx, plain_desc({1, 1, 5, 5}), Mode::infer, false)), (dims_t{1, 1, 3, 3}));
+  Pool2d counting({.kind = PoolKind::avg_include_padding, .kernel = 3, .stride = 2, .ceil_mode = true});
+  EXPECT_THROW(counting.setup(ctx, plain_desc({1, 1, 6, 6}), Mode::infer, false), InputError);
+}
+
 TEST(GlobalAvgPoolGradient, WholePlane) {
   Pool2d pool({.kind = PoolKind::global_avg});
   check_gradients(pool, {2, 5, 3, 4});

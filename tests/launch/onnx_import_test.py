@@ -84,6 +84,21 @@ def randomize_batch_norms(model):
     return model
 
 
+class EfficientNetLike(nn.Module):
+    """SiLU (x * sigmoid(x), a gate of a factor an element), a grouped dilated convolution, max pooling in
+    ceil_mode and x.mean([2, 3]) (ReduceMean) before the classifier."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.SiLU(),
+                                      nn.MaxPool2d(3, 2, ceil_mode=True),
+                                      nn.Conv2d(16, 32, 3, 1, 2, dilation=2, groups=4), nn.SiLU())
+        self.head = nn.Linear(32, classes)
+
+    def forward(self, x):
+        return self.head(self.features(x).mean([2, 3]))
+
+
 class SmallCnn(nn.Module):
     """seed_cnn's shape, without BatchNorm: ranks then sum exactly what one rank sums over the global batch."""
 
@@ -204,6 +219,14 @@ class OnnxImport(unittest.TestCase):
                 checkpoint, trained = self.train_both(model, onnx_file, steps=3)
                 self.assert_same_tensors(checkpoint, trained)
 
+    def test_silu_dilated_groups_ceil_mode_and_mean_train_as_in_pytorch(self):
+        torch.manual_seed(17)
+        model = randomize_batch_norms(EfficientNetLike())
+        onnx_file = self.path("efficient.onnx")
+        export(model, onnx_file, 13)
+        checkpoint, trained = self.train_both(model, onnx_file, steps=3)
+        self.assert_same_tensors(checkpoint, trained)
+
     def test_torchvisions_mobilenet_v2_trains_as_in_pytorch(self):
         # Depthwise convolutions (one group a channel), ReLU6 exported as Clip, inverted residual blocks.
         import torchvision
@@ -215,6 +238,31 @@ class OnnxImport(unittest.TestCase):
         exact = copy.deepcopy(model).double()
         # One step: past it, PyTorch's float32 steps leave its own float64 ones by over 10% within two (52
         # BatchNorms over 64 images, the last at 1x1 pixels).
+        checkpoint, trained = self.train_both(model, onnx_file, steps=1, lr=0.01)
+        self.assert_same_tensors(checkpoint, trained, exact=self.train_torch(exact, steps=1, lr=0.01))
+
+    def test_torchvisions_squeezenet_trains_as_in_pytorch(self):
+        # Max pooling in ceil_mode, and fire modules: two computed paths joined in a Concat.
+        import torchvision
+        torch.manual_seed(11)
+        model = torchvision.models.squeezenet1_1(num_classes=10)
+        model.classifier[0].p = 0.0
+        onnx_file = self.path("squeezenet.onnx")
+        export(model, onnx_file, 13)
+        checkpoint, trained = self.train_both(model, onnx_file, steps=3, lr=0.01)
+        self.assert_same_tensors(checkpoint, trained)
+
+    def test_torchvisions_mobilenet_v3_trains_as_in_pytorch(self):
+        # Hard swish exported as x * HardSigmoid(x) (a gate of a factor an element) and squeeze-and-excitation
+        # gates of HardSigmoid; ReduceMean-free, as torchvision pools adaptively. BatchNorms at 1x1 pixels, as
+        # mobilenet_v2's test: against float64 PyTorch.
+        import torchvision
+        torch.manual_seed(13)
+        model = randomize_batch_norms(torchvision.models.mobilenet_v3_small(num_classes=10))
+        model.classifier[2].p = 0.0
+        onnx_file = self.path("mobilenet_v3.onnx")
+        export(model, onnx_file, 13)
+        exact = copy.deepcopy(model).double()
         checkpoint, trained = self.train_both(model, onnx_file, steps=1, lr=0.01)
         self.assert_same_tensors(checkpoint, trained, exact=self.train_torch(exact, steps=1, lr=0.01))
 
