@@ -1,8 +1,9 @@
 """The PyTorch half of bench/models_vs_pytorch.sh: one torchvision model's training step (random images,
 forward, cross-entropy, backward, SGD with momentum) on `threads` threads; prints seconds per step,
 images/s and peak memory in the same form as build/bench/model_step. --bf16: the forward and the loss
-under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision.
-    /usr/bin/python3 bench/torch_model_step.py MODEL [batch=32] [steps=5] [threads=2] [--bf16]
+under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision. --size=N: images of
+NxN (224 without it).
+    /usr/bin/python3 bench/torch_model_step.py MODEL [batch=32] [steps=5] [threads=2] [--bf16] [--size=N]
 """
 import resource
 import sys
@@ -12,7 +13,8 @@ import torch
 import torchvision
 
 bf16 = "--bf16" in sys.argv
-args = [a for a in sys.argv[1:] if a != "--bf16"]
+size = int(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--size=")), 224))
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
 name = args[0]
 batch = int(args[1]) if len(args) > 1 else 32
 steps = int(args[2]) if len(args) > 2 else 5
@@ -22,7 +24,7 @@ torch.manual_seed(1)
 model = getattr(torchvision.models, name)(num_classes=1000)
 model.train()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-x = torch.randn(batch, 3, 224, 224)
+x = torch.randn(batch, 3, size, size)
 y = torch.randint(0, 1000, (batch,))
 loss_fn = torch.nn.CrossEntropyLoss()
 
