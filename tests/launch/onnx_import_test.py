@@ -320,6 +320,18 @@ class OnnxImport(unittest.TestCase):
         with torch.no_grad():
             torch_loss = nn.functional.cross_entropy(model(images.contiguous()), labels).item()
         self.assertAlmostEqual(ddl_loss, torch_loss, delta=1e-4 * abs(torch_loss), msg=out)
+        # ddl_predict's logits of one class's images are the exported module's, within 1e-4 of the largest.
+        from PIL import Image
+        folder = os.path.join(self.dir, "few", sorted(os.listdir(os.path.join(self.dir, "few")))[0])
+        rows = run(os.path.join(BIN, "ddl_predict"), "--checkpoint", trained, "--logits", folder, "--threads",
+                   1).stdout.strip().splitlines()[1:]
+        files = [row.split(",")[0] for row in rows]
+        ddl_logits = numpy.array([[float(v) for v in row.split(",")[1:]] for row in rows])
+        pixels = numpy.stack([numpy.asarray(Image.open(f).convert("RGB"), dtype=numpy.float32) / 255 for f in files])
+        with torch.no_grad():
+            torch_logits = model(torch.from_numpy(pixels).permute(0, 3, 1, 2).contiguous()).numpy()
+        self.assertEqual(ddl_logits.shape, torch_logits.shape)
+        self.assertLessEqual(numpy.abs(ddl_logits - torch_logits).max(), 1e-4 * numpy.abs(torch_logits).max())
         # The graph with the trained weights trains in ddl again, from those weights.
         again = run(os.path.join(BIN, "ddl_train"), "--model", graph, "--train", self.data, "--epochs", 1,
                     "--steps-per-epoch", 1, "--batch-size", 16, "--threads", 1, "--progress", "never").stdout
