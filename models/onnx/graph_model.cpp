@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <numeric>
 #include <set>
 
 #include "core/layers/batch_norm2d.hpp"
@@ -92,11 +93,9 @@ class Builder {
   // The layer that starts at value v (none for an Identity), v moved on to its output.
   Built step(std::string& v) {
     const auto& r = readers(v);
-    if (r.size() == 2) return residual(v);
-    if (r.size() != 1)
-      throw InputError(
-          onnx::one_line(g_.source + ": value '" + v + "' is read by " + std::to_string(r.size()) +
-                         " nodes; ddl builds chains of layers and blocks of two paths that meet in one node"));
+    if (r.size() >= 2) return block(v);
+    if (r.empty())
+      throw InputError(onnx::one_line(g_.source + ": value '" + v + "' is read by no node before the output"));
     return layer(g_.nodes[r[0]], v);
   }
 
@@ -123,31 +122,53 @@ class Builder {
     refuse(n, "ddl does not support this operator (docs/onnx.md lists those it does)");
   }
 
-  // Two paths from v that meet in an Add: a residual block, its longer path the body. Or in a Mul, one of
-  // them v itself: a gate (squeeze-and-excitation). Or in a Concat along the channels: both paths' outputs
-  // side by side, in the node's order (DenseNet's [x, f(x)]; Inception's branches two at a time).
-  Built residual(std::string& v) {
+  // Paths from v that meet in one node. Two in an Add: a residual block, its longer path the body. Two in
+  // a Mul, one of them v itself: a gate (squeeze-and-excitation, SiLU). Any number in a Concat along the
+  // channels: the paths' outputs side by side, in the node's order (DenseNet's [x, f(x)], Inception's
+  // branches).
+  Built block(std::string& v) {
     const Node& join = join_of(v);
-    if (join.op != "Add" && join.op != "Mul" && join.op != "Concat")
-      refuse(join,
-             "two paths meet here; ddl joins paths in an Add (a residual block), a Mul (a gate) or a Concat only");
-    Built paths[2];
-    Sequential chains[2];
-    std::string ends[2] = {v, v};  // the values the paths give the join
     const auto& r = readers(v);
-    if (r[0] == r[1]) refuse(join, "it takes the same value twice; ddl joins two paths");
-    for (int p = 0; p < 2; ++p) {
-      if (&g_.nodes[r[p]] == &join) continue;  // the identity shortcut
-      for (Built b = layer(g_.nodes[r[p]], ends[p]);; b = step(ends[p])) {
-        if (b.layer) {
-          paths[p].append_names(b);
-          chains[p].add(std::move(b.layer));
+    const std::size_t k = r.size();
+    if (join.op == "Concat") {
+      if (join.integer("axis", 1) != 1) refuse(join, "ddl concatenates along the channels (axis 1) only");
+    } else if (join.op != "Add" && join.op != "Mul") {
+      refuse(join, "paths meet here; ddl joins paths in an Add (a residual block), a Mul (a gate) or a Concat only");
+    } else if (k != 2) {
+      refuse(join, std::to_string(k) + " paths meet here; an " + join.op + " joins two");
+    }
+    if (data_inputs(join) != k || std::set<std::size_t>(r.begin(), r.end()).size() != k)
+      refuse(join, "it takes a value twice, or values that did not fork from one before it");
+    std::vector<Built> paths(k);
+    std::vector<Sequential> chains(k);
+    std::vector<std::size_t> ends(k);  // where each path's value enters the join
+    for (std::size_t p = 0; p < k; ++p) {
+      std::string at = v;
+      if (&g_.nodes[r[p]] != &join) {  // else the identity
+        for (Built b = layer(g_.nodes[r[p]], at);; b = step(at)) {
+          if (b.layer) {
+            paths[p].append_names(b);
+            chains[p].add(std::move(b.layer));
+          }
+          if (reads(join, at)) break;
         }
-        if (reads(join, ends[p])) break;
       }
+      ends[p] = std::find(join.inputs.begin(), join.inputs.end(), at) - join.inputs.begin();
     }
     v = output(join);
-    if (join.op == "Concat") return concat(join, paths, chains, ends);
+    if (join.op == "Concat") {
+      std::vector<std::size_t> order(k);
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ends[a] < ends[b]; });
+      Built concat;
+      std::vector<Sequential> branches;
+      for (std::size_t p : order) {
+        concat.append_names(paths[p]);
+        branches.push_back(std::move(chains[p]));
+      }
+      concat.layer = std::make_unique<Concat>("concat", std::move(branches));
+      return concat;
+    }
     const int body = chains[1].parts().size() > chains[0].parts().size() ? 1 : 0;
     if (join.op == "Mul") {
       if (!chains[1 - body].empty())
@@ -157,49 +178,32 @@ class Builder {
       return gate;
     }
     const bool relu = fuse_relu(v);
-    Built block;
-    block.append_names(paths[body]);
-    block.append_names(paths[1 - body]);
-    block.layer = std::make_unique<Residual>("residual block" + std::string(relu ? " +relu" : ""),
-                                             std::move(chains[body]), std::move(chains[1 - body]), relu);
-    return block;
+    Built residual;
+    residual.append_names(paths[body]);
+    residual.append_names(paths[1 - body]);
+    residual.layer = std::make_unique<Residual>("residual block" + std::string(relu ? " +relu" : ""),
+                                                std::move(chains[body]), std::move(chains[1 - body]), relu);
+    return residual;
   }
 
-  Built concat(const Node& join, Built (&paths)[2], Sequential (&chains)[2], const std::string (&ends)[2]) {
-    if (join.integer("axis", 1) != 1) refuse(join, "ddl concatenates along the channels (axis 1) only");
-    if (data_inputs(join) != 2) refuse(join, "ddl concatenates two paths that fork from one value");
-    const auto position = [&](const std::string& value) {
-      return std::find(join.inputs.begin(), join.inputs.end(), value) - join.inputs.begin();
-    };
-    const int first = position(ends[0]) < position(ends[1]) ? 0 : 1;
-    Built block;
-    block.append_names(paths[first]);
-    block.append_names(paths[1 - first]);
-    std::vector<Sequential> branches;
-    branches.push_back(std::move(chains[first]));
-    branches.push_back(std::move(chains[1 - first]));
-    block.layer = std::make_unique<Concat>("concat", std::move(branches));
-    return block;
-  }
-
-  // The node where the two paths from v meet: the first node with two inputs on each path, past the
+  // The node where the paths from v meet: the first node with several inputs on each path, past the
   // blocks nested in it.
   const Node& join_of(const std::string& v) {
     const auto& r = readers(v);
-    const Node& a = first_join(r[0]);
-    const Node& b = first_join(r[1]);
-    if (&a != &b)
-      throw InputError(onnx::one_line(g_.source + ": the two paths from value '" + v + "' end in different nodes (" +
-                                      a.describe() + ", " + b.describe() +
-                                      "); ddl builds blocks of two paths that meet in one node"));
-    return a;
+    const Node& join = first_join(r[0]);
+    for (std::size_t p = 1; p < r.size(); ++p)
+      if (const Node& other = first_join(r[p]); &other != &join)
+        throw InputError(onnx::one_line(g_.source + ": the paths from value '" + v + "' end in different nodes (" +
+                                        join.describe() + ", " + other.describe() +
+                                        "); ddl builds blocks of paths that meet in one node"));
+    return join;
   }
   const Node& first_join(std::size_t n) {
     for (;;) {
       const Node& node = g_.nodes[n];
       if (data_inputs(node) >= 2) return node;
       std::string out = output(node);
-      while (readers(out).size() == 2) out = output(join_of(out));
+      while (readers(out).size() >= 2) out = output(join_of(out));
       if (readers(out).size() != 1) refuse(node, "its path ends before it meets the path it forked from");
       n = readers(out)[0];
     }
