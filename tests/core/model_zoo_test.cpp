@@ -75,7 +75,7 @@ TEST_P(SmallVariant, LossFallsOnAFixedBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Cifar, SmallVariant,
                          ::testing::Values(Variant{"alexnet_cifar", 50}, Variant{"vgg16_cifar", 30, 1e-4f},
-                                           Variant{"resnet18_cifar", 20}, Variant{"resnet50_cifar", 20},
+                                           Variant{"resnet18_cifar", 20}, Variant{"resnet50_cifar", 10},
                                            Variant{"vit_tiny", 45}),
                          [](const auto& info) { return std::string(info.param.name); });
 
