@@ -4,9 +4,9 @@
 // other). --bf16: convolutions, dense layers and matrix products compute in bf16, as `ddl_train
 // --precision bf16`.
 //   model_step MODEL|FILE.onnx [batch=32] [steps=5] [threads=0: all] [--profile] [--bf16]
+#include <malloc.h>
 #include <omp.h>
 
-#include <malloc.h>
 #include <chrono>
 #include <cstdio>
 #include <cstring>

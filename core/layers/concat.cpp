@@ -31,7 +31,7 @@ dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mo
     dims_t d = dims_of(md);
     d[1] = 0;
     if (d != dst_dims || dims_of(md)[1] <= 0)
-      throw Error(name_ + ": branch outputs differ beyond axis 1: " + to_string(dims_of(outs[0])) + " vs " +
+      throw InputError(name_ + ": branch outputs differ beyond axis 1: " + to_string(dims_of(outs[0])) + " vs " +
                   to_string(dims_of(md)));
   }
   for (const auto& md : outs) dst_dims[1] += dims_of(md)[1];

@@ -2,9 +2,9 @@
 //   dst[n, o, y, x] = bias[o] + sum_{c, i, j} weight[o, c, i, j] * src[n, g*C/G + c, y*stride + i*dilation - pad,
 //                                                                       x*stride + j*dilation - pad]
 // with g = o / (O/G) the group of output channel o and c over the group's C/G input channels (G = groups:
-// 1 for an ordinary convolution, C for a depthwise one, as in MobileNet).
-// with an optional ReLU fused as a oneDNN post-op (its backward then runs from the saved output, or in the
-// max-pool that follows: see move_relu_backward_into_pools).
+// 1 for an ordinary convolution, C for a depthwise one, as in MobileNet). An optional ReLU is fused as a
+// oneDNN post-op (its backward then runs from the saved output, or in the max-pool that follows: see
+// move_relu_backward_into_pools).
 // Weights are kept in the flat buffer as OIHW ([O, C/G, kh, kw], PyTorch's shape; oneDNN reads the same
 // bytes as [G, O/G, C/G, kh, kw]); oneDNN's preferred blocked layout is a reorder away.
 #pragma once

@@ -68,10 +68,10 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
   const LayerRange range = stage_range(l.cut, p.stage);
   model = make_model(o.model, job.config, ctx, range, nullptr, split);
   model->initialize(o.seed);
+  job.forget_graph_weights();  // copies take the model's values (finalize), never the graph's
   micro_batching = {l.micro_batches, l.schedule, static_cast<std::size_t>(l.batch)};
   for (int c = 1; c < Trainer::slots_needed(micro_batching, p.stage, l.stages); ++c)
     copies.push_back(make_model(o.model, job.config, ctx, range, model.get(), split));
-  job.forget_graph_weights();
 
   Preprocessing prep = job.prep;
   prep.type = model->input_type(ctx);

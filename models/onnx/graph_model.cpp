@@ -30,6 +30,12 @@ using onnx::Node;
 // The largest kernel, stride, padding or weight dimension taken: beyond any real network, within int.
 constexpr std::int64_t kLargestSize = 1 << 24;
 
+// Whether a Concat joins along the channels of [N, C, H, W].
+bool along_channels(const Node& concat) {
+  const std::int64_t axis = concat.integer("axis", 1);
+  return axis == 1 || axis == -3;
+}
+
 // A layer being built, with the graph's names for where its parameters and state start from, in the
 // order of its param_specs() and state(); "" where a value has no initializer (a dropout's generator).
 struct Built {
@@ -131,14 +137,14 @@ class Builder {
     const auto& r = readers(v);
     const std::size_t k = r.size();
     if (join.op == "Concat") {
-      if (join.integer("axis", 1) != 1) refuse(join, "ddl concatenates along the channels (axis 1) only");
+      if (!along_channels(join)) refuse(join, "ddl concatenates along the channels (axis 1) only");
     } else if (join.op != "Add" && join.op != "Mul") {
       refuse(join, "paths meet here; ddl joins paths in an Add (a residual block), a Mul (a gate) or a Concat only");
     } else if (k != 2) {
-      refuse(join, std::to_string(k) + " paths meet here; an " + join.op + " joins two");
+      refuse(join, std::to_string(k) + " paths meet here; ddl joins two paths in an Add or a Mul");
     }
-    if (data_inputs(join) != k || std::set<std::size_t>(r.begin(), r.end()).size() != k)
-      refuse(join, "it takes a value twice, or values that did not fork from one before it");
+    if (join.inputs.size() != k || data_inputs(join) != k || std::set<std::size_t>(r.begin(), r.end()).size() != k)
+      refuse(join, "it takes a value twice, a constant, or values that did not fork from one before it");
     std::vector<Built> paths(k);
     std::vector<Sequential> chains(k);
     std::vector<std::size_t> ends(k);  // where each path's value enters the join
@@ -217,9 +223,10 @@ class Builder {
     const auto d = n.integers("dilations", {1, 1});
     if (d.size() != 2) refuse(n, "its dilations are not two values");
     const std::int64_t groups = n.integer("group", 1);
-    if (groups <= 0 || w.dims[0] % groups != 0 || w.dims[1] * groups > kLargestSize)
+    if (groups <= 0 || groups > kLargestSize || w.dims[0] % groups != 0)
       refuse(n, "its " + std::to_string(groups) + " groups do not divide its " + std::to_string(w.dims[0]) +
                     " output channels");
+    if (w.dims[1] * groups > kLargestSize) refuse(n, "its input channels are out of range");
     const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
     if (bias) weights(n, 2, std::size_t(w.dims[0]));
     Conv2dOptions o{.in_channels = int(w.dims[1] * groups),  // the weight holds one group's inputs
@@ -274,8 +281,10 @@ class Builder {
     for (auto d : n.integers("dilations", {1, 1}))
       if (d != 1) refuse(n, "dilated pooling is not supported");
     PoolKind kind = PoolKind::max;
+    // Without padding both averages divide alike, and excluding it also takes ceil_mode's last window.
     if (n.op == "AveragePool")
-      kind = n.integer("count_include_pad", 0) ? PoolKind::avg_include_padding : PoolKind::avg_exclude_padding;
+      kind = n.integer("count_include_pad", 0) && padding(n) > 0 ? PoolKind::avg_include_padding
+                                                                 : PoolKind::avg_exclude_padding;
     return {std::make_unique<Pool2d>(Pool2dOptions{.kind = kind,
                                                    .kernel = square(n, k[0], k[1], "kernel"),
                                                    .stride = stride(n),
@@ -476,7 +485,7 @@ void chain_concats(onnx::Graph& g) {
   for (Node& n : g.nodes) {
     for (auto& input : n.inputs)
       if (same.count(input)) input = same.at(input);
-    if (n.op == "Concat" && n.integer("axis", 1) == 1 && !n.outputs.empty()) {
+    if (n.op == "Concat" && along_channels(n) && !n.outputs.empty()) {
       if (n.inputs.size() == 1) {
         same[n.outputs[0]] = n.inputs[0];
         continue;

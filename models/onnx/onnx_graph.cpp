@@ -301,7 +301,7 @@ Graph parse_onnx(std::string_view bytes, const std::string& source, const std::s
     g.constants[t.name()] =
         to_constant(t, "initializer " + in_quotes(t.name()), source, weights_elsewhere.count(t.name()));
     std::string().swap(*t.mutable_raw_data());
-    t.clear_float_data();
+    google::protobuf::RepeatedField<float>().Swap(t.mutable_float_data());
   }
   read_nodes(graph, g);
   return g;

@@ -21,6 +21,7 @@ EXPORT = os.path.join(ROOT, "launch", "export_torch.py")
 # Every parameter and statistic after the steps: |ddl - torch| at most this fraction of the tensor's largest |value|.
 TOLERANCE = 1e-3
 F32_SPREAD = 20
+F32_CAP = 2e-2  # and never more than this
 
 try:
     import h5py
@@ -199,18 +200,18 @@ class OnnxImport(unittest.TestCase):
     def assert_same_tensors(self, checkpoint, model, exact=None):
         """ddl's tensors against the torch module's, each within TOLERANCE of the tensor's largest value.
         With `exact`, the same module trained in float64: ddl's distance from it may then also be up to
-        F32_SPREAD times float32 PyTorch's own, as deep stacks of BatchNorm amplify the rounding of sums
-        taken in another order (oneDNN's and PyTorch's) beyond any fixed tolerance."""
+        F32_SPREAD times float32 PyTorch's own (at most F32_CAP), as deep stacks of BatchNorm amplify the
+        rounding of sums taken in another order (oneDNN's and PyTorch's) beyond any fixed tolerance."""
         to_graph, names, params, states = ddl_tensors(checkpoint)
         expected = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-        truth = {k: v.detach().numpy() for k, v in (exact or model).state_dict().items()}
+        truth = {k: v.detach().numpy() for k, v in (model if exact is None else exact).state_dict().items()}
 
         def compare(name, mine):
             tensor, reference = expected[to_graph[name]], truth[to_graph[name]]
             scale = max(numpy.abs(reference).max(), 1e-12)
             allowed = TOLERANCE
             if exact is not None:
-                allowed = max(TOLERANCE, F32_SPREAD * numpy.abs(tensor - reference).max() / scale)
+                allowed = min(max(TOLERANCE, F32_SPREAD * numpy.abs(tensor - reference).max() / scale), F32_CAP)
             self.assertLessEqual(numpy.abs(mine.reshape(tensor.shape) - reference).max() / scale, allowed,
                                  f"{name} ({to_graph[name]})")
 
