@@ -175,15 +175,20 @@ class OnnxImport(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.dir, name)
 
-    def train_both(self, model, onnx_file, steps, lr=0.05):
-        """`steps` steps of full-batch SGD in ddl and in PyTorch from the same weights; returns ddl's
-        checkpoint and the trained torch module (a float64 module trains alike: train_torch)."""
-        checkpoints = self.path(os.path.basename(onnx_file) + ".ck")
+    def assert_trains_as_in_pytorch(self, model, name, steps, lr=0.05, opset=13, against_float64=False):
+        """Exports `model` as NAME.onnx, trains it `steps` steps of full-batch SGD in ddl and in PyTorch from
+        the same weights and compares every tensor (assert_same_tensors; against_float64: also against a
+        float64 copy trained alike)."""
+        onnx_file = self.path(f"{name}.onnx")
+        export(model, onnx_file, opset)
+        exact = copy.deepcopy(model).double() if against_float64 else None
+        checkpoints = self.path(f"{name}.ck")
         run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--val",
             self.data.replace(".h5", "_val.h5"), "--epochs", steps, "--steps-per-epoch", 1, "--batch-size", 64,
             "--optimizer", "sgd", "--momentum", 0, "--lr", lr, "--threads", 1, "--progress", "never",
             "--checkpoint-dir", checkpoints)
-        return os.path.join(checkpoints, "last.h5"), self.train_torch(model, steps, lr)
+        self.assert_same_tensors(os.path.join(checkpoints, "last.h5"), self.train_torch(model, steps, lr),
+                                 exact=None if exact is None else self.train_torch(exact, steps, lr))
 
     def train_torch(self, model, steps, lr):
         with h5py.File(self.data, "r") as f:
@@ -233,26 +238,17 @@ class OnnxImport(unittest.TestCase):
             with self.subTest(opset=opset):
                 torch.manual_seed(opset)
                 model = randomize_batch_norms(SmallResNet())
-                onnx_file = self.path(f"resnet_{opset}.onnx")
-                export(model, onnx_file, opset)
-                checkpoint, trained = self.train_both(model, onnx_file, steps=3)
-                self.assert_same_tensors(checkpoint, trained)
+                self.assert_trains_as_in_pytorch(model, f"resnet_{opset}", steps=3, opset=opset)
 
     def test_silu_dilated_groups_ceil_mode_and_mean_train_as_in_pytorch(self):
         torch.manual_seed(17)
         model = randomize_batch_norms(EfficientNetLike())
-        onnx_file = self.path("efficient.onnx")
-        export(model, onnx_file, 13)
-        checkpoint, trained = self.train_both(model, onnx_file, steps=3)
-        self.assert_same_tensors(checkpoint, trained)
+        self.assert_trains_as_in_pytorch(model, "efficient", steps=3)
 
     def test_an_inception_module_trains_as_in_pytorch(self):
         torch.manual_seed(19)
         model = InceptionLike()
-        onnx_file = self.path("inception.onnx")
-        export(model, onnx_file, 13)
-        checkpoint, trained = self.train_both(model, onnx_file, steps=3)
-        self.assert_same_tensors(checkpoint, trained)
+        self.assert_trains_as_in_pytorch(model, "inception", steps=3)
 
     def test_torchvisions_mobilenet_v2_trains_as_in_pytorch(self):
         # Depthwise convolutions (one group a channel), ReLU6 exported as Clip, inverted residual blocks.
@@ -260,13 +256,9 @@ class OnnxImport(unittest.TestCase):
         torch.manual_seed(7)
         model = randomize_batch_norms(torchvision.models.mobilenet_v2(num_classes=10, width_mult=0.5))
         model.classifier[0].p = 0.0  # its Dropout: the masks of two programs cannot agree
-        onnx_file = self.path("mobilenet_v2.onnx")
-        export(model, onnx_file, 13)
-        exact = copy.deepcopy(model).double()
         # One step: past it, PyTorch's float32 steps leave its own float64 ones by over 10% within two (52
         # BatchNorms over 64 images, the last at 1x1 pixels).
-        checkpoint, trained = self.train_both(model, onnx_file, steps=1, lr=0.01)
-        self.assert_same_tensors(checkpoint, trained, exact=self.train_torch(exact, steps=1, lr=0.01))
+        self.assert_trains_as_in_pytorch(model, "mobilenet_v2", steps=1, lr=0.01, against_float64=True)
 
     def test_torchvisions_squeezenet_trains_as_in_pytorch(self):
         # Max pooling in ceil_mode, and fire modules: two computed paths joined in a Concat.
@@ -274,10 +266,7 @@ class OnnxImport(unittest.TestCase):
         torch.manual_seed(11)
         model = torchvision.models.squeezenet1_1(num_classes=10)
         model.classifier[0].p = 0.0
-        onnx_file = self.path("squeezenet.onnx")
-        export(model, onnx_file, 13)
-        checkpoint, trained = self.train_both(model, onnx_file, steps=3, lr=0.01)
-        self.assert_same_tensors(checkpoint, trained)
+        self.assert_trains_as_in_pytorch(model, "squeezenet", steps=3, lr=0.01)
 
     def test_torchvisions_mobilenet_v3_trains_as_in_pytorch(self):
         # Hard swish exported as x * HardSigmoid(x) (a gate of a factor an element) and squeeze-and-excitation
@@ -287,11 +276,7 @@ class OnnxImport(unittest.TestCase):
         torch.manual_seed(13)
         model = randomize_batch_norms(torchvision.models.mobilenet_v3_small(num_classes=10))
         model.classifier[2].p = 0.0
-        onnx_file = self.path("mobilenet_v3.onnx")
-        export(model, onnx_file, 13)
-        exact = copy.deepcopy(model).double()
-        checkpoint, trained = self.train_both(model, onnx_file, steps=1, lr=0.01)
-        self.assert_same_tensors(checkpoint, trained, exact=self.train_torch(exact, steps=1, lr=0.01))
+        self.assert_trains_as_in_pytorch(model, "mobilenet_v3", steps=1, lr=0.01, against_float64=True)
 
     def test_torchvisions_densenet_trains_as_in_pytorch(self):
         # Each dense layer concatenates every feature map before it; transitions pad nothing and pool.
@@ -300,10 +285,7 @@ class OnnxImport(unittest.TestCase):
         torch.manual_seed(9)
         model = randomize_batch_norms(torchvision.models.DenseNet(growth_rate=8, block_config=(3, 3),
                                                                   num_init_features=16, bn_size=2, num_classes=10))
-        onnx_file = self.path("densenet.onnx")
-        export(model, onnx_file, 13)
-        checkpoint, trained = self.train_both(model, onnx_file, steps=3)
-        self.assert_same_tensors(checkpoint, trained)
+        self.assert_trains_as_in_pytorch(model, "densenet", steps=3)
 
     def test_the_samples_squeeze_excitation_resnet_trains_as_in_pytorch(self):
         # The module data/models/export_sample.py exports (a gate inside a residual block's body).
@@ -312,10 +294,7 @@ class OnnxImport(unittest.TestCase):
         spec.loader.exec_module(sample)
         torch.manual_seed(5)
         model = randomize_batch_norms(sample.SampleNet())
-        onnx_file = self.path("se_resnet.onnx")
-        export(model, onnx_file, 13)
-        checkpoint, trained = self.train_both(model, onnx_file, steps=3)
-        self.assert_same_tensors(checkpoint, trained)
+        self.assert_trains_as_in_pytorch(model, "se_resnet", steps=3)
         # The repository's own file trains as it is.
         out = run(os.path.join(BIN, "ddl_train"), "--model", SAMPLE, "--train", self.data, "--epochs", 1,
                   "--steps-per-epoch", 2, "--batch-size", 16, "--threads", 1, "--progress", "never").stdout
