@@ -37,12 +37,12 @@ test_packages=(
 packages=("${build_packages[@]}")
 targets=(--target ddl_train ddl_data)
 build=1
-apt_action=(-y) verb=installing
+download_only=() verb=installing
 for arg in "$@"; do
   case "$arg" in
     --tests) packages+=("${test_packages[@]}"); targets=() ;;
     --install-only) build="" ;;
-    --download-only) build=""; apt_action=(-y --download-only) verb=downloading ;;
+    --download-only) build=""; download_only=(--download-only) verb=downloading ;;
     -*) echo "setup.sh: unknown option $arg (--tests, --install-only, --download-only, or package names)" >&2
         exit 2 ;;
     *) packages+=("$arg") ;;
@@ -58,7 +58,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "setup: $verb ${missing[*]}"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install "${apt_action[@]}" -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${download_only[@]}" \
+    "${missing[@]}" > /dev/null
 fi
 
 [ -n "$build" ] || exit 0
