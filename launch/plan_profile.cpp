@@ -139,8 +139,10 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       output_bytes.push_back(4.0 * static_cast<double>(product(dims_of(md))) / static_cast<double>(b));
     // The optimizer's state is allocated below; the formula counts it, so it is measured with it.
     const std::size_t n = probe->param_count();
-    auto optimizer = make_optimizer(o, n);
-    p.optimizer_floats = o.optimizer == "adam" ? 2 : (o.momentum != 0 ? 1 : 0);
+    auto optimizer = make_optimizer(o, *probe);
+    std::size_t state_floats = 0;
+    for (const auto& s : optimizer->state()) state_floats += s.floats.size();
+    p.optimizer_floats = static_cast<double>(state_floats) / static_cast<double>(std::max<std::size_t>(1, n));
     optimizer->step(probe->params(), probe->grads(), 0.0f);
     const auto t0 = clock::now();
     optimizer->step(probe->params(), probe->grads(), 0.0f);

@@ -39,7 +39,8 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
   limits.micro_batches = o.fixed_micro_batches;
   limits.schedule = o.pipeline_schedule;
   limits.bucket_bytes = o.bucket_bytes();
-  if (o.strategy == "data") limits.stages = limits.tensor = 1;
+  if (o.strategy == "data" || o.layerwise_optimizer()) limits.tensor = 1;
+  if (o.strategy == "data") limits.stages = 1;
   if (o.strategy == "pipeline") {
     limits.tensor = 1;
     limits.min_stages = 2;

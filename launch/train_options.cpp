@@ -67,7 +67,7 @@ struct Word {
 constexpr Word<AllreduceAlgorithm> kAllreduceWords[] = {
     {"ring", AllreduceAlgorithm::ring}, {"hier", AllreduceAlgorithm::hierarchical}, {"mpi", AllreduceAlgorithm::mpi}};
 constexpr Word<LrPolicy> kLrScheduleWords[] = {
-    {"constant", LrPolicy::constant}, {"step", LrPolicy::step}, {"cosine", LrPolicy::cosine}};
+    {"constant", LrPolicy::constant}, {"step", LrPolicy::step}, {"cosine", LrPolicy::cosine}, {"poly", LrPolicy::poly}};
 constexpr Word<PipelineSchedule> kScheduleWords[] = {{"gpipe", PipelineSchedule::gpipe},
                                                      {"1f1b", PipelineSchedule::one_f_one_b}};
 
@@ -139,19 +139,25 @@ po::options_description training_options(TrainOptions& o, OptionTexts& t) {
       "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "images per step per rank")(
       "steps-per-epoch", po::value(&o.steps_per_epoch)->default_value(0),
       "cap on steps per epoch (0: the whole set; for quick runs)")(
-      "optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "adam | sgd")(
+      "optimizer", po::value(&o.optimizer)->default_value(o.optimizer),
+      "adam | sgd | lars | lamb (layer-wise adaptive, for large global batches)")(
       "lr", po::value(&o.lr)->default_value(o.lr, "0.001"), "base learning rate")(
-      "lr-schedule", po::value(&t.lr_schedule)->default_value(option_word(o.lr_policy)), "constant | step | cosine")(
+      "lr-schedule", po::value(&t.lr_schedule)->default_value(option_word(o.lr_policy)),
+      "constant | step | cosine | poly")(
       "warmup-epochs", po::value(&o.warmup_epochs)->default_value(0.0f, "0"), "linear warm-up length in epochs")(
       "lr-step-epochs", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs, "30"),
       "step schedule: epochs between decays")("lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma, "0.1"),
                                               "step schedule: decay factor")(
-      "momentum", po::value(&o.momentum)->default_value(o.momentum, "0.9"), "sgd momentum")(
+      "lr-power", po::value(&o.lr_power)->default_value(o.lr_power, "2"), "poly schedule: the power")(
+      "momentum", po::value(&o.momentum)->default_value(o.momentum, "0.9"), "sgd and lars momentum")(
+      "lars-trust", po::value(&o.lars_trust)->default_value(o.lars_trust, "0.001"),
+      "lars: the trust coefficient (eta) of the layer-wise learning rate")(
       "nesterov", po::bool_switch(&o.nesterov), "sgd: Nesterov momentum")(
       "weight-decay", po::value(&o.weight_decay)->default_value(0.0f, "0"), "L2 weight decay")(
-      "adam-beta1", po::value(&o.adam_beta1)->default_value(o.adam_beta1, "0.9"), "adam beta1")(
-      "adam-beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2, "0.999"), "adam beta2")(
-      "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, "1e-07"), "adam epsilon (Keras 1e-7)")(
+      "adam-beta1", po::value(&o.adam_beta1)->default_value(o.adam_beta1, "0.9"), "adam and lamb beta1")(
+      "adam-beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2, "0.999"), "adam and lamb beta2")(
+      "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, "1e-07"),
+      "adam and lamb epsilon (Keras 1e-7)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation, shuffling, augmentation, dropout");
   return training;
 }
@@ -347,7 +353,12 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(o.lr > 0, "--lr must be positive");
   require(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction must be in [0, 1)");
   require(o.val_path.empty() || o.val_fraction == 0, "give --val or --val-fraction, not both");
-  require(o.optimizer == "adam" || o.optimizer == "sgd", "--optimizer must be adam or sgd");
+  require(o.optimizer == "adam" || o.optimizer == "sgd" || o.layerwise_optimizer(),
+          "--optimizer must be adam, sgd, lars or lamb");
+  // Their trust ratio is the norm of a whole layer's weights, which a split layer spreads over ranks.
+  require(!o.layerwise_optimizer() || (o.tensor_parallel == 1 && o.fixed_tensor <= 1),
+          "--optimizer " + o.optimizer + " needs whole layers on each rank: it goes without --tensor-parallel");
+  require(o.lr_power > 0, "--lr-power must be positive");
   require(o.normalize == "scale" || o.normalize == "meanstd" || o.normalize == "imagenet",
           "--normalize must be scale, meanstd or imagenet");
   require(o.image_size >= 0 && o.patch_size >= 0 && o.depth >= 0 && o.width >= 0 && o.heads >= 0,
@@ -402,7 +413,8 @@ std::string TrainOptions::describe() const {
     << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
     << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr
     << "\nlr-schedule = " << option_word(lr_policy) << "\nwarmup-epochs = " << warmup_epochs
-    << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nmomentum = " << momentum
+    << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nlr-power = " << lr_power
+    << "\nmomentum = " << momentum << "\nlars-trust = " << lars_trust
     << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
     << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed
     << "\nallreduce = " << option_word(allreduce_algorithm) << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
@@ -431,9 +443,19 @@ std::string TrainOptions::describe(const Layout& layout) const {
   return planned.describe();
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, std::size_t params) {
-  if (o.optimizer == "adam") return make_adam(params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
-  return make_sgd(params, {o.momentum, o.nesterov, o.weight_decay});
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, const Model& model) {
+  const std::size_t params = model.param_count();
+  const AdamOptions adam{o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay};
+  if (o.optimizer == "adam") return make_adam(params, adam);
+  if (o.optimizer == "sgd") return make_sgd(params, {o.momentum, o.nesterov, o.weight_decay});
+  std::vector<ParamSegment> segments;
+  for (const auto& e : model.param_entries()) {
+    if (!e.spec.whole_dims.empty())
+      throw InputError("--optimizer " + o.optimizer + " needs whole layers on each rank; " + e.name + " is split");
+    segments.push_back({e.offset, e.size, e.spec.dims.size() > 1});
+  }
+  if (o.optimizer == "lars") return make_lars(std::move(segments), params, {o.momentum, o.weight_decay, o.lars_trust});
+  return make_lamb(std::move(segments), params, adam);
 }
 
 const char* option_word(AllreduceAlgorithm a) { return word_of(a, kAllreduceWords); }

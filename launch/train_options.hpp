@@ -9,6 +9,7 @@
 
 #include "comm/allreduce.hpp"
 #include "core/optim/lr_schedule.hpp"
+#include "core/model.hpp"
 #include "core/optim/optimizer.hpp"
 #include "core/plan/layout.hpp"
 #include "core/plan/profile.hpp"
@@ -41,7 +42,9 @@ struct TrainOptions {
   float warmup_epochs = 0.0f;
   float lr_step_epochs = 30.0f;
   float lr_gamma = 0.1f;
+  float lr_power = 2.0f;
   float momentum = 0.9f;
+  float lars_trust = 0.001f;
   bool nesterov = false;
   float weight_decay = 0.0f;
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_epsilon = 1e-7f;
@@ -94,6 +97,8 @@ struct TrainOptions {
   // batch stand where a user would have given them.
   std::string describe(const Layout& layout) const;
   double bucket_bytes() const { return bucket_mb * (1 << 20); }
+  // LARS and LAMB: their trust ratios need each layer's whole weights on a rank.
+  bool layerwise_optimizer() const { return optimizer == "lars" || optimizer == "lamb"; }
 };
 
 // The word an option takes for this value ("hier", "cosine", "1f1b").
@@ -101,8 +106,8 @@ const char* option_word(AllreduceAlgorithm algorithm);
 const char* option_word(LrPolicy policy);
 const char* option_word(PipelineSchedule schedule);
 
-// The optimizer the options name, for `params` parameters.
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& options, std::size_t params);
+// The optimizer the options name, for the model's parameters.
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& options, const Model& model);
 
 // Returns nullopt after printing --help. Throws InputError on bad options.
 std::optional<TrainOptions> parse_train_options(int argc, char** argv);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/layers/layer.hpp"
+#include "core/optim/layerwise.hpp"
 
 namespace ddl {
 
@@ -34,7 +35,16 @@ struct AdamOptions {
   float weight_decay = 0.0f;
 };
 
+struct LarsOptions {
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  float eta = 0.001f;  // the trust coefficient (the paper's eta)
+};
+
 std::unique_ptr<Optimizer> make_sgd(std::size_t size, const SgdOptions& options);
 std::unique_ptr<Optimizer> make_adam(std::size_t size, const AdamOptions& options);
+// The layer-wise adaptive ones need to know where each parameter array lies (Model::param_segments).
+std::unique_ptr<Optimizer> make_lars(std::vector<ParamSegment> segments, std::size_t size, const LarsOptions& options);
+std::unique_ptr<Optimizer> make_lamb(std::vector<ParamSegment> segments, std::size_t size, const AdamOptions& options);
 
 }  // namespace ddl

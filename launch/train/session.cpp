@@ -80,11 +80,11 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
     throw InputError("the training set has " + std::to_string(job.train_subset.size()) +
                      " images, fewer than one global batch of " + std::to_string(l.global_batch()));
 
-  optimizer = make_optimizer(o, model->param_count());
+  optimizer = make_optimizer(o, *model);
   // --scale-lr multiplies by the global batch over the batch given: under a strategy, the ranks.
   const int scale = o.strategy == "manual" ? l.data_ranks() : job.world.size();
   const float lr = o.scale_lr ? o.lr * static_cast<float>(scale) : o.lr;
-  schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs)};
+  schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs), o.lr_power};
   keep_training_images_in_memory(job, *this, first_of_job);
 }
 

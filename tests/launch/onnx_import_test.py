@@ -1,6 +1,7 @@
 """ddl_train --model FILE.onnx against PyTorch: networks exported by torch.onnx.export train in ddl as in
 PyTorch (a few steps of full-batch SGD from the same weights: every parameter and BatchNorm statistic within
-1e-3 of the tensor's largest value), and a graph ddl cannot build is refused in one line.
+1e-3 of the tensor's largest value), and a graph ddl cannot build is refused in one line. LARS and LAMB the
+same way, against references written here from their papers' formulas.
     DDL_BIN_DIR=build/launch /usr/bin/python3 tests/launch/onnx_import_test.py
 Exits 77 (skipped) when a Python module is missing, unless DDL_TESTS_REQUIRE_ALL=1.
 """
@@ -131,6 +132,56 @@ class SmallCnn(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
+class Lars(torch.optim.Optimizer):
+    """You, Gitman and Ginsburg 2017, Algorithm 1: v = m v + lr local (g + wd w); w -= v, where
+    local = eta ||w|| / (||g|| + wd ||w||) for weights, 1 (and no decay) for 1-D arrays (biases, BatchNorm)."""
+    def __init__(self, params, lr, momentum, weight_decay, eta):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            for w in group["params"]:
+                g, wd = w.grad, group["weight_decay"] if w.dim() > 1 else 0.0
+                local = 1.0
+                if w.dim() > 1 and w.norm() > 0 and g.norm() > 0:
+                    local = group["eta"] * w.norm() / (g.norm() + wd * w.norm())
+                v = self.state[w].setdefault("v", torch.zeros_like(w))
+                v.mul_(group["momentum"]).add_(group["lr"] * local * (g + wd * w))
+                w.sub_(v)
+
+
+class Lamb(torch.optim.Optimizer):
+    """You et al. 2020, Algorithm 2 with Adam's bias correction: u = m_hat / (sqrt(v_hat) + eps) + wd w;
+    w -= lr (||w|| / ||u||) u for weights; 1-D arrays (biases, BatchNorm) take u without decay or ratio."""
+    def __init__(self, params, lr, betas, eps, weight_decay):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            (b1, b2), wd = group["betas"], group["weight_decay"]
+            for w in group["params"]:
+                state = self.state[w]
+                if not state:
+                    state.update(t=0, m=torch.zeros_like(w), v=torch.zeros_like(w))
+                state["t"] += 1
+                t, m, v, g = state["t"], state["m"], state["v"], w.grad
+                m.mul_(b1).add_((1 - b1) * g)
+                v.mul_(b2).add_((1 - b2) * g * g)
+                u = (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + group["eps"])
+                ratio = 1.0
+                if w.dim() > 1:
+                    u = u + wd * w
+                    if w.norm() > 0 and u.norm() > 0:
+                        ratio = w.norm() / u.norm()
+                w.sub_(group["lr"] * ratio * u)
+
+
+# An optimizer as ddl_train's options and as the PyTorch optimizer that does the same, from the parameters.
+SGD = (["--optimizer", "sgd", "--momentum", 0], lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0))
+
+
 def export(model, path, opset, size=32):
     model.train()
     torch.onnx.export(model, torch.zeros(2, 3, size, size), path, opset_version=opset,
@@ -175,31 +226,31 @@ class OnnxImport(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.dir, name)
 
-    def assert_trains_as_in_pytorch(self, model, name, steps, lr=0.05, opset=13, against_float64=False):
-        """Exports `model` as NAME.onnx, trains it `steps` steps of full-batch SGD in ddl and in PyTorch from
-        the same weights and compares every tensor (assert_same_tensors; against_float64: also against a
-        float64 copy trained alike)."""
+    def assert_trains_as_in_pytorch(self, model, name, steps, lr=0.05, opset=13, against_float64=False,
+                                    optimizer=SGD):
+        """Exports `model` as NAME.onnx, trains it `steps` full-batch steps (of SGD unless `optimizer` says
+        otherwise) in ddl and in PyTorch from the same weights and compares every tensor (assert_same_tensors;
+        against_float64: also against a float64 copy trained alike)."""
         onnx_file = self.path(f"{name}.onnx")
         export(model, onnx_file, opset)
         exact = copy.deepcopy(model).double() if against_float64 else None
         checkpoints = self.path(f"{name}.ck")
         run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--val",
             self.data.replace(".h5", "_val.h5"), "--epochs", steps, "--steps-per-epoch", 1, "--batch-size", 64,
-            "--optimizer", "sgd", "--momentum", 0, "--lr", lr, "--threads", 1, "--progress", "never",
-            "--checkpoint-dir", checkpoints)
-        self.assert_same_tensors(os.path.join(checkpoints, "last.h5"), self.train_torch(model, steps, lr),
-                                 exact=None if exact is None else self.train_torch(exact, steps, lr))
+            *optimizer[0], "--lr", lr, "--threads", 1, "--progress", "never", "--checkpoint-dir", checkpoints)
+        self.assert_same_tensors(os.path.join(checkpoints, "last.h5"), self.train_torch(model, steps, lr, optimizer),
+                                 exact=None if exact is None else self.train_torch(exact, steps, lr, optimizer))
 
-    def train_torch(self, model, steps, lr):
+    def train_torch(self, model, steps, lr, optimizer):
         with h5py.File(self.data, "r") as f:
             images = torch.from_numpy(numpy.asarray(f["images"], dtype=numpy.float32) / 255).permute(0, 3, 1, 2).contiguous()
             labels = torch.from_numpy(numpy.asarray(f["labels"], dtype=numpy.int64))
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0)
+        stepper = optimizer[1](model.parameters(), lr)
         model.train()
         for _ in range(steps):
-            optimizer.zero_grad()
+            stepper.zero_grad()
             nn.functional.cross_entropy(model(images.to(next(model.parameters()).dtype)), labels).backward()
-            optimizer.step()
+            stepper.step()
         return model
 
     def assert_same_tensors(self, checkpoint, model, exact=None):
@@ -239,6 +290,18 @@ class OnnxImport(unittest.TestCase):
                 torch.manual_seed(opset)
                 model = randomize_batch_norms(SmallResNet())
                 self.assert_trains_as_in_pytorch(model, f"resnet_{opset}", steps=3, opset=opset)
+
+    def test_lars_and_lamb_train_as_their_papers_formulas(self):
+        lars = (["--optimizer", "lars", "--momentum", 0.9, "--weight-decay", 5e-4, "--lars-trust", 0.02],
+                lambda params, lr: Lars(params, lr, momentum=0.9, weight_decay=5e-4, eta=0.02))
+        lamb = (["--optimizer", "lamb", "--adam-beta1", 0.9, "--adam-beta2", 0.999, "--adam-epsilon", 1e-6,
+                 "--weight-decay", 0.1], lambda params, lr: Lamb(params, lr, (0.9, 0.999), 1e-6, 0.1))
+        for name, optimizer, lr in (("lars", lars, 2.0), ("lamb", lamb, 0.05)):
+            with self.subTest(optimizer=name):
+                torch.manual_seed(5)  # no BatchNorm: a bias before one has a gradient of rounding noise, which
+                # LAMB's division by sqrt(v) blows up to a full step of either sign
+                self.assert_trains_as_in_pytorch(InceptionLike(), f"inception_{name}", steps=3, lr=lr,
+                                                 optimizer=optimizer)
 
     def test_silu_dilated_groups_ceil_mode_and_mean_train_as_in_pytorch(self):
         torch.manual_seed(17)
@@ -361,11 +424,10 @@ class OnnxImport(unittest.TestCase):
         self.assertEqual(tuple(state["head.weight"].shape), (5, 64))
         self.assertEqual(tuple(state["head.bias"].shape), (5,))
 
-    def ddl_params(self, *command):
+    def ddl_params(self, *command, optimizer=SGD[0]):
         checkpoints = self.path(f"layout{len(os.listdir(self.dir))}.ck")
-        result = run(*command, "--train", self.data, "--epochs", 2, "--steps-per-epoch", 2, "--optimizer", "sgd",
-                     "--momentum", 0, "--lr", 0.05, "--threads", 1, "--progress", "never", "--checkpoint-dir",
-                     checkpoints)
+        result = run(*command, "--train", self.data, "--epochs", 2, "--steps-per-epoch", 2, *optimizer, "--lr", 0.05,
+                     "--threads", 1, "--progress", "never", "--checkpoint-dir", checkpoints)
         return ddl_tensors(os.path.join(checkpoints, "last.h5"))[2], result.stdout
 
     def test_ranks_pipelines_and_split_layers_train_as_one_rank(self):
@@ -390,6 +452,24 @@ class OnnxImport(unittest.TestCase):
         run(*ranks, *common, "--epochs", 1, "--pipeline-stages", 2)
         out = run(*train, *common, "--epochs", 2, "--resume", "auto").stdout
         self.assertIn("resumed from", out)
+
+    def test_lars_and_lamb_on_two_ranks_and_two_stages_train_as_one_rank(self):
+        torch.manual_seed(4)
+        cnn = self.path("cnn_layerwise.onnx")
+        export(SmallCnn(), cnn, 13)
+        train = [os.path.join(BIN, "ddl_train"), "--model", cnn]
+        ranks = ["mpirun", "--oversubscribe", "-np", "2"] + train
+        for optimizer in (["--optimizer", "lars", "--lars-trust", 0.02, "--weight-decay", 5e-4],
+                          ["--optimizer", "lamb", "--weight-decay", 0.01]):
+            one, _ = self.ddl_params(*train, "--batch-size", 32, optimizer=optimizer)
+            for name, command in (("2 ranks", ranks + ["--batch-size", 16]),
+                                  ("2 stages", ranks + ["--batch-size", 32, "--pipeline-stages", 2])):
+                with self.subTest(optimizer=optimizer[1], layout=name):
+                    params, out = self.ddl_params(*command, optimizer=optimizer)
+                    self.assertLessEqual(numpy.abs(params - one).max(), 1e-5 * numpy.abs(one).max(), out)
+        # A split layer's trust ratio would need the whole layer's norm: refused in one line.
+        refused = run(*ranks, "--train", self.data, "--optimizer", "lamb", "--tensor-parallel", 2, expect=2)
+        self.assertIn("--optimizer lamb needs whole layers on each rank", refused.stderr)
 
     def test_a_replanned_run_moves_with_the_graphs_values(self):
         # After the first layout's models are built the job keeps the graph without its weights; the next

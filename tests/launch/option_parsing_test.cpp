@@ -46,7 +46,7 @@ TEST(TrainOptionsParsing, EnumsFromTheirWordsAndBack) {
 
 TEST(TrainOptionsParsing, AWordThatNamesNothingIsRefusedWithTheWordsThatDo) {
   EXPECT_EQ(error_of({"--allreduce", "tree"}), "--allreduce must be ring, hier or mpi, not 'tree'");
-  EXPECT_EQ(error_of({"--lr-schedule", "linear"}), "--lr-schedule must be constant, step or cosine, not 'linear'");
+  EXPECT_EQ(error_of({"--lr-schedule", "linear"}), "--lr-schedule must be constant, step, cosine or poly, not 'linear'");
   EXPECT_EQ(error_of({"--schedule", "zb"}), "--schedule must be gpipe or 1f1b, not 'zb'");
   EXPECT_EQ(error_of({"--allreduce-wire", "bf16"}), "--allreduce-wire bf16 needs --allreduce ring");
 }

@@ -212,7 +212,7 @@ TEST_F(DdlTrain, TimelineHoldsEveryRanksSpans) {
 TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {
   expect_clean_error(run(kTrain + " --epochs 1"), "--train is required");
   expect_clean_error(run(kTrain + " --train " + (scratch_ / "missing.h5")), "missing.h5: no such file");
-  expect_clean_error(run(kTrain + train_args("--optimizer rmsprop")), "--optimizer must be adam or sgd");
+  expect_clean_error(run(kTrain + train_args("--optimizer rmsprop")), "--optimizer must be adam, sgd, lars or lamb");
   expect_clean_error(run(kTrain + train_args("--batch-size zero")), "batch-size");
   expect_clean_error(run(kTrain + train_args("--model nonet")), "unknown model 'nonet'");
   expect_clean_error(run(kTrain + train_args("--bogus-option 1")), "bogus-option");

@@ -1,0 +1,61 @@
+// What the layer-wise adaptive optimizers (LARS, LAMB) share: the flat buffers cut into the model's
+// parameter arrays, each in pieces of at most kPieceSize values, so that a step spreads over the threads, and
+// the squared norms of each array summed from its pieces in order: the same bits on every thread count, as
+// replicas must agree.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace ddl {
+
+// One parameter array's range in the flat buffers, and whether the layer-wise trust ratio and weight decay
+// apply to it: not to biases and normalisation scales and shifts, the usual exclusion (a 1-D array).
+struct ParamSegment {
+  std::size_t offset, count;
+  bool adapt;
+};
+
+class SegmentPieces {
+ public:
+  static constexpr std::size_t kPieceSize = 1 << 14;
+  // Throws InputError unless the segments lie in [0, size) without overlapping, in order.
+  SegmentPieces(std::vector<ParamSegment> segments, std::size_t size);
+
+  struct Piece {
+    std::size_t segment, begin, end;
+  };
+  const std::vector<ParamSegment>& segments() const { return segments_; }
+  const std::vector<Piece>& pieces() const { return pieces_; }
+
+  // Each segment's sum of a[i]^2 and of b[i]^2 (in double), where sum_piece(piece, a, b) gives a piece's.
+  struct Norms {
+    std::vector<double> a, b;
+  };
+  template <typename PieceSums>
+  Norms squared_norms(PieceSums sum_piece) const {
+    std::vector<double> a(pieces_.size()), b(pieces_.size());
+#pragma omp parallel for schedule(static)
+    for (std::size_t p = 0; p < pieces_.size(); ++p) sum_piece(pieces_[p], a[p], b[p]);
+    Norms out{std::vector<double>(segments_.size()), std::vector<double>(segments_.size())};
+    for (std::size_t p = 0; p < pieces_.size(); ++p) {
+      out.a[pieces_[p].segment] += a[p];
+      out.b[pieces_[p].segment] += b[p];
+    }
+    return out;
+  }
+
+ private:
+  std::vector<ParamSegment> segments_;
+  std::vector<Piece> pieces_;
+};
+
+// sum of x[i]^2 over [begin, end), in double, in a fixed order (eight running sums, then added in turn).
+double sum_of_squares(const float* x, std::size_t begin, std::size_t end);
+
+// The layer-wise trust ratio coefficient ||w|| / ||u||; 1 where either norm is 0 (a layer at zero, or nothing
+// to do), as the papers' reference implementations have it.
+double trust_ratio(double weight_norm, double update_norm, double coefficient = 1.0);
+
+}  // namespace ddl
