@@ -179,7 +179,7 @@ void Allreducer::run(std::span<float> data, ReduceOp op) {
   if (comm_.size() > 1 && !data.empty()) {
     switch (options_.algorithm) {
       case AllreduceAlgorithm::ring:
-        ring(comm_, data);
+        ring(comm_, data, RingPhases::both, options_.wire);
         break;
       case AllreduceAlgorithm::hierarchical:
         hierarchical(data);
@@ -195,14 +195,34 @@ void Allreducer::run(std::span<float> data, ReduceOp op) {
   }
 }
 
-void Allreducer::ring(const Communicator& comm, std::span<float> data) {
+RingShard ring_shard(std::size_t count, int ranks, int rank) {
+  // After the reduce-scatter's n - 1 steps, rank r holds the sums of segment r + 1.
+  const auto segment = static_cast<std::size_t>((rank + 1) % ranks);
+  return {count * segment / static_cast<std::size_t>(ranks), count * (segment + 1) / static_cast<std::size_t>(ranks)};
+}
+
+void Allreducer::reduce_scatter(std::span<float> data, ReduceOp op) {
+  if (comm_.size() == 1 || data.empty()) return;
+  ring(comm_, data, RingPhases::reduce_scatter, options_.wire);
+  if (op == ReduceOp::average) {
+    const float scale = 1.0f / static_cast<float>(comm_.size());
+    const RingShard mine = ring_shard(data.size(), comm_.size(), comm_.rank());
+    for (std::size_t i = mine.begin; i < mine.end; ++i) data[i] *= scale;
+  }
+}
+
+void Allreducer::all_gather(std::span<float> data) {
+  if (comm_.size() > 1 && !data.empty()) ring(comm_, data, RingPhases::all_gather, WireType::f32);
+}
+
+void Allreducer::ring(const Communicator& comm, std::span<float> data, RingPhases phases, WireType wire) {
   const int n = comm.size(), rank = comm.rank();
   if (n == 1 || data.empty()) return;
   const std::size_t count = data.size();
   auto begin = [&](int segment) { return count * static_cast<std::size_t>(segment) / n; };
   std::size_t largest = 0;
   for (int s = 0; s < n; ++s) largest = std::max(largest, begin(s + 1) - begin(s));
-  const bool bf16 = options_.wire == WireType::bf16;
+  const bool bf16 = wire == WireType::bf16;
   const std::size_t chunk =
       std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_bytes / (bf16 ? 2 : 4), INT_MAX / 4));
   recv_f32_.resize(bf16 ? 0 : largest);
@@ -212,7 +232,9 @@ void Allreducer::ring(const Communicator& comm, std::span<float> data) {
   const MPI_Datatype type = bf16 ? MPI_UINT16_T : MPI_FLOAT;
 
   // Steps 0 .. n-2 reduce-scatter (received chunks are added), steps n-1 .. 2n-3 all-gather (copied).
-  for (int step = 0; step < 2 * n - 2; ++step) {
+  const int first = phases == RingPhases::all_gather ? n - 1 : 0;
+  const int end = phases == RingPhases::reduce_scatter ? n - 1 : 2 * n - 2;
+  for (int step = first; step < end; ++step) {
     const bool reduce = step < n - 1;
     const int k = reduce ? step : step - (n - 1);
     const int send_segment = reduce ? modulo(rank - k, n) : modulo(rank + 1 - k, n);
@@ -303,7 +325,7 @@ void Allreducer::hierarchical(std::span<float> data) {
     if (me == 0) {
       gather_slices();
       node_->between_nodes(true);
-      ring(node_->leaders(), data);
+      ring(node_->leaders(), data, RingPhases::both, options_.wire);
       node_->between_nodes(false);
       std::memcpy(windows[0] + count, data.data(), count * sizeof(float));
     }

@@ -38,6 +38,13 @@ struct AllreduceOptions {
 // reduce-scatter and one for the all-gather; the error is relative to sum |x_i|.
 inline double bf16_wire_error_bound(int ranks) { return ranks * std::ldexp(1.0, -8) * 1.01; }
 
+// Where rank `rank` of `ranks` keeps its shard of a buffer of `count` values after the ring's reduce-scatter:
+// [begin, end), the same segment the ring's all-gather sends on from it.
+struct RingShard {
+  std::size_t begin, end;
+};
+RingShard ring_shard(std::size_t count, int ranks, int rank);
+
 class Allreducer {
  public:
   // The communicator must outlive the reducer. Collective: every rank of `comm` constructs one.
@@ -48,11 +55,18 @@ class Allreducer {
 
   // In place; every rank passes the same count. Collective.
   void run(std::span<float> data, ReduceOp op);
+  // The ring's two halves, whatever the algorithm, for sharded optimizer state: after reduce_scatter, this
+  // rank's ring_shard of `data` holds the sum (or mean) over the ranks, the bits the ring's run() gives there
+  // (with an f32 wire); all_gather then copies every rank's shard to every rank, in f32 whatever the wire (it
+  // carries parameters). Together they send what run() sends.
+  void reduce_scatter(std::span<float> data, ReduceOp op);
+  void all_gather(std::span<float> data);
   const AllreduceOptions& options() const { return options_; }
 
  private:
   class SharedNode;
-  void ring(const Communicator& comm, std::span<float> data);
+  enum class RingPhases { reduce_scatter, all_gather, both };
+  void ring(const Communicator& comm, std::span<float> data, RingPhases phases, WireType wire);
   void hierarchical(std::span<float> data);
 
   const Communicator& comm_;

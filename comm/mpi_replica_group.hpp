@@ -21,6 +21,9 @@ class MpiReplicaGroup : public ReplicaGroup {
   void broadcast(std::span<float> values, int root) override { comm_.broadcast(values, root); }
   void gradients_ready(std::span<float> gradients, std::size_t offset, std::size_t count) override;
   void average(std::span<float> gradients) override;
+  // The ring's halves whatever --allreduce says: this replica's shard is ring_shard(count, size(), rank()).
+  void reduce_scatter(std::span<float> gradients) override;
+  void all_gather(std::span<float> values) override;
   CommStats take_stats() override;
   void sum(std::span<double> values) override { comm_.allreduce_sum(values); }
   void check_same(const std::string& what, std::uint64_t fingerprint) override;

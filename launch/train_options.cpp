@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "core/model.hpp"
 #include "launch/option_error.hpp"
 #include "models/registry.hpp"
 
@@ -179,6 +180,10 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "f32 | bf16 (ring: half the bytes, sums in f32)")(
       "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"),
       "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
+      "shard-state", po::value(&o.shard_state)->default_value(o.shard_state),
+      "0 | 1: ZeRO's stage 1, each data-parallel replica keeps the optimizer's state (momentum, Adam's moments) "
+      "for 1/replicas of the parameters; the gradients are reduce-scattered and the parameters all-gathered on "
+      "the ring, the all-reduce's bytes and sums")(
       "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)")(
       "timeout", po::value(&o.timeout)->default_value(o.timeout),
       "seconds a rank may wait for others in one collective or message before it names them and stops the job "
@@ -356,9 +361,19 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(o.optimizer == "adam" || o.optimizer == "sgd" || o.layerwise_optimizer(),
           "--optimizer must be adam, sgd, lars or lamb");
   // Their trust ratio is the norm of a whole layer's weights, which a split layer spreads over ranks.
-  require(!o.layerwise_optimizer() || (o.tensor_parallel == 1 && o.fixed_tensor <= 1),
+  require(!o.layerwise_optimizer() || o.tensor_parallel == 1,
           "--optimizer " + o.optimizer + " needs whole layers on each rank: it goes without --tensor-parallel");
   require(o.lr_power > 0, "--lr-power must be positive");
+  require(o.shard_state == 0 || o.shard_state == 1,
+          "--shard-state must be 0 or 1 (stages 2 and 3, sharding the gradients and the parameters too, are not "
+          "built yet)");
+  if (o.shard_state > 0) {
+    require(o.strategy == "manual", "--shard-state goes with --strategy manual: the planner does not weigh it yet");
+    require(o.tensor_parallel == 1, "--shard-state goes without --tensor-parallel");
+    require(o.optimizer == "sgd" || o.optimizer == "adam",
+            "--shard-state shards SGD's and Adam's state; --optimizer " + o.optimizer + " needs whole layers");
+    require(o.bucket_mb == 0, "--shard-state reduce-scatters the gradients after backward: it goes without --bucket-mb");
+  }
   require(o.normalize == "scale" || o.normalize == "meanstd" || o.normalize == "imagenet",
           "--normalize must be scale, meanstd or imagenet");
   require(o.image_size >= 0 && o.patch_size >= 0 && o.depth >= 0 && o.width >= 0 && o.heads >= 0,
@@ -413,7 +428,7 @@ std::string TrainOptions::describe() const {
     << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
     << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr
     << "\nlr-schedule = " << option_word(lr_policy) << "\nwarmup-epochs = " << warmup_epochs
-    << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nlr-power = " << lr_power
+    << "\nshard-state = " << shard_state << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nlr-power = " << lr_power
     << "\nmomentum = " << momentum << "\nlars-trust = " << lars_trust
     << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
     << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed
@@ -443,11 +458,15 @@ std::string TrainOptions::describe(const Layout& layout) const {
   return planned.describe();
 }
 
+std::unique_ptr<Optimizer> make_elementwise_optimizer(const TrainOptions& o, std::size_t params) {
+  if (o.optimizer == "adam") return make_adam(params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
+  if (o.optimizer == "sgd") return make_sgd(params, {o.momentum, o.nesterov, o.weight_decay});
+  throw Error("--optimizer " + o.optimizer + " needs the model's layers");
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, const Model& model) {
   const std::size_t params = model.param_count();
-  const AdamOptions adam{o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay};
-  if (o.optimizer == "adam") return make_adam(params, adam);
-  if (o.optimizer == "sgd") return make_sgd(params, {o.momentum, o.nesterov, o.weight_decay});
+  if (!o.layerwise_optimizer()) return make_elementwise_optimizer(o, params);
   std::vector<ParamSegment> segments;
   for (const auto& e : model.param_entries()) {
     if (!e.spec.whole_dims.empty())
@@ -455,7 +474,7 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, const Model& mo
     segments.push_back({e.offset, e.size, e.spec.dims.size() > 1});
   }
   if (o.optimizer == "lars") return make_lars(std::move(segments), params, {o.momentum, o.weight_decay, o.lars_trust});
-  return make_lamb(std::move(segments), params, adam);
+  return make_lamb(std::move(segments), params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
 }
 
 const char* option_word(AllreduceAlgorithm a) { return word_of(a, kAllreduceWords); }

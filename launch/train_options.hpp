@@ -9,13 +9,14 @@
 
 #include "comm/allreduce.hpp"
 #include "core/optim/lr_schedule.hpp"
-#include "core/model.hpp"
 #include "core/optim/optimizer.hpp"
 #include "core/plan/layout.hpp"
 #include "core/plan/profile.hpp"
 #include "core/train/pipeline_schedule.hpp"
 
 namespace ddl {
+
+class Model;
 
 struct TrainOptions {
   // model
@@ -97,6 +98,7 @@ struct TrainOptions {
   // batch stand where a user would have given them.
   std::string describe(const Layout& layout) const;
   double bucket_bytes() const { return bucket_mb * (1 << 20); }
+  int shard_state = 0;  // --shard-state: ZeRO's stage (0: none)
   // LARS and LAMB: their trust ratios need each layer's whole weights on a rank.
   bool layerwise_optimizer() const { return optimizer == "lars" || optimizer == "lamb"; }
 };
@@ -108,6 +110,8 @@ const char* option_word(PipelineSchedule schedule);
 
 // The optimizer the options name, for the model's parameters.
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& options, const Model& model);
+// SGD or Adam, which need no more than a parameter count (a shard's: --shard-state).
+std::unique_ptr<Optimizer> make_elementwise_optimizer(const TrainOptions& options, std::size_t params);
 
 // Returns nullopt after printing --help. Throws InputError on bad options.
 std::optional<TrainOptions> parse_train_options(int argc, char** argv);

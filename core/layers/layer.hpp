@@ -52,6 +52,9 @@ struct StateView {
   std::string name;
   std::span<float> floats;
   std::span<std::uint64_t> words;
+  // An optimizer's per-parameter array (momentum, moments): the first parameter it holds a value for, past 0
+  // where the optimizer keeps a shard of them (ShardedOptimizer).
+  std::size_t param_offset = 0;
 };
 
 // oneDNN memories over a parameter's value and gradient slices, in the parameter's plain layout.

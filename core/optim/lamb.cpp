@@ -1,7 +1,8 @@
 // LAMB (You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes", 2020,
 // Algorithm 2, with Adam's bias correction, phi the identity):
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  r = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
-//   a weight array w:  u = r + wd w;  w -= lr (||w|| / ||u||) u
+//   a weight array w:  u = r + wd w (decay decoupled from the moments, unlike Adam's L2 in the gradient);
+//                      w -= lr (||w|| / ||u||) u, the ratio 1 where either norm is 0
 //   a bias or normalisation array:  w -= lr r (neither adapted nor decayed)
 #include <cmath>
 #include <cstdio>
@@ -27,27 +28,11 @@ DDL_VECTOR_CLONES void lamb_moments(std::size_t begin, std::size_t end, const fl
   }
 }
 
-// The update u of element i, with the array's weight decay wd.
-inline float lamb_update(const float* p, const float* m, const float* v, std::size_t i, const LambStep& k, float wd) {
-  return (m[i] * k.c1) / (std::sqrt(v[i] * k.c2) + k.eps) + wd * p[i];
-}
-
-// sum of u^2 over [begin, end), in a fixed order (as sum_of_squares).
-double sum_of_update_squares(std::size_t begin, std::size_t end, const float* p, const float* m, const float* v,
-                             const LambStep& k, float wd) {
-  double lane[8] = {};
-  for (std::size_t i = begin; i < end; ++i) {
-    const double u = lamb_update(p, m, v, i, k, wd);
-    lane[(i - begin) % 8] += u * u;
-  }
-  double sum = 0;
-  for (double l : lane) sum += l;
-  return sum;
-}
-
-DDL_VECTOR_CLONES void lamb_apply(std::size_t begin, std::size_t end, float* __restrict p, const float* __restrict m,
-                                  const float* __restrict v, const LambStep k, float wd, float lr) {
-  for (std::size_t i = begin; i < end; ++i) p[i] -= lr * lamb_update(p, m, v, i, k, wd);
+// u of [begin, end) into u[0, end - begin), with the array's weight decay wd.
+DDL_VECTOR_CLONES void lamb_update(std::size_t begin, std::size_t end, const float* __restrict p,
+                                   const float* __restrict m, const float* __restrict v, const LambStep k, float wd,
+                                   float* __restrict u) {
+  for (std::size_t i = begin; i < end; ++i) u[i - begin] = (m[i] * k.c1) / (std::sqrt(v[i] * k.c2) + k.eps) + wd * p[i];
 }
 
 class Lamb : public Optimizer {
@@ -79,22 +64,31 @@ class Lamb : public Optimizer {
 #pragma omp parallel for schedule(static)
     for (std::size_t p = 0; p < pieces.size(); ++p)
       lamb_moments(pieces[p].begin, pieces[p].end, grads.data(), m_.data(), v_.data(), k);
+    // u is computed twice, for its norm and for the step, rather than kept: a buffer the size of the model.
     const auto norms = pieces_.squared_norms([&](const SegmentPieces::Piece& piece, double& w, double& u) {
+      float update[SegmentPieces::kPieceSize];
+      lamb_update(piece.begin, piece.end, params.data(), m_.data(), v_.data(), k, decay(piece.segment), update);
       w = sum_of_squares(params.data(), piece.begin, piece.end);
-      u = sum_of_update_squares(piece.begin, piece.end, params.data(), m_.data(), v_.data(), k, decay(piece.segment));
+      u = sum_of_squares(update, 0, piece.end - piece.begin);
     });
     std::vector<float> rates(segments.size(), lr);
-    for (std::size_t s = 0; s < segments.size(); ++s)
-      if (segments[s].adapt) rates[s] = static_cast<float>(lr * trust_ratio(std::sqrt(norms.a[s]), std::sqrt(norms.b[s])));
+    for (std::size_t s = 0; s < segments.size(); ++s) {
+      const double w = std::sqrt(norms.a[s]), u = std::sqrt(norms.b[s]);
+      if (segments[s].adapt && w > 0 && u > 0) rates[s] = static_cast<float>(lr * w / u);
+    }
 #pragma omp parallel for schedule(static)
-    for (std::size_t p = 0; p < pieces.size(); ++p)
-      lamb_apply(pieces[p].begin, pieces[p].end, params.data(), m_.data(), v_.data(), k, decay(pieces[p].segment),
-                 rates[pieces[p].segment]);
+    for (std::size_t p = 0; p < pieces.size(); ++p) {
+      float update[SegmentPieces::kPieceSize];
+      const auto& piece = pieces[p];
+      lamb_update(piece.begin, piece.end, params.data(), m_.data(), v_.data(), k, decay(piece.segment), update);
+      const float rate = rates[piece.segment];
+      for (std::size_t i = piece.begin; i < piece.end; ++i) params[i] -= rate * update[i - piece.begin];
+    }
   }
 
-  // Adam's moments and step count, by the same definitions.
+  // Not Adam's names: the decay differs, so an Adam checkpoint does not resume as LAMB.
   std::vector<StateView> state() override {
-    return {{"m", m_.span(), {}}, {"v", v_.span(), {}}, {"step", {}, std::span<std::uint64_t>(step_)}};
+    return {{"lamb_m", m_.span(), {}}, {"lamb_v", v_.span(), {}}, {"lamb_step", {}, std::span<std::uint64_t>(step_)}};
   }
 
  private:

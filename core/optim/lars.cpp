@@ -1,6 +1,6 @@
 // LARS (You, Gitman and Ginsburg, "Large Batch Training of Convolutional Networks", 2017, Algorithm 1), with
 // momentum applied as there and in MLPerf's ResNet-50 reference:
-//   a weight array w:  local = eta ||w|| / (||g|| + wd ||w||);  u = g + wd w
+//   a weight array w:  local = eta ||w|| / (||g|| + wd ||w||), 1 where ||w|| or ||g|| is 0;  u = g + wd w
 //   a bias or normalisation array:  local = 1;  u = g (neither adapted nor decayed)
 //   v = momentum v + lr local u;  w -= v
 #include <cmath>
@@ -52,7 +52,8 @@ class Lars : public Optimizer {
     for (std::size_t s = 0; s < segments.size(); ++s) {
       if (!segments[s].adapt) continue;
       const double w = std::sqrt(norms.a[s]), g = std::sqrt(norms.b[s]);
-      steps[s].lr = static_cast<float>(lr * trust_ratio(w, g + opt_.weight_decay * w, opt_.eta));
+      // 1 where the gradient is 0 too (a layer behind a BatchNorm scale at zero), not eta / wd.
+      if (w > 0 && g > 0) steps[s].lr = static_cast<float>(lr * opt_.eta * w / (g + opt_.weight_decay * w));
       steps[s].wd = opt_.weight_decay;
     }
     const auto& pieces = pieces_.pieces();

@@ -33,8 +33,4 @@ DDL_VECTOR_CLONES double sum_of_squares(const float* x, std::size_t begin, std::
   return sum;
 }
 
-double trust_ratio(double weight_norm, double update_norm, double coefficient) {
-  return weight_norm > 0 && update_norm > 0 ? coefficient * weight_norm / update_norm : 1.0;
-}
-
 }  // namespace ddl

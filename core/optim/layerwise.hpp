@@ -54,8 +54,4 @@ class SegmentPieces {
 // sum of x[i]^2 over [begin, end), in double, in a fixed order (eight running sums, then added in turn).
 double sum_of_squares(const float* x, std::size_t begin, std::size_t end);
 
-// The layer-wise trust ratio coefficient ||w|| / ||u||; 1 where either norm is 0 (a layer at zero, or nothing
-// to do), as the papers' reference implementations have it.
-double trust_ratio(double weight_norm, double update_norm, double coefficient = 1.0);
-
 }  // namespace ddl

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 namespace ddl {
 
@@ -31,6 +32,8 @@ std::string LrSchedule::describe() const {
   static const char* names[] = {"constant", "step", "cosine", "poly"};
   char buf[128];
   std::snprintf(buf, sizeof buf, "%s lr=%g warmup=%g epochs", names[static_cast<int>(policy)], base_lr, warmup_epochs);
+  const std::size_t used = std::strlen(buf);
+  if (policy == LrPolicy::poly) std::snprintf(buf + used, sizeof buf - used, " power=%g", power);
   return buf;
 }
 

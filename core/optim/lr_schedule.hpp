@@ -1,5 +1,5 @@
 // Learning rate as a function of training progress (in epochs, fractional): a base schedule (constant,
-// step decay, cosine or polynomial decay to zero over the run) preceded by an optional linear warm-up from base/warmup_start_div.
+// step decay, cosine or polynomial decay to zero over the run) times an optional linear warm-up.
 #pragma once
 
 #include <string>

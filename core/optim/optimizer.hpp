@@ -1,5 +1,6 @@
 // Optimizers update the model's flat parameter buffer from its flat gradient buffer in one pass. Their
-// state (momentum, Adam's moments and step count) is exposed by name for checkpoints.
+// state (momentum, Adam's moments and step count) is exposed by name for checkpoints: each float array holds
+// a value per parameter (from its param_offset), each word array is the same on every rank.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,9 @@ class Optimizer {
   // One update with learning rate lr. params and grads have the size given at construction.
   virtual void step(std::span<float> params, std::span<const float> grads, float lr) = 0;
   virtual std::vector<StateView> state() = 0;
+  // Whether it updates only this replica's shard of the parameters (ShardedOptimizer): the trainer then
+  // reduce-scatters the gradients and all-gathers the parameters instead of averaging the gradients.
+  virtual bool sharded() const { return false; }
 };
 
 struct SgdOptions {

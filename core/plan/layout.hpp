@@ -35,6 +35,8 @@ struct Layout {
   // 1F1B at most one a stage ahead; bucket_bytes > 0 asks for data parallelism's all-reduce in buckets.
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   double bucket_bytes = 0;
+  // ZeRO's stage across each stage's replicas (0: none; 1: the optimizer's state sharded).
+  int shard_state = 0;
 
   int ranks() const { return replicas * stages * tensor; }
   GridPosition position(int rank) const { return {rank / (stages * tensor), rank / tensor % stages, rank % tensor}; }
@@ -51,7 +53,10 @@ struct Layout {
   // Buckets overlap backward only on plain data parallelism: a pipeline's messages and a split layer's
   // collectives would call MPI from the bucket thread and the step's at once, which MPI_THREAD_SERIALIZED
   // forbids; such a layout averages its gradients in one piece after the step.
-  bool buckets_overlap_backward() const { return bucket_bytes > 0 && plain_data_parallel(); }
+  // Nor with sharded state, whose gradients are reduce-scattered after backward.
+  bool buckets_overlap_backward() const { return bucket_bytes > 0 && plain_data_parallel() && shard_state == 0; }
+  // Whether each replica keeps only its shard of the optimizer's state.
+  bool shards_optimizer_state() const { return shard_state > 0 && replicas > 1; }
   bool plain_data_parallel() const { return stages == 1 && tensor == 1; }
   // Whether a layer of this kind, whose `divisor` (a dense layer's outputs, a block's heads) the group must
   // divide, may split across this layout's tensor groups.

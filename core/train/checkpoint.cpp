@@ -138,22 +138,40 @@ namespace {
 
 std::string temporary(const std::string& path) { return path + ".tmp"; }
 
-// An optimizer array with one value per parameter (momentum, Adam's moments) is sliced like the
-// parameters; anything else (a step count) is the same on every stage.
-bool per_parameter(const StateView& s, const Model& model) {
-  return s.words.empty() && s.floats.size() == model.param_count();
+// An optimizer's float arrays hold a value per parameter (momentum, Adam's moments), sliced like the
+// parameters; its word arrays (a step count) are the same on every stage.
+bool per_parameter(const StateView& s) { return s.words.empty(); }
+
+// Where the values of [begin, begin + count) of this rank's flat buffer go in the whole model's arrays, with
+// offsets from begin: all of its whole_segments, or those of a sharded optimizer's shard (sharding goes
+// without split layers, whose segments are strided).
+std::vector<WholeSegment> segments_of(const Model& model, std::size_t begin, std::size_t count) {
+  if (begin == 0 && count == model.param_count()) return model.whole_segments();
+  if (begin > model.param_count() || count > model.param_count() - begin)
+    throw Error("optimizer state for parameters " + std::to_string(begin) + "-" + std::to_string(begin + count) +
+                " of a model of " + std::to_string(model.param_count()));
+  std::vector<WholeSegment> out;
+  for (const auto& seg : model.whole_segments()) {
+    const std::size_t lo = std::max(seg.offset, begin);
+    const std::size_t hi = std::min(seg.offset + seg.count * seg.blocks, begin + count);
+    if (lo >= hi) continue;
+    if (seg.blocks != 1) throw Error("a shard of optimizer state over a split layer");
+    out.push_back({lo - begin, seg.whole_offset + (lo - seg.offset), hi - lo, 1, 0});
+  }
+  return out;
 }
 
 // This rank's values of a whole-model array, in the whole array's places.
-void write_segments(const h5::Handle& loc, const std::string& name, const Model& model, std::span<const float> values) {
-  for (const auto& seg : model.whole_segments())
+void write_segments(const h5::Handle& loc, const std::string& name, const std::vector<WholeSegment>& segments,
+                    std::span<const float> values) {
+  for (const auto& seg : segments)
     h5::write_slice<float>(loc, name, seg.whole_offset, values.subspan(seg.offset, seg.count * seg.blocks), seg.blocks,
                            seg.stride);
 }
 
-void read_segments(const h5::Handle& loc, const std::string& name, const Model& model, std::span<float> values,
-                   const std::string& path) {
-  for (const auto& seg : model.whole_segments())
+void read_segments(const h5::Handle& loc, const std::string& name, const std::vector<WholeSegment>& segments,
+                   std::span<float> values, const std::string& path) {
+  for (const auto& seg : segments)
     h5::read_slice<float>(loc, name, seg.whole_offset, values.subspan(seg.offset, seg.count * seg.blocks), path,
                           seg.blocks, seg.stride);
 }
@@ -184,7 +202,7 @@ void write_part(const h5::Handle& file, const std::string& tmp, Model& model, Op
     create_group(file, "model_state", tmp);
     h5::Handle opt = create_group(file, "optimizer_state", tmp);
     for (const auto& s : optimizer.state()) {
-      if (per_parameter(s, model))
+      if (per_parameter(s))
         create_checksummed_vector<float>(opt, s.name, model.whole_param_count());
       else
         write_states(opt, {s});
@@ -192,17 +210,19 @@ void write_part(const h5::Handle& file, const std::string& tmp, Model& model, Op
   } else {
     names = h5::read_strings_attribute(file, "param_names", tmp);
   }
-  // The ranks of a split stage hold the same names: the first of them adds them.
-  for (const auto& e : model.param_entries())
-    if (std::find(names.begin(), names.end(), e.name) == names.end()) names.push_back(e.name);
-  h5::write_fixed_strings_attribute(file, "param_names", names);
-  // Every stage writes it; the last one's covers every name.
-  h5::write_attribute(file, "header_checksum", static_cast<std::int64_t>(header_checksum(state, names, kVersion)));
-  write_segments(file, "params", model, model.params());
-  if (part.layer_state) write_states(open_group(file, "model_state", tmp), model.state());
+  if (part.params) {
+    // The ranks of a split stage hold the same names: the first of them adds them.
+    for (const auto& e : model.param_entries())
+      if (std::find(names.begin(), names.end(), e.name) == names.end()) names.push_back(e.name);
+    h5::write_fixed_strings_attribute(file, "param_names", names);
+    // Every stage writes it; the last one's covers every name.
+    h5::write_attribute(file, "header_checksum", static_cast<std::int64_t>(header_checksum(state, names, kVersion)));
+    write_segments(file, "params", model.whole_segments(), model.params());
+    if (part.layer_state) write_states(open_group(file, "model_state", tmp), model.state());
+  }
   h5::Handle opt = open_group(file, "optimizer_state", tmp);
   for (const auto& s : optimizer.state())
-    if (per_parameter(s, model)) write_segments(opt, s.name, model, s.floats);
+    if (per_parameter(s)) write_segments(opt, s.name, segments_of(model, s.param_offset, s.floats.size()), s.floats);
   h5::flush(file, tmp);
 }
 
@@ -299,7 +319,7 @@ TrainingState load_unchecked(const h5::Handle& file, const std::string& path, Mo
     if (at == names.end() || at + static_cast<std::ptrdiff_t>(e) >= names.end() ||
         *(at + static_cast<std::ptrdiff_t>(e)) != entries[e].name)
       throw InputError(path + ": parameter " + entries[e].name + " is not where this model keeps it");
-  read_tensor(path, "params", [&] { read_segments(file, "params", model, model.params(), path); });
+  read_tensor(path, "params", [&] { read_segments(file, "params", model.whole_segments(), model.params(), path); });
   h5::Handle states = open_group(file, "model_state", path);
   std::vector<StateView> present;
   // Weights imported from PyTorch hold no dropout generators: without an optimizer (not resuming) the
@@ -324,9 +344,10 @@ TrainingState load_unchecked(const h5::Handle& file, const std::string& path, Mo
                        "): resume with the optimizer that wrote it");
     }
     for (const auto& s : optimizer->state()) {
-      if (per_parameter(s, model))
-        read_tensor(path, "optimizer_state/" + s.name,
-                    [&] { read_segments(opt, s.name, model, s.floats, path); });
+      if (per_parameter(s))
+        read_tensor(path, "optimizer_state/" + s.name, [&] {
+          read_segments(opt, s.name, segments_of(model, s.param_offset, s.floats.size()), s.floats, path);
+        });
       else
         read_states(opt, "optimizer_state", {s}, path);
     }

@@ -43,10 +43,13 @@ struct TrainingState {
 void save_checkpoint(const std::string& path, Model& model, Optimizer& optimizer, const TrainingState& state,
                      bool keep_previous = false);
 // Which part of a checkpoint a rank writes: the first writer creates the file; of the ranks that split a
-// stage's layers (each writing its slices), one writes the layers' state.
+// stage's layers (each writing its slices), one writes the layers' state. Where the optimizer's state is
+// sharded (ShardedOptimizer), the first replica writes the parameters and its shards, and each other
+// replica only its shards (params false).
 struct CheckpointPart {
   bool creates = true;
   bool layer_state = true;
+  bool params = true;
 };
 // The pieces of save_checkpoint for a pipeline: every stage (every rank of a stage's tensor group) in
 // turn, then the last one publishes.

@@ -21,6 +21,11 @@ class ReplicaGroup {
   virtual void gradients_ready(std::span<float> /*gradients*/, std::size_t /*offset*/, std::size_t /*count*/) {}
   // After backward: replaces each replica's gradients by their mean over the group.
   virtual void average(std::span<float> gradients) = 0;
+  // For an optimizer whose state is sharded across the group (ShardedOptimizer): the mean only in this
+  // replica's shard of the gradients, the rest left undefined; then, after the update, every replica's shard of
+  // the parameters copied to all. Together they cost what average() does.
+  virtual void reduce_scatter(std::span<float> gradients) { average(gradients); }
+  virtual void all_gather(std::span<float> /*values*/) {}
   // Seconds spent waiting for gradient communication, and bytes all-reduced, since the last call.
   struct CommStats {
     double wait_seconds = 0;

@@ -297,12 +297,19 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
                   " step " + std::to_string(step + 1) + " (lower the learning rate?)");
     {
       const auto reducing = Timeline::span(timeline_, "gradient all-reduce");
-      replicas_.average(slots_[0]->grads());
+      if (optimizer_.sharded())
+        replicas_.reduce_scatter(slots_[0]->grads());
+      else
+        replicas_.average(slots_[0]->grads());
       if (tensor_ && tensor_->size() > 1) average_whole_over_group();
     }
     {
       const auto stepping = Timeline::span(timeline_, "optimizer");
       optimizer_.step(slots_[0]->params(), slots_[0]->grads(), last_lr_);
+    }
+    if (optimizer_.sharded()) {
+      const auto gathering = Timeline::span(timeline_, "parameter all-gather");
+      replicas_.all_gather(slots_[0]->params());
     }
     carry_state(0);
     loss_sum += sums.loss;

@@ -10,13 +10,13 @@ namespace ddl {
 namespace {
 
 // The values every replica of a stage must hold alike: the parameters, and with the optimizer's state
-// (momentum, Adam's moments: derived from averaged gradients). Not the layers' state: BatchNorm's
-// running statistics come from each replica's own images.
+// (momentum, Adam's moments: derived from averaged gradients) unless each replica keeps its own shard of
+// it. Not the layers' state: BatchNorm's running statistics come from each replica's own images.
 std::vector<NamedValues> replica_values(Session& session, bool with_optimizer) {
   std::vector<NamedValues> values;
   const std::span<const float> params = session.model->params();
   for (const auto& e : session.model->param_entries()) values.push_back({e.name, params.subspan(e.offset, e.size), {}});
-  if (with_optimizer)
+  if (with_optimizer && !session.optimizer->sharded())
     for (const auto& s : session.optimizer->state()) values.push_back({"optimizer " + s.name, s.floats, s.words});
   return values;
 }
@@ -33,15 +33,17 @@ void check_replicas(const Job& job, Session& session, const std::string& when, b
                 " (a non-deterministic kernel, or faulty memory or network on a node; --on-divergence resync copies "
                 "replica 0's state and goes on)");
   replicas.broadcast(session.model->params(), 0);
-  for (const auto& s : session.optimizer->state()) {
-    replicas.broadcast(s.floats, 0);
-    replicas.broadcast(s.words, 0);
-  }
+  if (!session.optimizer->sharded())
+    for (const auto& s : session.optimizer->state()) {
+      replicas.broadcast(s.floats, 0);
+      replicas.broadcast(s.words, 0);
+    }
   if (replicas.rank() == 0) {
     std::fprintf(stderr,
-                 "ddl_train: replicas diverged %s: %s; copied rank %d's parameters and optimizer state to "
-                 "them (--on-divergence resync)\n",
-                 when.c_str(), difference.c_str(), replicas.world_rank(0));
+                 "ddl_train: replicas diverged %s: %s; copied rank %d's parameters%s to them (--on-divergence "
+                 "resync)\n",
+                 when.c_str(), difference.c_str(), replicas.world_rank(0),
+                 session.optimizer->sharded() ? "" : " and optimizer state");
     std::fflush(stderr);
   }
 }

@@ -93,11 +93,15 @@ InitSource copy_initial_values(const Job& job, Model& model, const std::string& 
 
 void save(const Job& job, Session& session, const std::string& path, bool keep_previous) {
   const GridPosition& p = session.position();
-  if (p.replica != 0) return;
-  const Communicator& writers = session.grid.replica_ranks();
+  // The first replica's ranks write in turn; where the optimizer's state is sharded, every rank takes a
+  // turn, the other replicas adding their shards of it (world rank 0 is the first replica's, and creates).
+  const bool sharded = session.optimizer->sharded();
+  if (!sharded && p.replica != 0) return;
+  const Communicator& writers = sharded ? job.world : session.grid.replica_ranks();
   for (int turn = 0; turn < writers.size(); ++turn) {
     if (turn == writers.rank()) {
-      write_checkpoint_part(path, *session.model, *session.optimizer, job.state, {turn == 0, p.t == 0});
+      write_checkpoint_part(path, *session.model, *session.optimizer, job.state,
+                            {turn == 0, p.replica == 0 && p.t == 0, p.replica == 0});
       if (turn + 1 == writers.size()) publish_checkpoint(path, keep_previous);
     }
     writers.barrier();

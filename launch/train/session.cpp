@@ -3,7 +3,9 @@
 #include <chrono>
 #include <cstdio>
 
+#include "comm/allreduce.hpp"
 #include "core/error.hpp"
+#include "core/optim/sharded_optimizer.hpp"
 #include "launch/stage_partition.hpp"
 #include "launch/train/on_every_rank.hpp"
 
@@ -80,7 +82,14 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
     throw InputError("the training set has " + std::to_string(job.train_subset.size()) +
                      " images, fewer than one global batch of " + std::to_string(l.global_batch()));
 
-  optimizer = make_optimizer(o, *model);
+  if (l.shards_optimizer_state()) {
+    const Communicator& replicas = grid.stage_replicas();
+    const RingShard shard = ring_shard(model->param_count(), replicas.size(), replicas.rank());
+    optimizer = std::make_unique<ShardedOptimizer>(make_elementwise_optimizer(o, shard.end - shard.begin),
+                                                   shard.begin, shard.end);
+  } else {
+    optimizer = make_optimizer(o, *model);
+  }
   // --scale-lr multiplies by the global batch over the batch given: under a strategy, the ranks.
   const int scale = o.strategy == "manual" ? l.data_ranks() : job.world.size();
   const float lr = o.scale_lr ? o.lr * static_cast<float>(scale) : o.lr;

@@ -66,6 +66,35 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest,
                                   (info.param.wire == WireType::bf16 ? "_bf16" : "_f32");
                          });
 
+TEST(Allreduce, ReduceScatterThenAllGatherGiveTheRingsBits) {
+  // Sharded optimizer state: a rank's shard after reduce_scatter holds exactly what the ring's run() gives
+  // there, and all_gather of every rank's shard rebuilds the whole buffer; an f32 gather even with a bf16 wire.
+  Communicator comm;
+  for (WireType wire : {WireType::f32, WireType::bf16}) {
+    Allreducer reducer(comm, {AllreduceAlgorithm::ring, wire, 4096});
+    for (std::size_t n : sizes(comm.size())) {
+      std::vector<float> whole = rank_data(n, comm.rank()), scattered = whole;
+      reducer.run(whole, ReduceOp::average);
+      reducer.reduce_scatter(scattered, ReduceOp::average);
+      const RingShard mine = ring_shard(n, comm.size(), comm.rank());
+      ASSERT_LE(mine.end, n);
+      if (wire == WireType::f32)
+        for (std::size_t i = mine.begin; i < mine.end; ++i) ASSERT_EQ(scattered[i], whole[i]) << "n " << n << " i " << i;
+      // Each rank's own values in its shard, garbage elsewhere: the gather must bring every other shard.
+      std::vector<float> gathered(n, -1.0f);
+      for (std::size_t i = mine.begin; i < mine.end; ++i) gathered[i] = 0.5f * static_cast<float>(i) + 1e-3f;
+      reducer.all_gather(gathered);
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(gathered[i], 0.5f * static_cast<float>(i) + 1e-3f) << "n " << n;
+    }
+  }
+  // The shards tile the buffer.
+  for (int ranks = 1; ranks <= 5; ++ranks) {
+    std::size_t covered = 0;
+    for (int r = 0; r < ranks; ++r) covered += ring_shard(10, ranks, r).end - ring_shard(10, ranks, r).begin;
+    EXPECT_EQ(covered, 10u);
+  }
+}
+
 TEST(Allreduce, Bf16WireActuallyRounds) {
   // A value bf16 cannot hold: the f32 path keeps it, the bf16 path does not (so the test above is real).
   Communicator comm;

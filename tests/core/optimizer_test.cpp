@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -109,6 +110,15 @@ TEST(Lars, MatchesThePapersFormulaPerLayer) {
   EXPECT_FLOAT_EQ(zero[0], -0.5f);
 }
 
+TEST(Lars, AZeroGradientWithWeightDecayKeepsThePlainRate) {
+  // ||g|| = 0: the ratio is 1 (as in the paper's reference code), not eta / wd.
+  auto lars = make_lars({{0, 2, true}}, 2, {.momentum = 0.0f, .weight_decay = 0.1f, .eta = 0.02f});
+  std::vector<float> p = {1.0f, 2.0f}, g = {0.0f, 0.0f};
+  lars->step(p, g, 0.5f);
+  EXPECT_FLOAT_EQ(p[0], 1.0f - 0.5f * 0.1f * 1.0f);
+  EXPECT_FLOAT_EQ(p[1], 2.0f - 0.5f * 0.1f * 2.0f);
+}
+
 TEST(Lamb, MatchesThePapersFormulaPerLayer) {
   const Arrays a;
   const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-6, wd = 0.01;
@@ -131,6 +141,25 @@ TEST(Lamb, MatchesThePapersFormulaPerLayer) {
   }
   a.expect_near(p, w);
   EXPECT_EQ(lamb->state().at(2).words[0], 3u);
+}
+
+TEST(LayerwiseOptimizers, GiveTheSameBitsOnAnyThreadCount) {
+  // Replicas may run different thread counts; each layer's norm is summed in the same order on every one.
+  const Arrays a;
+  const int threads = omp_get_max_threads();
+  std::vector<float> results[2];
+  for (int run = 0; run < 2; ++run) {
+    omp_set_num_threads(run == 0 ? 1 : 4);
+    auto lars = make_lars(a.segments, a.size, {.weight_decay = 5e-4f, .eta = 0.02f});
+    auto lamb = make_lamb(a.segments, a.size, {.weight_decay = 0.01f});
+    results[run] = a.params;
+    for (const auto& g : a.grads) {
+      lars->step(results[run], g, 2.0f);
+      lamb->step(results[run], g, 0.01f);
+    }
+  }
+  omp_set_num_threads(threads);
+  EXPECT_TRUE(results[0] == results[1]);
 }
 
 TEST(LayerwiseOptimizers, RefuseArraysOutsideTheBuffer) {

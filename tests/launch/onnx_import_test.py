@@ -8,6 +8,7 @@ Exits 77 (skipped) when a Python module is missing, unless DDL_TESTS_REQUIRE_ALL
 import copy
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -453,6 +454,37 @@ class OnnxImport(unittest.TestCase):
         out = run(*train, *common, "--epochs", 2, "--resume", "auto").stdout
         self.assertIn("resumed from", out)
 
+    def test_resnet18s_graph_in_two_stages_trains_as_one_rank(self):
+        # One rank takes the same micro-batches, so that every BatchNorm sees the same images (as for the
+        # built-in resnet18: DdlTrain.PipelinesMatchOneRankForResnet18). The classifier split gathers the
+        # group's images, each rank's BatchNorms seeing others than one rank's micro-batches: that layout is
+        # checked on a graph without BatchNorm (test_ranks_pipelines_and_split_layers_train_as_one_rank).
+        import torchvision
+        torch.manual_seed(12)
+        graph = self.path("resnet18_layouts.onnx")
+        export(randomize_batch_norms(torchvision.models.resnet18(num_classes=10)), graph, 13)
+        train = [os.path.join(BIN, "ddl_train"), "--model", graph]
+        ranks = ["mpirun", "--oversubscribe", "-np", "2"] + train
+        one, _ = self.ddl_params(*train, "--batch-size", 32, "--micro-batches", 2)
+        params, out = self.ddl_params(*ranks, "--batch-size", 32, "--pipeline-stages", 2, "--micro-batches", 2)
+        self.assertIn("stage 1", out)
+        self.assertLessEqual(numpy.abs(params - one).max(), 1e-3 * numpy.abs(one).max(), out)
+
+    def test_a_graph_trains_in_bf16_near_f32_and_its_checkpoint_resumes_in_f32(self):
+        # The sample's graph (residual and squeeze-excitation blocks); --precision auto: bf16 where the CPU
+        # multiplies in it, else f32 (the comparison then holds trivially, and the note says so).
+        common = [os.path.join(BIN, "ddl_train"), "--model", SAMPLE, "--train", self.data, "--optimizer", "sgd",
+                  "--momentum", 0.9, "--lr", 0.02, "--batch-size", 16, "--threads", 1, "--progress", "never"]
+        f32 = run(*common, "--epochs", 3, "--checkpoint-dir", self.path("f32.ck")).stdout
+        bf16 = run(*common, "--epochs", 3, "--precision", "auto", "--checkpoint-dir", self.path("bf16.ck")).stdout
+
+        def loss(out):
+            return float(re.findall(r"train loss ([0-9.]+)", out)[-1])
+        self.assertLess(abs(loss(bf16) - loss(f32)), 0.05 * loss(f32), f"{f32}\n{bf16}")
+        resumed = run(*common, "--epochs", 4, "--resume", "auto", "--checkpoint-dir", self.path("bf16.ck")).stdout
+        self.assertIn("resumed from", resumed)
+        self.assertNotIn("precision bf16", resumed)  # resumed in f32
+
     def test_lars_and_lamb_on_two_ranks_and_two_stages_train_as_one_rank(self):
         torch.manual_seed(4)
         cnn = self.path("cnn_layerwise.onnx")
@@ -462,7 +494,8 @@ class OnnxImport(unittest.TestCase):
         for optimizer in (["--optimizer", "lars", "--lars-trust", 0.02, "--weight-decay", 5e-4],
                           ["--optimizer", "lamb", "--weight-decay", 0.01]):
             one, _ = self.ddl_params(*train, "--batch-size", 32, optimizer=optimizer)
-            for name, command in (("2 ranks", ranks + ["--batch-size", 16]),
+            # --check-replicas 1: the replicas' parameters compared bit for bit after every step.
+            for name, command in (("2 ranks", ranks + ["--batch-size", 16, "--check-replicas", 1]),
                                   ("2 stages", ranks + ["--batch-size", 32, "--pipeline-stages", 2])):
                 with self.subTest(optimizer=optimizer[1], layout=name):
                     params, out = self.ddl_params(*command, optimizer=optimizer)

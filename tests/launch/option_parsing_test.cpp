@@ -46,9 +46,22 @@ TEST(TrainOptionsParsing, EnumsFromTheirWordsAndBack) {
 
 TEST(TrainOptionsParsing, AWordThatNamesNothingIsRefusedWithTheWordsThatDo) {
   EXPECT_EQ(error_of({"--allreduce", "tree"}), "--allreduce must be ring, hier or mpi, not 'tree'");
-  EXPECT_EQ(error_of({"--lr-schedule", "linear"}), "--lr-schedule must be constant, step, cosine or poly, not 'linear'");
+  EXPECT_EQ(error_of({"--lr-schedule", "linear"}),
+            "--lr-schedule must be constant, step, cosine or poly, not 'linear'");
   EXPECT_EQ(error_of({"--schedule", "zb"}), "--schedule must be gpipe or 1f1b, not 'zb'");
   EXPECT_EQ(error_of({"--allreduce-wire", "bf16"}), "--allreduce-wire bf16 needs --allreduce ring");
+}
+
+TEST(TrainOptionsParsing, ShardedStateAndLayerwiseOptimizersRefuseWhatTheyCannotDo) {
+  EXPECT_TRUE(parse({"--shard-state", "1", "--optimizer", "sgd"}));
+  EXPECT_NE(error_of({"--shard-state", "2"}).find("not built yet"), std::string::npos);
+  EXPECT_NE(error_of({"--shard-state", "1", "--strategy", "auto"}).find("--strategy manual"), std::string::npos);
+  EXPECT_NE(error_of({"--shard-state", "1", "--tensor-parallel", "2"}).find("without --tensor-parallel"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--shard-state", "1", "--optimizer", "lamb"}).find("needs whole layers"), std::string::npos);
+  EXPECT_NE(error_of({"--shard-state", "1", "--bucket-mb", "4"}).find("without --bucket-mb"), std::string::npos);
+  EXPECT_EQ(error_of({"--optimizer", "lars", "--tensor-parallel", "2"}),
+            "--optimizer lars needs whole layers on each rank: it goes without --tensor-parallel");
 }
 
 TEST(TrainOptionsParsing, AStrategyKeepsTheGridOptionsGivenAndRefusesACutOrSplit) {

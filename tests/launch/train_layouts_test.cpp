@@ -135,6 +135,54 @@ TEST_F(DdlTrain, CheckpointOfOneLayoutResumesInAnother) {
   EXPECT_EQ(params(straight + "/last.h5"), params(cut + "/last.h5"));
 }
 
+// "0.23 MB all-reduced/step" of the last epoch line.
+std::string reduced_per_step(const std::string& out) {
+  const auto end = out.rfind(" MB all-reduced/step");
+  if (end == std::string::npos) return "";
+  const auto begin = out.rfind(' ', end - 1);
+  return out.substr(begin + 1, end - begin - 1);
+}
+
+TEST_F(DdlTrain, ShardedOptimizerStateTrainsAsUnshardedAndItsCheckpointsResumeEitherWay) {
+  // ZeRO's stage 1: the ring's reduce-scatter leaves in each replica's shard the sums the ring's all-reduce
+  // gives there, so the parameters equal an unsharded run's bit for bit (--allreduce ring on both sides),
+  // for the same bytes a step; a pipeline's stages each shard their own state across their replicas. A
+  // checkpoint holds the shards in the single-rank format: written sharded, it resumes unsharded, and back.
+  struct Case {
+    std::string ranks, layout, optimizer;
+    bool through_checkpoints;
+  };
+  const Case cases[] = {{"2", "--batch-size 16", "--optimizer adam", true},
+                        {"4", "--batch-size 8", "--optimizer sgd --momentum 0.9 --lr 0.05", false},
+                        {"4", "--batch-size 16 --pipeline-stages 2 --micro-batches 2",
+                         "--optimizer sgd --momentum 0.9 --lr 0.05", false}};
+  for (const Case& c : cases) {
+    const std::string name = std::to_string(&c - &cases[0]);
+    const std::string train = kMpirun + " -np " + c.ranks + " " + kTrain;
+    auto args = [&](const std::string& more) {
+      return train_args(c.layout + " " + c.optimizer + " --allreduce ring --threads 1 --steps-per-epoch 3 " + more);
+    };
+    const std::string plain = scratch_ / ("plain" + name), sharded = scratch_ / ("sharded" + name);
+    const auto a = run(train + args("--epochs 2 --checkpoint-dir " + plain));
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    const auto b = run(train + args("--epochs 2 --shard-state 1 --checkpoint-dir " + sharded));
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    EXPECT_NE(b.out.find("its state sharded"), std::string::npos) << b.out;
+    EXPECT_EQ(params(plain + "/last.h5"), params(sharded + "/last.h5")) << c.ranks << " ranks, " << c.layout;
+    EXPECT_EQ(reduced_per_step(a.out), reduced_per_step(b.out)) << b.out;
+    if (!c.through_checkpoints) continue;
+    for (const std::string& first : {std::string("--shard-state 1"), std::string("--shard-state 0")}) {
+      const std::string dir = scratch_ / ("from " + first);
+      const std::string then = first == "--shard-state 1" ? "--shard-state 0" : "--shard-state 1";
+      ASSERT_EQ(run(train + args("--epochs 1 " + first + " --checkpoint-dir '" + dir + "'")).exit_code, 0);
+      const auto resumed = run(train + args("--epochs 2 --resume auto " + then + " --checkpoint-dir '" + dir + "'"));
+      ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+      EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+      EXPECT_EQ(params(plain + "/last.h5"), params(dir + "/last.h5")) << first << ", then " << then;
+    }
+  }
+}
+
 TEST_F(DdlTrain, CheckpointOfSplitLayersResumesInEveryLayout) {
   // Through split layers and back: T = 2, S = 2, D = 2, T = 2, one rank, an epoch each. The split layers'
   // slices and their momentum go into the single-rank file and are cut from it again. SGD with momentum:
