@@ -24,27 +24,21 @@ void MpiReplicaGroup::average(std::span<float> gradients) {
     stats_.wait_seconds += overlapped_->finish(gradients);
     return;
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  allreducer_.run(gradients, ReduceOp::average);
-  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  timed([&] { allreducer_.run(gradients, ReduceOp::average); });
 }
 
 void MpiReplicaGroup::reduce_scatter(std::span<float> gradients) {
   if (comm_.size() == 1) return;
   const auto wait = comm_.waiting("the gradient reduce-scatter");
-  stats_.bytes += static_cast<double>(gradients.size_bytes()) / 2;
-  const auto t0 = std::chrono::steady_clock::now();
-  allreducer_.reduce_scatter(gradients, ReduceOp::average);
-  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_.bytes += static_cast<double>(gradients.size_bytes()) / 2;  // half an all-reduce
+  timed([&] { allreducer_.reduce_scatter(gradients, ReduceOp::average); });
 }
 
 void MpiReplicaGroup::all_gather(std::span<float> values) {
   if (comm_.size() == 1) return;
   const auto wait = comm_.waiting("the parameter all-gather");
   stats_.bytes += static_cast<double>(values.size_bytes()) / 2;
-  const auto t0 = std::chrono::steady_clock::now();
-  allreducer_.all_gather(values);
-  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  timed([&] { allreducer_.all_gather(values); });
 }
 
 ReplicaGroup::CommStats MpiReplicaGroup::take_stats() { return std::exchange(stats_, {}); }

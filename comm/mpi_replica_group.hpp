@@ -2,6 +2,7 @@
 // in buckets overlapped with backward (bucket_bytes > 0) or in one piece after it (bucket_bytes = 0).
 #pragma once
 
+#include <chrono>
 #include <optional>
 
 #include "comm/allreduce.hpp"
@@ -29,6 +30,14 @@ class MpiReplicaGroup : public ReplicaGroup {
   void check_same(const std::string& what, std::uint64_t fingerprint) override;
 
  private:
+  // Runs a collective, adding its time to the stats' wait.
+  template <typename Collective>
+  void timed(Collective collective) {
+    const auto t0 = std::chrono::steady_clock::now();
+    collective();
+    stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
   const Communicator& comm_;
   Allreducer allreducer_;
   std::optional<GradientReducer> overlapped_;  // when bucketing

@@ -57,6 +57,7 @@ struct TrainOptions {
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::hierarchical;  // --allreduce ring | hier | mpi
   std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
+  int shard_state = 0;     // --shard-state: ZeRO's stage (0: none)
   bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
   std::string timeout = "auto";         // seconds one wait for other ranks may last (0: no limit), or auto
   std::optional<double> timeout_seconds;  // timeout, parsed; nullopt: auto (comm/wait_limits.hpp)
@@ -98,7 +99,6 @@ struct TrainOptions {
   // batch stand where a user would have given them.
   std::string describe(const Layout& layout) const;
   double bucket_bytes() const { return bucket_mb * (1 << 20); }
-  int shard_state = 0;  // --shard-state: ZeRO's stage (0: none)
   // LARS and LAMB: their trust ratios need each layer's whole weights on a rank.
   bool layerwise_optimizer() const { return optimizer == "lars" || optimizer == "lamb"; }
 };
