@@ -373,6 +373,8 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
     require(o.optimizer == "sgd" || o.optimizer == "adam",
             "--shard-state shards SGD's and Adam's state; --optimizer " + o.optimizer + " needs whole layers");
     require(o.bucket_mb == 0, "--shard-state reduce-scatters the gradients after backward: it goes without --bucket-mb");
+    // The all-gather carries parameters, which a bf16 wire would round.
+    require(o.allreduce_wire == "f32", "--shard-state all-gathers the parameters in f32: it goes without --allreduce-wire bf16");
   }
   require(o.normalize == "scale" || o.normalize == "meanstd" || o.normalize == "imagenet",
           "--normalize must be scale, meanstd or imagenet");

@@ -195,7 +195,11 @@ std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& 
   world_.allreduce_max(peak_mb);
   figures.peak_mb = peak_mb[0];
   job_.state.epochs_done = static_cast<std::uint64_t>(epoch + 1);
-  const bool best = figures.validated && figures.val.accuracy > job_.state.best_accuracy;
+  // Every rank must agree, as with sharded state every rank writes best.h5 in turn: one vote, not each
+  // rank's own comparison of a float.
+  double best_vote[1] = {figures.validated && figures.val.accuracy > job_.state.best_accuracy ? 1.0 : 0.0};
+  world_.allreduce_max(best_vote);
+  const bool best = best_vote[0] > 0;
   if (best) job_.state.best_accuracy = figures.val.accuracy;
   hang.set_phase("checkpoint");
   save_checkpoints(epoch, best);

@@ -60,6 +60,8 @@ TEST(TrainOptionsParsing, ShardedStateAndLayerwiseOptimizersRefuseWhatTheyCannot
             std::string::npos);
   EXPECT_NE(error_of({"--shard-state", "1", "--optimizer", "lamb"}).find("needs whole layers"), std::string::npos);
   EXPECT_NE(error_of({"--shard-state", "1", "--bucket-mb", "4"}).find("without --bucket-mb"), std::string::npos);
+  EXPECT_NE(error_of({"--shard-state", "1", "--allreduce", "ring", "--allreduce-wire", "bf16"}).find("in f32"),
+            std::string::npos);
   EXPECT_EQ(error_of({"--optimizer", "lars", "--tensor-parallel", "2"}),
             "--optimizer lars needs whole layers on each rank: it goes without --tensor-parallel");
 }

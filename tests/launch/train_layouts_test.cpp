@@ -169,6 +169,13 @@ TEST_F(DdlTrain, ShardedOptimizerStateTrainsAsUnshardedAndItsCheckpointsResumeEi
     ASSERT_EQ(b.exit_code, 0) << b.err;
     EXPECT_NE(b.out.find("its state sharded"), std::string::npos) << b.out;
     EXPECT_EQ(params(plain + "/last.h5"), params(sharded + "/last.h5")) << c.ranks << " ranks, " << c.layout;
+    // The shards written by every replica in turn make up the unsharded run's state.
+    const bool adam = c.optimizer.find("adam") != std::string::npos;
+    for (const std::string& state : adam ? std::vector<std::string>{"m", "v"} : std::vector<std::string>{"velocity"}) {
+      h5::Handle p = h5::open_file(plain + "/last.h5"), s = h5::open_file(sharded + "/last.h5");
+      EXPECT_EQ(h5::read_dataset<float>(p, "optimizer_state/" + state, plain),
+                h5::read_dataset<float>(s, "optimizer_state/" + state, sharded)) << state;
+    }
     EXPECT_EQ(reduced_per_step(a.out), reduced_per_step(b.out)) << b.out;
     if (!c.through_checkpoints) continue;
     for (const std::string& first : {std::string("--shard-state 1"), std::string("--shard-state 0")}) {
