@@ -28,7 +28,7 @@ DDL_VECTOR_CLONES void adam_update(std::size_t begin, std::size_t end, float* __
   }
 }
 
-constexpr std::size_t kChunk = 1 << 14;  // elements a call
+constexpr std::size_t kAdamChunk = 1 << 14;  // elements a call
 
 class Adam : public Optimizer {
  public:
@@ -57,8 +57,8 @@ class Adam : public Optimizer {
     const std::size_t n = params.size();
     // Memory-bound and element-wise: spread over the compute threads in chunks.
 #pragma omp parallel for schedule(static)
-    for (std::size_t begin = 0; begin < n; begin += kChunk)
-      adam_update(begin, std::min(n, begin + kChunk), params.data(), grads.data(), m_.data(), v_.data(), k);
+    for (std::size_t begin = 0; begin < n; begin += kAdamChunk)
+      adam_update(begin, std::min(n, begin + kAdamChunk), params.data(), grads.data(), m_.data(), v_.data(), k);
   }
 
   std::vector<StateView> state() override {

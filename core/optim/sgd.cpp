@@ -31,7 +31,7 @@ DDL_VECTOR_CLONES void sgd_update(std::size_t begin, std::size_t end, float* __r
   }
 }
 
-constexpr std::size_t kChunk = 1 << 14;  // elements a call
+constexpr std::size_t kSgdChunk = 1 << 14;  // elements a call
 
 class Sgd : public Optimizer {
  public:
@@ -52,8 +52,8 @@ class Sgd : public Optimizer {
     const SgdStep k{.lr = lr, .wd = opt_.weight_decay, .mu = opt_.momentum, .nesterov = opt_.nesterov};
     float* velocity = k.mu == 0 ? nullptr : velocity_.data();
 #pragma omp parallel for schedule(static)
-    for (std::size_t begin = 0; begin < n; begin += kChunk)
-      sgd_update(begin, std::min(n, begin + kChunk), params.data(), grads.data(), velocity, k);
+    for (std::size_t begin = 0; begin < n; begin += kSgdChunk)
+      sgd_update(begin, std::min(n, begin + kSgdChunk), params.data(), grads.data(), velocity, k);
   }
 
   std::vector<StateView> state() override {

@@ -31,7 +31,8 @@ if ! command -v clang++ > /dev/null ||
 fi
 
 start=$(date +%s)
-cmake -S "$root" -B "$build" -DDDL_FUZZ=ON -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Debug \
+# A unity build, as the sanitizers' (tests/sanitizers/run_sanitizers.sh says why).
+cmake -S "$root" -B "$build" -DDDL_FUZZ=ON -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_UNITY_BUILD=ON \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ > "$work/cmake.txt" || { cat "$work/cmake.txt"; exit 1; }
 # At most 2 jobs: clang with ASan takes about 1 GB a job, and the suite runs beside it.
 cmake --build "$build" -j"$(( $(nproc) < 2 ? $(nproc) : 2 ))" --target fuzz_targets > "$work/build.txt" 2>&1 ||
