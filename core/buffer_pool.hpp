@@ -40,6 +40,12 @@ class BufferPool {
   void give(AlignedBuffer<std::byte> buffer);
   // How many buffers the pool has allocated so far (an arena counts as one; a learned step allocates none).
   std::size_t allocations() const { return allocations_; }
+  // The bytes of the arena learned for a kind of step, about the most bytes alive at once in it (0 until
+  // the kind is learned).
+  std::size_t arena_bytes(int kind) const {
+    const auto k = kinds_.find(kind);
+    return k == kinds_.end() ? 0 : k->second.plan.arena_bytes;
+  }
 
  private:
   static constexpr std::size_t kNone = static_cast<std::size_t>(-1);

@@ -38,6 +38,7 @@ class Context {
 
   // The pool learns each kind of step's requests (BufferPool::begin_step): the trainer marks its steps.
   void begin_step(int kind) { pool_.begin_step(kind); }
+  std::size_t step_arena_bytes(int kind) const { return pool_.arena_bytes(kind); }
   // A tensor whose storage comes from the pool; give_back returns it (and leaves `t` empty).
   Tensor lease(const dnnl::memory::desc& md) { return Tensor(md, engine_, pool_.take(md.get_size())); }
   void give_back(Tensor& t) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/error.hpp"
 #include "core/initializer.hpp"
@@ -197,6 +198,7 @@ void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
                 std::to_string(num_classes_) + "]");
   setup_md_ = input_md;
   setup_mode_ = mode;
+  plan_segments(ctx);
 }
 
 const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
@@ -208,10 +210,17 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
     prof->resize(names);
   }
   const Tensor* x = &input;
+  const bool recompute = recompute_ && mode == Mode::train;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     auto t0 = Profiler::clock::now();
+    if (recompute && starts_segment(i) && recomputed(i)) keep_segment_start(ctx, i, *x);
     x = &layers_[i]->forward(ctx, *x);
-    if (i > 0) release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
+    if (i > 0 && recompute && recomputed(i - 1)) {
+      // A recomputed segment starts from its copy of this output; the last segment reads it in backward.
+      if (!starts_segment(i) || recomputed(i)) layers_[i - 1]->release_activations(ctx);
+    } else if (i > 0) {
+      release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
+    }
     if (prof) prof->add_forward(i, Profiler::clock::now() - t0);
     if (between_layers && mode == Mode::train) between_layers();
   }
@@ -223,6 +232,7 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
   const Tensor* g = &diff_output;
   for (std::size_t i = layers_.size(); i-- > 0;) {
     auto t0 = Profiler::clock::now();
+    if (recompute_ && recomputed(i) && starts_segment(i + 1)) recompute_segment(ctx, segment_of_[i]);
     const std::size_t begin = layer_param_begin_[i], end = layer_param_begin_[i + 1];
     // A layer that cannot add to its gradients overwrites them; what was there is kept and added back.
     Tensor kept;
@@ -231,6 +241,7 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
       std::copy(grads_view_.begin() + begin, grads_view_.begin() + end, kept.data());
     }
     g = &layers_[i]->backward(ctx, *g);
+    if (recompute_ && recomputed(i) && starts_segment(i)) ctx.give_back(segment_starts_[segment_of_[i]].input_copy);
     if (!kept.empty()) {
       for (std::size_t k = 0; k < end - begin; ++k) grads_view_[begin + k] += kept.data()[k];
       ctx.give_back(kept);
@@ -242,6 +253,78 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
   }
   if (is_first_stage()) release_input_gradient(ctx);
   return *g;
+}
+
+// About sqrt(layers) segments of about equal output bytes (Chen et al.'s choice): a CNN's first layers,
+// whose outputs are the largest, get shorter segments, so that no one segment's activations, alive in its
+// backward, hold most of the memory again.
+void Model::plan_segments(Context& ctx) {
+  for (SegmentStart& start : segment_starts_)
+    if (!start.input_copy.empty()) ctx.give_back(start.input_copy);
+  std::size_t segments = 1, total = 0;
+  while (segments * segments < layers_.size()) ++segments;
+  for (const auto& md : output_mds_) total += md.get_size();
+  segment_of_.assign(layers_.size(), 0);
+  std::size_t segment = 0, bytes = 0;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    segment_of_[i] = segment;
+    bytes += output_mds_[i].get_size();
+    if (bytes * segments >= total * (segment + 1) && segment + 1 < segments && i + 1 < layers_.size()) ++segment;
+  }
+  segment_starts_.resize(segment + 1);
+}
+
+std::size_t Model::segment_count() const { return segment_of_.empty() ? 0 : segment_of_.back() + 1; }
+
+bool Model::starts_segment(std::size_t i) const {
+  return i < segment_of_.size() && (i == 0 || segment_of_[i] != segment_of_[i - 1]);
+}
+
+bool Model::recomputed(std::size_t i) const { return segment_of_[i] + 1 < segment_count(); }
+
+// A later segment's input is copied, so that the layer before it, which made it, can give back all it
+// holds; the first segment's is the caller's, alive until backward.
+void Model::keep_segment_start(Context& ctx, std::size_t first, const Tensor& input) {
+  SegmentStart& start = segment_starts_[segment_of_[first]];
+  if (first == 0) {
+    start.input = &input;
+  } else {
+    if (start.input_copy.empty() || start.input_copy.desc() != input.desc()) {
+      if (!start.input_copy.empty()) ctx.give_back(start.input_copy);
+      start.input_copy = ctx.lease(input.desc());
+    }
+    std::memcpy(start.input_copy.data(), input.data(), input.bytes());
+    start.input = &start.input_copy;
+  }
+  start.floats.clear();
+  start.words.clear();
+  for (std::size_t i = first; i < layers_.size() && segment_of_[i] == segment_of_[first]; ++i)
+    for (const StateView& v : layers_[i]->state()) {
+      start.floats.emplace_back(v.floats.begin(), v.floats.end());
+      start.words.emplace_back(v.words.begin(), v.words.end());
+    }
+}
+
+// The segment's layers run their forward again on the input kept, with their state as it was before the
+// first: so their outputs and what their backwards read are the first forward's, bit for bit, and their
+// state ends as the first forward left it.
+void Model::recompute_segment(Context& ctx, std::size_t segment) {
+  const SegmentStart& start = segment_starts_.at(segment);
+  if (!start.input) throw Error("model " + name_ + ": backward of a recomputed segment without its forward");
+  const std::size_t first =
+      static_cast<std::size_t>(std::find(segment_of_.begin(), segment_of_.end(), segment) - segment_of_.begin());
+  std::size_t n = 0, end = first;
+  for (; end < layers_.size() && segment_of_[end] == segment; ++end)
+    for (const StateView& v : layers_[end]->state()) {
+      std::copy(start.floats[n].begin(), start.floats[n].end(), v.floats.begin());
+      std::copy(start.words[n].begin(), start.words[n].end(), v.words.begin());
+      ++n;
+    }
+  const Tensor* x = start.input;
+  for (std::size_t i = first; i < end; ++i) {
+    x = &layers_[i]->forward(ctx, *x);
+    if (i > first) release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
+  }
 }
 
 void Model::release_input_gradient(Context& ctx) {

@@ -78,6 +78,15 @@ class Model {
   std::function<void(std::size_t offset, std::size_t count)> on_gradients_ready;
   // Called after every layer of a training forward and backward: a pipeline's messages in flight move on.
   std::function<void()> between_layers;
+  // Activation recomputation (Chen et al., 2016, "Training Deep Nets with Sublinear Memory Cost"): the
+  // layers form about sqrt(layers) segments of about equal output bytes; a training forward keeps only each
+  // segment's input, and backward runs the segment's forward again before its backward. The last segment
+  // keeps its activations, as backward needs them first. The gradients are the same bits: the forward is
+  // the same, and each segment's layer state (BatchNorm's running statistics, dropout's generators) is set
+  // back before it runs again.
+  void recompute_activations(bool on) { recompute_ = on; }
+  // The segments of the current set-up (0 before the first forward).
+  std::size_t segment_count() const;
 
   const std::string& name() const { return name_; }
   const dims_t& input_shape() const { return input_shape_; }
@@ -121,6 +130,12 @@ class Model {
  private:
   void setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode);
   const std::vector<float>* starting_value(const std::string& name) const;  // null where none was given
+  void plan_segments(Context& ctx);
+  bool starts_segment(std::size_t i) const;  // i == num_layers() is the end, not a start
+  // Whether layer i lies in a segment whose activations are dropped and recomputed (all but the last).
+  bool recomputed(std::size_t i) const;
+  void keep_segment_start(Context& ctx, std::size_t first, const Tensor& input);
+  void recompute_segment(Context& ctx, std::size_t segment);
 
   std::string name_;
   dims_t input_shape_;
@@ -140,6 +155,16 @@ class Model {
   Profiler* profiler_ = nullptr;
   bool accumulate_ = false;
   std::shared_ptr<const StartingValues> starting_values_;
+  bool recompute_ = false;
+  // What a recomputed segment's forward starts from: its input, and its layers' state as it was.
+  struct SegmentStart {
+    const Tensor* input = nullptr;
+    Tensor input_copy;  // leased from the forward that makes it to the segment's backward
+    std::vector<std::vector<float>> floats;
+    std::vector<std::vector<std::uint64_t>> words;
+  };
+  std::vector<SegmentStart> segment_starts_;
+  std::vector<std::size_t> segment_of_;  // each layer's segment
 };
 
 }  // namespace ddl

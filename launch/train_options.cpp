@@ -184,6 +184,9 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "0 | 1: ZeRO's stage 1, each data-parallel replica keeps the optimizer's state (momentum, Adam's moments) "
       "for 1/replicas of the parameters; the gradients are reduce-scattered and the parameters all-gathered on "
       "the ring, the all-reduce's bytes and sums")(
+      "recompute", po::bool_switch(&o.recompute),
+      "keep only the input of each segment of about sqrt(layers) layers in forward and run the segment's forward "
+      "again before its backward: less activation memory for about a third more compute, the same bits")(
       "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)")(
       "timeout", po::value(&o.timeout)->default_value(o.timeout),
       "seconds a rank may wait for others in one collective or message before it names them and stops the job "
@@ -376,6 +379,11 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
     // The all-gather carries parameters, which a bf16 wire would round.
     require(o.allreduce_wire == "f32", "--shard-state all-gathers the parameters in f32: it goes without --allreduce-wire bf16");
   }
+  if (o.recompute) {
+    require(o.strategy == "manual", "--recompute goes with --strategy manual: the planner does not weigh it yet");
+    // A split layer's forward talks to its group: run again, it would repeat that traffic, which is untested.
+    require(o.tensor_parallel == 1, "--recompute goes without --tensor-parallel");
+  }
   require(o.normalize == "scale" || o.normalize == "meanstd" || o.normalize == "imagenet",
           "--normalize must be scale, meanstd or imagenet");
   require(o.image_size >= 0 && o.patch_size >= 0 && o.depth >= 0 && o.width >= 0 && o.heads >= 0,
@@ -430,7 +438,7 @@ std::string TrainOptions::describe() const {
     << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
     << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr
     << "\nlr-schedule = " << option_word(lr_policy) << "\nwarmup-epochs = " << warmup_epochs
-    << "\nshard-state = " << shard_state << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nlr-power = " << lr_power
+    << "\nshard-state = " << shard_state << "\nrecompute = " << recompute << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nlr-power = " << lr_power
     << "\nmomentum = " << momentum << "\nlars-trust = " << lars_trust
     << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
     << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed

@@ -58,6 +58,7 @@ struct TrainOptions {
   std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
   int shard_state = 0;     // --shard-state: ZeRO's stage (0: none)
+  bool recompute = false;  // --recompute: activations dropped in forward, computed again in backward
   bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
   std::string timeout = "auto";         // seconds one wait for other ranks may last (0: no limit), or auto
   std::optional<double> timeout_seconds;  // timeout, parsed; nullopt: auto (comm/wait_limits.hpp)

@@ -176,6 +176,10 @@ class Layer {
   virtual bool backward_reads_output() const { return true; }
   virtual bool backward_reads_input() const { return true; }
   virtual void release_output(Context& ctx) { output_.give_back(ctx); }
+  // Gives back what forward leased and backward would read, the output and a block's inner outputs: a
+  // model that recomputes activations (Model::recompute_segments) calls it inside a segment and runs the
+  // forward again before backward. Tensors a layer owns (attention's scores) stay.
+  virtual void release_activations(Context& ctx) { release_output(ctx); }
 
   // Whether this layer's output is a fused ReLU's (a convolution's post-op), and whether this layer can
   // apply that ReLU's backward for the layer before it (a max-pool): see move_relu_backward_into_pools.

@@ -37,6 +37,11 @@ class Residual : public Layer {
     else
       output_.give_back(ctx);
   }
+  void release_activations(Context& ctx) override {
+    body_.release_activations(ctx);
+    shortcut_.release_activations(ctx);
+    output_.give_back(ctx);
+  }
 
  private:
   bool identity() const { return shortcut_.empty(); }

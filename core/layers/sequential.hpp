@@ -44,6 +44,9 @@ class Sequential : public Layer {
   void release_output(Context& ctx) override {
     if (!layers_.empty()) layers_.back()->release_output(ctx);
   }
+  void release_activations(Context& ctx) override {
+    for (auto& l : layers_) l->release_activations(ctx);
+  }
 
  private:
   std::string name_;

@@ -19,6 +19,7 @@ std::string Layout::describe() const {
   }
   s << ", batch " << batch;
   if (shards_optimizer_state()) s << ", optimizer state sharded";
+  if (recompute) s << ", activations recomputed";
   return s.str();
 }
 

@@ -37,6 +37,8 @@ struct Layout {
   double bucket_bytes = 0;
   // ZeRO's stage across each stage's replicas (0: none; 1: the optimizer's state sharded).
   int shard_state = 0;
+  // Activations dropped in forward and computed again in backward (Model::recompute_activations).
+  bool recompute = false;
 
   int ranks() const { return replicas * stages * tensor; }
   GridPosition position(int rank) const { return {rank / (stages * tensor), rank / tensor % stages, rank % tensor}; }

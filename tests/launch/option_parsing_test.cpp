@@ -62,6 +62,9 @@ TEST(TrainOptionsParsing, ShardedStateAndLayerwiseOptimizersRefuseWhatTheyCannot
   EXPECT_NE(error_of({"--shard-state", "1", "--bucket-mb", "4"}).find("without --bucket-mb"), std::string::npos);
   EXPECT_NE(error_of({"--shard-state", "1", "--allreduce", "ring", "--allreduce-wire", "bf16"}).find("in f32"),
             std::string::npos);
+  EXPECT_TRUE(parse({"--recompute"})->recompute);
+  EXPECT_NE(error_of({"--recompute", "--strategy", "auto"}).find("--strategy manual"), std::string::npos);
+  EXPECT_NE(error_of({"--recompute", "--tensor-parallel", "2"}).find("without --tensor-parallel"), std::string::npos);
   EXPECT_EQ(error_of({"--optimizer", "lars", "--tensor-parallel", "2"}),
             "--optimizer lars needs whole layers on each rank: it goes without --tensor-parallel");
 }

@@ -190,6 +190,26 @@ TEST_F(DdlTrain, ShardedOptimizerStateTrainsAsUnshardedAndItsCheckpointsResumeEi
   }
 }
 
+TEST_F(DdlTrain, RecomputedActivationsTrainAsStoredOnes) {
+  // The forward run again before backward is the first forward bit for bit, with BatchNorm (seed_cnn_bn)
+  // and dropout (vit_tiny), on replicas and in a pipeline's stages with micro-batches in flight.
+  const std::string cases[] = {
+      "-np 2 " + kTrain + " --model seed_cnn_bn --batch-size 8",
+      "-np 2 " + kTrain + " --model vit_tiny --depth 3 --width 48 --heads 3 --dropout 0.1 --batch-size 8 "
+                          "--pipeline-stages 2 --micro-batches 2"};
+  for (const std::string& c : cases) {
+    const std::string name = std::to_string(&c - &cases[0]);
+    const std::string stored = scratch_ / ("stored" + name), recomputed = scratch_ / ("recomputed" + name);
+    const std::string args = "--optimizer sgd --momentum 0.9 --lr 0.05 --threads 1 --steps-per-epoch 3 --epochs 1 ";
+    const auto a = run(kMpirun + " " + c + train_args(args + "--checkpoint-dir " + stored));
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    const auto b = run(kMpirun + " " + c + train_args(args + "--recompute --checkpoint-dir " + recomputed));
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    EXPECT_NE(b.out.find("activations recomputed"), std::string::npos) << b.out;
+    EXPECT_EQ(params(stored + "/last.h5"), params(recomputed + "/last.h5")) << c;
+  }
+}
+
 TEST_F(DdlTrain, CheckpointOfSplitLayersResumesInEveryLayout) {
   // Through split layers and back: T = 2, S = 2, D = 2, T = 2, one rank, an epoch each. The split layers'
   // slices and their momentum go into the single-rank file and are cut from it again. SGD with momentum:
