@@ -217,7 +217,10 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
     x = &layers_[i]->forward(ctx, *x);
     if (i > 0 && recompute && recomputed(i - 1)) {
       // A recomputed segment starts from its copy of this output; the last segment reads it in backward.
-      if (!starts_segment(i) || recomputed(i)) layers_[i - 1]->release_activations(ctx);
+      if (!starts_segment(i) || recomputed(i))
+        layers_[i - 1]->release_activations(ctx);
+      else
+        release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
     } else if (i > 0) {
       release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
     }
@@ -261,6 +264,7 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
 void Model::plan_segments(Context& ctx) {
   for (SegmentStart& start : segment_starts_)
     if (!start.input_copy.empty()) ctx.give_back(start.input_copy);
+  segment_starts_.clear();  // no input kept from the last set-up's forward
   std::size_t segments = 1, total = 0;
   while (segments * segments < layers_.size()) ++segments;
   for (const auto& md : output_mds_) total += md.get_size();
@@ -324,6 +328,7 @@ void Model::recompute_segment(Context& ctx, std::size_t segment) {
   for (std::size_t i = first; i < end; ++i) {
     x = &layers_[i]->forward(ctx, *x);
     if (i > first) release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
+    if (between_layers) between_layers();
   }
 }
 

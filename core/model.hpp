@@ -65,7 +65,8 @@ class Model {
   using StartingValues = std::map<std::string, std::vector<float>>;
   void set_starting_values(std::shared_ptr<const StartingValues> values) { starting_values_ = std::move(values); }
 
-  // input: a batch of images, or for a later pipeline stage the previous stage's output.
+  // input: a batch of images, or for a later pipeline stage the previous stage's output; with recomputation
+  // it must stay alive and unchanged until backward.
   const Tensor& forward(Context& ctx, const Tensor& input, Mode mode);
   // Runs every layer's backward from the last; after layer i, calls on_gradients_ready with the range of
   // the flat gradient buffer that is now complete (a data-parallel reducer can start on it). diff_output

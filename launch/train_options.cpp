@@ -377,7 +377,8 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
             "--shard-state shards SGD's and Adam's state; --optimizer " + o.optimizer + " needs whole layers");
     require(o.bucket_mb == 0, "--shard-state reduce-scatters the gradients after backward: it goes without --bucket-mb");
     // The all-gather carries parameters, which a bf16 wire would round.
-    require(o.allreduce_wire == "f32", "--shard-state all-gathers the parameters in f32: it goes without --allreduce-wire bf16");
+    require(o.allreduce_wire == "f32",
+            "--shard-state all-gathers the parameters in f32: it goes without --allreduce-wire bf16");
   }
   if (o.recompute) {
     require(o.strategy == "manual", "--recompute goes with --strategy manual: the planner does not weigh it yet");

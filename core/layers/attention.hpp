@@ -26,6 +26,11 @@ class ScaledDotProductAttention : public Layer {
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override { return dropout_.state(); }
+  // The dropped-out scores are leased (the scores themselves are owned, and stay).
+  void release_activations(Context& ctx) override {
+    Layer::release_activations(ctx);
+    dropout_.release_activations(ctx);
+  }
   // It takes and gives bf16 between two linear layers that compute in bf16.
   bool takes_bf16() const override { return output_type_ == dt::bf16; }
 

@@ -22,6 +22,10 @@ class Concat : public Layer {
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override;
+  void release_activations(Context& ctx) override {
+    Layer::release_activations(ctx);
+    for (auto& branch : branches_) branch.release_activations(ctx);
+  }
 
  private:
   std::string name_;

@@ -28,6 +28,10 @@ class Gate : public Layer {
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override;
   bool backward_reads_output() const override { return false; }
+  void release_activations(Context& ctx) override {
+    Layer::release_activations(ctx);
+    path_.release_activations(ctx);
+  }
 
  private:
   std::string name_;

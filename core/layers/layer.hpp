@@ -177,7 +177,7 @@ class Layer {
   virtual bool backward_reads_input() const { return true; }
   virtual void release_output(Context& ctx) { output_.give_back(ctx); }
   // Gives back what forward leased and backward would read, the output and a block's inner outputs: a
-  // model that recomputes activations (Model::recompute_segments) calls it inside a segment and runs the
+  // model that recomputes activations (Model::recompute_activations) calls it inside a segment and runs the
   // forward again before backward. Tensors a layer owns (attention's scores) stay.
   virtual void release_activations(Context& ctx) { release_output(ctx); }
 

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <stdexcept>
 
 #include "core/error.hpp"
 #include "core/layers/param_slice.hpp"
@@ -177,7 +176,7 @@ std::vector<char> pack_for_next_layout(const Job& job, Session& session) {
   job.world.hang_detector()->set_phase("moving to another layout");
   // Only the first replica writes the image, which holds a sharded optimizer's state in part.
   if (session.optimizer->sharded())
-    throw std::logic_error("a layout with sharded optimizer state cannot move to another (the planner never picks it)");
+    throw Error("a layout with sharded optimizer state cannot move to another (the planner never picks it)");
   std::vector<char> image;
   const GridPosition& p = session.position();
   if (p.replica == 0) {
