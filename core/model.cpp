@@ -215,15 +215,12 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
     auto t0 = Profiler::clock::now();
     if (recompute && starts_segment(i) && recomputed(i)) keep_segment_start(ctx, i, *x);
     x = &layers_[i]->forward(ctx, *x);
-    if (i > 0 && recompute && recomputed(i - 1)) {
-      // A recomputed segment starts from its copy of this output; the last segment reads it in backward.
-      if (!starts_segment(i) || recomputed(i))
-        layers_[i - 1]->release_activations(ctx);
-      else
-        release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
-    } else if (i > 0) {
+    // Within the recomputed segments all goes back: the next one starts from its copy of this output. The
+    // last segment reads its input in backward.
+    if (i > 0 && recompute && recomputed(i))
+      layers_[i - 1]->release_activations(ctx);
+    else if (i > 0)
       release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
-    }
     if (prof) prof->add_forward(i, Profiler::clock::now() - t0);
     if (between_layers && mode == Mode::train) between_layers();
   }

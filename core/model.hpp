@@ -86,8 +86,6 @@ class Model {
   // the same, and each segment's layer state (BatchNorm's running statistics, dropout's generators) is set
   // back before it runs again.
   void recompute_activations(bool on) { recompute_ = on; }
-  // The segments of the current set-up (0 before the first forward).
-  std::size_t segment_count() const;
 
   const std::string& name() const { return name_; }
   const dims_t& input_shape() const { return input_shape_; }
@@ -132,6 +130,7 @@ class Model {
   void setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode);
   const std::vector<float>* starting_value(const std::string& name) const;  // null where none was given
   void plan_segments(Context& ctx);
+  std::size_t segment_count() const;  // of the current set-up (0 before the first forward)
   bool starts_segment(std::size_t i) const;  // i == num_layers() is the end, not a start
   // Whether layer i lies in a segment whose activations are dropped and recomputed (all but the last).
   bool recomputed(std::size_t i) const;

@@ -185,8 +185,9 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "for 1/replicas of the parameters; the gradients are reduce-scattered and the parameters all-gathered on "
       "the ring, the all-reduce's bytes and sums")(
       "recompute", po::bool_switch(&o.recompute),
-      "keep only the input of each segment of about sqrt(layers) layers in forward and run the segment's forward "
-      "again before its backward: less activation memory for about a third more compute, the same bits")(
+      "keep only the input of each of about sqrt(layers) segments in forward and run the segment's forward again "
+      "before its backward: less activation memory for a second forward of all but the last segment, the same "
+      "bits")(
       "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)")(
       "timeout", po::value(&o.timeout)->default_value(o.timeout),
       "seconds a rank may wait for others in one collective or message before it names them and stops the job "
