@@ -46,6 +46,11 @@ void HangDetector::step_done() {
   last_step_ = now;
 }
 
+void HangDetector::starting_again() {
+  std::lock_guard lock(mutex_);
+  limits_.starting();
+}
+
 void HangDetector::watch() {
   std::unique_lock lock(mutex_);
   const auto tick = std::chrono::milliseconds(100);

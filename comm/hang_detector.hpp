@@ -58,6 +58,8 @@ class HangDetector {
   void set_phase(const std::string& phase);
   // Called after every training step: the time since the previous call is one step's.
   void step_done();
+  // The job moves to another layout: its set-up and first step are start-up again (WaitLimits).
+  void starting_again();
 
  private:
   void end(std::uint64_t id);

@@ -10,7 +10,7 @@ void WaitLimits::record(Seen& seen, double seconds) {
 }
 
 double WaitLimits::limit(const std::string& kind) const {
-  if (fixed_) return *fixed_;
+  if (fixed_) return starting_ && *fixed_ > 0 ? std::max(*fixed_, kStartupSeconds) : *fixed_;
   const auto it = waits_.find(kind);
   if (it == waits_.end() || it->second.count <= kLearningWaits || steps_.count <= kLearningWaits)
     return kStartupSeconds;
@@ -19,7 +19,9 @@ double WaitLimits::limit(const std::string& kind) const {
 
 std::string WaitLimits::explain(const std::string& kind) const {
   char text[160];
-  if (fixed_)
+  if (fixed_ && limit(kind) != *fixed_)
+    std::snprintf(text, sizeof text, "--timeout %g, but %.0f s while the job starts", *fixed_, kStartupSeconds);
+  else if (fixed_)
     std::snprintf(text, sizeof text, "--timeout %g", *fixed_);
   else if (limit(kind) == kStartupSeconds)
     std::snprintf(text, sizeof text, "--timeout auto: %.0f s while the job starts", kStartupSeconds);
@@ -34,6 +36,7 @@ void WaitLimits::waited(const std::string& kind, double seconds) {
 }
 
 void WaitLimits::step_took(double seconds) {
+  starting_ = false;
   if (!fixed_) record(steps_, seconds);
 }
 

@@ -9,6 +9,11 @@
 // a floor, `kFactor` x the slowest completed wait of that kind, and `kFactor` x the slowest training step
 // after the first ones. A stopped peer is then named within the floor on a job of fast steps, while a job
 // whose steps take 20 s gets at least 200 s.
+//
+// Fixed: every wait gets --timeout, but for those while the job starts (set-up, measuring a pipeline's
+// stages, building the first step's primitives; the same again after a move to another layout), which get
+// at least the start-up limit: a short fixed limit, meant for a job's steady steps, once stopped jobs
+// whose ranks were still at work there.
 #pragma once
 
 #include <map>
@@ -32,7 +37,10 @@ class WaitLimits {
   // How the limit of `kind` was set, for the message that stops the job ("--timeout 5", ...).
   std::string explain(const std::string& kind) const;
   void waited(const std::string& kind, double seconds);
+  // A training step ended: the job has started.
   void step_took(double seconds);
+  // The job starts again (a move to another layout): until the next step, waits get the start-up limit.
+  void starting() { starting_ = true; }
 
  private:
   struct Seen {
@@ -43,6 +51,7 @@ class WaitLimits {
   static void record(Seen& seen, double seconds);
 
   std::optional<double> fixed_;
+  bool starting_ = true;
   std::map<std::string, Seen> waits_;
   Seen steps_;
 };

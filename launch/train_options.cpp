@@ -39,6 +39,31 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw InputError(message);
 }
 
+// --checkpoint-every: "30min", "90s", "2h", "500steps" or "epoch".
+void parse_checkpoint_every(const std::string& text, TrainOptions& o) {
+  if (text == "epoch") return;
+  const std::string wrong =
+      "--checkpoint-every takes a time (30min, 90s, 2h), a step count (500steps) or epoch, not '" + text + "'";
+  double value = 0;
+  std::size_t used = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    throw InputError(wrong);
+  }
+  require(value > 0 && value <= 1e9, wrong);
+  const std::string unit = text.substr(used);
+  if (unit == "steps") {
+    require(value == std::floor(value), wrong);
+    o.checkpoint_every_steps = static_cast<std::uint64_t>(value);
+  } else {
+    static const std::map<std::string, double> seconds = {{"s", 1.0}, {"min", 60.0}, {"h", 3600.0}};
+    const auto it = seconds.find(unit);
+    require(it != seconds.end(), wrong);
+    o.checkpoint_every_seconds = value * it->second;
+  }
+}
+
 // A key given twice in a config file is a mistake either way round: say so rather than pick one.
 void refuse_repeated_keys(const std::string& text, const std::string& path) {
   std::map<std::string, int> first_line;
@@ -94,6 +119,7 @@ const char* word_of(Enum value, const Word<Enum> (&words)[N]) {
 // converted once the command line and --config are both read.
 struct OptionTexts {
   std::string config, mean, stddev, partition, plan_for, link_within, link_between, replan_every = "epoch";
+  std::string checkpoint_every = "30min";
   std::string allreduce, lr_schedule, schedule;  // their defaults: the words of TrainOptions' enums
 };
 
@@ -252,9 +278,12 @@ po::options_description planner_options(TrainOptions& o, OptionTexts& t) {
   return planner;
 }
 
-po::options_description output_options(TrainOptions& o) {
+po::options_description output_options(TrainOptions& o, OptionTexts& t) {
   po::options_description output("Output");
   output.add_options()("checkpoint-dir", po::value(&o.checkpoint_dir), "write last.h5 and best.h5 here each epoch")(
+      "checkpoint-every", po::value(&t.checkpoint_every)->default_value(t.checkpoint_every),
+      "also write last.h5 within an epoch, this often: a time (30min, 90s, 2h), a step count (500steps), or "
+      "epoch (only at epochs' ends); --resume continues from the step after it")(
       "resume", po::value(&o.resume), "continue from this checkpoint, or 'auto' for <checkpoint-dir>/last.h5")(
       "init", po::value(&o.init),
       "start from the weights of this checkpoint (ddl_train's, or launch/import_torch.py's), not its optimizer "
@@ -346,6 +375,7 @@ void convert_texts(TrainOptions& o, const OptionTexts& t, const po::variables_ma
             "--replan-every takes a step count of at least 1, epoch or never, not '" + t.replan_every + "'");
     o.replan_every = static_cast<int>(steps[0]);
   }
+  parse_checkpoint_every(t.checkpoint_every, o);
 }
 
 // The values' ranges and the words they may be; the enums' words parsed.
@@ -509,7 +539,7 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
       .add(pipeline_options(o, t))
       .add(split_options(o))
       .add(planner_options(o, t))
-      .add(output_options(o));
+      .add(output_options(o, t));
   po::variables_map vm;
   if (!read_options(argc, argv, all, vm)) return std::nullopt;
   convert_texts(o, t, vm);

@@ -86,6 +86,9 @@ struct TrainOptions {
   static constexpr int kReplanEachEpoch = 0, kNeverReplan = -1;
   // output
   std::string checkpoint_dir;
+  // --checkpoint-every: last.h5 also between an epoch's steps, by time or by steps (0: not by that).
+  double checkpoint_every_seconds = 0;
+  std::uint64_t checkpoint_every_steps = 0;
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5
   std::string init;    // a checkpoint whose weights a fresh run starts from
   std::string metrics_path;

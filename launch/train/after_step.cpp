@@ -49,7 +49,7 @@ void check_replicas(const Job& job, Session& session, const std::string& when, b
 }
 
 AfterStep::AfterStep(Job& job, Session& session, const Profiler& profiler, const std::atomic<int>& stop_signal)
-    : job_(job), session_(session), profiler_(profiler), stop_signal_(stop_signal), stop_vote_(job.world) {}
+    : job_(job), session_(session), profiler_(profiler), stop_signal_(stop_signal), vote_(job.world) {}
 
 bool AfterStep::operator()(bool last_of_run) {
   job_.world.hang_detector()->step_done();
@@ -66,13 +66,31 @@ bool AfterStep::operator()(bool last_of_run) {
       replanner->step_took(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count());
     first_step_of_layout_ = false;
   }
-  const bool stop = stop_vote_.step(stop_signal_.load() != 0);
+  const TrainOptions& o = job_.options;
+  const bool checkpoints = !o.checkpoint_dir.empty();
+  ++steps_since_checkpoint_;
+  StepAsks asks{.stop = stop_signal_.load() != 0};
+  if (checkpoints && o.checkpoint_every_seconds > 0 && job_.world.rank() == 0 && !asked_for_checkpoint_) {
+    const std::chrono::duration<double> since = std::chrono::steady_clock::now() - last_checkpoint_;
+    asks.checkpoint = asked_for_checkpoint_ = since.count() >= o.checkpoint_every_seconds;
+  }
+  const StepAsks agreed = vote_.step(asks);
+  const bool stop = agreed.stop;
+  checkpoint_due_ = checkpoints && (agreed.checkpoint || (o.checkpoint_every_steps > 0 &&
+                                                          steps_since_checkpoint_ >= o.checkpoint_every_steps));
   if (!stop && !last_of_run && replanner && replanner->due(step)) consider_replan();
   step_began_ = std::chrono::steady_clock::now();
   return stop || next_.has_value();
 }
 
-bool AfterStep::stop_at_epoch_end() { return job_.world.any(stop_vote_.finish() || stop_signal_.load() != 0); }
+// A checkpoint asked for in the epoch's last step is the epoch's own.
+bool AfterStep::stop_at_epoch_end() { return job_.world.any(vote_.finish().stop || stop_signal_.load() != 0); }
+
+void AfterStep::checkpoint_written() {
+  last_checkpoint_ = std::chrono::steady_clock::now();
+  steps_since_checkpoint_ = 0;
+  asked_for_checkpoint_ = checkpoint_due_ = false;
+}
 
 void AfterStep::consider_replan() {
   HangDetector& hang = *job_.world.hang_detector();

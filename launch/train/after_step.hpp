@@ -1,6 +1,7 @@
 // What runs on every rank after each training step: the step counted for the hang detector, the replica
 // check (--check-replicas), the re-planner's timing and its decision (--replan-every), and the vote on a
-// stop signal, which every rank must take at the same step.
+// stop signal and on a checkpoint by time (--checkpoint-every), which every rank must act on at the same
+// step.
 #pragma once
 
 #include <atomic>
@@ -8,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "comm/stop_vote.hpp"
+#include "comm/step_vote.hpp"
 #include "core/profiler.hpp"
 #include "launch/replanner.hpp"
 #include "launch/test_hooks.hpp"
@@ -23,14 +24,19 @@ void check_replicas(const Job& job, Session& session, const std::string& when, b
 
 class AfterStep {
  public:
-  // Collective over the job's ranks (the stop vote's communicator).
+  // Collective over the job's ranks (the step vote's communicator).
   AfterStep(Job& job, Session& session, const Profiler& profiler, const std::atomic<int>& stop_signal);
 
   // After a step; last_of_run: nothing is left to move to another layout. True ends the epoch here, on
   // every rank alike: a stop signal, or a re-plan's move (next()).
   bool operator()(bool last_of_run);
-  // Before an epoch's first step: where the re-planner's timing of that step starts.
-  void epoch_begins() { step_began_ = std::chrono::steady_clock::now(); }
+  // Where the re-planner's timing of the next step starts: before an epoch's first step, and after a
+  // checkpoint written between steps.
+  void timing_resumes() { step_began_ = std::chrono::steady_clock::now(); }
+  // Whether --checkpoint-every asks for a checkpoint after this step, on every rank alike.
+  bool checkpoint_due() const { return checkpoint_due_; }
+  // A checkpoint was written (between steps or at an epoch's end): --checkpoint-every counts from here.
+  void checkpoint_written();
   // At an epoch's end: whether some rank was signalled to stop (late in the epoch, or in its last step).
   bool stop_at_epoch_end();
   // Collective over every rank, at a step boundary: a re-plan, whose move next() holds.
@@ -43,12 +49,17 @@ class AfterStep {
   Session& session_;
   const Profiler& profiler_;
   const std::atomic<int>& stop_signal_;
-  StopVote stop_vote_;
+  StepVote vote_;
   std::optional<Switch> next_;
   const ReplicaPerturbation perturbation_ = ReplicaPerturbation::from_environment();
   // A re-planning run times its steps; the first one of a layout builds its primitives and is left out.
   std::chrono::steady_clock::time_point step_began_;
   bool first_step_of_layout_ = true;
+  // --checkpoint-every: a time is judged by world rank 0's clock alone, which asks once through the vote
+  // (each rank's own clock would ask again at the step after another's ask); a step count needs no vote.
+  std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
+  std::uint64_t steps_since_checkpoint_ = 0;
+  bool asked_for_checkpoint_ = false, checkpoint_due_ = false;
 };
 
 }  // namespace ddl

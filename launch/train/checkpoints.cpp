@@ -174,6 +174,7 @@ bool initialize(Job& job, Session& session) {
 // handed to every rank.
 std::vector<char> pack_for_next_layout(const Job& job, Session& session) {
   job.world.hang_detector()->set_phase("moving to another layout");
+  job.world.hang_detector()->starting_again();
   // Only the first replica writes the image, which holds a sharded optimizer's state in part.
   if (session.optimizer->sharded())
     throw Error("a layout with sharded optimizer state cannot move to another (the planner never picks it)");

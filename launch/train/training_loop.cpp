@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -52,7 +53,10 @@ class TrainingLoop {
   // Validation, the epoch's figures, checkpoints and report; a value when the session ends there.
   std::optional<SessionEnd> end_epoch(int epoch, const PassMetrics& tr);
   EpochFigures reduce_figures(int epoch, const PassMetrics& tr);
-  void save_checkpoints(int epoch, bool best);
+  // last.h5, and best.h5 when `best`, every rank waiting for the writers; `when` for the replica check.
+  void save_checkpoints(const std::string& when, bool best);
+  // --checkpoint-every: last.h5 between two steps of an epoch, from which --resume continues exactly.
+  void save_midway(int epoch, std::size_t step, std::size_t steps);
   SessionEnd move_to_next_layout();
   SessionEnd stop_midway(const PassMetrics& tr, int epoch, std::size_t steps);
   SessionEnd finish(int code);
@@ -162,9 +166,13 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
   std::size_t step_in_epoch = first_step;
   EpochHooks hooks;
   if (bar_) hooks.progress = [&](const StepProgress& p) { progress.update(p); };
-  hooks.after_step = [&] { return (*after_step_)(++step_in_epoch == steps && epoch + 1 == o_.epochs); };
+  hooks.after_step = [&] {
+    const bool end = (*after_step_)(++step_in_epoch == steps && epoch + 1 == o_.epochs);
+    if (!end && step_in_epoch < steps && after_step_->checkpoint_due()) save_midway(epoch, step_in_epoch, steps);
+    return end;
+  };
   world_.hang_detector()->set_phase("training");
-  after_step_->epoch_begins();
+  after_step_->timing_resumes();
   tr = trainer_->train_epoch(loader, epoch, steps, first_step, hooks);
   if (bar_) progress.finish();
   // A signal that came late in the epoch (or during the last step) stops the run at the epoch's end.
@@ -202,7 +210,7 @@ std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& 
   const bool best = best_vote[0] > 0;
   if (best) job_.state.best_accuracy = figures.val.accuracy;
   hang.set_phase("checkpoint");
-  save_checkpoints(epoch, best);
+  save_checkpoints("by the end of epoch " + std::to_string(epoch + 1), best);
   if (lead_) report_epoch(job_, session_, figures);
   if (stopped_) return stop_midway(tr, epoch + 1, 0);
   if (!after_step_->next() && job_.replanner && o_.replan_every == TrainOptions::kReplanEachEpoch &&
@@ -240,13 +248,32 @@ EpochFigures TrainingLoop::reduce_figures(int epoch, const PassMetrics& tr) {
   return f;
 }
 
-void TrainingLoop::save_checkpoints(int epoch, bool best) {
+void TrainingLoop::save_checkpoints(const std::string& when, bool best) {
   if (o_.checkpoint_dir.empty()) return;
-  check_replicas(job_, session_, "by the end of epoch " + std::to_string(epoch + 1), true);
+  check_replicas(job_, session_, when, true);
   const std::filesystem::path dir(o_.checkpoint_dir);
   save(job_, session_, (dir / "last.h5").string(), true);
   if (best) save(job_, session_, (dir / "best.h5").string(), false);
   world_.barrier();  // the ranks that write nothing wait here, in the checkpoint phase's time limit
+  after_step_->checkpoint_written();
+}
+
+void TrainingLoop::save_midway(int epoch, std::size_t step, std::size_t steps) {
+  const auto began = std::chrono::steady_clock::now();
+  job_.state.steps_done = step;  // epochs_done is `epoch` throughout the epoch
+  HangDetector& hang = *world_.hang_detector();
+  hang.set_phase("checkpoint");
+  const std::string at = "in epoch " + std::to_string(epoch + 1) + " at step " + std::to_string(step) + "/" +
+                         std::to_string(steps);
+  save_checkpoints(at, false);
+  hang.set_phase("training");
+  if (lead_) {
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - began;
+    std::printf("%scheckpoint %s: %s/last.h5 (%.2f s)\n", bar_ ? "\n" : "", at.c_str(), o_.checkpoint_dir.c_str(),
+                took.count());
+    std::fflush(stdout);
+  }
+  after_step_->timing_resumes();
 }
 
 SessionEnd TrainingLoop::move_to_next_layout() {

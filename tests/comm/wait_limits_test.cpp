@@ -18,13 +18,23 @@ WaitLimits learned(double wait_s, double step_s, int waits = 10) {
   return limits;
 }
 
-TEST(WaitLimits, AFixedTimeoutIsTheLimitOfEveryWait) {
+TEST(WaitLimits, AFixedTimeoutIsTheLimitOfEveryWaitOnceTheJobHasStarted) {
   WaitLimits limits(5.0);
+  // Set-up and the first step (measuring stages, building primitives) may keep a peer waiting far longer.
+  EXPECT_EQ(limits.limit(kRing), WaitLimits::kStartupSeconds);
+  EXPECT_EQ(limits.explain(kRing), "--timeout 5, but 600 s while the job starts");
+  limits.step_took(100.0);
   limits.waited(kRing, 100.0);
   EXPECT_EQ(limits.limit(kRing), 5.0);
   EXPECT_EQ(limits.limit("anything"), 5.0);
   EXPECT_EQ(limits.explain(kRing), "--timeout 5");
-  EXPECT_EQ(WaitLimits(0.0).limit(kRing), 0.0);  // no limit
+  // A move to another layout starts again, until its first step.
+  limits.starting();
+  EXPECT_EQ(limits.limit(kRing), WaitLimits::kStartupSeconds);
+  limits.step_took(1.0);
+  EXPECT_EQ(limits.limit(kRing), 5.0);
+  EXPECT_EQ(WaitLimits(0.0).limit(kRing), 0.0);  // no limit, ever
+  EXPECT_EQ(WaitLimits(900.0).limit(kRing), 900.0);  // a fixed limit above the start-up one
 }
 
 TEST(WaitLimits, GenerousUntilAKindAndTheStepsHaveBeenSeenAFewTimes) {
@@ -61,7 +71,7 @@ TEST(WaitLimits, SlowStepsAreNeverStoppedByTheirOwnWaits) {
 
 TEST(WaitLimits, ALongWaitOfOneKindRaisesItsLimitOnly) {
   WaitLimits limits = learned(0.01, 0.1);
-  const std::string other = "training: in the stop vote with all ranks (stop vote) (ranks 0, 1)";
+  const std::string other = "training: in the step vote (stop, checkpoint) with all ranks (step vote) (ranks 0, 1)";
   for (int i = 0; i < 3; ++i) limits.waited(other, 0.01);
   limits.waited(kRing, 8.0);
   EXPECT_EQ(limits.limit(kRing), 80.0);

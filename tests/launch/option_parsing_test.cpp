@@ -81,6 +81,23 @@ TEST(TrainOptionsParsing, AStrategyKeepsTheGridOptionsGivenAndRefusesACutOrSplit
   EXPECT_EQ(parse({"--strategy", "data", "--replan-every", "7"})->replan_every, 7);
 }
 
+TEST(TrainOptionsParsing, CheckpointEveryTakesATimeAStepCountOrEpoch) {
+  EXPECT_EQ(parse({})->checkpoint_every_seconds, 30 * 60);  // the default: 30 minutes, or each epoch
+  EXPECT_EQ(parse({"--checkpoint-every", "90s"})->checkpoint_every_seconds, 90);
+  EXPECT_EQ(parse({"--checkpoint-every", "2h"})->checkpoint_every_seconds, 7200);
+  const auto steps = parse({"--checkpoint-every", "500steps"});
+  EXPECT_EQ(steps->checkpoint_every_steps, 500u);
+  EXPECT_EQ(steps->checkpoint_every_seconds, 0);
+  const auto epoch = parse({"--checkpoint-every", "epoch"});
+  EXPECT_EQ(epoch->checkpoint_every_steps, 0u);
+  EXPECT_EQ(epoch->checkpoint_every_seconds, 0);
+  for (const char* wrong : {"30", "0min", "-5s", "2.5steps", "10 min", "soon", "1e99s"})
+    EXPECT_EQ(error_of({"--checkpoint-every", wrong}),
+              std::string("--checkpoint-every takes a time (30min, 90s, 2h), a step count (500steps) or epoch, not '") +
+                  wrong + "'")
+        << wrong;
+}
+
 TEST(ChangedOptions, NamesWhatAResumedRunChangedButItsEpochs) {
   const auto before = parse({"--lr", "0.001", "--epochs", "2"}), after = parse({"--lr", "0.01", "--epochs", "5"});
   EXPECT_EQ(changed_options(before->describe(), after->describe()), "lr 0.001 -> 0.01");
