@@ -63,7 +63,7 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
   steps_timed_ = 0;
 
   // The layers first, then the links measured again, then whatever the step took beyond both.
-  const int global = given_.batch_size * cluster_.ranks;
+  const int global = given_.global_batch_on(cluster_.ranks);
   const Prediction before = predict(profile_, cluster_, layout_, global);
   profile_ = recalibrated(profile_, before, measured);
   const MeasuredLinks links = measure_links(given_, world, kProbeBytesWhileTraining);

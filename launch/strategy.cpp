@@ -46,7 +46,7 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
     limits.min_stages = 2;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const int global = o.batch_size * cluster.ranks;
+  const int global = o.global_batch_on(cluster.ranks);
   const SearchResult r = plan_layouts(profile, cluster, global, limits);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!r.best)

@@ -164,6 +164,9 @@ po::options_description training_options(TrainOptions& o, OptionTexts& t) {
   training.add_options()("epochs", po::value(&o.epochs)->default_value(o.epochs),
                          "epochs to train (in all, counting resumed ones)")(
       "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "images per step per rank")(
+      "global-batch", po::value(&o.global_batch)->default_value(0),
+      "images per step over all ranks, instead of --batch-size: each rank that brings its own images takes its "
+      "share, so a job continued on fewer ranks (launch/elastic_run.sh) trains the same steps")(
       "steps-per-epoch", po::value(&o.steps_per_epoch)->default_value(0),
       "cap on steps per epoch (0: the whole set; for quick runs)")(
       "optimizer", po::value(&o.optimizer)->default_value(o.optimizer),
@@ -339,6 +342,8 @@ void convert_texts(TrainOptions& o, const OptionTexts& t, const po::variables_ma
     if (given("tensor-parallel")) o.fixed_tensor = o.tensor_parallel;
     if (given("micro-batches")) o.fixed_micro_batches = o.micro_batches;
   }
+  require(!given("global-batch") || (!given("batch-size") && !o.scale_lr),
+          "--global-batch sets the batch of every rank: give it without --batch-size and --scale-lr");
   if (!t.mean.empty()) o.mean = parse_floats(t.mean, "mean");
   if (!t.stddev.empty()) o.stddev = parse_floats(t.stddev, "std");
   for (float count : parse_floats(t.partition, "partition")) {
@@ -388,6 +393,7 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(!o.train_path.empty(), "--train is required (an .h5 dataset from 'ddl_data import')");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.batch_size >= 1, "--batch-size must be at least 1");
+  require(o.global_batch >= 0, "--global-batch must be at least 1");
   require(o.steps_per_epoch >= 0, "--steps-per-epoch must be >= 0");
   require(o.lr > 0, "--lr must be positive");
   require(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction must be in [0, 1)");
@@ -485,8 +491,9 @@ std::string TrainOptions::describe() const {
 }
 
 std::string TrainOptions::describe(const Layout& layout) const {
-  if (strategy == "manual") return describe();
   TrainOptions planned = *this;
+  planned.batch_size = layout.batch;  // what --global-batch gave each rank, too
+  if (strategy == "manual") return planned.describe();
   planned.pipeline_stages = layout.stages;
   planned.tensor_parallel = layout.tensor;
   planned.micro_batches = layout.micro_batches;
@@ -496,7 +503,6 @@ std::string TrainOptions::describe(const Layout& layout) const {
     for (std::size_t i = 0; i < layout.split.size(); ++i)
       planned.tensor_split += (i ? "," : "") + std::to_string(layout.split[i]);
   }
-  planned.batch_size = layout.batch;
   return planned.describe();
 }
 

@@ -36,7 +36,11 @@ struct TrainOptions {
   // training
   int epochs = 10;
   int batch_size = 64;
+  // --global-batch: images per step over all ranks, kept whatever the rank count (0: --batch-size a rank).
+  int global_batch = 0;
   int steps_per_epoch = 0;  // 0: the whole training set
+  // The images per step over `ranks` ranks that all bring their own (a strategy's count).
+  int global_batch_on(int ranks) const { return global_batch > 0 ? global_batch : batch_size * ranks; }
   std::string optimizer = "adam";
   float lr = 1e-3f;
   LrPolicy lr_policy = LrPolicy::constant;  // --lr-schedule

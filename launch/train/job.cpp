@@ -171,6 +171,8 @@ std::string image_shape(const ImageDataset& ds) {
 }
 
 Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(given)), world(ranks) {
+  // A strategy measures its profile at a rank's share of the global batch.
+  if (options.global_batch > 0) options.batch_size = std::max(1, options.global_batch / world.size());
   const TrainOptions& o = options;
   threads = o.threads > 0 ? o.threads : default_threads(world.split_shared().size());
   omp_set_num_threads(threads);

@@ -97,6 +97,14 @@ ChosenLayout manual_layout(const TrainOptions& o, Model& whole, int ranks) {
     l.split_kind = split.kind;
     chosen.split_report = std::move(split.report);
   }
+  if (o.global_batch > 0) {
+    const int share = o.global_batch / l.data_ranks();
+    if (share * l.data_ranks() != o.global_batch || share % l.micro_batches != 0)
+      throw InputError("--global-batch " + std::to_string(o.global_batch) + " does not divide among " +
+                       std::to_string(l.data_ranks()) + " ranks that bring their own images" +
+                       (l.micro_batches > 1 ? " in " + std::to_string(l.micro_batches) + " micro-batches each" : ""));
+    l.batch = share;
+  }
   return chosen;
 }
 
