@@ -116,7 +116,7 @@ void report_epoch(Job& job, const Session& session, const EpochFigures& f) {
   if (job.metrics)
     job.metrics->write({f.epoch, tr.loss, tr.accuracy, f.val.loss, f.val.accuracy, tr.seconds, tr.images_per_second(),
                         f.lr, f.peak_mb, f.comm_share, f.pipeline_wait_s / tr.seconds, step_seconds, predicted,
-                        session.chosen.predicted_comm_share});
+                        session.chosen.predicted_comm_share, job.world.size()});
 }
 
 void print_profile(const Profiler& profiler, double train_seconds, std::size_t steps) {

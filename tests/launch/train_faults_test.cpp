@@ -130,9 +130,21 @@ TEST_F(DdlTrain, CheckpointsWithinAnEpochResumeExactlyAfterAKill) {
     const auto steps = h5::read_int_attribute(f, "steps_done", "last.h5");
     EXPECT_GT(steps, 0);
     EXPECT_LT(steps, 300);
-    const auto resumed = run(kMpirun + " -np 2 " + kTrain + train_args(args + killed + " --epochs 1 --resume auto"));
+    const std::string metrics = killed + ".csv";
+    const auto resumed = run(kMpirun + " -np 2 " + kTrain +
+                             train_args(args + killed + " --epochs 1 --resume auto --metrics " + metrics));
     ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
-    EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
+    EXPECT_NE(resumed.out.find("resumed from " + killed + "/last.h5 after epoch 0 and " + std::to_string(steps) +
+                               " steps of the next"),
+              std::string::npos)
+        << resumed.out;
+    // The metrics mark the epoch that a restart finished, and the ranks it ran on.
+    std::ifstream in(metrics);
+    std::string header, row;
+    std::getline(in, header);
+    std::getline(in, row);
+    EXPECT_NE(header.find(",ranks,resumed"), std::string::npos) << header;
+    EXPECT_EQ(row.substr(row.size() - 4), ",2,1") << row;
     ASSERT_EQ(run(kMpirun + " -np 2 " + kTrain + train_args(args + straight + " --epochs 1")).exit_code, 0);
     EXPECT_EQ(params(straight + "/last.h5"), params(killed + "/last.h5"));
   }
