@@ -90,15 +90,14 @@ while true; do
   job=$!
   # A rank that fails prints one error line and exits within seconds, and mpirun ends the others; but it
   # waits for the daemons of every host to answer, and a lost host's never does (TCP's keepalive takes
-  # minutes). Past --end-grace seconds after the first error line it is ended here.
+  # minutes). Past --end-grace seconds after the first error line it is ended here, with SIGKILL: it is
+  # already aborting, and Open MPI 4.1's mpirun crashed on a SIGTERM then.
   first_error="" ended_here=""
   while kill -0 "$job" 2>/dev/null; do
     if [ -z "$first_error" ] && grep -q "^ddl_train: error" "$errors"; then first_error=$(date +%s); fi
     if [ -n "$first_error" ] && [ $(($(date +%s) - first_error)) -ge "$end_grace" ]; then
       say "mpirun still runs ${end_grace} s after a rank's error line (a lost host's daemon does not answer): ending it"
       ended_here=1
-      kill -TERM "$job" 2>/dev/null
-      sleep 5
       kill -KILL "$job" 2>/dev/null
       break
     fi
@@ -112,10 +111,16 @@ while true; do
   if [ "$code" -eq 0 ] || [ "$code" -eq 2 ] || [ -n "$stop_signal" ] || [ "$code" -eq 130 ] || [ "$code" -eq 143 ]; then
     exit "$code"
   fi
-  lost=() kept=()
+  # Every host probed at once: a lost one takes the whole --probe-seconds.
+  probes=()
   for l in "${lines[@]}"; do
-    host=${l%%[[:space:]]*}
-    if answers "$host"; then kept+=("$l"); else lost+=("$host ($(ranks_text "$l" "${lines[@]}"))"); fi
+    answers "${l%%[[:space:]]*}" &
+    probes+=($!)
+  done
+  lost=() kept=()
+  for i in "${!lines[@]}"; do
+    l=${lines[i]}
+    if wait "${probes[i]}"; then kept+=("$l"); else lost+=("${l%%[[:space:]]*} ($(ranks_text "$l" "${lines[@]}"))"); fi
   done
   checkpoint="$checkpoint_dir/last.h5"
   if [ -f "$checkpoint" ]; then

@@ -7,6 +7,9 @@
 #   bash tests/launch/three_hosts.sh cut OUT_DIR PATTERN ARGS...
 #       the same, and once stdout shows PATTERN, cuts host 3's link; prints "cut after S s", "reported
 #       after S s" when a rank reports the hang and "every rank ended after S s" (seconds since the start)
+#   bash tests/launch/three_hosts.sh elastic OUT_DIR PATTERN ARGS...
+#       launch/elastic_run.sh over the three hosts (--min-hosts 2, probes and grace of 10 s), and once stdout
+#       shows PATTERN, cuts host 3's link for good
 #   bash tests/launch/three_hosts.sh slow OUT_DIR PATTERN RATE ARGS...
 #       the same, and once stdout shows PATTERN, limits host 3's link to RATE (tc's units, e.g. 20mbit) both
 #       ways with a token bucket (tbf: this kernel has no netem); prints "slowed after S s"
@@ -17,7 +20,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=$1 out=$2
 shift 2
 pattern="" rate=""
-if [ "$mode" = cut ] || [ "$mode" = slow ]; then pattern=$1; shift; fi
+if [ "$mode" = cut ] || [ "$mode" = slow ] || [ "$mode" = elastic ]; then pattern=$1; shift; fi
 if [ "$mode" = slow ]; then rate=$1; shift; fi
 if [ "$(id -u)" -ne 0 ] || ! command -v ip > /dev/null; then echo "three_hosts: needs root and ip: skipped"; exit 77; fi
 source "$root/tests/launch/netns_hosts.sh"
@@ -38,11 +41,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out"
 start=$(date +%s.%N)
 elapsed() { awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'; }
-ip netns exec ddl_t1 unshare --uts sh -c 'hostname host1; exec "$@"' sh \
-  mpirun -np $((3 * per_host)) --hostfile "$work/hosts" --mca plm_rsh_agent "$work/agent" \
-    --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include 10.78.0.0/24 --mca btl self,vader,tcp \
-    -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
-    "${DDL_TRAIN:-$root/build/launch/ddl_train}" "$@" > "$out/out.txt" 2> "$out/err.txt" 9>&- &
+mpirun_options="--mca plm_rsh_agent $work/agent --mca btl_tcp_if_include 10.78.0.0/24 --mca oob_tcp_if_include \
+10.78.0.0/24 --mca btl self,vader,tcp -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"
+exe=${DDL_TRAIN:-$root/build/launch/ddl_train}
+if [ "$mode" = elastic ]; then
+  command=(env DDL_TRAIN="$exe" bash "$root/launch/elastic_run.sh" --hostfile "$work/hosts" --min-hosts 2
+           --max-restarts 2 --probe-seconds 10 --end-grace 10 --mpirun-options "$mpirun_options" -- "$@")
+else
+  read -r -a options <<< "$mpirun_options"
+  command=(mpirun -np $((3 * per_host)) --hostfile "$work/hosts" "${options[@]}" "$exe" "$@")
+fi
+ip netns exec ddl_t1 unshare --uts sh -c 'hostname host1; exec "$@"' sh "${command[@]}" \
+  > "$out/out.txt" 2> "$out/err.txt" 9>&- &
 job=$!
 wait_for_pattern() {
   for _ in $(seq 900); do
@@ -57,6 +67,11 @@ if [ "$mode" = slow ]; then
   ip netns exec ddl_t3 tc qdisc add dev veth3 root tbf rate "$rate" burst 64kb latency 2s
   ip netns exec ddl_tbr tc qdisc add dev port3 root tbf rate "$rate" burst 64kb latency 2s
   echo "slowed after $(elapsed) s"
+fi
+if [ "$mode" = elastic ]; then
+  wait_for_pattern
+  ip netns exec ddl_tbr ip link set port3 down
+  echo "cut after $(elapsed) s"
 fi
 if [ "$mode" = cut ]; then
   wait_for_pattern
@@ -82,11 +97,12 @@ if [ "$mode" = cut ]; then
   done
   kill -KILL "$job" 2>/dev/null
 fi
-for _ in $(seq 1200); do
+# A restart (elastic) takes the timeout, the grace, the probes and the job again.
+for _ in $(seq 1800); do
   kill -0 "$job" 2>/dev/null || break
   sleep 0.1
 done
-kill -0 "$job" 2>/dev/null && { echo "three_hosts: the job was still running after 120 s: ended by this script"; kill -KILL "$job"; }
+kill -0 "$job" 2>/dev/null && { echo "three_hosts: the job was still running after 180 s: ended by this script"; kill -KILL "$job"; }
 wait "$job" 2>/dev/null
 code=$?
 echo "job exit code $code after $(elapsed) s"

@@ -197,6 +197,39 @@ TEST_F(DdlTrain, ThreeHostsOverTcpMatchOneHostAndSurviveACutLink) {
   EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
 }
 
+TEST_F(DdlTrain, ElasticRunGoesOnWithTheHostsLeftAfterOneIsCutOff) {
+  // launch/elastic_run.sh over three hosts, one rank each, a global batch of 48. Host 3's link is cut for
+  // good during epoch 3 (or later): the job must go on on hosts 1 and 2 from the last checkpoint without
+  // anyone's help, finish, and end where a job of 3 ranks to that checkpoint and then of 2 ranks ends.
+  const std::string args = " --steps-per-epoch 20 --global-batch 48 --threads 1 --optimizer sgd --allreduce ring "
+                           "--progress never --timeout 4 --checkpoint-every epoch --train " +
+                           (*dir_ / "sample.h5") + " --checkpoint-dir ";
+  const std::string hosts = scratch_ / "hosts", local = scratch_ / "local";
+  const auto r = run(kThreeHosts + " elastic " + (scratch_ / "run") + " 'epoch 2/'" + args + hosts + " --epochs 6");
+  if (r.exit_code == 77) GTEST_SKIP() << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("job exit code 0"), std::string::npos) << r.out;
+  auto read = [&](const char* name) {
+    std::ifstream in(scratch_.path() / "run" / name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string out = read("out.txt"), err = read("err.txt");
+  EXPECT_TRUE(std::regex_search(err, std::regex("elastic_run: restart 1/2 after exit code [0-9]+: lost 10\\.78\\.0\\.3 "
+                                                "\\(rank 2\\); continuing on 2 host\\(s\\), 2 rank\\(s\\), from " +
+                                                hosts + "/last.h5, written [0-9.]+ min before the job ended")))
+      << err;
+  EXPECT_NE(out.find("batch 24 per rank (global 48)"), std::string::npos) << out;
+  EXPECT_NE(out.find("epoch 6/6"), std::string::npos) << out;
+  std::smatch resumed;
+  ASSERT_TRUE(std::regex_search(out, resumed, std::regex("resumed from " + hosts + "/last.h5 after epoch ([0-9]+)\n")))
+      << out;
+  const std::string at = resumed[1];
+  ASSERT_EQ(run(kMpirun + " -np 3 " + kTrain + args + local + " --epochs " + at).exit_code, 0);
+  const auto rest = run(kMpirun + " -np 2 " + kTrain + args + local + " --epochs 6 --resume auto");
+  ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  EXPECT_EQ(params(hosts + "/last.h5"), params(local + "/last.h5"));
+}
+
 TEST_F(DdlTrain, AFullDiskLeavesTheLastCheckpointIntact) {
   // A 5 MB file system holds two checkpoints of seed_cnn with SGD momentum (2.3 MB each: epoch 1's last.h5
   // and best.h5), not three: epoch 2's write runs out of space. Needs root (mount); skipped otherwise.
