@@ -104,7 +104,7 @@ while true; do
     sleep 1
   done
   code=0
-  wait "$job" || code=$?
+  wait "$job" 2>/dev/null || code=$?  # not the shell's "Killed" line
   [ -n "$ended_here" ] && code=1
   ended=$(date +%s)
   job=""

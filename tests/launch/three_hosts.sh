@@ -8,13 +8,15 @@
 #       the same, and once stdout shows PATTERN, cuts host 3's link; prints "cut after S s", "reported
 #       after S s" when a rank reports the hang and "every rank ended after S s" (seconds since the start)
 #   bash tests/launch/three_hosts.sh elastic OUT_DIR PATTERN ARGS...
-#       launch/elastic_run.sh over the three hosts (--min-hosts 2, probes and grace of 10 s), and once stdout
-#       shows PATTERN, cuts host 3's link for good
+#       launch/elastic_run.sh over the three hosts (--min-hosts 2 --max-restarts 2, and DDL_ELASTIC_OPTIONS,
+#       default "--probe-seconds 10 --end-grace 10"), and once stdout shows PATTERN, cuts host 3's link for
+#       good; prints "cut after S s" and "resumed after S s" when the restarted job has loaded the checkpoint
 #   bash tests/launch/three_hosts.sh slow OUT_DIR PATTERN RATE ARGS...
 #       the same, and once stdout shows PATTERN, limits host 3's link to RATE (tc's units, e.g. 20mbit) both
 #       ways with a token bucket (tbf: this kernel has no netem); prints "slowed after S s"
 # stdout and stderr of the job go to OUT_DIR/out.txt and OUT_DIR/err.txt. DDL_TRAIN: the executable (default
-# build/launch/ddl_train); DDL_RANKS_PER_HOST: ranks a host (default 1). Exit 77 when not root.
+# build/launch/ddl_train); DDL_RANKS_PER_HOST: ranks a host (default 1); DDL_JOB_SECONDS: how long the job
+# may run (default 180). Exit 77 when not root.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mode=$1 out=$2
@@ -45,8 +47,9 @@ mpirun_options="--mca plm_rsh_agent $work/agent --mca btl_tcp_if_include 10.78.0
 10.78.0.0/24 --mca btl self,vader,tcp -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"
 exe=${DDL_TRAIN:-$root/build/launch/ddl_train}
 if [ "$mode" = elastic ]; then
+  read -r -a elastic_options <<< "${DDL_ELASTIC_OPTIONS:---probe-seconds 10 --end-grace 10}"
   command=(env DDL_TRAIN="$exe" bash "$root/launch/elastic_run.sh" --hostfile "$work/hosts" --min-hosts 2
-           --max-restarts 2 --probe-seconds 10 --end-grace 10 --mpirun-options "$mpirun_options" -- "$@")
+           --max-restarts 2 "${elastic_options[@]}" --mpirun-options "$mpirun_options" -- "$@")
 else
   read -r -a options <<< "$mpirun_options"
   command=(mpirun -np $((3 * per_host)) --hostfile "$work/hosts" "${options[@]}" "$exe" "$@")
@@ -72,6 +75,11 @@ if [ "$mode" = elastic ]; then
   wait_for_pattern
   ip netns exec ddl_tbr ip link set port3 down
   echo "cut after $(elapsed) s"
+  for _ in $(seq 3000); do
+    grep -q "^resumed from" "$out/out.txt" && { echo "resumed after $(elapsed) s"; break; }
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+  done
 fi
 if [ "$mode" = cut ]; then
   wait_for_pattern
@@ -98,11 +106,12 @@ if [ "$mode" = cut ]; then
   kill -KILL "$job" 2>/dev/null
 fi
 # A restart (elastic) takes the timeout, the grace, the probes and the job again.
-for _ in $(seq 1800); do
+for _ in $(seq "${DDL_JOB_SECONDS:-180}0"); do
   kill -0 "$job" 2>/dev/null || break
   sleep 0.1
 done
-kill -0 "$job" 2>/dev/null && { echo "three_hosts: the job was still running after 180 s: ended by this script"; kill -KILL "$job"; }
+kill -0 "$job" 2>/dev/null &&
+  { echo "three_hosts: the job was still running after ${DDL_JOB_SECONDS:-180} s: ended by this script"; kill -KILL "$job"; }
 wait "$job" 2>/dev/null
 code=$?
 echo "job exit code $code after $(elapsed) s"
