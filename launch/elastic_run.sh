@@ -13,10 +13,9 @@
 # build/launch/ddl_train).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-say() { echo "elastic_run: $*" >&2; }
 usage() {
-  say "$1"
-  say "usage: elastic_run.sh --hostfile HOSTS --min-hosts K [--max-restarts N] [--probe-seconds S] [--end-grace S] [--mpirun-options \"...\"] -- DDL_TRAIN_OPTIONS..."
+  echo "elastic_run: $1" >&2
+  echo "elastic_run: usage: elastic_run.sh --hostfile HOSTS --min-hosts K [--max-restarts N] [--probe-seconds S] [--end-grace S] [--mpirun-options \"...\"] -- DDL_TRAIN_OPTIONS..." >&2
   exit 2
 }
 whole_number() { [[ "$2" =~ ^[0-9]+$ ]] || usage "$1 takes a whole number, not '$2'"; }
@@ -51,7 +50,7 @@ for ((i = 0; i < ${#train_args[@]}; ++i)); do
 done
 [ -n "$checkpoint_dir" ] || usage "the ddl_train options need --checkpoint-dir, from which a restart continues"
 exe=${DDL_TRAIN:-$root/build/launch/ddl_train}
-[ -x "$exe" ] || { say "$exe missing: run 'bash launch/setup.sh' first"; exit 2; }
+[ -x "$exe" ] || { echo "elastic_run: $exe missing: run 'bash launch/setup.sh' first" >&2; exit 2; }
 read -r -a mpirun_extra <<< "$mpirun_options"
 
 # The hostfile's lines that name a host (comments and blank lines left out), in its order: mpirun gives
@@ -59,90 +58,31 @@ read -r -a mpirun_extra <<< "$mpirun_options"
 mapfile -t lines < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$hostfile")
 [ ${#lines[@]} -ge 1 ] || usage "$hostfile names no host"
 slots_of() { local s; s=$(sed -n 's/.*slots=\([0-9]*\).*/\1/p' <<< "$1"); echo "${s:-1}"; }
-ranks_text() {  # "ranks 2-3" of line $1 among the lines listed after it
-  local line=$1 first=0 l
-  shift
-  for l in "$@"; do
-    [ "$l" = "$line" ] && break
+# "10.0.0.3 (ranks 2-3)": a hostfile line's host and the ranks mpirun gave it, its slots in the
+# hostfile's order.
+host_and_ranks() {
+  local first=0 l
+  for l in "${lines[@]}"; do
+    [ "$l" = "$1" ] && break
     first=$((first + $(slots_of "$l")))
   done
-  local last=$((first + $(slots_of "$line") - 1))
-  [ "$first" -eq "$last" ] && echo "rank $first" || echo "ranks $first-$last"
+  local last=$((first + $(slots_of "$1") - 1))
+  [ "$first" -eq "$last" ] && echo "${1%%[[:space:]]*} (rank $first)" || echo "${1%%[[:space:]]*} (ranks $first-$last)"
 }
-answers() {  # whether mpirun starts a process on host $1 within the probe's time
-  timeout -k 5 "$probe_seconds" mpirun -np 1 --host "$1" "${mpirun_extra[@]}" true > /dev/null 2>&1
-}
+answers() { timeout -k 5 "$probe_seconds" mpirun -np 1 --host "${1%%[[:space:]]*}" "${mpirun_extra[@]}" true; }
 
-current=$(mktemp) errors=$(mktemp)
-trap 'rm -f "$current" "$errors"' EXIT
-stop_signal="" job=""
-trap 'stop_signal=TERM; [ -n "$job" ] && kill -TERM "$job" 2>/dev/null' TERM
-trap 'stop_signal=INT; [ -n "$job" ] && kill -INT "$job" 2>/dev/null' INT
-restarts=0
+elastic_name=elastic_run
+source "$root/launch/elastic_restarts.sh"
+current=$(mktemp)
+trap 'rm -f "$current"' EXIT
 while true; do
   printf '%s\n' "${lines[@]}" > "$current"
   ranks=0
   for l in "${lines[@]}"; do ranks=$((ranks + $(slots_of "$l"))); done
-  began=$(date +%s)
-  : > "$errors"
-  mpirun -np "$ranks" --hostfile "$current" "${mpirun_extra[@]}" "$exe" "${train_args[@]}" --resume auto \
-    2> >(tee "$errors" >&2) &
-  job=$!
-  # A rank that fails prints one error line and exits within seconds, and mpirun ends the others; but it
-  # waits for the daemons of every host to answer, and a lost host's never does (TCP's keepalive takes
-  # minutes). Past --end-grace seconds after the first error line it is ended here, with SIGKILL: it is
-  # already aborting, and Open MPI 4.1's mpirun crashed on a SIGTERM then.
-  first_error="" ended_here=""
-  while kill -0 "$job" 2>/dev/null; do
-    if [ -z "$first_error" ] && grep -q "^ddl_train: error" "$errors"; then first_error=$(date +%s); fi
-    if [ -n "$first_error" ] && [ $(($(date +%s) - first_error)) -ge "$end_grace" ]; then
-      say "mpirun still runs ${end_grace} s after a rank's error line (a lost host's daemon does not answer): ending it"
-      ended_here=1
-      kill -KILL "$job" 2>/dev/null
-      break
-    fi
-    sleep 1
-  done
-  code=0
-  wait "$job" 2>/dev/null || code=$?  # not the shell's "Killed" line
-  [ -n "$ended_here" ] && code=1
-  ended=$(date +%s)
-  job=""
-  if [ "$code" -eq 0 ] || [ "$code" -eq 2 ] || [ -n "$stop_signal" ] || [ "$code" -eq 130 ] || [ "$code" -eq 143 ]; then
-    exit "$code"
-  fi
-  # Every host probed at once: a lost one takes the whole --probe-seconds.
-  probes=()
-  for l in "${lines[@]}"; do
-    answers "${l%%[[:space:]]*}" &
-    probes+=($!)
-  done
-  lost=() kept=()
-  for i in "${!lines[@]}"; do
-    l=${lines[i]}
-    if wait "${probes[i]}"; then kept+=("$l"); else lost+=("${l%%[[:space:]]*} ($(ranks_text "$l" "${lines[@]}"))"); fi
-  done
-  checkpoint="$checkpoint_dir/last.h5"
-  if [ -f "$checkpoint" ]; then
-    minutes=$(awk -v a="$(stat -c %Y "$checkpoint")" -v b="$ended" 'BEGIN {m = (b - a) / 60; printf "%.1f", m < 0 ? 0 : m}')
-    since="$checkpoint, written $minutes min before the job ended"
-  else
-    minutes=$(awk -v a="$began" -v b="$ended" 'BEGIN {printf "%.1f", (b - a) / 60}')
-    since="the start (no checkpoint yet)"
-  fi
-  lost_text=${lost[*]:+lost ${lost[*]}}
-  lost_text=${lost_text:-every host answers}
-  if [ ${#kept[@]} -lt "$min_hosts" ]; then
-    say "ddl_train ended with exit code $code; $lost_text; ${#kept[@]} host(s) left, fewer than --min-hosts $min_hosts: stopping (the last checkpoint: $since)"
-    exit "$code"
-  fi
-  if [ "$restarts" -ge "$max_restarts" ]; then
-    say "ddl_train ended with exit code $code; $lost_text; $restarts restart(s) made, --max-restarts $max_restarts: stopping (the last checkpoint: $since)"
-    exit "$code"
-  fi
-  restarts=$((restarts + 1))
-  lines=("${kept[@]}")
-  ranks=0
-  for l in "${lines[@]}"; do ranks=$((ranks + $(slots_of "$l"))); done
-  say "restart $restarts/$max_restarts after exit code $code: $lost_text; continuing on ${#lines[@]} host(s), $ranks rank(s), from $since (about $minutes min of work lost)"
+  elastic_run_job "$end_grace" mpirun -np "$ranks" --hostfile "$current" "${mpirun_extra[@]}" "$exe" \
+    "${train_args[@]}" --resume auto
+  elastic_job_finished && exit "$elastic_code"
+  elastic_probe answers host_and_ranks "${lines[@]}"
+  elastic_next "$checkpoint_dir/last.h5" "$min_hosts" "$max_restarts" host || exit "$elastic_code"
+  lines=("${elastic_kept[@]}")
 done

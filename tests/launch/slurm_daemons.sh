@@ -5,7 +5,8 @@
 #                                  here for a one-node cluster, in the node's namespace for several).
 #                                  Exports SLURM_CONF; Slurm's commands then run with on_node FIRST ...
 #   slurm_down DIR                 cancels every job and stops the daemons
-# munged runs here: its socket is a file, which every node (namespace) sees. A node that is a network
+# A node that stops answering is declared down after 20 s (SlurmdTimeout; 300 by default), so that a job
+# that lost one (tests/launch/slurm_nodes.sh) ends within the test. munged runs here: its socket is a file, which every node (namespace) sees. A node that is a network
 # namespace must keep the host's /sys (enter it with nsenter, not `ip netns exec`, which remounts /sys and
 # hides the cgroup file system slurmd needs).
 
@@ -45,6 +46,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
+SlurmdTimeout=20
 SlurmdParameters=config_overrides
 CONF
   # At least 2 CPUs a node, the job scripts' 2 tasks, on any machine (config_overrides lets a node claim
