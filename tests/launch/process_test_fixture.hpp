@@ -38,6 +38,7 @@ inline const std::string kMpirun = std::string(MPIEXEC_EXE) + " --oversubscribe"
 inline const std::string kSample = DDL_SAMPLE_TARBALL;
 inline const std::string kSignalRank = std::string("bash ") + DDL_SIGNAL_RANK;
 inline const std::string kThreeHosts = "DDL_TRAIN=" + kTrain + " bash " + DDL_THREE_HOSTS;
+inline const std::string kElasticRun = "env DDL_TRAIN=" + kTrain + " bash " + DDL_ELASTIC_RUN;
 
 class DdlTrain : public ::testing::Test {
  public:

@@ -13,8 +13,16 @@ start=$(date +%s.%N)
 setsid "$@" > "$out" 2> "$err" &
 job=$!
 elapsed() { awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'; }
+descendants() {  # of process $1: the ranks, in the session of a launcher that made its own (elastic_run.sh)
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
 rank_pid() {
-  for p in $(pgrep -s "$job" -x ddl_train); do
+  for p in $(descendants "$job"); do
+    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ddl_train ] || continue
     # A rank ending as the scan runs takes its /proc entry with it.
     if [ "$rank" = any ] || { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
       echo "$p"

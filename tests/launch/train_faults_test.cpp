@@ -230,6 +230,37 @@ TEST_F(DdlTrain, ElasticRunGoesOnWithTheHostsLeftAfterOneIsCutOff) {
   EXPECT_EQ(params(hosts + "/last.h5"), params(local + "/last.h5"));
 }
 
+TEST_F(DdlTrain, ElasticRunRestartsALostRankOnItsHostAndStopsBelowItsMinimum) {
+  const std::string args = "--global-batch 16 --steps-per-epoch 30 --threads 1 --optimizer sgd --checkpoint-every "
+                           "10steps --epochs 4 --checkpoint-dir ";
+  // One host that still answers after its rank 1 is killed: the job starts there again, from the checkpoint
+  // of at most 10 steps before, and ends as a job never killed ends.
+  std::ofstream(scratch_ / "one_host") << "localhost slots=2\n";
+  const std::string restarted = scratch_ / "restarted", straight = scratch_ / "straight";
+  const auto r = run(kSignalRank + " KILL 1 'epoch 2/' " + kElasticRun + " --hostfile " + (scratch_ / "one_host") +
+                     " --min-hosts 1 --end-grace 10 -- " + train_args(args + restarted));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("elastic_run: restart 1/3 after exit code [0-9]+: every host answers; "
+                                                  "continuing on 1 host\\(s\\) from " + restarted + "/last.h5")))
+      << r.err;
+  EXPECT_NE(r.out.find("resumed from " + restarted + "/last.h5 after epoch"), std::string::npos) << r.out;
+  ASSERT_EQ(run(kMpirun + " -np 2 " + kTrain + train_args(args + straight)).exit_code, 0);
+  EXPECT_EQ(params(straight + "/last.h5"), params(restarted + "/last.h5"));
+
+  // A second host that cannot be reached (mpirun's launch agent fails there), with a minimum of 2: one line
+  // naming the host, its rank and the minimum, mpirun's exit code, and the checkpoint as it was.
+  std::ofstream(scratch_ / "two_hosts") << "localhost slots=2\n10.255.255.1 slots=1\n";
+  const auto below = run(kElasticRun + " --hostfile " + (scratch_ / "two_hosts") + " --min-hosts 2 --probe-seconds 10 " +
+                         "--mpirun-options '--mca plm_rsh_agent false' -- " + train_args(args + restarted));
+  EXPECT_NE(below.exit_code, 0);
+  EXPECT_TRUE(std::regex_search(below.err, std::regex("elastic_run: ddl_train ended with exit code [0-9]+; lost "
+                                                      "10\\.255\\.255\\.1 \\(rank 2\\); 1 host\\(s\\) left, fewer "
+                                                      "than the minimum of 2: stopping \\(the last checkpoint: " +
+                                                      restarted + "/last.h5")))
+      << below.err;
+  EXPECT_EQ(params(straight + "/last.h5"), params(restarted + "/last.h5"));
+}
+
 TEST_F(DdlTrain, AFullDiskLeavesTheLastCheckpointIntact) {
   // A 5 MB file system holds two checkpoints of seed_cnn with SGD momentum (2.3 MB each: epoch 1's last.h5
   // and best.h5), not three: epoch 2's write runs out of space. Needs root (mount); skipped otherwise.
