@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "core/error.hpp"
+#include "launch/train/progress_mark.hpp"
 #include "launch/trained_model.hpp"
 
 namespace ddl {
@@ -63,9 +64,12 @@ void print_run_notes(const Job& job, const Session& session) {
                 o.num_classes, o.train_path.c_str(), data.num_classes());
   if (!job.resume_path.empty()) {
     std::printf(
-        "resumed from %s after epoch %llu%s\n", job.resume_path.c_str(),
+        "resumed from %s after epoch %llu%s%s\n", job.resume_path.c_str(),
         static_cast<unsigned long long>(job.state.epochs_done),
-        job.state.steps_done ? (" and " + std::to_string(job.state.steps_done) + " steps of the next").c_str() : "");
+        job.state.steps_done ? (" and " + std::to_string(job.state.steps_done) + " steps of the next").c_str() : "",
+        o.checkpoint_dir.empty()
+            ? ""
+            : ProgressMark::trained_again(o.checkpoint_dir, job.state.epochs_done, job.state.steps_done).c_str());
     const std::string changed = changed_options(job.state.configuration, o.describe(l));
     if (!changed.empty()) std::printf("options changed since the checkpoint: %s\n", changed.c_str());
     if (!o.init.empty()) std::printf("--init %s not used: the run resumed instead\n", o.init.c_str());

@@ -19,6 +19,7 @@
 #include "launch/progress_bar.hpp"
 #include "launch/train/after_step.hpp"
 #include "launch/train/checkpoints.hpp"
+#include "launch/train/progress_mark.hpp"
 #include "launch/train/run_report.hpp"
 
 namespace ddl {
@@ -67,6 +68,7 @@ class TrainingLoop {
   const Layout& layout_;
   const Communicator& world_;
   const bool lead_;
+  ProgressMark progress_mark_;  // world rank 0's
   MpiReplicaGroup group_;
   std::optional<MpiStageLink> link_;
   Profiler profiler_;  // every micro-batch's copy adds to it
@@ -87,6 +89,7 @@ TrainingLoop::TrainingLoop(Job& job, Session& session, StopSignals& stop_signals
       layout_(session.layout()),
       world_(job.world),
       lead_(job.world.rank() == 0),
+      progress_mark_(lead_ ? o_.checkpoint_dir : ""),
       group_(session.grid.stage_replicas(),
              {o_.allreduce_algorithm, o_.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
              static_cast<std::size_t>(layout_.buckets_overlap_backward() ? layout_.bucket_bytes : 0.0)),
@@ -168,6 +171,7 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
   if (bar_) hooks.progress = [&](const StepProgress& p) { progress.update(p); };
   hooks.after_step = [&] {
     const bool end = (*after_step_)(++step_in_epoch == steps && epoch + 1 == o_.epochs);
+    progress_mark_.step_done(static_cast<std::uint64_t>(epoch), step_in_epoch, steps);
     if (!end && step_in_epoch < steps && after_step_->checkpoint_due()) save_midway(epoch, step_in_epoch, steps);
     return end;
   };
