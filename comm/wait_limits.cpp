@@ -5,12 +5,16 @@
 
 namespace ddl {
 
+bool WaitLimits::slow_by_nature(const std::string& kind) const {
+  return starting_ || kind.rfind(kCheckpointPhase, 0) == 0;
+}
+
 void WaitLimits::record(Seen& seen, double seconds) {
   if (++seen.count > kLearningWaits) seen.slowest = std::max(seen.slowest, seconds);
 }
 
 double WaitLimits::limit(const std::string& kind) const {
-  if (fixed_) return starting_ && *fixed_ > 0 ? std::max(*fixed_, kStartupSeconds) : *fixed_;
+  if (fixed_) return slow_by_nature(kind) && *fixed_ > 0 ? std::max(*fixed_, kStartupSeconds) : *fixed_;
   const auto it = waits_.find(kind);
   if (it == waits_.end() || it->second.count <= kLearningWaits || steps_.count <= kLearningWaits)
     return kStartupSeconds;
@@ -20,7 +24,8 @@ double WaitLimits::limit(const std::string& kind) const {
 std::string WaitLimits::explain(const std::string& kind) const {
   char text[160];
   if (fixed_ && limit(kind) != *fixed_)
-    std::snprintf(text, sizeof text, "--timeout %g, but %.0f s while the job starts", *fixed_, kStartupSeconds);
+    std::snprintf(text, sizeof text, "--timeout %g, but %.0f s while the job starts or writes a checkpoint", *fixed_,
+                  kStartupSeconds);
   else if (fixed_)
     std::snprintf(text, sizeof text, "--timeout %g", *fixed_);
   else if (limit(kind) == kStartupSeconds)

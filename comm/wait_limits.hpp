@@ -11,9 +11,10 @@
 // whose steps take 20 s gets at least 200 s.
 //
 // Fixed: every wait gets --timeout, but for those while the job starts (set-up, measuring a pipeline's
-// stages, building the first step's primitives; the same again after a move to another layout), which get
-// at least the start-up limit: a short fixed limit, meant for a job's steady steps, once stopped jobs
-// whose ranks were still at work there.
+// stages, building the first step's primitives; the same again after a move to another layout) and while
+// a checkpoint is written (the other ranks wait for the writers: seconds for a large model), which get at
+// least the start-up limit: a short fixed limit, meant for a job's steady steps, once stopped jobs whose
+// ranks were still at work there.
 #pragma once
 
 #include <map>
@@ -28,6 +29,8 @@ class WaitLimits {
   static constexpr double kFloorSeconds = 30.0;
   static constexpr double kFactor = 10.0;
   static constexpr int kLearningWaits = 2;  // completions of a kind (or steps) not yet taken as typical
+  // The phase (HangDetector::set_phase) at the start of a kind of wait while checkpoints are written.
+  static constexpr const char* kCheckpointPhase = "checkpoint: ";
 
   // fixed_seconds: a fixed limit for every wait (0: none); nullopt: automatic.
   explicit WaitLimits(std::optional<double> fixed_seconds) : fixed_(fixed_seconds) {}
@@ -47,6 +50,8 @@ class WaitLimits {
     int count = 0;
     double slowest = 0.0;  // over the completions after the first kLearningWaits
   };
+  // Whether a fixed limit gives way to the start-up limit for this kind of wait.
+  bool slow_by_nature(const std::string& kind) const;
   // Records `seconds` as the count-th sample: the first kLearningWaits are start-up.
   static void record(Seen& seen, double seconds);
 

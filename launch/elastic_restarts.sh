@@ -11,14 +11,26 @@
 #                                    every member at once; sets elastic_kept (the members that answered)
 #                                    and elastic_lost ("LABEL MEMBER" of the others)
 #   elastic_next CHECKPOINT MIN MAX UNIT
-#                                    says the restart (or why not, returning 1): what was lost, what is left,
-#                                    the checkpoint and the work lost since it; counts elastic_restarts
+#                                    says the restart (or why not, returning 1: too few left, too many
+#                                    restarts, a stop signal): what was lost, what is left, the checkpoint and
+#                                    the work lost since it; counts elastic_restarts
 # Messages start with "$elastic_name: ".
 
 elastic_say() { echo "$elastic_name: $*" >&2; }
 elastic_restarts=0 elastic_stop_signal="" elastic_job=""
 trap 'elastic_stop_signal=TERM; [ -n "$elastic_job" ] && kill -TERM "$elastic_job" 2>/dev/null' TERM
 trap 'elastic_stop_signal=INT; [ -n "$elastic_job" ] && kill -INT "$elastic_job" 2>/dev/null' INT
+
+# Waits for process $1 to end and sets elastic_status to its exit code: a trapped signal (TERM, INT) ends
+# `wait` early, with the process still running.
+elastic_wait() {
+  elastic_status=0
+  wait "$1" 2>/dev/null || elastic_status=$?  # (2>/dev/null: not the shell's "Killed" line)
+  while kill -0 "$1" 2>/dev/null; do
+    elastic_status=0
+    wait "$1" 2>/dev/null || elastic_status=$?
+  done
+}
 
 elastic_run_job() {
   local grace=$1 errors first_error="" ended_here=""
@@ -30,25 +42,20 @@ elastic_run_job() {
   elastic_job=$!
   # A rank that fails prints one error line and exits within seconds, and mpirun (srun) ends the others;
   # but it waits for the daemon of every host, and a lost host's never answers (TCP's keepalive takes
-  # minutes). Past GRACE seconds after the first error line the job is ended here, with SIGKILL: it is
-  # already ending, and Open MPI 4.1's mpirun crashed on a SIGTERM then.
+  # minutes). Past GRACE seconds after the first error line the job is ended here, everything in its
+  # session, with SIGKILL: it is already ending, and Open MPI 4.1's mpirun crashed on a SIGTERM then.
   while kill -0 "$elastic_job" 2>/dev/null; do
     if [ -z "$first_error" ] && grep -q "^ddl_train: error" "$errors"; then first_error=$(date +%s); fi
     if [ -n "$first_error" ] && [ $(($(date +%s) - first_error)) -ge "$grace" ]; then
       elastic_say "the job still runs $grace s after a rank's error line (a lost host's daemon does not answer): ending it"
       ended_here=1
-      kill -KILL -- "-$elastic_job" 2>/dev/null
+      pkill -KILL -s "$elastic_job"
       break
     fi
     sleep 1
   done
-  elastic_code=0
-  wait "$elastic_job" 2>/dev/null || elastic_code=$?  # (not the shell's "Killed" line)
-  # A signal interrupts the first wait; the second collects the job's own exit code.
-  if kill -0 "$elastic_job" 2>/dev/null; then
-    elastic_code=0
-    wait "$elastic_job" 2>/dev/null || elastic_code=$?
-  fi
+  elastic_wait "$elastic_job"
+  elastic_code=$elastic_status
   [ -n "$ended_here" ] && elastic_code=1
   elastic_ended=$(date +%s)
   elastic_job=""
@@ -70,7 +77,8 @@ elastic_probe() {
   done
   elastic_kept=() elastic_lost=()
   for i in "${!members[@]}"; do
-    if wait "${probes[i]}"; then
+    elastic_wait "${probes[i]}"
+    if [ "$elastic_status" -eq 0 ]; then
       elastic_kept+=("${members[i]}")
     else
       elastic_lost+=("$("$label" "${members[i]}")")
@@ -88,7 +96,13 @@ elastic_next() {
     minutes=$(awk -v a="$elastic_began" -v b="$elastic_ended" 'BEGIN {printf "%.1f", (b - a) / 60}')
     since="the start (no checkpoint yet)"
   fi
-  lost=${elastic_lost[*]:+lost ${elastic_lost[*]}}
+  if [ -n "$elastic_stop_signal" ]; then
+    elastic_say "stopped by SIG$elastic_stop_signal before a restart (the last checkpoint: $since)"
+    [ "$elastic_stop_signal" = TERM ] && elastic_code=143 || elastic_code=130
+    return 1
+  fi
+  lost=$(IFS=,; echo "${elastic_lost[*]}")
+  lost=${lost:+lost ${lost//,/, }}
   lost=${lost:-every $unit answers}
   if [ ${#elastic_kept[@]} -lt "$min" ]; then
     elastic_say "ddl_train ended with exit code $elastic_code; $lost; ${#elastic_kept[@]} $unit(s) left, fewer than the minimum of $min: stopping (the last checkpoint: $since)"

@@ -10,7 +10,7 @@
 # or the launch agent in --mpirun-options). A lost rank whose host answers restarts there. mpirun, which
 # may wait for a lost host's daemon for minutes, is ended --end-grace seconds after a rank's error line.
 # Exit code: ddl_train's last one (0 once it finishes). DDL_TRAIN: the executable (default
-# build/launch/ddl_train).
+# build/launch/ddl_train). --checkpoint-dir must be on the command line (not only in a --config file).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
@@ -18,17 +18,17 @@ usage() {
   echo "elastic_run: usage: elastic_run.sh --hostfile HOSTS --min-hosts K [--max-restarts N] [--probe-seconds S] [--end-grace S] [--mpirun-options \"...\"] -- DDL_TRAIN_OPTIONS..." >&2
   exit 2
 }
-whole_number() { [[ "$2" =~ ^[0-9]+$ ]] || usage "$1 takes a whole number, not '$2'"; }
+whole_number() { [[ "$2" =~ ^[0-9]+$ ]] && [ "$2" -ge "$3" ] || usage "$1 takes a whole number of at least $3, not '$2'"; }
 
 hostfile="" min_hosts="" max_restarts=3 probe_seconds=30 end_grace=30 mpirun_options=""
 while [ $# -gt 0 ] && [ "$1" != -- ]; do
   [ $# -ge 2 ] || usage "$1 needs a value"
   case "$1" in
     --hostfile) hostfile=$2 ;;
-    --min-hosts) whole_number "$1" "$2"; min_hosts=$2 ;;
-    --max-restarts) whole_number "$1" "$2"; max_restarts=$2 ;;
-    --probe-seconds) whole_number "$1" "$2"; probe_seconds=$2 ;;
-    --end-grace) whole_number "$1" "$2"; end_grace=$2 ;;
+    --min-hosts) whole_number "$1" "$2" 1; min_hosts=$2 ;;
+    --max-restarts) whole_number "$1" "$2" 0; max_restarts=$2 ;;
+    --probe-seconds) whole_number "$1" "$2" 1; probe_seconds=$2 ;;
+    --end-grace) whole_number "$1" "$2" 1; end_grace=$2 ;;
     --mpirun-options) mpirun_options=$2 ;;
     *) usage "unknown option $1" ;;
   esac
@@ -39,13 +39,18 @@ shift
 train_args=("$@")
 [ -n "$hostfile" ] || usage "--hostfile is required"
 [ -r "$hostfile" ] || usage "cannot read the hostfile $hostfile"
-[ -n "$min_hosts" ] && [ "$min_hosts" -ge 1 ] || usage "--min-hosts is required, at least 1"
+[ -n "$min_hosts" ] || usage "--min-hosts is required"
 checkpoint_dir=""
 for ((i = 0; i < ${#train_args[@]}; ++i)); do
   case "${train_args[i]}" in
     --checkpoint-dir) checkpoint_dir=${train_args[i + 1]:-} ;;
     --checkpoint-dir=*) checkpoint_dir=${train_args[i]#*=} ;;
     --resume | --resume=*) usage "it adds --resume auto itself: leave --resume out" ;;
+    --timeout | --timeout=*)
+      value=${train_args[i]#--timeout=}
+      [ "$value" = --timeout ] && value=${train_args[i + 1]:-}
+      # 0 is no limit: the ranks left would wait for a lost host for ever.
+      [[ "$value" =~ ^0*\.?0*$ ]] && usage "--timeout 0 would leave the ranks waiting for a lost host for ever" ;;
   esac
 done
 [ -n "$checkpoint_dir" ] || usage "the ddl_train options need --checkpoint-dir, from which a restart continues"
@@ -57,7 +62,7 @@ read -r -a mpirun_extra <<< "$mpirun_options"
 # each host its slots' ranks in turn, so a host's ranks follow from the lines before it.
 mapfile -t lines < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$hostfile")
 [ ${#lines[@]} -ge 1 ] || usage "$hostfile names no host"
-slots_of() { local s; s=$(sed -n 's/.*slots=\([0-9]*\).*/\1/p' <<< "$1"); echo "${s:-1}"; }
+slots_of() { local s; s=$(sed -n 's/\(^\|.*[[:space:]]\)slots=\([0-9]*\).*/\2/p' <<< "$1"); echo "${s:-1}"; }
 # "10.0.0.3 (ranks 2-3)": a hostfile line's host and the ranks mpirun gave it, its slots in the
 # hostfile's order.
 host_and_ranks() {

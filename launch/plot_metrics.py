@@ -14,7 +14,8 @@ def read_metrics(path):
     with open(path) as f:
         if path.endswith((".jsonl", ".json")):
             return [json.loads(line) for line in f if line.strip()]
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        # A resumed run may append rows with columns that an older header lacks (DictReader's key None).
+        return [{k: float(v) for k, v in row.items() if k is not None} for row in csv.DictReader(f)]
 
 
 def main():

@@ -344,6 +344,7 @@ void convert_texts(TrainOptions& o, const OptionTexts& t, const po::variables_ma
   }
   require(!given("global-batch") || (!given("batch-size") && !o.scale_lr),
           "--global-batch sets the batch of every rank: give it without --batch-size and --scale-lr");
+  require(!given("global-batch") || o.global_batch >= 1, "--global-batch must be at least 1");
   if (!t.mean.empty()) o.mean = parse_floats(t.mean, "mean");
   if (!t.stddev.empty()) o.stddev = parse_floats(t.stddev, "std");
   for (float count : parse_floats(t.partition, "partition")) {
@@ -393,7 +394,6 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(!o.train_path.empty(), "--train is required (an .h5 dataset from 'ddl_data import')");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.batch_size >= 1, "--batch-size must be at least 1");
-  require(o.global_batch >= 0, "--global-batch must be at least 1");
   require(o.steps_per_epoch >= 0, "--steps-per-epoch must be >= 0");
   require(o.lr > 0, "--lr must be positive");
   require(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction must be in [0, 1)");
@@ -456,7 +456,8 @@ void check_system_and_layout(TrainOptions& o, const OptionTexts& t) {
   require(o.pipeline_stages >= 1, "--pipeline-stages must be at least 1");
   require(o.tensor_parallel >= 1, "--tensor-parallel must be at least 1");
   require(o.micro_batches >= 1, "--micro-batches must be at least 1");
-  require(o.batch_size % o.micro_batches == 0, "--batch-size " + std::to_string(o.batch_size) +
+  // With --global-batch, the layout checks each rank's share (layout_choice.cpp).
+  require(o.global_batch > 0 || o.batch_size % o.micro_batches == 0, "--batch-size " + std::to_string(o.batch_size) +
                                                    " does not split into " + std::to_string(o.micro_batches) +
                                                    " micro-batches");
   require(o.partition.empty() || o.partition.size() == static_cast<std::size_t>(o.pipeline_stages),

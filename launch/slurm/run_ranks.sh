@@ -16,10 +16,10 @@ nodes=${DDL_NODELIST:-$SLURM_JOB_NODELIST} node_count=$SLURM_JOB_NUM_NODES ranks
 step=() hosts=()
 if [ -n "${DDL_NODELIST:-}" ]; then
   per_node=${SLURM_NTASKS_PER_NODE:-$((SLURM_NTASKS / SLURM_JOB_NUM_NODES))}
-  IFS=, read -r -a hosts <<< "$DDL_NODELIST"
-  node_count=${#hosts[@]} ranks=$((${#hosts[@]} * per_node))
+  IFS=, read -r -a node_names <<< "$DDL_NODELIST"
+  node_count=${#node_names[@]} ranks=$((${#node_names[@]} * per_node))
   step=(--nodes="$node_count" --nodelist="$DDL_NODELIST" --ntasks="$ranks" --ntasks-per-node="$per_node" --overlap)
-  hosts=(--host "$(printf "%s:$per_node," "${hosts[@]}" | sed 's/,$//')")
+  hosts=(--host "$(printf "%s:$per_node," "${node_names[@]}" | sed 's/,$//')")
 fi
 echo "ddl on $node_count node(s) ($nodes), $ranks ranks x $threads threads"
 # Slurm's SIGTERM goes to this script; pass it on to the ranks so that they checkpoint and stop.

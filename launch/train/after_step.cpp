@@ -68,16 +68,16 @@ bool AfterStep::operator()(bool last_of_run) {
   }
   const TrainOptions& o = job_.options;
   const bool checkpoints = !o.checkpoint_dir.empty();
-  ++steps_since_checkpoint_;
+  ++job_.steps_since_checkpoint;
   StepAsks asks{.stop = stop_signal_.load() != 0};
   if (checkpoints && o.checkpoint_every_seconds > 0 && job_.world.rank() == 0 && !asked_for_checkpoint_) {
-    const std::chrono::duration<double> since = std::chrono::steady_clock::now() - last_checkpoint_;
+    const std::chrono::duration<double> since = std::chrono::steady_clock::now() - job_.last_checkpoint;
     asks.checkpoint = asked_for_checkpoint_ = since.count() >= o.checkpoint_every_seconds;
   }
   const StepAsks agreed = vote_.step(asks);
   const bool stop = agreed.stop;
   checkpoint_due_ = checkpoints && (agreed.checkpoint || (o.checkpoint_every_steps > 0 &&
-                                                          steps_since_checkpoint_ >= o.checkpoint_every_steps));
+                                                          job_.steps_since_checkpoint >= o.checkpoint_every_steps));
   if (!stop && !last_of_run && replanner && replanner->due(step)) consider_replan();
   step_began_ = std::chrono::steady_clock::now();
   return stop || next_.has_value();
@@ -87,8 +87,8 @@ bool AfterStep::operator()(bool last_of_run) {
 bool AfterStep::stop_at_epoch_end() { return job_.world.any(vote_.finish().stop || stop_signal_.load() != 0); }
 
 void AfterStep::checkpoint_written() {
-  last_checkpoint_ = std::chrono::steady_clock::now();
-  steps_since_checkpoint_ = 0;
+  job_.last_checkpoint = std::chrono::steady_clock::now();
+  job_.steps_since_checkpoint = 0;
   asked_for_checkpoint_ = checkpoint_due_ = false;
 }
 

@@ -57,8 +57,6 @@ class AfterStep {
   bool first_step_of_layout_ = true;
   // --checkpoint-every: a time is judged by world rank 0's clock alone, which asks once through the vote
   // (each rank's own clock would ask again at the step after another's ask); a step count needs no vote.
-  std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
-  std::uint64_t steps_since_checkpoint_ = 0;
   bool asked_for_checkpoint_ = false, checkpoint_due_ = false;
 };
 

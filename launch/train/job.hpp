@@ -2,6 +2,8 @@
 // layout (session.hpp) after another, for as long as re-planning moves it to a new layout.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +49,9 @@ struct Job {
   std::shared_ptr<const ImageCache> image_cache;
   std::optional<Replanner> replanner;              // a planned job that re-plans (--replan-every)
   unsigned long long steps_run = 0;                // training steps of this process, over every layout
+  // --checkpoint-every counts from the job's last checkpoint, whatever layout wrote it.
+  std::chrono::steady_clock::time_point last_checkpoint = std::chrono::steady_clock::now();
+  std::uint64_t steps_since_checkpoint = 0;
   std::unique_ptr<DirectoryLock> checkpoint_lock;  // rank 0's, with a checkpoint folder
   std::optional<MetricsLog> metrics;               // rank 0's, with --metrics
   Timeline timeline;                               // --timeline: every layout's events

@@ -159,6 +159,11 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
   // A run stopped in the middle of an epoch resumes at the step after the last one it finished.
   const std::size_t first_step =
       static_cast<std::uint64_t>(epoch) == job_.state.epochs_done ? job_.state.steps_done : 0;
+  if (first_step > steps)
+    throw InputError(job_.resume_path + " was written at step " + std::to_string(first_step) + " of epoch " +
+                     std::to_string(epoch + 1) + ", but an epoch of this run has " + std::to_string(steps) +
+                     " steps: resume with the global batch it was written with (--global-batch " +
+                     std::to_string(layout_.global_batch()) + " now)");
   indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(first_step * batch));
   BatchLoader* loader = session_.train_loader ? &*session_.train_loader : nullptr;
   if (loader) loader->start(select(job_.train_subset, indices), true, o_.seed, epoch, first_step);

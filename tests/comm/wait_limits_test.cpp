@@ -22,12 +22,14 @@ TEST(WaitLimits, AFixedTimeoutIsTheLimitOfEveryWaitOnceTheJobHasStarted) {
   WaitLimits limits(5.0);
   // Set-up and the first step (measuring stages, building primitives) may keep a peer waiting far longer.
   EXPECT_EQ(limits.limit(kRing), WaitLimits::kStartupSeconds);
-  EXPECT_EQ(limits.explain(kRing), "--timeout 5, but 600 s while the job starts");
+  EXPECT_EQ(limits.explain(kRing), "--timeout 5, but 600 s while the job starts or writes a checkpoint");
   limits.step_took(100.0);
   limits.waited(kRing, 100.0);
   EXPECT_EQ(limits.limit(kRing), 5.0);
   EXPECT_EQ(limits.limit("anything"), 5.0);
   EXPECT_EQ(limits.explain(kRing), "--timeout 5");
+  // The other ranks wait for a checkpoint's writers for as long as the write takes.
+  EXPECT_EQ(limits.limit("checkpoint: in a barrier with all ranks (ranks 0, 1)"), WaitLimits::kStartupSeconds);
   // A move to another layout starts again, until its first step.
   limits.starting();
   EXPECT_EQ(limits.limit(kRing), WaitLimits::kStartupSeconds);

@@ -58,6 +58,26 @@ TEST(ManualLayout, RefusesARankCountThatFormsNoGrid) {
   }
 }
 
+TEST(ManualLayout, DealsAGlobalBatchAmongTheRanksThatBringImages) {
+  TrainOptions o;
+  o.pipeline_stages = 2;
+  o.micro_batches = 2;
+  o.global_batch = 48;
+  auto model = whole("seed_cnn");
+  // 6 ranks: 3 replicas of 2 stages, 16 images each; 4 ranks (after a lost node): 2 replicas, 24 each.
+  EXPECT_EQ(manual_layout(o, *model, 6).layout.batch, 16);
+  EXPECT_EQ(manual_layout(o, *model, 4).layout.batch, 24);
+  EXPECT_EQ(manual_layout(o, *model, 4).layout.global_batch(), 48);
+  o.micro_batches = 5;  // 16 images a replica do not split into 5 micro-batches
+  try {
+    manual_layout(o, *model, 6);
+    FAIL() << "16 images into 5 micro-batches";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--global-batch 48 does not divide among 3 ranks that bring their own images in 5 micro-batches each");
+  }
+}
+
 TEST(ManualLayout, SplitsTheClassifierLayersTheGroupDivides) {
   TrainOptions o;
   o.tensor_parallel = 4;

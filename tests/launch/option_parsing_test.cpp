@@ -98,6 +98,15 @@ TEST(TrainOptionsParsing, CheckpointEveryTakesATimeAStepCountOrEpoch) {
         << wrong;
 }
 
+TEST(TrainOptionsParsing, GlobalBatchStandsForEveryRanksBatch) {
+  EXPECT_EQ(parse({"--global-batch", "48"})->global_batch, 48);
+  EXPECT_EQ(error_of({"--global-batch", "0"}), "--global-batch must be at least 1");
+  EXPECT_EQ(error_of({"--global-batch", "48", "--batch-size", "8"}),
+            "--global-batch sets the batch of every rank: give it without --batch-size and --scale-lr");
+  // Each rank's share meets the micro-batches once the layout is known (layout_choice_test), not 64.
+  EXPECT_TRUE(parse({"--global-batch", "48", "--micro-batches", "3"}).has_value());
+}
+
 TEST(ChangedOptions, NamesWhatAResumedRunChangedButItsEpochs) {
   const auto before = parse({"--lr", "0.001", "--epochs", "2"}), after = parse({"--lr", "0.01", "--epochs", "5"});
   EXPECT_EQ(changed_options(before->describe(), after->describe()), "lr 0.001 -> 0.01");

@@ -71,10 +71,12 @@ if [ "$mode" = slow ]; then
   ip netns exec ddl_tbr tc qdisc add dev port3 root tbf rate "$rate" burst 64kb latency 2s
   echo "slowed after $(elapsed) s"
 fi
-if [ "$mode" = elastic ]; then
+if [ "$mode" = cut ] || [ "$mode" = elastic ]; then
   wait_for_pattern
   ip netns exec ddl_tbr ip link set port3 down
   echo "cut after $(elapsed) s"
+fi
+if [ "$mode" = elastic ]; then
   for _ in $(seq 3000); do
     grep -q "^resumed from" "$out/out.txt" && { echo "resumed after $(elapsed) s"; break; }
     kill -0 "$job" 2>/dev/null || break
@@ -82,9 +84,6 @@ if [ "$mode" = elastic ]; then
   done
 fi
 if [ "$mode" = cut ]; then
-  wait_for_pattern
-  ip netns exec ddl_tbr ip link set port3 down
-  echo "cut after $(elapsed) s"
   for _ in $(seq 300); do
     grep -q "no progress for" "$out/err.txt" && { echo "reported after $(elapsed) s"; break; }
     sleep 0.1
@@ -106,7 +105,7 @@ if [ "$mode" = cut ]; then
   kill -KILL "$job" 2>/dev/null
 fi
 # A restart (elastic) takes the timeout, the grace, the probes and the job again.
-for _ in $(seq "${DDL_JOB_SECONDS:-180}0"); do
+for _ in $(seq $((${DDL_JOB_SECONDS:-180} * 10))); do
   kill -0 "$job" 2>/dev/null || break
   sleep 0.1
 done
