@@ -37,7 +37,7 @@ elastic_run_job() {
   shift
   errors=$(mktemp)
   elastic_began=$(date +%s)
-  # A process group of its own, so that everything it started can be ended at once.
+  # A session of its own, so that everything it started can be ended at once.
   setsid "$@" 2> >(tee "$errors" >&2) &
   elastic_job=$!
   # A rank that fails prints one error line and exits within seconds, and mpirun (srun) ends the others;
