@@ -11,6 +11,7 @@
 #include "core/layers/param_slice.hpp"
 #include "core/layers/split_dense.hpp"
 #include "core/layers/split_linear.hpp"
+#include "core/recompute_segments.hpp"
 
 namespace ddl {
 
@@ -255,24 +256,14 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
   return *g;
 }
 
-// About sqrt(layers) segments of about equal output bytes (Chen et al.'s choice): a CNN's first layers,
-// whose outputs are the largest, get shorter segments, so that no one segment's activations, alive in its
-// backward, hold most of the memory again.
 void Model::plan_segments(Context& ctx) {
   for (SegmentStart& start : segment_starts_)
     if (!start.input_copy.empty()) ctx.give_back(start.input_copy);
   segment_starts_.clear();  // no input kept from the last set-up's forward
-  std::size_t segments = 1, total = 0;
-  while (segments * segments < layers_.size()) ++segments;
-  for (const auto& md : output_mds_) total += md.get_size();
-  segment_of_.assign(layers_.size(), 0);
-  std::size_t segment = 0, bytes = 0;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    segment_of_[i] = segment;
-    bytes += output_mds_[i].get_size();
-    if (bytes * segments >= total * (segment + 1) && segment + 1 < segments && i + 1 < layers_.size()) ++segment;
-  }
-  segment_starts_.resize(segment + 1);
+  std::vector<double> output_bytes;
+  for (const auto& md : output_mds_) output_bytes.push_back(static_cast<double>(md.get_size()));
+  segment_of_ = recompute_segments(output_bytes);
+  segment_starts_.resize(segment_count());
 }
 
 std::size_t Model::segment_count() const { return segment_of_.empty() ? 0 : segment_of_.back() + 1; }

@@ -19,6 +19,24 @@ std::string summary(const char* label, const Plan& plan) {
   return line;
 }
 
+// Why the chosen layout shards the optimizer's state or recomputes activations: the same layout without.
+std::string why_state_choice(const Profile& profile, const Cluster& cluster, int global_batch, const Plan& chosen,
+                             double memory_limit_bytes) {
+  Layout plain = chosen.layout;
+  plain.shard_state = 0;
+  plain.recompute.clear();
+  const Prediction without = predict(profile, cluster, plain, global_batch);
+  const Prediction& with = chosen.prediction;
+  std::string what = chosen.layout.shards_optimizer_state() ? "optimizer state sharded" : "";
+  if (chosen.layout.recomputes_any())
+    what += (what.empty() ? "" : " and ") + chosen.layout.recompute_note().substr(2);  // past ", "
+  char line[400];
+  std::snprintf(line, sizeof line, "  %-10s %s: peak %.2f GB, step %.3f s; without: peak %.2f GB, step %.3f s%s\n",
+                "why", what.c_str(), with.peak_bytes / 1e9, with.step_s, without.peak_bytes / 1e9,
+                without.step_s, without.peak_bytes > memory_limit_bytes && memory_limit_bytes > 0 ? " (over the limit)" : "");
+  return line;
+}
+
 }  // namespace
 
 double default_memory_limit(int ranks_on_this_node) {
@@ -39,6 +57,13 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
   limits.micro_batches = o.fixed_micro_batches;
   limits.schedule = o.pipeline_schedule;
   limits.bucket_bytes = o.bucket_bytes();
+  // Sharding needs an optimizer of element-wise updates and the gradients reduced after backward in f32.
+  if (o.shard_state > 0)
+    limits.shard_states = {o.shard_state};
+  else if ((o.optimizer == "sgd" || o.optimizer == "adam") && o.bucket_mb == 0 && o.allreduce_wire == "f32")
+    limits.shard_states = {0, 1};
+  limits.may_recompute = true;
+  limits.must_recompute = o.recompute;
   if (o.strategy == "data" || o.layerwise_optimizer()) limits.tensor = 1;
   if (o.strategy == "data") limits.stages = 1;
   if (o.strategy == "pipeline") {
@@ -65,6 +90,8 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
                 o.strategy.c_str(), global, cluster.ranks, cluster.ranks_per_node, r.considered, seconds, r.over_memory,
                 memory_limit_bytes / 1e9);
   report << line << summary("chosen", plan.chosen);
+  if (l.shards_optimizer_state() || l.recomputes_any())
+    report << why_state_choice(profile, cluster, global, plan.chosen, memory_limit_bytes);
   if (r.fastest && r.fastest->layout.describe() != l.describe()) report << summary("fastest", *r.fastest);
   if (r.best_data) report << summary("data", *r.best_data);
   if (r.best_pipeline) report << summary("pipeline", *r.best_pipeline);  // of one replica

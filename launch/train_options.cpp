@@ -212,11 +212,13 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "shard-state", po::value(&o.shard_state)->default_value(o.shard_state),
       "0 | 1: ZeRO's stage 1, each data-parallel replica keeps the optimizer's state (momentum, Adam's moments) "
       "for 1/replicas of the parameters; the gradients are reduce-scattered and the parameters all-gathered on "
-      "the ring, the all-reduce's bytes and sums")(
+      "the ring, the all-reduce's bytes and sums. Under --strategy, 1 asks for it wherever a layout has replicas and "
+      "no split layers; else the planner weighs it")(
       "recompute", po::bool_switch(&o.recompute),
       "keep only the input of each of about sqrt(layers) segments in forward and run the segment's forward again "
       "before its backward: less activation memory for a second forward of all but the last segment, the same "
-      "bits")(
+      "bits. Under --strategy, it asks for it on every stage of a layout without split layers; else the planner "
+      "weighs it per stage")(
       "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)")(
       "timeout", po::value(&o.timeout)->default_value(o.timeout),
       "seconds a rank may wait for others in one collective or message before it names them and stops the job "
@@ -408,7 +410,6 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
           "--shard-state must be 0 or 1 (stages 2 and 3, sharding the gradients and the parameters too, are not "
           "built yet)");
   if (o.shard_state > 0) {
-    require(o.strategy == "manual", "--shard-state goes with --strategy manual: the planner does not weigh it yet");
     require(o.tensor_parallel == 1, "--shard-state goes without --tensor-parallel");
     require(o.optimizer == "sgd" || o.optimizer == "adam",
             "--shard-state shards SGD's and Adam's state; --optimizer " + o.optimizer + " needs whole layers");
@@ -418,7 +419,6 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
             "--shard-state all-gathers the parameters in f32: it goes without --allreduce-wire bf16");
   }
   if (o.recompute) {
-    require(o.strategy == "manual", "--recompute goes with --strategy manual: the planner does not weigh it yet");
     // A split layer's forward talks to its group: run again, it would repeat that traffic, which is untested.
     require(o.tensor_parallel == 1, "--recompute goes without --tensor-parallel");
   }
@@ -498,6 +498,8 @@ std::string TrainOptions::describe(const Layout& layout) const {
   planned.pipeline_stages = layout.stages;
   planned.tensor_parallel = layout.tensor;
   planned.micro_batches = layout.micro_batches;
+  planned.shard_state = layout.shard_state;
+  planned.recompute = layout.recomputes_any();
   planned.partition = layout.stages > 1 ? layout.cut : std::vector<std::size_t>{};
   if (!layout.split.empty()) {
     planned.tensor_split.clear();

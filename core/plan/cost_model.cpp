@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/recompute_segments.hpp"
 
 namespace ddl {
 
@@ -23,6 +24,42 @@ double gather_s(const Link& link, int n, double piece) {
 bool within_a_node(int block, int count, int per_node) {
   const int span = block * count;
   return span <= per_node && per_node % span == 0;
+}
+
+// Forward's share of a layer's forward and backward time.
+constexpr double kForwardShare = 1.0 / 3.0;
+
+// Which of a stage's layers [first, end) keep their outputs for backward when its activations are
+// recomputed (Model::recompute_activations, by recompute_segments): the last segment's layers and each
+// segment's last layer, whose output is the next segment's kept input; the others' outputs live again
+// only while their segment's backward runs. Empty (the default): every layer keeps its output.
+struct Recomputation {
+  std::size_t first = 0;
+  std::vector<std::size_t> segment_of;  // of layers first, first + 1, ...
+  // One image's outputs of the largest recomputed segment beyond the last segment's: a segment runs its
+  // forward again once the last segment's backward has given back its outputs.
+  double regrown_bytes = 0;
+  bool again(std::size_t i) const {
+    return !segment_of.empty() && segment_of[i - first] != segment_of.back();
+  }
+  bool keeps(std::size_t i) const {
+    const std::size_t k = i - first;
+    return segment_of.empty() || segment_of[k] == segment_of.back() || segment_of[k] != segment_of[k + 1];
+  }
+};
+
+Recomputation recomputation_of(const Profile& profile, std::size_t first, std::size_t end) {
+  Recomputation r;
+  r.first = first;
+  std::vector<double> output_bytes;
+  for (std::size_t i = first; i < end; ++i) output_bytes.push_back(profile.layers[i].output_bytes);
+  r.segment_of = recompute_segments(output_bytes);
+  std::vector<double> segment_bytes(r.segment_of.back() + 1, 0.0);
+  for (std::size_t k = 0; k < output_bytes.size(); ++k) segment_bytes[r.segment_of[k]] += output_bytes[k];
+  const double last = segment_bytes.back();  // kept, not recomputed
+  segment_bytes.pop_back();
+  for (double b : segment_bytes) r.regrown_bytes = std::max(r.regrown_bytes, b - last);
+  return r;
 }
 
 }  // namespace
@@ -61,6 +98,11 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   // measured figure: the scale for every layout's.
   // Parameters hold their value, gradient, blocked copy and optimizer state, 4 bytes each.
   auto param_bytes = [&](double params) { return 4.0 * params * (3.0 + profile.optimizer_floats); };
+  // ZeRO stage 1: each replica keeps the optimizer's state, and updates the parameters, for 1/D of them.
+  const double state_share = layout.shards_optimizer_state() ? 1.0 / D : 1.0;
+  auto held_param_bytes = [&](double params) {
+    return 4.0 * params * (3.0 + profile.optimizer_floats * state_share);
+  };
   double memory_scale = 1;
   if (profile.measured_bytes > 0) {
     double formula = profile.batch * profile.layers.front().input_bytes;
@@ -75,6 +117,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, activations = 0;
     // 1F1B keeps min(M, S - s) micro-batches on stage s; GPipe all of them.
     const double in_flight = layout.schedule == PipelineSchedule::gpipe ? M : std::min(M, S - s);
+    const Recomputation recomputation =
+        layout.recomputes(s) ? recomputation_of(profile, first, end) : Recomputation{};
     for (std::size_t i = first; i < end; ++i) {
       const LayerCost& l = profile.layers[i];
       const double rows = gathers && i >= gather ? T * m : m;
@@ -82,10 +126,12 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       const double before = comm, sent_before = sent;
       // A split layer's share of the work, but a whole call's fixed cost.
       const double compute = l.fixed_seconds + l.seconds * rows * share;
-      slot += compute;
+      // A recomputed layer's forward runs again: a third of its time (backward taken as two thirds).
+      slot += recomputation.again(i) ? compute * (1 + kForwardShare) : compute;
       params += l.params * share;
       if (T > 1 && !split[i]) whole += l.params;  // averaged over the group too
-      activations += rows * l.output_bytes;
+      const double kept = recomputation.keeps(i) ? rows * l.output_bytes : 0;
+      activations += kept;
       if (split[i] && l.split == SplitKind::dense) {
         double c = gather_s(tensor_link, T, rows * l.output_bytes / T);  // the outputs' shares
         sent += (T - 1) * rows * l.output_bytes / T;
@@ -102,7 +148,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
       p.layers.push_back({s, split[i] != 0, M * (compute + comm - before), M * compute,
-                          memory_scale * (param_bytes(l.params * share) + in_flight * rows * l.output_bytes),
+                          memory_scale * (held_param_bytes(l.params * share) + in_flight * kept),
                           M * (sent - sent_before)});
     }
     if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
@@ -124,15 +170,20 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       reduce_comm = std::max(all_reduce_s(replica_link, D, std::min(layout.bucket_bytes, 4 * params)),
                              reduce_comm - backward);
     }
-    const double reduce = reduce_comm + params * profile.optimizer_s_per_param;
+    const double reduce = reduce_comm + params * state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
     p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the slots' share
     const double step_sent = (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole);
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
-    const double memory = profile.base_bytes +
-                          memory_scale * (param_bytes(params) + in_flight * (activations + m * profile.layers[first].input_bytes));
+    // A recomputed segment's activations live again during its backward, one micro-batch's at a time.
+    const double memory =
+        profile.base_bytes +
+        memory_scale * (held_param_bytes(params) +
+                        in_flight * (activations + m * profile.layers[first].input_bytes) +
+                        m * recomputation.regrown_bytes);
     // The all-reduce's own buffers (the hierarchical one's shared window holds every gradient once).
     const double reduce_buffers = D > 1 ? 4.0 * params : 0.0;
+    p.stage_peak_bytes.push_back(memory + reduce_buffers);
     p.peak_bytes = std::max(p.peak_bytes, memory + reduce_buffers);
     first = end;
   }

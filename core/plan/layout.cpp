@@ -1,5 +1,6 @@
 #include "core/plan/layout.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 namespace ddl {
@@ -19,8 +20,24 @@ std::string Layout::describe() const {
   }
   s << ", batch " << batch;
   if (shards_optimizer_state()) s << ", optimizer state sharded";
-  if (recompute) s << ", activations recomputed";
+  s << recompute_note();
   return s.str();
+}
+
+bool Layout::recomputes_any() const { return std::find(recompute.begin(), recompute.end(), 1) != recompute.end(); }
+
+std::string Layout::recompute_note() const {
+  if (!recomputes_any()) return "";
+  std::string note = ", activations recomputed";
+  if (std::find(recompute.begin(), recompute.end(), 0) == recompute.end()) return note;
+  note += std::count(recompute.begin(), recompute.end(), 1) > 1 ? " on stages" : " on stage";
+  const char* separator = " ";
+  for (int stage = 0; stage < stages; ++stage)
+    if (recomputes(stage)) {
+      note += separator + std::to_string(stage);
+      separator = ",";
+    }
+  return note;
 }
 
 }  // namespace ddl

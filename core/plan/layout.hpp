@@ -37,8 +37,9 @@ struct Layout {
   double bucket_bytes = 0;
   // ZeRO's stage across each stage's replicas (0: none; 1: the optimizer's state sharded).
   int shard_state = 0;
-  // Activations dropped in forward and computed again in backward (Model::recompute_activations).
-  bool recompute = false;
+  // Per stage: its activations dropped in forward and computed again in backward
+  // (Model::recompute_activations); empty: none.
+  std::vector<char> recompute;
 
   int ranks() const { return replicas * stages * tensor; }
   GridPosition position(int rank) const { return {rank / (stages * tensor), rank / tensor % stages, rank % tensor}; }
@@ -60,6 +61,12 @@ struct Layout {
   // Whether each replica keeps only its shard of the optimizer's state.
   bool shards_optimizer_state() const { return shard_state > 0 && replicas > 1; }
   bool plain_data_parallel() const { return stages == 1 && tensor == 1; }
+  bool recomputes(int stage) const {
+    return static_cast<std::size_t>(stage) < recompute.size() && recompute[static_cast<std::size_t>(stage)];
+  }
+  bool recomputes_any() const;
+  // ", activations recomputed" (on every stage), ", activations recomputed on stages 0,1", or "".
+  std::string recompute_note() const;
   // Whether a layer of this kind, whose `divisor` (a dense layer's outputs, a block's heads) the group must
   // divide, may split across this layout's tensor groups.
   bool may_split(SplitKind kind, int divisor) const {

@@ -1,5 +1,6 @@
 #include "core/plan/search.hpp"
 
+#include <algorithm>
 #include <functional>
 
 #include "core/error.hpp"
@@ -87,6 +88,49 @@ bool fits(const Constraints& c, int D, int S, int T, int M) {
          (c.micro_batches == 0 || c.micro_batches == M);
 }
 
+// A layout with each sharding and recomputation the limits allow it. A layout that cannot shard (one
+// replica, or split layers) or recompute (split layers) is weighed without, even where the limits ask.
+void visit_state_choices(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits,
+                         Layout layout, const std::function<void(const Plan&)>& visit) {
+  const std::size_t S = static_cast<std::size_t>(layout.stages);
+  const bool can_recompute = layout.tensor == 1 && (limits.may_recompute || limits.must_recompute);
+  const bool can_shard = layout.replicas > 1 && layout.tensor == 1;
+  for (const int shard : can_shard ? limits.shard_states : std::vector<int>{0}) {
+    layout.shard_state = shard;
+    if (!limits.must_recompute || !can_recompute) {
+      layout.recompute.clear();
+      const Plan kept{layout, predict(profile, cluster, layout, global_batch)};
+      visit(kept);
+      // Recomputing only where the activations kept would not fit: the stages with more in flight.
+      std::vector<char> over(S, 0);
+      for (std::size_t s = 0; s < S; ++s)
+        over[s] = limits.memory_limit_bytes > 0 && kept.prediction.stage_peak_bytes[s] > limits.memory_limit_bytes;
+      const auto count = std::count(over.begin(), over.end(), 1);
+      if (can_recompute && count > 0 && count < static_cast<std::ptrdiff_t>(S)) {
+        layout.recompute = over;
+        visit({layout, predict(profile, cluster, layout, global_batch)});
+      }
+    }
+    if (can_recompute) {
+      layout.recompute.assign(S, 1);
+      visit({layout, predict(profile, cluster, layout, global_batch)});
+    }
+  }
+}
+
+// The step time a choice is weighed by: a layout that is not plain data parallelism, one that shards and
+// one that recomputes each weigh kDataParallelMargin more than their predicted time, unless the limits
+// ask for sharding or recomputation.
+double weighed_step(const Plan& plan, const Constraints& limits) {
+  const Layout& l = plan.layout;
+  const bool may_keep_whole = std::find(limits.shard_states.begin(), limits.shard_states.end(), 0) != limits.shard_states.end();
+  double weight = 1;
+  if (!l.plain_data_parallel()) weight *= 1 + kDataParallelMargin;
+  if (l.shards_optimizer_state() && may_keep_whole) weight *= 1 + kDataParallelMargin;
+  if (l.recomputes_any() && !limits.must_recompute) weight *= 1 + kDataParallelMargin;
+  return weight * plan.prediction.step_s;
+}
+
 }  // namespace
 
 void for_each_layout(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits,
@@ -118,7 +162,7 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
           layout.micro_batches = M;
           for (const auto& cut : cuts) {
             layout.cut = cut;
-            visit({layout, predict(profile, cluster, layout, global_batch)});
+            visit_state_choices(profile, cluster, global_batch, limits, layout, visit);
           }
         }
       }
@@ -141,11 +185,8 @@ SearchResult plan_layouts(const Profile& profile, const Cluster& cluster, int gl
     if (better(result.fastest, p)) result.fastest = p;
     if (l.plain_data_parallel() && better(result.best_data, p)) result.best_data = p;
     if (l.replicas == 1 && l.tensor == 1 && l.stages > 1 && better(result.best_pipeline, p)) result.best_pipeline = p;
+    if (!result.best || weighed_step(p, limits) < weighed_step(*result.best, limits)) result.best = p;
   });
-  result.best = result.fastest;
-  if (result.best_data && result.fastest &&
-      result.best_data->prediction.step_s <= (1 + kDataParallelMargin) * result.fastest->prediction.step_s)
-    result.best = result.best_data;
   return result;
 }
 

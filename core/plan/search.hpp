@@ -3,9 +3,12 @@
 // (or, where there are too many, the cut balanced by time and memory), and for T > 1 every split the
 // profile allows (any subset of the splittable dense layers, or the last k of them where there are many;
 // every transformer block).
-// Layouts over the memory limit are dropped; the least predicted step time wins, unless plain data
-// parallelism is predicted within kDataParallelMargin of it: the cost model's own error is larger than
-// that, and the plainer layout has fewer ways to be slow that the model does not know.
+// Each layout is weighed with its optimizer state whole or sharded, and with its activations kept,
+// recomputed on every stage, or recomputed on just the stages that would not fit the memory limit.
+// Layouts over the memory limit are dropped; the least predicted step time wins, unless a plainer layout is
+// predicted within kDataParallelMargin of it: the cost model's own error is larger than that, and the
+// plainer layout has fewer ways to be slow that the model does not know. Data parallelism is plainer than
+// a pipeline or a split, state kept whole plainer than sharded, and activations kept than recomputed.
 #pragma once
 
 #include <functional>
@@ -22,6 +25,10 @@ struct Constraints {
   int min_stages = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  // every layout's
   double bucket_bytes = 0;  // every layout with --bucket-mb
+  // The optimizer-state sharding the search may give a layout of several replicas and no split (0: whole;
+  // 1: ZeRO's stage 1), and whether it may, or must, recompute activations where there is no split.
+  std::vector<int> shard_states{0};
+  bool may_recompute = false, must_recompute = false;
 };
 
 struct Plan {

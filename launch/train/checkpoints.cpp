@@ -170,25 +170,24 @@ bool initialize(Job& job, Session& session) {
   return true;
 }
 
-// Written in memory by the first replica's ranks in turn (each passing the image on to the next), then
-// handed to every rank.
+// Written in memory as a checkpoint is written (save), each writer passing the image on to the next,
+// then handed to every rank.
 std::vector<char> pack_for_next_layout(const Job& job, Session& session) {
   job.world.hang_detector()->set_phase("moving to another layout");
   job.world.hang_detector()->starting_again();
-  // Only the first replica writes the image, which holds a sharded optimizer's state in part.
-  if (session.optimizer->sharded())
-    throw Error("a layout with sharded optimizer state cannot move to another (the planner never picks it)");
-  std::vector<char> image;
   const GridPosition& p = session.position();
-  if (p.replica == 0) {
-    const Communicator& writers = session.grid.replica_ranks();
+  const bool sharded = session.optimizer->sharded();
+  std::vector<char> image;
+  if (sharded || p.replica == 0) {
+    const Communicator& writers = sharded ? job.world : session.grid.replica_ranks();
     for (int turn = 0; turn < writers.size(); ++turn) {
       if (turn == writers.rank())
-        write_checkpoint_image_part(image, *session.model, *session.optimizer, job.state, {turn == 0, p.t == 0});
+        write_checkpoint_image_part(image, *session.model, *session.optimizer, job.state,
+                                    {turn == 0, p.replica == 0 && p.t == 0, p.replica == 0});
       writers.broadcast(image, turn);
     }
   }
-  job.world.broadcast(image, 0);  // world rank 0 is the first replica's
+  if (!sharded) job.world.broadcast(image, 0);  // world rank 0 is the first replica's
   return image;
 }
 

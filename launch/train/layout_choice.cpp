@@ -90,7 +90,7 @@ ChosenLayout manual_layout(const TrainOptions& o, Model& whole, int ranks) {
   l.schedule = o.pipeline_schedule;
   l.bucket_bytes = o.bucket_bytes();
   l.shard_state = o.shard_state;
-  l.recompute = o.recompute;
+  if (o.recompute) l.recompute.assign(static_cast<std::size_t>(S), 1);
   if (T > 1) {
     TensorSplitChoice split = choose_tensor_split(o.tensor_split, whole, T);
     l.split = std::move(split.layers);

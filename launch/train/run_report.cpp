@@ -31,8 +31,7 @@ void print_grid(const Job& job, const Session& session) {
                 ranks, l.replicas, l.stages, job.threads, l.batch, l.global_batch());
   if (l.micro_batches > 1 || l.stages > 1)
     std::printf(" in %d micro-batches (%s)", l.micro_batches, option_word(l.schedule));
-  if (l.recompute)
-    std::printf(", activations recomputed");
+  std::printf("%s", l.recompute_note().c_str());
   std::printf(", %zu training / %zu validation images\n", job.train_subset.size(), job.val_subset.size());
 }
 

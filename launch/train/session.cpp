@@ -74,8 +74,8 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
   micro_batching = {l.micro_batches, l.schedule, static_cast<std::size_t>(l.batch)};
   for (int c = 1; c < Trainer::slots_needed(micro_batching, p.stage, l.stages); ++c)
     copies.push_back(make_model(o.model, job.config, ctx, range, model.get(), split));
-  model->recompute_activations(l.recompute);
-  for (auto& copy : copies) copy->recompute_activations(l.recompute);
+  model->recompute_activations(l.recomputes(p.stage));
+  for (auto& copy : copies) copy->recompute_activations(l.recomputes(p.stage));
 
   Preprocessing prep = job.prep;
   prep.type = model->input_type(ctx);

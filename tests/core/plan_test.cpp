@@ -236,6 +236,134 @@ TEST(Planner, AMemoryLimitBelowDataParallelismsNeedChoosesAPipelineOrASplit) {
   EXPECT_GT(tight.over_memory, 0u);
 }
 
+// VGG16's shape at 224x224 with Adam: the convolutions' compute, the classifier's 124 M parameters.
+Profile vgg16_profile() {
+  Profile p;
+  p.model = "vgg16";
+  p.batch = 8;
+  p.optimizer_s_per_param = 1e-10;
+  p.optimizer_floats = 2;
+  p.base_bytes = 100e6;
+  p.layers = {layer("convolutions", 0.2, 14.7e6, 3 * 224 * 224 * 4, 25088 * 4),
+              layer("dense 25088->4096", 4e-3, 102.8e6, 25088 * 4, 4096 * 4),
+              layer("dense 4096->4096", 1e-3, 16.8e6, 4096 * 4, 4096 * 4),
+              layer("dense 4096->1000", 0.3e-3, 4.1e6, 4096 * 4, 1000 * 4)};
+  p.within_node = p.between_nodes = kFast;
+  return p;
+}
+
+TEST(Planner, ShardedStateHoldsAReplicasShareOfTheOptimizersStateAndSendsTheAllReducesBytes) {
+  const Profile p = vgg16_profile();
+  Layout whole{4, 1, 1, 1, {4}, {}, 8};
+  Layout sharded = whole;
+  sharded.shard_state = 1;
+  const Prediction a = predict(p, {4, 4}, whole, 32), b = predict(p, {4, 4}, sharded, 32);
+  double params = 0;
+  for (const auto& l : p.layers) params += l.params;
+  EXPECT_NEAR(a.peak_bytes - b.peak_bytes, 4.0 * params * p.optimizer_floats * 3 / 4, 1.0);
+  EXPECT_NEAR(a.reduce_s - b.reduce_s, params * p.optimizer_s_per_param * 3 / 4, 1e-12);
+  EXPECT_DOUBLE_EQ(a.sent_bytes, b.sent_bytes);
+  EXPECT_EQ(sharded.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state sharded");
+}
+
+TEST(Planner, AMemoryLimitBelowDataParallelismsChoosesShardedStateWhereItIsCheaperThanAPipeline) {
+  const Profile p = vgg16_profile();
+  Constraints limits;
+  limits.tensor = 1;
+  limits.shard_states = {0, 1};
+  const SearchResult free = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(free.best);
+  // With room, the state stays whole: sharding saves a little optimizer time, less than the margin.
+  EXPECT_TRUE(free.best->layout.plain_data_parallel()) << free.best->layout.describe();
+  EXPECT_FALSE(free.best->layout.shards_optimizer_state()) << free.best->layout.describe();
+  Layout sharded = free.best->layout;
+  sharded.shard_state = 1;
+  const double sharded_peak = predict(p, {4, 4}, sharded, 32).peak_bytes;
+  limits.memory_limit_bytes = (sharded_peak + free.best->prediction.peak_bytes) / 2;
+  const SearchResult tight = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(tight.best);
+  EXPECT_TRUE(tight.best->layout.plain_data_parallel()) << tight.best->layout.describe();
+  EXPECT_TRUE(tight.best->layout.shards_optimizer_state()) << tight.best->layout.describe();
+  EXPECT_LE(tight.best->prediction.peak_bytes, limits.memory_limit_bytes);
+  // Without sharding the same limit takes a pipeline, which is slower: the convolutions sit on one stage.
+  limits.shard_states = {0};
+  const SearchResult unsharded = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(unsharded.best);
+  EXPECT_GT(unsharded.best->layout.stages, 1) << unsharded.best->layout.describe();
+  EXPECT_GT(unsharded.best->prediction.step_s, tight.best->prediction.step_s);
+}
+
+// A CNN whose activations, not its parameters, fill the memory.
+Profile wide_cnn_profile() {
+  Profile p;
+  p.model = "wide_cnn";
+  p.batch = 16;
+  p.optimizer_s_per_param = 1e-9;
+  p.base_bytes = 50e6;
+  const double map = 64 * 112 * 112 * 4;
+  for (int i = 0; i < 8; ++i) p.layers.push_back(layer("conv " + std::to_string(i), 4e-3, 37e3, map, map));
+  p.layers.push_back(layer("global pool", 1e-5, 0, map, 64 * 4));
+  p.layers.push_back(layer("dense 64->10", 1e-6, 650, 64 * 4, 10 * 4));
+  p.within_node = p.between_nodes = kFast;
+  return p;
+}
+
+TEST(Planner, RecomputationKeepsASegmentsInputAndCostsItsForwardAgain) {
+  const Profile p = wide_cnn_profile();
+  Layout kept{1, 1, 1, 1, {10}, {}, 16};
+  Layout recomputed = kept;
+  recomputed.recompute = {1};
+  const Prediction a = predict(p, {1, 1}, kept, 16), b = predict(p, {1, 1}, recomputed, 16);
+  // recompute_segments cuts the 10 layers into 4 segments of about equal bytes: [0, 2], [3, 4], [5, 6],
+  // [7, 9]. Kept: the input, the outputs of layers 2, 4 and 6 (the next segments' inputs) and the last
+  // segment's 3 outputs; while a recomputed segment's backward runs, its outputs again (3 at most) in place
+  // of the last segment's (1 map and the tail), already given back.
+  const double map = p.layers[0].output_bytes, image = p.layers[0].input_bytes, tail = 64 * 4 + 10 * 4;
+  EXPECT_NEAR(a.peak_bytes - b.peak_bytes, 16 * (8 * map + tail + image) - 16 * (image + 3 * map + 3 * map), 1.0);
+  // The first three segments' 7 layers run their forward (a third of their time) again.
+  EXPECT_NEAR(b.step_s - a.step_s, 7 * 16 * 4e-3 / 3, 1e-9);
+  EXPECT_EQ(recomputed.describe(), "1 x 1 x 1, 1 micro-batch, batch 16, activations recomputed");
+}
+
+TEST(Planner, RecomputesOnlyTheStagesThatWouldNotFit) {
+  // Two stages, four micro-batches: 1F1B keeps two in flight on stage 0, one on stage 1.
+  const Profile p = wide_cnn_profile();
+  Constraints limits;
+  limits.stages = 2;
+  limits.micro_batches = 4;
+  limits.may_recompute = true;
+  const SearchResult free = plan_layouts(p, {2, 2}, 32, limits);
+  ASSERT_TRUE(free.best);
+  EXPECT_FALSE(free.best->layout.recomputes_any()) << free.best->layout.describe();
+  const auto& peaks = free.best->prediction.stage_peak_bytes;
+  ASSERT_EQ(peaks.size(), 2u);
+  limits.memory_limit_bytes = 0.9 * peaks[0];
+  ASSERT_LT(peaks[1], limits.memory_limit_bytes);
+  // The cut that fitted without a limit is weighed with stage 0 alone recomputing, which fits.
+  bool weighed = false;
+  for_each_layout(p, {2, 2}, 32, limits, [&](const Plan& plan) {
+    if (plan.layout.cut != free.best->layout.cut || plan.layout.recompute != std::vector<char>{1, 0}) return;
+    weighed = true;
+    EXPECT_LE(plan.prediction.peak_bytes, limits.memory_limit_bytes);
+    EXPECT_EQ(plan.layout.describe().substr(plan.layout.describe().find(", act")),
+              ", activations recomputed on stage 0");
+  });
+  EXPECT_TRUE(weighed);
+  const SearchResult tight = plan_layouts(p, {2, 2}, 32, limits);
+  ASSERT_TRUE(tight.best);
+  EXPECT_LE(tight.best->prediction.peak_bytes, limits.memory_limit_bytes);
+  // Below every layout's need with activations kept, the choice recomputes.
+  double least_kept = 1e300;
+  for_each_layout(p, {2, 2}, 32, {.stages = 2, .micro_batches = 4}, [&](const Plan& plan) {
+    least_kept = std::min(least_kept, plan.prediction.peak_bytes);
+  });
+  limits.memory_limit_bytes = 0.9 * least_kept;
+  const SearchResult tighter = plan_layouts(p, {2, 2}, 32, limits);
+  ASSERT_TRUE(tighter.best);
+  EXPECT_TRUE(tighter.best->layout.recomputes_any()) << tighter.best->layout.describe();
+  EXPECT_LE(tighter.best->prediction.peak_bytes, limits.memory_limit_bytes);
+}
+
 // Every layout of a small case, enumerated here without the search's shortcuts: every grid, every
 // micro-batch count, every cut, every subset of the splittable layers.
 double fastest_by_enumeration(const Profile& p, const Cluster& c, int global_batch) {

@@ -152,6 +152,38 @@ TEST(PlanStrategy, EachStrategyKeepsToItsKindOfLayout) {
   EXPECT_THROW(plan_strategy(o, p, {4, 2}, 1e6), InputError);  // nothing fits in 1 MB
 }
 
+TEST(PlanStrategy, ShardsOrRecomputesWhereTheMemoryLimitAsksAndSaysWhy) {
+  TrainOptions o;
+  o.batch_size = 16;
+  o.optimizer = "adam";
+  o.strategy = "data";
+  Profile p = seed_cnn_profile();
+  p.optimizer_floats = 2;
+  p.layers[5].params = 20e6;  // the parameters' state, not the activations, fills the memory
+  const PlanReport free = plan_strategy(o, p, {4, 4}, 0);
+  EXPECT_FALSE(free.chosen.layout.shards_optimizer_state()) << free.text;
+  EXPECT_FALSE(free.chosen.layout.recomputes_any()) << free.text;
+  EXPECT_FALSE(has(free.text, "why")) << free.text;
+  Layout sharded = free.chosen.layout;
+  sharded.shard_state = 1;
+  const double sharded_peak = predict(p, {4, 4}, sharded, 64).peak_bytes;
+  const PlanReport tight = plan_strategy(o, p, {4, 4}, (sharded_peak + free.chosen.prediction.peak_bytes) / 2);
+  EXPECT_TRUE(tight.chosen.layout.shards_optimizer_state()) << tight.text;
+  EXPECT_TRUE(has(tight.text, "why        optimizer state sharded: peak ")) << tight.text;
+  EXPECT_TRUE(has(tight.text, " (over the limit)")) << tight.text;
+  // Asked for, whatever the memory; and never with an optimizer of whole layers, for which nothing fits.
+  o.shard_state = 1;
+  EXPECT_TRUE(plan_strategy(o, p, {4, 4}, 0).chosen.layout.shards_optimizer_state());
+  o.shard_state = 0;
+  o.recompute = true;
+  const PlanReport recomputed = plan_strategy(o, p, {4, 4}, 0);
+  EXPECT_EQ(recomputed.chosen.layout.recompute, std::vector<char>{1}) << recomputed.text;
+  EXPECT_TRUE(has(recomputed.text, "why        activations recomputed: peak ")) << recomputed.text;
+  o.recompute = false;
+  o.optimizer = "lamb";
+  EXPECT_THROW(plan_strategy(o, p, {4, 4}, (sharded_peak + free.chosen.prediction.peak_bytes) / 2), InputError);
+}
+
 TEST(PlannedLayout, ReportsItsSplitAsAManualOneWould) {
   auto model = whole("seed_cnn");
   PlanReport plan;

@@ -15,13 +15,18 @@ TEST_F(DdlTrain, AutoStrategyTrainsLikeOneRank) {
   const auto ref = run(kTrain + train_args(sgd + "--batch-size 48 --checkpoint-dir " + one));
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
   // Also a pipeline and a split, which the planner would not choose for seed_cnn: --strategy pipeline, and
-  // --tensor-parallel 2 as a constraint.
+  // --tensor-parallel 2 as a constraint; and with the optimizer's state sharded and activations recomputed.
   struct Case {
     int ranks;
     std::string strategy, expected;
   };
-  const Case cases[] = {{2, "auto", ""}, {3, "auto", ""}, {4, "auto", ""}, {2, "pipeline", "chosen     1 x 2 x 1"},
-                        {4, "auto --tensor-parallel 2", " x 1 x 2, "}};
+  const Case cases[] = {{2, "auto", ""},
+                        {3, "auto", ""},
+                        {4, "auto", ""},
+                        {2, "pipeline", "chosen     1 x 2 x 1"},
+                        {4, "auto --tensor-parallel 2", " x 1 x 2, "},
+                        {4, "data --shard-state 1", "chosen     4 x 1 x 1, 1 micro-batch, batch 12, optimizer state sharded"},
+                        {2, "pipeline --recompute", "activations recomputed: step"}};
   for (const Case& c : cases) {
     const int ranks = c.ranks;
     const std::string dir = scratch_ / ("auto" + std::to_string(&c - &cases[0]));
@@ -60,21 +65,25 @@ TEST_F(DdlTrain, ReplanningMovesTheRunToAnotherLayoutAndTrainsTheSame) {
   // The first step of a layout is not measured: re-plans every 2 steps come after steps 3, 5, ...
   struct Case {
     int ranks;
-    std::string slow, replan, steps, expected;
+    std::string slow, replan, steps, expected, options;
   };
   // On 4 ranks the re-plans after steps 3, 5 and 7 all fall in an epoch's middle; a loaded machine (CI
-  // runs tests side by side) may time the first one too noisily to move.
-  const Case cases[] = {{2, "1:1000", "epoch", "3", "re-plan after step 3: "},
-                        {4, "1:1000", "2", "4", "re-plan after step "}};
+  // runs tests side by side) may time the first one too noisily to move. The third case starts with the
+  // optimizer's state sharded over the replicas, which the move gathers.
+  const Case cases[] = {{2, "1:1000", "epoch", "3", "re-plan after step 3: ", ""},
+                        {4, "1:1000", "2", "4", "re-plan after step ", ""},
+                        {2, "1:1000", "epoch", "3", "re-plan after step 3: ", " --shard-state 1"}};
   for (const Case& c : cases) {
-    const std::string batch = " --batch-size " + std::to_string(48 / c.ranks) + " --steps-per-epoch " + c.steps;
-    const std::string stayed = scratch_ / ("stayed" + std::to_string(c.ranks)),
-                      moved = scratch_ / ("moved" + std::to_string(c.ranks));
+    const std::string batch =
+        " --batch-size " + std::to_string(48 / c.ranks) + " --steps-per-epoch " + c.steps + c.options;
+    const std::string name = std::to_string(&c - &cases[0]);
+    const std::string stayed = scratch_ / ("stayed" + name), moved = scratch_ / ("moved" + name);
     const std::string mpirun = kMpirun + " -np " + std::to_string(c.ranks) + " " + kTrain;
     const auto ref = run("DDL_TEST_SLOW_LINKS=" + c.slow + " " + mpirun +
                          train_args(sgd + batch + " --replan-every never --checkpoint-dir " + stayed));
     ASSERT_EQ(ref.exit_code, 0) << ref.err;
     EXPECT_NE(ref.out.find("chosen     " + std::to_string(c.ranks) + " x 1 x 1"), std::string::npos) << ref.out;
+    if (!c.options.empty()) EXPECT_NE(ref.out.find("optimizer state sharded: step"), std::string::npos) << ref.out;
     EXPECT_EQ(ref.out.find("re-plan"), std::string::npos) << ref.out;
     const auto r = run("DDL_TEST_SLOW_LINKS=" + c.slow + " " + mpirun +
                        train_args(sgd + batch + " --replan-every " + c.replan + " --checkpoint-dir " + moved +
