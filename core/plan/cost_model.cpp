@@ -26,6 +26,17 @@ bool within_a_node(int block, int count, int per_node) {
   return span <= per_node && per_node % span == 0;
 }
 
+// The floats a rank holds for the gradient all-reduce, per parameter it reduces over D replicas, L of them
+// on its node; fitted to VGG16-CIFAR's peak RSS over one rank's on 2 and 4 ranks (docs/performance.md,
+// "The planner's memory"): a ring keeps a piece of 1/D and a little more (0.54 and 0.36 floats measured);
+// shared-memory windows hold each rank's gradients and the node's sums (2 floats), and a rank touches the
+// others' slices it sums (2.4 and 2.7 measured).
+double reduce_buffer_floats(bool node_windows, int D, int L) {
+  if (D <= 1) return 0;
+  if (node_windows && L > 1) return 2.0 + 0.8 * (L - 1) / L;
+  return 1.0 / D + 0.1;
+}
+
 // Forward's share of a layer's forward and backward time.
 constexpr double kForwardShare = 1.0 / 3.0;
 
@@ -181,8 +192,11 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         memory_scale * (held_param_bytes(params) +
                         in_flight * (activations + m * profile.layers[first].input_bytes) +
                         m * recomputation.regrown_bytes);
-    // The all-reduce's own buffers (the hierarchical one's shared window holds every gradient once).
-    const double reduce_buffers = D > 1 ? 4.0 * params : 0.0;
+    // The all-reduce's own buffers; a sharded state's go through the ring's halves whatever the algorithm.
+    const int replicas_on_a_node = std::clamp(P / (S * T), 1, D);
+    const double reduce_buffers =
+        4.0 * params *
+        reduce_buffer_floats(cluster.node_windows && !layout.shards_optimizer_state(), D, replicas_on_a_node);
     p.stage_peak_bytes.push_back(memory + reduce_buffers);
     p.peak_bytes = std::max(p.peak_bytes, memory + reduce_buffers);
     first = end;

@@ -12,8 +12,8 @@
 //     2 (n - 1) / n B; an all-gather or reduce-scatter half of that.
 //   - Memory: parameters, gradients, optimizer state and a blocked weight copy (a split layer's 1/T), the
 //     activations of the micro-batches a stage keeps in flight (1F1B or GPipe), scaled by what one rank was
-//     measured to hold against what this formula says for it; the all-reduce's buffers (a copy of the
-//     gradients) with replicas; and the profile's base.
+//     measured to hold against what this formula says for it; the all-reduce's buffers with replicas (see
+//     reduce_buffer_floats); and the profile's base.
 //   - Sharded optimizer state (ZeRO stage 1, over D > 1 replicas): each rank holds 1/D of the state and
 //     runs 1/D of the optimizer; the reduce-scatter and all-gather send the all-reduce's bytes in its time.
 //   - Recomputed activations (a stage's segments, by recompute_segments): only the last segment's outputs
@@ -31,6 +31,9 @@ namespace ddl {
 struct Cluster {
   int ranks = 1;
   int ranks_per_node = 1;
+  // The gradient all-reduce sums through shared-memory windows within a node (ddl's hierarchical one),
+  // which hold more than a ring's buffers.
+  bool node_windows = false;
 };
 
 // One layer under a layout, per step on its rank: what the plan report shows per component.

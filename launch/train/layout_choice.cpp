@@ -49,7 +49,8 @@ ChosenLayout planner_layout(Job& job) {
   world.allreduce_max(per_node);
   const int ranks = o.plan_for_ranks > 0 ? o.plan_for_ranks : world.size();
   const Cluster cluster{ranks,
-                        o.plan_for_per_node > 0 ? o.plan_for_per_node : std::min(static_cast<int>(per_node[0]), ranks)};
+                        o.plan_for_per_node > 0 ? o.plan_for_per_node : std::min(static_cast<int>(per_node[0]), ranks),
+                        o.allreduce_algorithm == AllreduceAlgorithm::hierarchical};
   // The smallest node's share: every rank must plan with the same limit.
   std::vector<double> limit{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
                                                   : default_memory_limit(cluster.ranks_per_node)};

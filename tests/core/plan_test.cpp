@@ -266,6 +266,22 @@ TEST(Planner, ShardedStateHoldsAReplicasShareOfTheOptimizersStateAndSendsTheAllR
   EXPECT_EQ(sharded.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state sharded");
 }
 
+TEST(Planner, TheAllReducesBuffersAreThoseOfItsAlgorithm) {
+  // Measured (docs/performance.md): shared-memory windows hold 2 floats a parameter and a rank touches
+  // the others' slices; a ring a piece of 1/D. A sharded state goes through the ring's halves.
+  const Profile p = vgg16_profile();
+  double params = 0;
+  for (const auto& l : p.layers) params += l.params;
+  const Layout data{4, 1, 1, 1, {4}, {}, 8};
+  const Cluster ring{4, 4, false}, windows{4, 4, true}, one_a_node{4, 1, true};
+  const double on_a_ring = predict(p, ring, data, 32).peak_bytes;
+  EXPECT_NEAR(predict(p, windows, data, 32).peak_bytes - on_a_ring, 4 * params * (2 + 0.8 * 3 / 4 - 0.35), 1.0);
+  EXPECT_DOUBLE_EQ(predict(p, one_a_node, data, 32).peak_bytes, on_a_ring);  // no node to share
+  Layout sharded = data;
+  sharded.shard_state = 1;
+  EXPECT_DOUBLE_EQ(predict(p, windows, sharded, 32).peak_bytes, predict(p, ring, sharded, 32).peak_bytes);
+}
+
 TEST(Planner, AMemoryLimitBelowDataParallelismsChoosesShardedStateWhereItIsCheaperThanAPipeline) {
   const Profile p = vgg16_profile();
   Constraints limits;
