@@ -100,6 +100,25 @@ void Communicator::broadcast(std::vector<char>& bytes, int root) const {
   in_pieces(std::span<char>(bytes), [&](char* p, int n) { check_mpi(MPI_Bcast(p, n, MPI_BYTE, root, comm_), "MPI_Bcast"); });
 }
 
+void Communicator::pass_on(std::vector<char>& bytes, int from, int to) const {
+  constexpr int kPassTag = 31;
+  if (rank_ == from) {
+    const auto wait = waiting_for("sending bytes", to, "to");
+    std::uint64_t size = bytes.size();
+    check_mpi(MPI_Send(&size, 1, MPI_UINT64_T, to, kPassTag, comm_), "MPI_Send");
+    in_pieces(std::span<char>(bytes),
+              [&](char* p, int n) { check_mpi(MPI_Send(p, n, MPI_BYTE, to, kPassTag, comm_), "MPI_Send"); });
+  } else if (rank_ == to) {
+    const auto wait = waiting_for("bytes", from);
+    std::uint64_t size = 0;
+    check_mpi(MPI_Recv(&size, 1, MPI_UINT64_T, from, kPassTag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+    bytes.resize(size);
+    in_pieces(std::span<char>(bytes), [&](char* p, int n) {
+      check_mpi(MPI_Recv(p, n, MPI_BYTE, from, kPassTag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
+    });
+  }
+}
+
 void Communicator::allreduce_sum(std::span<float> values) const {
   const auto wait = waiting("a sum (MPI_Allreduce)");
   in_pieces(values, [&](float* p, int n) {

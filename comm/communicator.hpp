@@ -40,6 +40,8 @@ class Communicator {
   void broadcast(std::span<std::uint64_t> values, int root) const;
   // Bytes whose count only `root` knows: every rank returns with root's.
   void broadcast(std::vector<char>& bytes, int root) const;
+  // Rank `from` sends its bytes to rank `to`, which returns with them; the other ranks do nothing.
+  void pass_on(std::vector<char>& bytes, int from, int to) const;
   // In-place sums with MPI_Allreduce.
   void allreduce_sum(std::span<float> values) const;
   void allreduce_sum(std::span<double> values) const;

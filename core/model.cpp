@@ -232,8 +232,8 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
   if (setup_mode_ != Mode::train) throw Error("model " + name_ + ": backward after an inference forward");
   const Tensor* g = &diff_output;
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    auto t0 = Profiler::clock::now();
     if (recompute_ && recomputed(i) && starts_segment(i + 1)) recompute_segment(ctx, segment_of_[i]);
+    auto t0 = Profiler::clock::now();
     const std::size_t begin = layer_param_begin_[i], end = layer_param_begin_[i + 1];
     // A layer that cannot add to its gradients overwrites them; what was there is kept and added back.
     Tensor kept;
@@ -314,7 +314,10 @@ void Model::recompute_segment(Context& ctx, std::size_t segment) {
     }
   const Tensor* x = start.input;
   for (std::size_t i = first; i < end; ++i) {
+    // Each layer's second forward counts in its backward's time, as the planner predicts it.
+    const auto t0 = Profiler::clock::now();
     x = &layers_[i]->forward(ctx, *x);
+    if (profiler_) profiler_->add_backward(i, Profiler::clock::now() - t0);
     if (i > first) release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
     if (between_layers) between_layers();
   }

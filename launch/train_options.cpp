@@ -118,7 +118,8 @@ const char* word_of(Enum value, const Word<Enum> (&words)[N]) {
 // The texts that options take before they become values (lists, numbers with words beside them, enums),
 // converted once the command line and --config are both read.
 struct OptionTexts {
-  std::string config, mean, stddev, partition, plan_for, link_within, link_between, replan_every = "epoch";
+  std::string config, mean, stddev, partition, plan_for, link_within, link_between, replan_every = "epoch",
+      shard_state = "auto";
   std::string checkpoint_every = "30min";
   std::string allreduce, lr_schedule, schedule;  // their defaults: the words of TrainOptions' enums
 };
@@ -209,11 +210,11 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "f32 | bf16 (ring: half the bytes, sums in f32)")(
       "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"),
       "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
-      "shard-state", po::value(&o.shard_state)->default_value(o.shard_state),
-      "0 | 1: ZeRO's stage 1, each data-parallel replica keeps the optimizer's state (momentum, Adam's moments) "
+      "shard-state", po::value(&t.shard_state)->default_value(t.shard_state),
+      "auto | 0 | 1: ZeRO's stage 1, each data-parallel replica keeps the optimizer's state (momentum, Adam's moments) "
       "for 1/replicas of the parameters; the gradients are reduce-scattered and the parameters all-gathered on "
-      "the ring, the all-reduce's bytes and sums. Under --strategy, 1 asks for it wherever a layout has replicas and "
-      "no split layers; else the planner weighs it")(
+      "the ring, the all-reduce's bytes and sums. auto: 0, unless a --strategy on one node chooses it; under "
+      "--strategy, 1 asks for it wherever a layout has replicas and no split layers, 0 forbids it")(
       "recompute", po::bool_switch(&o.recompute),
       "keep only the input of each of about sqrt(layers) segments in forward and run the segment's forward again "
       "before its backward: less activation memory for a second forward of all but the last segment, the same "
@@ -261,10 +262,12 @@ po::options_description planner_options(TrainOptions& o, OptionTexts& t) {
   po::options_description planner("Planner (the layout chosen from a profile measured at start)");
   planner.add_options()("strategy", po::value(&o.strategy)->default_value(o.strategy),
                         "manual (the options above) | auto (the fastest predicted layout of replicas, stages, "
-                        "split layers and micro-batches that fits the memory limit) | data | pipeline (the best of "
-                        "those kinds); the global batch is --batch-size times the ranks")(
+                        "split layers, micro-batches, sharded optimizer state and recomputed activations that fits "
+                        "the memory limit) | data | pipeline (the best of those kinds); the global batch is "
+                        "--batch-size times the ranks")(
       "memory-limit", po::value(&o.memory_limit_gb),
-      "GB per rank a plan may use (default: the node's memory shared among its ranks, less 10%)")(
+      "GB per rank a plan may use (default: the node's memory shared among its ranks, less 10%); a plan keeps "
+      "48 MB or 5% under it, the error of its predicted peaks")(
       "plan-only", po::bool_switch(&o.plan_only), "print the plan and stop")(
       "plan-for", po::value(&t.plan_for),
       "RANKS[,RANKS_PER_NODE]: plan a larger cluster from the profile measured here (or --load-profile), print it "
@@ -406,18 +409,11 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(!o.layerwise_optimizer() || o.tensor_parallel == 1,
           "--optimizer " + o.optimizer + " needs whole layers on each rank: it goes without --tensor-parallel");
   require(o.lr_power > 0, "--lr-power must be positive");
-  require(o.shard_state == 0 || o.shard_state == 1,
-          "--shard-state must be 0 or 1 (stages 2 and 3, sharding the gradients and the parameters too, are not "
-          "built yet)");
-  if (o.shard_state > 0) {
-    require(o.tensor_parallel == 1, "--shard-state goes without --tensor-parallel");
-    require(o.optimizer == "sgd" || o.optimizer == "adam",
-            "--shard-state shards SGD's and Adam's state; --optimizer " + o.optimizer + " needs whole layers");
-    require(o.bucket_mb == 0, "--shard-state reduce-scatters the gradients after backward: it goes without --bucket-mb");
-    // The all-gather carries parameters, which a bf16 wire would round.
-    require(o.allreduce_wire == "f32",
-            "--shard-state all-gathers the parameters in f32: it goes without --allreduce-wire bf16");
-  }
+  require(t.shard_state == "auto" || t.shard_state == "0" || t.shard_state == "1",
+          "--shard-state must be auto, 0 or 1, not '" + t.shard_state +
+              "' (stages 2 and 3, sharding the gradients and the parameters too, are not built yet)");
+  o.shard_state = t.shard_state == "auto" ? TrainOptions::kShardStateAuto : std::stoi(t.shard_state);
+  if (o.shard_state > 0) require(o.shard_state_refusal().empty(), o.shard_state_refusal());
   if (o.recompute) {
     // A split layer's forward talks to its group: run again, it would repeat that traffic, which is untested.
     require(o.tensor_parallel == 1, "--recompute goes without --tensor-parallel");
@@ -468,6 +464,16 @@ void check_system_and_layout(TrainOptions& o, const OptionTexts& t) {
 
 }  // namespace
 
+std::string TrainOptions::shard_state_refusal() const {
+  if (tensor_parallel != 1) return "--shard-state goes without --tensor-parallel";
+  if (optimizer != "sgd" && optimizer != "adam")
+    return "--shard-state shards SGD's and Adam's state; --optimizer " + optimizer + " needs whole layers";
+  if (bucket_mb != 0) return "--shard-state reduce-scatters the gradients after backward: it goes without --bucket-mb";
+  // The all-gather carries parameters, which a bf16 wire would round.
+  if (allreduce_wire != "f32") return "--shard-state all-gathers the parameters in f32: it goes without --allreduce-wire bf16";
+  return "";
+}
+
 std::string TrainOptions::describe() const {
   std::ostringstream s;
   s << "model = " << model << "\nnum-classes = " << num_classes << "\nimage-size = " << image_size
@@ -477,7 +483,7 @@ std::string TrainOptions::describe() const {
     << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
     << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr
     << "\nlr-schedule = " << option_word(lr_policy) << "\nwarmup-epochs = " << warmup_epochs
-    << "\nshard-state = " << shard_state << "\nrecompute = " << recompute << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nlr-power = " << lr_power
+    << "\nshard-state = " << (shard_state == kShardStateAuto ? "auto" : std::to_string(shard_state)) << "\nrecompute = " << recompute << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nlr-power = " << lr_power
     << "\nmomentum = " << momentum << "\nlars-trust = " << lars_trust
     << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
     << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed

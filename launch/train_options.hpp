@@ -61,7 +61,9 @@ struct TrainOptions {
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::hierarchical;  // --allreduce ring | hier | mpi
   std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
-  int shard_state = 0;     // --shard-state: ZeRO's stage (0: none)
+  // --shard-state: ZeRO's stage (0: none), or auto: none unless the planner shards.
+  static constexpr int kShardStateAuto = -1;
+  int shard_state = kShardStateAuto;
   bool recompute = false;  // --recompute: activations dropped in forward, computed again in backward
   bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
   std::string timeout = "auto";         // seconds one wait for other ranks may last (0: no limit), or auto
@@ -109,6 +111,8 @@ struct TrainOptions {
   double bucket_bytes() const { return bucket_mb * (1 << 20); }
   // LARS and LAMB: their trust ratios need each layer's whole weights on a rank.
   bool layerwise_optimizer() const { return optimizer == "lars" || optimizer == "lamb"; }
+  // Why the optimizer's state of this run cannot be sharded ("" where it can).
+  std::string shard_state_refusal() const;
 };
 
 // The word an option takes for this value ("hier", "cosine", "1f1b").

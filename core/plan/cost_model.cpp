@@ -47,12 +47,7 @@ constexpr double kForwardShare = 1.0 / 3.0;
 struct Recomputation {
   std::size_t first = 0;
   std::vector<std::size_t> segment_of;  // of layers first, first + 1, ...
-  // One image's outputs of the largest recomputed segment beyond the last segment's: a segment runs its
-  // forward again once the last segment's backward has given back its outputs.
-  double regrown_bytes = 0;
-  bool again(std::size_t i) const {
-    return !segment_of.empty() && segment_of[i - first] != segment_of.back();
-  }
+  bool again(std::size_t i) const { return !segment_of.empty() && segment_of[i - first] != segment_of.back(); }
   bool keeps(std::size_t i) const {
     const std::size_t k = i - first;
     return segment_of.empty() || segment_of[k] == segment_of.back() || segment_of[k] != segment_of[k + 1];
@@ -60,17 +55,38 @@ struct Recomputation {
 };
 
 Recomputation recomputation_of(const Profile& profile, std::size_t first, std::size_t end) {
-  Recomputation r;
-  r.first = first;
   std::vector<double> output_bytes;
   for (std::size_t i = first; i < end; ++i) output_bytes.push_back(profile.layers[i].output_bytes);
-  r.segment_of = recompute_segments(output_bytes);
-  std::vector<double> segment_bytes(r.segment_of.back() + 1, 0.0);
-  for (std::size_t k = 0; k < output_bytes.size(); ++k) segment_bytes[r.segment_of[k]] += output_bytes[k];
-  const double last = segment_bytes.back();  // kept, not recomputed
-  segment_bytes.pop_back();
-  for (double b : segment_bytes) r.regrown_bytes = std::max(r.regrown_bytes, b - last);
-  return r;
+  return {first, recompute_segments(output_bytes)};
+}
+
+// One micro-batch's activations on a stage, from its input's and each layer's output bytes: what its
+// forward keeps for backward, and the most alive during its backward. Layer i's backward holds what is
+// kept of the layers up to it, the gradient of its output and that of its input; a recomputed segment's
+// outputs are alive again up to i, with only the inputs kept of the segments before it (a later segment's
+// input copy is given back after that segment's backward).
+struct Activations {
+  double kept = 0, backward = 0;
+};
+
+Activations activations_of(double input, const std::vector<double>& out, const Recomputation& r) {
+  const std::size_t n = out.size();
+  Activations a;
+  a.kept = input;
+  for (std::size_t k = 0; k < n; ++k)
+    if (r.keeps(r.first + k)) a.kept += out[k];
+  double inputs_kept = input, segment = 0;  // the current segment's kept inputs, and its outputs alive
+  for (std::size_t k = 0; k < n; ++k) {
+    const bool starts = k > 0 && !r.segment_of.empty() && r.segment_of[k] != r.segment_of[k - 1];
+    if (starts) {  // the previous segment's last output is this one's kept input
+      inputs_kept += out[k - 1];
+      segment = 0;
+    }
+    segment += out[k];
+    const double before = r.segment_of.empty() ? input : inputs_kept;  // without: every output so far
+    a.backward = std::max(a.backward, before + segment + out[k] + (k == 0 ? input : out[k - 1]));
+  }
+  return a;
 }
 
 }  // namespace
@@ -107,17 +123,21 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
 
   // The formula's memory for one rank training the whole model at the profiled batch, against the
   // measured figure: the scale for every layout's.
-  // Parameters hold their value, gradient, blocked copy and optimizer state, 4 bytes each.
-  auto param_bytes = [&](double params) { return 4.0 * params * (3.0 + profile.optimizer_floats); };
-  // ZeRO stage 1: each replica keeps the optimizer's state, and updates the parameters, for 1/D of them.
+  // Parameters hold their value, gradient, blocked copy and optimizer state, 4 bytes each; with ZeRO's
+  // stage 1 each replica keeps the optimizer's state, and updates the parameters, for 1/D of them.
   const double state_share = layout.shards_optimizer_state() ? 1.0 / D : 1.0;
-  auto held_param_bytes = [&](double params) {
-    return 4.0 * params * (3.0 + profile.optimizer_floats * state_share);
+  auto param_bytes = [&](double params, double share) {
+    return 4.0 * params * (3.0 + profile.optimizer_floats * share);
   };
   double memory_scale = 1;
   if (profile.measured_bytes > 0) {
-    double formula = profile.batch * profile.layers.front().input_bytes;
-    for (const auto& l : profile.layers) formula += param_bytes(l.params) + profile.batch * l.output_bytes;
+    double formula = 0;
+    std::vector<double> out;
+    for (const auto& l : profile.layers) {
+      formula += param_bytes(l.params, 1);
+      out.push_back(profile.batch * l.output_bytes);
+    }
+    formula += activations_of(profile.batch * profile.layers.front().input_bytes, out, {}).backward;
     memory_scale = profile.measured_bytes / formula;
   }
   Prediction p;
@@ -125,24 +145,25 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   std::size_t first = 0;
   for (int s = 0; s < S; ++s) {
     const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
-    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, activations = 0;
+    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0;
+    std::vector<double> out;  // each layer's output bytes, one micro-batch's
     // 1F1B keeps min(M, S - s) micro-batches on stage s; GPipe all of them.
     const double in_flight = layout.schedule == PipelineSchedule::gpipe ? M : std::min(M, S - s);
-    const Recomputation recomputation =
-        layout.recomputes(s) ? recomputation_of(profile, first, end) : Recomputation{};
+    const Recomputation recomputation = layout.recomputes(s) ? recomputation_of(profile, first, end) : Recomputation{};
     for (std::size_t i = first; i < end; ++i) {
       const LayerCost& l = profile.layers[i];
       const double rows = gathers && i >= gather ? T * m : m;
       const double share = split[i] ? 1.0 / T : 1.0;
       const double before = comm, sent_before = sent;
-      // A split layer's share of the work, but a whole call's fixed cost.
-      const double compute = l.fixed_seconds + l.seconds * rows * share;
-      // A recomputed layer's forward runs again: a third of its time (backward taken as two thirds).
-      slot += recomputation.again(i) ? compute * (1 + kForwardShare) : compute;
+      // A split layer's share of the work, but a whole call's fixed cost; a recomputed layer's forward runs
+      // again: a third of its time (backward taken as two thirds).
+      const double compute =
+          (l.fixed_seconds + l.seconds * rows * share) * (recomputation.again(i) ? 1 + kForwardShare : 1);
+      slot += compute;
       params += l.params * share;
       if (T > 1 && !split[i]) whole += l.params;  // averaged over the group too
-      const double kept = recomputation.keeps(i) ? rows * l.output_bytes : 0;
-      activations += kept;
+      out.push_back(rows * l.output_bytes);
+      const double kept = recomputation.keeps(i) ? out.back() : 0;
       if (split[i] && l.split == SplitKind::dense) {
         double c = gather_s(tensor_link, T, rows * l.output_bytes / T);  // the outputs' shares
         sent += (T - 1) * rows * l.output_bytes / T;
@@ -159,7 +180,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
       p.layers.push_back({s, split[i] != 0, M * (compute + comm - before), M * compute,
-                          memory_scale * (held_param_bytes(l.params * share) + in_flight * kept),
+                          memory_scale * (param_bytes(l.params * share, state_share) + in_flight * kept),
                           M * (sent - sent_before)});
     }
     if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
@@ -177,21 +198,19 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     if (layout.buckets_overlap_backward() && D > 1) {
       // Buckets all-reduce while the last micro-batch's backward (taken as two thirds of a layer's time)
       // runs: only what it does not cover shows, and at least the last bucket.
-      const double backward = 2.0 / 3.0 * (slot - comm);
-      reduce_comm = std::max(all_reduce_s(replica_link, D, std::min(layout.bucket_bytes, 4 * params)),
-                             reduce_comm - backward);
+      const double backward = (1 - kForwardShare) * (slot - comm);
+      reduce_comm =
+          std::max(all_reduce_s(replica_link, D, std::min(layout.bucket_bytes, 4 * params)), reduce_comm - backward);
     }
     const double reduce = reduce_comm + params * state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
     p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the slots' share
     const double step_sent = (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole);
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
-    // A recomputed segment's activations live again during its backward, one micro-batch's at a time.
+    // The micro-batches in flight keep their activations while one of them runs its backward.
+    const Activations a = activations_of(m * profile.layers[first].input_bytes, out, recomputation);
     const double memory =
-        profile.base_bytes +
-        memory_scale * (held_param_bytes(params) +
-                        in_flight * (activations + m * profile.layers[first].input_bytes) +
-                        m * recomputation.regrown_bytes);
+        profile.base_bytes + memory_scale * (param_bytes(params, state_share) + (in_flight - 1) * a.kept + a.backward);
     // The all-reduce's own buffers; a sharded state's go through the ring's halves whatever the algorithm.
     const int replicas_on_a_node = std::clamp(P / (S * T), 1, D);
     const double reduce_buffers =

@@ -11,15 +11,16 @@
 //     costed as rings: an all-reduce of B bytes over n ranks takes 2 (n - 1) latencies and sends
 //     2 (n - 1) / n B; an all-gather or reduce-scatter half of that.
 //   - Memory: parameters, gradients, optimizer state and a blocked weight copy (a split layer's 1/T), the
-//     activations of the micro-batches a stage keeps in flight (1F1B or GPipe), scaled by what one rank was
-//     measured to hold against what this formula says for it; the all-reduce's buffers with replicas (see
-//     reduce_buffer_floats); and the profile's base.
+//     activations of the micro-batches a stage keeps in flight (1F1B or GPipe) while one of them runs its
+//     backward (at each layer: the outputs kept up to it and the gradients of its output and input),
+//     scaled by what one rank was measured to hold against what this formula says for it; the
+//     all-reduce's buffers with replicas (see reduce_buffer_floats); and the profile's base.
 //   - Sharded optimizer state (ZeRO stage 1, over D > 1 replicas): each rank holds 1/D of the state and
 //     runs 1/D of the optimizer; the reduce-scatter and all-gather send the all-reduce's bytes in its time.
 //   - Recomputed activations (a stage's segments, by recompute_segments): only the last segment's outputs
-//     and each segment's input are kept per micro-batch in flight, plus, while a recomputed segment's
-//     backward runs, its outputs in place of the last segment's, already given back; every recomputed
-//     layer's forward (a third of its time) runs again.
+//     and each segment's input are kept per micro-batch in flight; a recomputed segment's backward holds
+//     the inputs of the segments up to it and its own outputs again; every recomputed layer's forward (a
+//     third of its time) runs again.
 // Links: a group whose ranks all sit on one node uses the profile's within-node link, else the other.
 #pragma once
 
@@ -49,13 +50,13 @@ struct LayerPrediction {
 struct Prediction {
   std::vector<LayerPrediction> layers;
   double step_s = 0;
-  double compute_s = 0;   // the pipeline's slots, split layers' collectives and messages included
-  double reduce_s = 0;    // gradient all-reduces and the optimizer, after backward
-  double peak_bytes = 0;  // the largest rank's
+  double compute_s = 0;                  // the pipeline's slots, split layers' collectives and messages included
+  double reduce_s = 0;                   // gradient all-reduces and the optimizer, after backward
+  double peak_bytes = 0;                 // the largest rank's
   std::vector<double> stage_peak_bytes;  // each stage's rank's
-  double sent_bytes = 0;  // per step, by the busiest rank
+  double sent_bytes = 0;                 // per step, by the busiest rank
   double comm_share() const { return step_s > 0 ? comm_s / step_s : 0; }
-  double comm_s = 0;      // the communication within step_s
+  double comm_s = 0;  // the communication within step_s
 };
 
 // Global batch: the images of one step over the whole job. Throws InputError for a layout the profile

@@ -1,6 +1,5 @@
 #include "core/plan/layout.hpp"
 
-#include <algorithm>
 #include <sstream>
 
 namespace ddl {
@@ -24,19 +23,21 @@ std::string Layout::describe() const {
   return s.str();
 }
 
-bool Layout::recomputes_any() const { return std::find(recompute.begin(), recompute.end(), 1) != recompute.end(); }
+bool Layout::recomputes_any() const {
+  for (int stage = 0; stage < stages; ++stage)
+    if (recomputes(stage)) return true;
+  return false;
+}
 
 std::string Layout::recompute_note() const {
-  if (!recomputes_any()) return "";
-  std::string note = ", activations recomputed";
-  if (std::find(recompute.begin(), recompute.end(), 0) == recompute.end()) return note;
-  note += std::count(recompute.begin(), recompute.end(), 1) > 1 ? " on stages" : " on stage";
-  const char* separator = " ";
+  std::vector<int> on;
   for (int stage = 0; stage < stages; ++stage)
-    if (recomputes(stage)) {
-      note += separator + std::to_string(stage);
-      separator = ",";
-    }
+    if (recomputes(stage)) on.push_back(stage);
+  if (on.empty()) return "";
+  std::string note = ", activations recomputed";
+  if (static_cast<int>(on.size()) == stages) return note;
+  note += on.size() > 1 ? " on stages" : " on stage";
+  for (std::size_t k = 0; k < on.size(); ++k) note += (k ? "," : " ") + std::to_string(on[k]);
   return note;
 }
 

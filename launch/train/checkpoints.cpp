@@ -170,24 +170,26 @@ bool initialize(Job& job, Session& session) {
   return true;
 }
 
-// Written in memory as a checkpoint is written (save), each writer passing the image on to the next,
-// then handed to every rank.
+// Written in memory by the ranks that write a checkpoint (save), each passing the image on to the next,
+// then handed from the last to every rank.
 std::vector<char> pack_for_next_layout(const Job& job, Session& session) {
   job.world.hang_detector()->set_phase("moving to another layout");
   job.world.hang_detector()->starting_again();
   const GridPosition& p = session.position();
   const bool sharded = session.optimizer->sharded();
   std::vector<char> image;
+  const Communicator& writers = sharded ? job.world : session.grid.replica_ranks();
+  const int last = writers.size() - 1;
   if (sharded || p.replica == 0) {
-    const Communicator& writers = sharded ? job.world : session.grid.replica_ranks();
-    for (int turn = 0; turn < writers.size(); ++turn) {
+    for (int turn = 0; turn <= last; ++turn) {
       if (turn == writers.rank())
         write_checkpoint_image_part(image, *session.model, *session.optimizer, job.state,
                                     {turn == 0, p.replica == 0 && p.t == 0, p.replica == 0});
-      writers.broadcast(image, turn);
+      if (turn < last) writers.pass_on(image, turn, turn + 1);
     }
   }
-  if (!sharded) job.world.broadcast(image, 0);  // world rank 0 is the first replica's
+  // World rank `last` wrote last: the first replica's ranks are world ranks 0 to S x T - 1.
+  job.world.broadcast(image, last);
   return image;
 }
 

@@ -1,5 +1,6 @@
 #include "launch/train/layout_choice.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -90,7 +91,7 @@ ChosenLayout manual_layout(const TrainOptions& o, Model& whole, int ranks) {
   l.batch = o.batch_size;
   l.schedule = o.pipeline_schedule;
   l.bucket_bytes = o.bucket_bytes();
-  l.shard_state = o.shard_state;
+  l.shard_state = std::max(0, o.shard_state);  // auto: none
   if (o.recompute) l.recompute.assign(static_cast<std::size_t>(S), 1);
   if (T > 1) {
     TensorSplitChoice split = choose_tensor_split(o.tensor_split, whole, T);

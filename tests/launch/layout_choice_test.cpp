@@ -170,15 +170,22 @@ TEST(PlanStrategy, ShardsOrRecomputesWhereTheMemoryLimitAsksAndSaysWhy) {
   const PlanReport tight = plan_strategy(o, p, {4, 4}, (sharded_peak + free.chosen.prediction.peak_bytes) / 2);
   EXPECT_TRUE(tight.chosen.layout.shards_optimizer_state()) << tight.text;
   EXPECT_TRUE(has(tight.text, "why        optimizer state sharded: peak ")) << tight.text;
-  EXPECT_TRUE(has(tight.text, " (over the limit)")) << tight.text;
+  EXPECT_TRUE(has(tight.text, " (over the planned limit)")) << tight.text;
+  // Not on its own across nodes, where the checkpoint folder may not be shared, nor where forbidden: then
+  // nothing fits that limit.
+  EXPECT_THROW(plan_strategy(o, p, {4, 2}, (sharded_peak + free.chosen.prediction.peak_bytes) / 2), InputError);
+  o.shard_state = 0;
+  EXPECT_THROW(plan_strategy(o, p, {4, 4}, (sharded_peak + free.chosen.prediction.peak_bytes) / 2), InputError);
   // Asked for, whatever the memory; and never with an optimizer of whole layers, for which nothing fits.
   o.shard_state = 1;
-  EXPECT_TRUE(plan_strategy(o, p, {4, 4}, 0).chosen.layout.shards_optimizer_state());
-  o.shard_state = 0;
+  const PlanReport asked = plan_strategy(o, p, {4, 4}, 0);
+  EXPECT_TRUE(asked.chosen.layout.shards_optimizer_state());
+  EXPECT_TRUE(has(asked.text, "why        optimizer state sharded (asked for): peak ")) << asked.text;
+  o.shard_state = TrainOptions::kShardStateAuto;
   o.recompute = true;
   const PlanReport recomputed = plan_strategy(o, p, {4, 4}, 0);
   EXPECT_EQ(recomputed.chosen.layout.recompute, std::vector<char>{1}) << recomputed.text;
-  EXPECT_TRUE(has(recomputed.text, "why        activations recomputed: peak ")) << recomputed.text;
+  EXPECT_TRUE(has(recomputed.text, "why        activations recomputed (asked for): peak ")) << recomputed.text;
   o.recompute = false;
   o.optimizer = "lamb";
   EXPECT_THROW(plan_strategy(o, p, {4, 4}, (sharded_peak + free.chosen.prediction.peak_bytes) / 2), InputError);
