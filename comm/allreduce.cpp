@@ -34,6 +34,9 @@ class Requests {
 
 int modulo(int a, int n) { return ((a % n) + n) % n; }
 
+// Above the ring's step tags (0 .. 2 n - 3) and within the 32,767 every MPI allows.
+constexpr int kOwnerChainTag = 32767;
+
 }  // namespace
 
 std::string to_string(AllreduceAlgorithm algorithm) {
@@ -213,6 +216,61 @@ void Allreducer::reduce_scatter(std::span<float> data, ReduceOp op) {
 
 void Allreducer::all_gather(std::span<float> data) {
   if (comm_.size() > 1 && !data.empty()) ring(comm_, data, RingPhases::all_gather, WireType::f32);
+}
+
+void Allreducer::reduce_to_owners(std::span<float> data, std::size_t offset, std::size_t count, ReduceOp op) {
+  if (offset + count > data.size()) throw Error("reduce to owners: range past the end of the buffer");
+  const int n = comm_.size();
+  if (n == 1 || count == 0) return;
+  for (int owner = 0; owner < n; ++owner) {
+    const RingShard shard = ring_shard(data.size(), n, owner);
+    const std::size_t begin = std::max(shard.begin, offset), end = std::min(shard.end, offset + count);
+    if (begin >= end) continue;
+    chain_to_owner(data.subspan(begin, end - begin), owner);
+    if (op == ReduceOp::average && owner == comm_.rank()) {
+      const float scale = 1.0f / static_cast<float>(n);
+      for (std::size_t i = begin; i < end; ++i) data[i] *= scale;
+    }
+  }
+}
+
+// The chain starts at the rank after the owner, as the ring's reduce-scatter starts the owner's segment there,
+// so each value is summed in the same order.
+void Allreducer::chain_to_owner(std::span<float> piece, int owner) {
+  const int n = comm_.size(), rank = comm_.rank();
+  const int position = modulo(rank - owner - 1, n);  // 0 starts, n - 1 is the owner
+  const int right = modulo(rank + 1, n), left = modulo(rank - 1, n);
+  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_bytes / 4, INT_MAX / 4));
+  const std::size_t count = piece.size();
+  auto chunk_size = [&](std::size_t off) { return static_cast<int>(std::min(chunk, count - off)); };
+  Requests recvs, sends;
+  if (position == 0) {
+    for (std::size_t off = 0; off < count; off += chunk)
+      check_mpi(MPI_Isend(piece.data() + off, chunk_size(off), MPI_FLOAT, right, kOwnerChainTag, comm_.get(), sends.add()),
+                "MPI_Isend");
+  } else {
+    recv_f32_.resize(count);
+    for (std::size_t off = 0; off < count; off += chunk)
+      check_mpi(MPI_Irecv(recv_f32_.data() + off, chunk_size(off), MPI_FLOAT, left, kOwnerChainTag, comm_.get(), recvs.add()),
+                "MPI_Irecv");
+    // In order: the chunks go on in the order they came, which the next rank's receives expect.
+    const auto receiving = comm_.waiting_for("receiving a gradient bucket's reduction", left);
+    auto& pending = recvs.all();
+    for (std::size_t index = 0; index < pending.size(); ++index) {
+      check_mpi(MPI_Wait(&pending[index], MPI_STATUS_IGNORE), "MPI_Wait");
+      const std::size_t off = index * chunk;
+      const int len = chunk_size(off);
+      float* out = piece.data() + off;
+      const float* in = recv_f32_.data() + off;
+      for (int i = 0; i < len; ++i) out[i] += in[i];
+      if (position < n - 1)
+        check_mpi(MPI_Isend(out, len, MPI_FLOAT, right, kOwnerChainTag, comm_.get(), sends.add()), "MPI_Isend");
+    }
+  }
+  const auto sending =
+      comm_.waiting("a gradient bucket's reduction (sending to rank " + std::to_string(comm_.world_rank(right)) + ")");
+  auto& outgoing = sends.all();
+  check_mpi(MPI_Waitall(static_cast<int>(outgoing.size()), outgoing.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 
 void Allreducer::ring(const Communicator& comm, std::span<float> data, RingPhases phases, WireType wire) {

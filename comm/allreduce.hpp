@@ -61,13 +61,22 @@ class Allreducer {
   // carries parameters). Together they send what run() sends.
   void reduce_scatter(std::span<float> data, ReduceOp op);
   void all_gather(std::span<float> data);
+  // ZeRO's stage 2, one bucket of the gradients at a time: reduces data[offset, offset + count) so that each
+  // value's sum (or mean) lands only on the rank whose ring_shard(data.size()) holds it, the bits
+  // reduce_scatter() leaves there (f32 wire). Each owner's piece goes round the ring from the rank after it to
+  // the owner, each rank adding its own values, as the ring's segment does; chunks are forwarded as they
+  // arrive. Every rank sends every piece but its own once: over the whole buffer, what reduce_scatter sends.
+  // The range's other values are left undefined.
+  void reduce_to_owners(std::span<float> data, std::size_t offset, std::size_t count, ReduceOp op);
   const AllreduceOptions& options() const { return options_; }
+  const Communicator& communicator() const { return comm_; }
 
  private:
   class SharedNode;
   enum class RingPhases { reduce_scatter, all_gather, both };
   void ring(const Communicator& comm, std::span<float> data, RingPhases phases, WireType wire);
   void hierarchical(std::span<float> data);
+  void chain_to_owner(std::span<float> piece, int owner);
 
   const Communicator& comm_;
   AllreduceOptions options_;

@@ -2,13 +2,17 @@
 
 #include <chrono>
 
+#include "core/aligned_buffer.hpp"
 #include "core/error.hpp"
 
 namespace ddl {
 
-GradientReducer::GradientReducer(Allreducer& allreducer, std::size_t bucket_bytes)
-    : allreducer_(allreducer), bucket_elements_(std::max<std::size_t>(1, bucket_bytes / sizeof(float))) {
-  worker_ = std::thread([this] { work(); });
+GradientReducer::GradientReducer(Allreducer& allreducer, std::size_t bucket_bytes, Reduction reduction,
+                                 bool threaded)
+    : allreducer_(allreducer),
+      reduction_(reduction),
+      bucket_elements_(std::max<std::size_t>(1, bucket_bytes / sizeof(float))) {
+  if (threaded) worker_ = std::thread([this] { work(); });
 }
 
 GradientReducer::~GradientReducer() {
@@ -17,7 +21,7 @@ GradientReducer::~GradientReducer() {
     stopping_ = true;
   }
   cv_.notify_all();
-  worker_.join();
+  if (worker_.joinable()) worker_.join();
 }
 
 void GradientReducer::ready(std::span<float> gradients, std::size_t offset, std::size_t count) {
@@ -30,7 +34,7 @@ void GradientReducer::ready(std::span<float> gradients, std::size_t offset, std:
     throw Error("gradient reducer: gradient ranges must arrive last layer first and contiguous");
   pending_begin_ = offset;
   if (pending_end_ - pending_begin_ >= bucket_elements_) {
-    enqueue(gradients.subspan(pending_begin_, pending_end_ - pending_begin_));
+    enqueue({gradients, pending_begin_, pending_end_ - pending_begin_});
     pending_end_ = pending_begin_;
   }
 }
@@ -38,9 +42,9 @@ void GradientReducer::ready(std::span<float> gradients, std::size_t offset, std:
 double GradientReducer::finish(std::span<float> gradients) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!step_open_) {
-    enqueue(gradients);  // no layer reported: reduce everything now
+    enqueue({gradients, 0, gradients.size()});  // no layer reported: reduce everything now
   } else if (pending_end_ > pending_begin_) {
-    enqueue(gradients.subspan(pending_begin_, pending_end_ - pending_begin_));
+    enqueue({gradients, pending_begin_, pending_end_ - pending_begin_});
   }
   if (step_open_ && pending_begin_ != 0)
     throw Error("gradient reducer: backward reported gradients down to offset " + std::to_string(pending_begin_) +
@@ -53,8 +57,12 @@ double GradientReducer::finish(std::span<float> gradients) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void GradientReducer::enqueue(std::span<float> bucket) {
+void GradientReducer::enqueue(Bucket bucket) {
   ++buckets_;
+  if (!worker_.joinable()) {
+    reduce(bucket);
+    return;
+  }
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(bucket);
@@ -62,18 +70,35 @@ void GradientReducer::enqueue(std::span<float> bucket) {
   cv_.notify_all();
 }
 
+void GradientReducer::reduce(const Bucket& b) {
+  if (reduction_ == Reduction::all_reduce) {
+    allreducer_.run(b.gradients.subspan(b.offset, b.count), ReduceOp::average);
+    return;
+  }
+  allreducer_.reduce_to_owners(b.gradients, b.offset, b.count, ReduceOp::average);
+  const Communicator& comm = allreducer_.communicator();
+  const RingShard mine = ring_shard(b.gradients.size(), comm.size(), comm.rank());
+  const std::size_t end = b.offset + b.count;
+  // The bucket's values before and after this rank's shard.
+  if (b.offset < mine.begin) release_pages(b.gradients.subspan(b.offset, std::min(end, mine.begin) - b.offset));
+  if (end > mine.end) {
+    const std::size_t from = std::max(b.offset, mine.end);
+    release_pages(b.gradients.subspan(from, end - from));
+  }
+}
+
 void GradientReducer::work() {
   std::unique_lock lock(mutex_);
   while (true) {
     cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
-    const std::span<float> bucket = queue_.front();
+    const Bucket bucket = queue_.front();
     queue_.pop_front();
     if (error_) continue;  // the step has failed; finish() reports it
     ++in_flight_;
     lock.unlock();
     try {
-      allreducer_.run(bucket, ReduceOp::average);
+      reduce(bucket);
     } catch (...) {
       lock.lock();
       error_ = std::current_exception();

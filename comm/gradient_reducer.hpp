@@ -4,6 +4,10 @@
 // `bucket_bytes`, and each full bucket is all-reduced on a communication thread while backward goes on
 // with the earlier layers. finish() sends the rest and waits for every bucket.
 //
+// With sharded gradients (ZeRO's stage 2) each bucket is reduced only to the ranks that own its values
+// (Allreducer::reduce_to_owners), and the whole pages of the bucket that this rank does not own go back to the
+// kernel at once, so a rank's gradients at the end of backward are its shard and the buckets in flight.
+//
 // MPI is called only from the communication thread between the first ready range and finish(), so the
 // process needs MPI_THREAD_SERIALIZED, not MULTIPLE.
 #pragma once
@@ -21,7 +25,11 @@ namespace ddl {
 
 class GradientReducer {
  public:
-  GradientReducer(Allreducer& allreducer, std::size_t bucket_bytes);
+  enum class Reduction { all_reduce, to_owners };
+  // threaded false: each bucket is reduced in ready() on the caller's thread, for layouts whose own messages
+  // (a pipeline's) call MPI from that thread during backward, which MPI_THREAD_SERIALIZED forbids beside a
+  // second thread's; backward then waits for each bucket, but the memory is released as early.
+  GradientReducer(Allreducer& allreducer, std::size_t bucket_bytes, Reduction reduction, bool threaded = true);
   ~GradientReducer();
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
@@ -34,10 +42,16 @@ class GradientReducer {
   std::size_t buckets_last_step() const { return buckets_last_step_; }
 
  private:
-  void enqueue(std::span<float> bucket);
+  struct Bucket {
+    std::span<float> gradients;  // the whole buffer
+    std::size_t offset, count;
+  };
+  void enqueue(Bucket bucket);
+  void reduce(const Bucket& bucket);
   void work();
 
   Allreducer& allreducer_;
+  Reduction reduction_;
   std::size_t bucket_elements_;
   std::size_t pending_begin_ = 0, pending_end_ = 0;  // ready but not yet sent: [begin, end)
   bool step_open_ = false;
@@ -45,11 +59,11 @@ class GradientReducer {
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::span<float>> queue_;
+  std::deque<Bucket> queue_;
   std::size_t in_flight_ = 0;
   bool stopping_ = false;
   std::exception_ptr error_;
-  std::thread worker_;
+  std::thread worker_;  // none when not threaded
 };
 
 }  // namespace ddl

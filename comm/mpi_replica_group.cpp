@@ -7,9 +7,14 @@
 
 namespace ddl {
 
-MpiReplicaGroup::MpiReplicaGroup(const Communicator& comm, const AllreduceOptions& allreduce, std::size_t bucket_bytes)
-    : comm_(comm), allreducer_(comm, allreduce) {
-  if (bucket_bytes > 0 && comm.size() > 1) overlapped_.emplace(allreducer_, bucket_bytes);
+MpiReplicaGroup::MpiReplicaGroup(const Communicator& comm, const AllreduceOptions& allreduce,
+                                 const GradientBuckets& buckets)
+    : comm_(comm), allreducer_(comm, allreduce), shard_gradients_(buckets.to_owners) {
+  if (buckets.to_owners && buckets.bytes == 0) throw Error("sharded gradients are reduced in buckets: no bucket size given");
+  if (buckets.bytes > 0 && comm.size() > 1)
+    overlapped_.emplace(allreducer_, buckets.bytes,
+                        buckets.to_owners ? GradientReducer::Reduction::to_owners : GradientReducer::Reduction::all_reduce,
+                        !buckets.on_backward_thread);
 }
 
 void MpiReplicaGroup::gradients_ready(std::span<float> gradients, std::size_t offset, std::size_t count) {
@@ -18,6 +23,7 @@ void MpiReplicaGroup::gradients_ready(std::span<float> gradients, std::size_t of
 
 void MpiReplicaGroup::average(std::span<float> gradients) {
   if (comm_.size() == 1) return;
+  if (shard_gradients_) throw Error("sharded gradients cannot be averaged whole");
   const auto wait = comm_.waiting("the gradient all-reduce");
   stats_.bytes += static_cast<double>(gradients.size_bytes());
   if (overlapped_) {
@@ -31,7 +37,10 @@ void MpiReplicaGroup::reduce_scatter(std::span<float> gradients) {
   if (comm_.size() == 1) return;
   const auto wait = comm_.waiting("the gradient reduce-scatter");
   stats_.bytes += static_cast<double>(gradients.size_bytes()) / 2;  // half an all-reduce
-  timed([&] { allreducer_.reduce_scatter(gradients, ReduceOp::average); });
+  if (shard_gradients_)
+    stats_.wait_seconds += overlapped_->finish(gradients);
+  else
+    timed([&] { allreducer_.reduce_scatter(gradients, ReduceOp::average); });
 }
 
 void MpiReplicaGroup::all_gather(std::span<float> values) {

@@ -1,5 +1,6 @@
 // The replica group of a data-parallel run over MPI: gradients are averaged with the chosen all-reduce,
-// in buckets overlapped with backward (bucket_bytes > 0) or in one piece after it (bucket_bytes = 0).
+// in buckets overlapped with backward (bucket_bytes > 0) or in one piece after it (bucket_bytes = 0). With
+// sharded gradients (ZeRO's stage 2) the buckets are reduced to the ranks that own them instead.
 #pragma once
 
 #include <chrono>
@@ -13,9 +14,16 @@
 
 namespace ddl {
 
+// How gradients are reduced during backward.
+struct GradientBuckets {
+  std::size_t bytes = 0;            // 0: in one piece after backward
+  bool to_owners = false;           // sharded gradients (ZeRO's stage 2); needs bytes > 0
+  bool on_backward_thread = false;  // the layout's own messages (a pipeline's) call MPI during backward
+};
+
 class MpiReplicaGroup : public ReplicaGroup {
  public:
-  MpiReplicaGroup(const Communicator& comm, const AllreduceOptions& allreduce, std::size_t bucket_bytes);
+  MpiReplicaGroup(const Communicator& comm, const AllreduceOptions& allreduce, const GradientBuckets& buckets);
 
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
@@ -23,6 +31,7 @@ class MpiReplicaGroup : public ReplicaGroup {
   void gradients_ready(std::span<float> gradients, std::size_t offset, std::size_t count) override;
   void average(std::span<float> gradients) override;
   // The ring's halves whatever --allreduce says: this replica's shard is ring_shard(count, size(), rank()).
+  // With sharded gradients, reduce_scatter waits for the buckets reduced during backward.
   void reduce_scatter(std::span<float> gradients) override;
   void all_gather(std::span<float> values) override;
   CommStats take_stats() override;
@@ -41,6 +50,7 @@ class MpiReplicaGroup : public ReplicaGroup {
   const Communicator& comm_;
   Allreducer allreducer_;
   std::optional<GradientReducer> overlapped_;  // when bucketing
+  bool shard_gradients_;  // buckets reduced to their owners
   CommStats stats_;
 };
 

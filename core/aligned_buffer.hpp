@@ -8,8 +8,10 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -38,6 +40,18 @@ inline constexpr std::size_t kMappedFrom = static_cast<std::size_t>(-1);
 #else
 inline constexpr std::size_t kMappedFrom = std::size_t{1} << 20;
 #endif
+
+// Hands the whole pages inside `values` back to the kernel: the resident memory drops at once, and they read
+// as zero when next touched. For a mapped buffer's values that are no longer needed (a sharded run's
+// gradients that other ranks own, once reduced).
+template <typename T>
+void release_pages(std::span<T> values) {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(values.data());
+  const std::uintptr_t begin = (first + page - 1) / page * page, end = (first + values.size_bytes()) / page * page;
+  // Advice only: where the kernel declines, the pages stay resident and hold what they held.
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
 
 template <typename T>
 class AlignedBuffer {

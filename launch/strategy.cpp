@@ -29,7 +29,9 @@ std::string why_state_choice(const TrainOptions& o, const Profile& profile, cons
   const Prediction& with = chosen.prediction;
   std::string what;
   if (chosen.layout.shards_optimizer_state())
-    what = std::string("optimizer state sharded") + (o.shard_state > 0 ? " (asked for)" : "");
+    what = std::string(chosen.layout.shards_gradients() ? "optimizer state and gradients sharded"
+                                                        : "optimizer state sharded") +
+           (o.shard_state > 0 ? " (asked for)" : "");
   if (chosen.layout.recomputes_any())
     what += (what.empty() ? "" : " and ") + chosen.layout.recompute_note().substr(2) +  // past ", "
             (o.recompute ? " (asked for)" : "");
@@ -77,7 +79,7 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
   if (o.shard_state != TrainOptions::kShardStateAuto)
     limits.shard_states = {o.shard_state};
   else if (o.shard_state_refusal().empty() && cluster.ranks_per_node >= cluster.ranks)
-    limits.shard_states = {0, 1};
+    limits.shard_states = o.bucket_mb != 0 ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2};  // 1 takes no buckets
   limits.may_recompute = true;
   limits.must_recompute = o.recompute;
   if (o.strategy == "data" || o.layerwise_optimizer()) limits.tensor = 1;

@@ -211,10 +211,12 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"),
       "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
       "shard-state", po::value(&t.shard_state)->default_value(t.shard_state),
-      "auto | 0 | 1: ZeRO's stage 1, each data-parallel replica keeps the optimizer's state (momentum, Adam's moments) "
-      "for 1/replicas of the parameters; the gradients are reduce-scattered and the parameters all-gathered on "
-      "the ring, the all-reduce's bytes and sums. auto: 0, unless a --strategy on one node chooses it; under "
-      "--strategy, 1 asks for it wherever a layout has replicas and no split layers, 0 forbids it")(
+      "auto | 0 | 1 | 2: ZeRO's stages. 1: each data-parallel replica keeps the optimizer's state (momentum, Adam's "
+      "moments) for 1/replicas of the parameters; the gradients are reduce-scattered and the parameters "
+      "all-gathered on the ring, the all-reduce's bytes and sums. 2: the gradients too, each bucket (--bucket-mb, "
+      "25 unless given) reduced during backward to the replicas that own it and the rest of its memory released. "
+      "auto: 0, unless a --strategy on one node chooses it; under --strategy, 1 or 2 asks for it wherever a "
+      "layout has replicas and no split layers, 0 forbids it")(
       "recompute", po::bool_switch(&o.recompute),
       "keep only the input of each of about sqrt(layers) segments in forward and run the segment's forward again "
       "before its backward: less activation memory for a second forward of all but the last segment, the same "
@@ -409,9 +411,9 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(!o.layerwise_optimizer() || o.tensor_parallel == 1,
           "--optimizer " + o.optimizer + " needs whole layers on each rank: it goes without --tensor-parallel");
   require(o.lr_power > 0, "--lr-power must be positive");
-  require(t.shard_state == "auto" || t.shard_state == "0" || t.shard_state == "1",
-          "--shard-state must be auto, 0 or 1, not '" + t.shard_state +
-              "' (stages 2 and 3, sharding the gradients and the parameters too, are not built yet)");
+  require(t.shard_state == "auto" || t.shard_state == "0" || t.shard_state == "1" || t.shard_state == "2",
+          "--shard-state must be auto, 0, 1 or 2, not '" + t.shard_state +
+              "' (stage 3, sharding the parameters too, is not built yet)");
   o.shard_state = t.shard_state == "auto" ? TrainOptions::kShardStateAuto : std::stoi(t.shard_state);
   if (o.shard_state > 0) require(o.shard_state_refusal().empty(), o.shard_state_refusal());
   if (o.recompute) {
@@ -468,7 +470,8 @@ std::string TrainOptions::shard_state_refusal() const {
   if (tensor_parallel != 1) return "--shard-state goes without --tensor-parallel";
   if (optimizer != "sgd" && optimizer != "adam")
     return "--shard-state shards SGD's and Adam's state; --optimizer " + optimizer + " needs whole layers";
-  if (bucket_mb != 0) return "--shard-state reduce-scatters the gradients after backward: it goes without --bucket-mb";
+  if (bucket_mb != 0 && shard_state == 1)
+    return "--shard-state 1 reduce-scatters the gradients after backward: it goes without --bucket-mb (2 takes it)";
   // The all-gather carries parameters, which a bf16 wire would round.
   if (allreduce_wire != "f32") return "--shard-state all-gathers the parameters in f32: it goes without --allreduce-wire bf16";
   return "";

@@ -124,17 +124,19 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   // The formula's memory for one rank training the whole model at the profiled batch, against the
   // measured figure: the scale for every layout's.
   // Parameters hold their value, gradient, blocked copy and optimizer state, 4 bytes each; with ZeRO's
-  // stage 1 each replica keeps the optimizer's state, and updates the parameters, for 1/D of them.
+  // stage 1 each replica keeps the optimizer's state, and updates the parameters, for 1/D of them; with
+  // stage 2 it keeps 1/D of the reduced gradients too (and the buckets in flight, below).
   const double state_share = layout.shards_optimizer_state() ? 1.0 / D : 1.0;
-  auto param_bytes = [&](double params, double share) {
-    return 4.0 * params * (3.0 + profile.optimizer_floats * share);
+  const double gradient_share = layout.shards_gradients() ? 1.0 / D : 1.0;
+  auto param_bytes = [&](double params, double share, double gradients) {
+    return 4.0 * params * (2.0 + gradients + profile.optimizer_floats * share);
   };
   double memory_scale = 1;
   if (profile.measured_bytes > 0) {
     double formula = 0;
     std::vector<double> out;
     for (const auto& l : profile.layers) {
-      formula += param_bytes(l.params, 1);
+      formula += param_bytes(l.params, 1, 1);
       out.push_back(profile.batch * l.output_bytes);
     }
     formula += activations_of(profile.batch * profile.layers.front().input_bytes, out, {}).backward;
@@ -180,7 +182,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
       p.layers.push_back({s, split[i] != 0, M * (compute + comm - before), M * compute,
-                          memory_scale * (param_bytes(l.params * share, state_share) + in_flight * kept),
+                          memory_scale * (param_bytes(l.params * share, state_share, gradient_share) + in_flight * kept),
                           M * (sent - sent_before)});
     }
     if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
@@ -195,12 +197,18 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       slot_comm = comm;
     }
     double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
+    const double bucket = std::min(layout.reduce_bucket_bytes(), 4 * params);
     if (layout.buckets_overlap_backward() && D > 1) {
       // Buckets all-reduce while the last micro-batch's backward (taken as two thirds of a layer's time)
       // runs: only what it does not cover shows, and at least the last bucket.
       const double backward = (1 - kForwardShare) * (slot - comm);
-      reduce_comm =
-          std::max(all_reduce_s(replica_link, D, std::min(layout.bucket_bytes, 4 * params)), reduce_comm - backward);
+      reduce_comm = std::max(all_reduce_s(replica_link, D, bucket), reduce_comm - backward);
+    } else if (layout.shards_gradients() && layout.plain_data_parallel()) {
+      // Stage 2's buckets go to their owners (half an all-reduce) during backward likewise; the parameters'
+      // all-gather, the other half, follows the update.
+      const double backward = (1 - kForwardShare) * (slot - comm);
+      const double half = all_reduce_s(replica_link, D, 4 * params) / 2;
+      reduce_comm = half + std::max(all_reduce_s(replica_link, D, bucket) / 2, half - backward);
     }
     const double reduce = reduce_comm + params * state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
@@ -210,8 +218,10 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     // The micro-batches in flight keep their activations while one of them runs its backward.
     const Activations a = activations_of(m * profile.layers[first].input_bytes, out, recomputation);
     const double memory =
-        profile.base_bytes + memory_scale * (param_bytes(params, state_share) + (in_flight - 1) * a.kept + a.backward);
+        profile.base_bytes + memory_scale * (param_bytes(params, state_share, gradient_share) + (in_flight - 1) * a.kept +
+                                             a.backward + (layout.shards_gradients() ? 2 * bucket : 0));
     // The all-reduce's own buffers; a sharded state's go through the ring's halves whatever the algorithm.
+    // Stage 2 above: a bucket filling while the one before is reduced.
     const int replicas_on_a_node = std::clamp(P / (S * T), 1, D);
     const double reduce_buffers =
         4.0 * params *

@@ -18,7 +18,7 @@ std::string Layout::describe() const {
     for (std::size_t i = 0; i < split.size(); ++i) s << (i ? "," : " ") << split[i];
   }
   s << ", batch " << batch;
-  if (shards_optimizer_state()) s << ", optimizer state sharded";
+  if (shards_optimizer_state()) s << (shards_gradients() ? ", optimizer state and gradients sharded" : ", optimizer state sharded");
   s << recompute_note();
   return s.str();
 }

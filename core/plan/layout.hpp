@@ -35,7 +35,8 @@ struct Layout {
   // 1F1B at most one a stage ahead; bucket_bytes > 0 asks for data parallelism's all-reduce in buckets.
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   double bucket_bytes = 0;
-  // ZeRO's stage across each stage's replicas (0: none; 1: the optimizer's state sharded).
+  // ZeRO's stage across each stage's replicas (0: none; 1: the optimizer's state sharded; 2: the gradients
+  // too, each bucket reduced during backward to the replicas that own it).
   int shard_state = 0;
   // Per stage: its activations dropped in forward and computed again in backward
   // (Model::recompute_activations); empty: none.
@@ -58,8 +59,16 @@ struct Layout {
   // forbids; such a layout averages its gradients in one piece after the step.
   // Nor with sharded state, whose gradients are reduce-scattered after backward.
   bool buckets_overlap_backward() const { return bucket_bytes > 0 && plain_data_parallel() && shard_state == 0; }
-  // Whether each replica keeps only its shard of the optimizer's state.
+  // Whether each replica keeps only its shard of the optimizer's state, and of the reduced gradients.
   bool shards_optimizer_state() const { return shard_state > 0 && replicas > 1; }
+  bool shards_gradients() const { return shard_state >= 2 && replicas > 1; }
+  // The gradients' buckets reduced during backward (0: one reduction after it): bucket_bytes where they
+  // overlap; sharded gradients always go in buckets, kShardedBucketBytes unless bucket_bytes says.
+  static constexpr double kShardedBucketBytes = 25 << 20;
+  double reduce_bucket_bytes() const {
+    if (shards_gradients()) return bucket_bytes > 0 ? bucket_bytes : kShardedBucketBytes;
+    return buckets_overlap_backward() ? bucket_bytes : 0;
+  }
   bool plain_data_parallel() const { return stages == 1 && tensor == 1; }
   bool recomputes(int stage) const {
     return static_cast<std::size_t>(stage) < recompute.size() && recompute[static_cast<std::size_t>(stage)];

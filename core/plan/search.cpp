@@ -1,6 +1,7 @@
 #include "core/plan/search.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "core/error.hpp"
@@ -118,15 +119,16 @@ void visit_state_choices(const Profile& profile, const Cluster& cluster, int glo
   }
 }
 
-// The step time a choice is weighed by: a layout that is not plain data parallelism, one that shards and
-// one that recomputes each weigh kDataParallelMargin more than their predicted time, unless the limits
-// ask for sharding or recomputation.
+// The step time a choice is weighed by: a layout that is not plain data parallelism, each stage of sharding
+// and recomputation each weigh kDataParallelMargin more than their predicted time, unless the limits ask
+// for sharding or recomputation.
 double weighed_step(const Plan& plan, const Constraints& limits) {
   const Layout& l = plan.layout;
-  const bool may_keep_whole = std::find(limits.shard_states.begin(), limits.shard_states.end(), 0) != limits.shard_states.end();
+  const int least = *std::min_element(limits.shard_states.begin(), limits.shard_states.end());
   double weight = 1;
   if (!l.plain_data_parallel()) weight *= 1 + kDataParallelMargin;
-  if (l.shards_optimizer_state() && may_keep_whole) weight *= 1 + kDataParallelMargin;
+  // Each of ZeRO's stages beyond the least the limits allow.
+  if (l.shards_optimizer_state()) weight *= std::pow(1 + kDataParallelMargin, std::max(0, l.shard_state - least));
   if (l.recomputes_any() && !limits.must_recompute) weight *= 1 + kDataParallelMargin;
   return weight * plan.prediction.step_s;
 }

@@ -92,7 +92,8 @@ TrainingLoop::TrainingLoop(Job& job, Session& session, StopSignals& stop_signals
       progress_mark_(lead_ ? o_.checkpoint_dir : ""),
       group_(session.grid.stage_replicas(),
              {o_.allreduce_algorithm, o_.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
-             static_cast<std::size_t>(layout_.buckets_overlap_backward() ? layout_.bucket_bytes : 0.0)),
+             {static_cast<std::size_t>(layout_.reduce_bucket_bytes()), layout_.shards_gradients(),
+              !layout_.plain_data_parallel()}),
       stop_signals_(stop_signals) {
   world_.check_same("the configuration (options, model)",
                     Checksum().add(o_.describe(layout_) + session.model->name()).value() ^

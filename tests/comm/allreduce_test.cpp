@@ -3,12 +3,14 @@
 // million plus 3 (many pipelined chunks, not divisible by the rank count).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "comm/allreduce.hpp"
 #include "comm/gradient_reducer.hpp"
 #include "comm/mpi_environment.hpp"
+#include "core/aligned_buffer.hpp"
 #include "core/error.hpp"
 
 namespace ddl {
@@ -95,6 +97,31 @@ TEST(Allreduce, ReduceScatterThenAllGatherGiveTheRingsBits) {
   }
 }
 
+TEST(Allreduce, ReducingBucketsToTheirOwnersGivesTheReduceScattersBits) {
+  // ZeRO's stage 2: buckets in any cut, each reduced to the ranks that own its values, leave in every
+  // rank's shard the bits reduce_scatter leaves there; buckets that lie inside one shard, and ones that span
+  // several, with pieces of many chunks.
+  Communicator comm;
+  Allreducer reducer(comm, {AllreduceAlgorithm::ring, WireType::f32, 4096});
+  for (std::size_t n : sizes(comm.size())) {
+    for (const std::size_t bucket : {std::size_t{3}, std::size_t{5000}, std::size_t{400001}, n}) {
+      if (bucket == 0) continue;
+      std::vector<float> scattered = rank_data(n, comm.rank()), owned = scattered;
+      reducer.reduce_scatter(scattered, ReduceOp::average);
+      for (std::size_t end = n; end > 0;) {  // last first, as backward reports them
+        const std::size_t begin = end > bucket ? end - bucket : 0;
+        reducer.reduce_to_owners(owned, begin, end - begin, ReduceOp::average);
+        end = begin;
+      }
+      const RingShard mine = ring_shard(n, comm.size(), comm.rank());
+      for (std::size_t i = mine.begin; i < mine.end; ++i)
+        ASSERT_EQ(owned[i], scattered[i]) << "n " << n << ", buckets of " << bucket << ", i " << i;
+    }
+  }
+  std::vector<float> values(10);
+  EXPECT_THROW(reducer.reduce_to_owners(values, 8, 3, ReduceOp::sum), Error);
+}
+
 TEST(Allreduce, Bf16WireActuallyRounds) {
   // A value bf16 cannot hold: the f32 path keeps it, the bf16 path does not (so the test above is real).
   Communicator comm;
@@ -110,7 +137,7 @@ TEST(Allreduce, Bf16WireActuallyRounds) {
 TEST(GradientReducer, FusesReadyRangesIntoBucketsAndAverages) {
   Communicator comm;
   Allreducer reducer(comm, {AllreduceAlgorithm::ring, WireType::f32, 4096});
-  GradientReducer buckets(reducer, 1000 * sizeof(float));
+  GradientReducer buckets(reducer, 1000 * sizeof(float), GradientReducer::Reduction::all_reduce);
   // Five "layers" of 300, 10, 900, 50 and 2000 values, reported last first as backward would.
   const std::vector<std::size_t> bounds = {0, 300, 310, 1210, 1260, 3260};
   for (int step = 0; step < 2; ++step) {
@@ -127,6 +154,37 @@ TEST(GradientReducer, FusesReadyRangesIntoBucketsAndAverages) {
   std::vector<float> grads(10);
   buckets.ready(grads, 5, 5);
   EXPECT_THROW(buckets.ready(grads, 0, 3), Error);  // does not end where the previous range began
+}
+
+TEST(GradientReducer, ShardedGradientsKeepOnlyThisRanksShardResident) {
+  // Stage 2's buckets on the bucket thread and on the caller's: this rank's shard holds the mean, and the
+  // whole pages of every bucket outside it are given back to the kernel (they read as zero afterwards).
+  Communicator comm;
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Allreducer reducer(comm, {AllreduceAlgorithm::ring, WireType::f32, 4096});
+  const std::size_t n = 1 << 20;  // 4 MB: a mapped buffer, like the model's
+  for (const bool threaded : {true, false}) {
+    GradientReducer buckets(reducer, 256 * 1024, GradientReducer::Reduction::to_owners, threaded);
+    AlignedBuffer<float> grads(n);
+    const std::vector<float> mine = rank_data(n, comm.rank());
+    std::copy(mine.begin(), mine.end(), grads.data());
+    std::vector<float> expected = mine;
+    reducer.reduce_scatter(expected, ReduceOp::average);
+    const std::span<float> all(grads.data(), n);
+    for (std::size_t end = n; end > 0;) {  // "layers" of 1000 values, last first
+      const std::size_t begin = end > 1000 ? end - 1000 : 0;
+      buckets.ready(all, begin, end - begin);
+      end = begin;
+    }
+    buckets.finish(all);
+    const RingShard shard = ring_shard(n, comm.size(), comm.rank());
+    for (std::size_t i = shard.begin; i < shard.end; ++i) ASSERT_EQ(grads.data()[i], expected[i]) << "i " << i;
+    // Only pages that straddle a bucket's or the shard's edge stay: nearly all of the rest reads zero.
+    std::size_t zeros = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      zeros += (i < shard.begin || i >= shard.end) && grads.data()[i] == 0.0f && mine[i] != 0.0f;
+    EXPECT_GT(zeros, 0.95 * static_cast<double>(n - (shard.end - shard.begin))) << "threaded " << threaded;
+  }
 }
 
 }  // namespace

@@ -287,6 +287,26 @@ TEST(Planner, ShardedStateHoldsAReplicasShareOfTheOptimizersStateAndSendsTheAllR
   EXPECT_EQ(sharded.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state sharded");
 }
 
+TEST(Planner, ShardedGradientsHoldAReplicasShareAndTheBucketsInFlight) {
+  // Stage 2 keeps 1/D of the reduced gradients beside stage 1's share of the state, and two buckets (one
+  // filling while the one before is reduced); the bytes a step are the all-reduce's. On plain data
+  // parallelism the reduction overlaps backward, so the step is no slower than stage 1's.
+  const Profile p = vgg16_profile();
+  Layout first{4, 1, 1, 1, {4}, {}, 8};
+  first.shard_state = 1;
+  Layout second = first;
+  second.shard_state = 2;
+  const Prediction a = predict(p, {4, 4}, first, 32), b = predict(p, {4, 4}, second, 32);
+  double params = 0;
+  for (const auto& l : p.layers) params += l.params;
+  EXPECT_NEAR(a.peak_bytes - b.peak_bytes, 4.0 * params * 3 / 4 - 2 * Layout::kShardedBucketBytes, 1.0);
+  EXPECT_DOUBLE_EQ(a.sent_bytes, b.sent_bytes);
+  EXPECT_LE(b.step_s, a.step_s);
+  EXPECT_EQ(second.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state and gradients sharded");
+  second.bucket_bytes = 4e6;  // --bucket-mb sets stage 2's buckets
+  EXPECT_NEAR(predict(p, {4, 4}, second, 32).peak_bytes - b.peak_bytes, 2 * (4e6 - Layout::kShardedBucketBytes), 1.0);
+}
+
 TEST(Planner, TheAllReducesBuffersAreThoseOfItsAlgorithm) {
   // Measured (docs/performance.md): shared-memory windows hold 2 floats a parameter and a rank touches
   // the others' slices; a ring a piece of 1/D. A sharded state goes through the ring's halves.
@@ -327,6 +347,18 @@ TEST(Planner, AMemoryLimitBelowDataParallelismsChoosesShardedStateWhereItIsCheap
   ASSERT_TRUE(unsharded.best);
   EXPECT_GT(unsharded.best->layout.stages, 1) << unsharded.best->layout.describe();
   EXPECT_GT(unsharded.best->prediction.step_s, tight.best->prediction.step_s);
+  // Where stage 2 is allowed too, the same limit takes stage 1 (each stage weighs the margin); below stage
+  // 1's peak, stage 2 (one micro-batch: else halving the activations would do as well).
+  limits.shard_states = {0, 1, 2};
+  const SearchResult either = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(either.best);
+  EXPECT_EQ(either.best->layout.shard_state, 1) << either.best->layout.describe();
+  limits.memory_limit_bytes = sharded_peak - 1e6;
+  limits.micro_batches = 1;
+  const SearchResult tighter = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(tighter.best);
+  EXPECT_TRUE(tighter.best->layout.plain_data_parallel()) << tighter.best->layout.describe();
+  EXPECT_TRUE(tighter.best->layout.shards_gradients()) << tighter.best->layout.describe();
 }
 
 // A CNN whose activations, not its parameters, fill the memory.

@@ -143,11 +143,14 @@ std::string reduced_per_step(const std::string& out) {
   return out.substr(begin + 1, end - begin - 1);
 }
 
-TEST_F(DdlTrain, ShardedOptimizerStateTrainsAsUnshardedAndItsCheckpointsResumeEitherWay) {
+TEST_F(DdlTrain, ShardedStateAndGradientsTrainAsUnshardedAndTheirCheckpointsResumeEitherWay) {
   // ZeRO's stage 1: the ring's reduce-scatter leaves in each replica's shard the sums the ring's all-reduce
   // gives there, so the parameters equal an unsharded run's bit for bit (--allreduce ring on both sides),
-  // for the same bytes a step; a pipeline's stages each shard their own state across their replicas. A
-  // checkpoint holds the shards in the single-rank format: written sharded, it resumes unsharded, and back.
+  // for the same bytes a step; a pipeline's stages each shard their own state across their replicas. Stage 2
+  // reduces each bucket (a small one here, so that there are several and pieces of several owners) to its
+  // owners in the ring's order during backward: the same bits again, on the bucket thread of plain data
+  // parallelism and on a pipeline's own thread. A checkpoint holds the shards in the single-rank format:
+  // written sharded, it resumes unsharded, and back.
   struct Case {
     std::string ranks, layout, optimizer;
     bool through_checkpoints;
@@ -156,31 +159,36 @@ TEST_F(DdlTrain, ShardedOptimizerStateTrainsAsUnshardedAndItsCheckpointsResumeEi
                         {"4", "--batch-size 8", "--optimizer sgd --momentum 0.9 --lr 0.05", false},
                         {"4", "--batch-size 16 --pipeline-stages 2 --micro-batches 2",
                          "--optimizer sgd --momentum 0.9 --lr 0.05", false}};
+  const std::string stages[] = {"--shard-state 1", "--shard-state 2 --bucket-mb 0.1"};
   for (const Case& c : cases) {
     const std::string name = std::to_string(&c - &cases[0]);
     const std::string train = kMpirun + " -np " + c.ranks + " " + kTrain;
     auto args = [&](const std::string& more) {
       return train_args(c.layout + " " + c.optimizer + " --allreduce ring --threads 1 --steps-per-epoch 3 " + more);
     };
-    const std::string plain = scratch_ / ("plain" + name), sharded = scratch_ / ("sharded" + name);
+    const std::string plain = scratch_ / ("plain" + name);
     const auto a = run(train + args("--epochs 2 --checkpoint-dir " + plain));
     ASSERT_EQ(a.exit_code, 0) << a.err;
-    const auto b = run(train + args("--epochs 2 --shard-state 1 --checkpoint-dir " + sharded));
-    ASSERT_EQ(b.exit_code, 0) << b.err;
-    EXPECT_NE(b.out.find("its state sharded"), std::string::npos) << b.out;
-    EXPECT_EQ(params(plain + "/last.h5"), params(sharded + "/last.h5")) << c.ranks << " ranks, " << c.layout;
-    // The shards written by every replica in turn make up the unsharded run's state.
-    const bool adam = c.optimizer.find("adam") != std::string::npos;
-    for (const std::string& state : adam ? std::vector<std::string>{"m", "v"} : std::vector<std::string>{"velocity"}) {
-      h5::Handle p = h5::open_file(plain + "/last.h5"), s = h5::open_file(sharded + "/last.h5");
-      EXPECT_EQ(h5::read_dataset<float>(p, "optimizer_state/" + state, plain),
-                h5::read_dataset<float>(s, "optimizer_state/" + state, sharded)) << state;
+    for (const std::string& stage : stages) {
+      const std::string sharded = scratch_ / ("sharded" + name + stage.substr(14, 1));
+      const auto b = run(train + args("--epochs 2 " + stage + " --checkpoint-dir " + sharded));
+      ASSERT_EQ(b.exit_code, 0) << b.err;
+      EXPECT_NE(b.out.find("its state sharded"), std::string::npos) << b.out;
+      EXPECT_EQ(params(plain + "/last.h5"), params(sharded + "/last.h5")) << c.ranks << " ranks, " << c.layout << ", " << stage;
+      // The shards written by every replica in turn make up the unsharded run's state.
+      const bool adam = c.optimizer.find("adam") != std::string::npos;
+      for (const std::string& state : adam ? std::vector<std::string>{"m", "v"} : std::vector<std::string>{"velocity"}) {
+        h5::Handle p = h5::open_file(plain + "/last.h5"), s = h5::open_file(sharded + "/last.h5");
+        EXPECT_EQ(h5::read_dataset<float>(p, "optimizer_state/" + state, plain),
+                  h5::read_dataset<float>(s, "optimizer_state/" + state, sharded)) << state << ", " << stage;
+      }
+      EXPECT_EQ(reduced_per_step(a.out), reduced_per_step(b.out)) << b.out;
     }
-    EXPECT_EQ(reduced_per_step(a.out), reduced_per_step(b.out)) << b.out;
     if (!c.through_checkpoints) continue;
-    for (const std::string& first : {std::string("--shard-state 1"), std::string("--shard-state 0")}) {
-      const std::string dir = scratch_ / ("from " + first);
-      const std::string then = first == "--shard-state 1" ? "--shard-state 0" : "--shard-state 1";
+    const std::pair<std::string, std::string> moves[] = {
+        {"--shard-state 1", "--shard-state 0"}, {"--shard-state 0", "--shard-state 1"}, {stages[1], "--shard-state 0"}};
+    for (const auto& [first, then] : moves) {
+      const std::string dir = scratch_ / ("from " + first.substr(0, 15));
       ASSERT_EQ(run(train + args("--epochs 1 " + first + " --checkpoint-dir '" + dir + "'")).exit_code, 0);
       const auto resumed = run(train + args("--epochs 2 --resume auto " + then + " --checkpoint-dir '" + dir + "'"));
       ASSERT_EQ(resumed.exit_code, 0) << resumed.err;

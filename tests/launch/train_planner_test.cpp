@@ -26,6 +26,7 @@ TEST_F(DdlTrain, AutoStrategyTrainsLikeOneRank) {
                         {2, "pipeline", "chosen     1 x 2 x 1"},
                         {4, "auto --tensor-parallel 2", " x 1 x 2, "},
                         {4, "data --shard-state 1", "chosen     4 x 1 x 1, 1 micro-batch, batch 12, optimizer state sharded"},
+                        {4, "data --shard-state 2 --bucket-mb 0.1", "batch 12, optimizer state and gradients sharded"},
                         {2, "pipeline --recompute", "activations recomputed: step"}};
   for (const Case& c : cases) {
     const int ranks = c.ranks;
