@@ -8,7 +8,6 @@
 #pragma once
 
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -41,12 +40,13 @@ inline constexpr std::size_t kMappedFrom = static_cast<std::size_t>(-1);
 inline constexpr std::size_t kMappedFrom = std::size_t{1} << 20;
 #endif
 
-// Hands the whole pages inside `values` back to the kernel: the resident memory drops at once, and they read
-// as zero when next touched. For a mapped buffer's values that are no longer needed (a sharded run's
-// gradients that other ranks own, once reduced).
+// Hands the whole 2 MB blocks inside `values` back to the kernel: the resident memory drops at once, and
+// they read as zero when next touched. For a mapped buffer's values that are no longer needed (a sharded
+// run's gradients that other ranks own, once reduced). Whole huge pages, so that where transparent huge
+// pages are on (the default of many distributions) none is split into small ones.
 template <typename T>
 void release_pages(std::span<T> values) {
-  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  constexpr std::uintptr_t page = 2 << 20;
   const auto first = reinterpret_cast<std::uintptr_t>(values.data());
   const std::uintptr_t begin = (first + page - 1) / page * page, end = (first + values.size_bytes()) / page * page;
   // Advice only: where the kernel declines, the pages stay resident and hold what they held.

@@ -160,30 +160,32 @@ TEST(GradientReducer, ShardedGradientsKeepOnlyThisRanksShardResident) {
   // Stage 2's buckets on the bucket thread and on the caller's: this rank's shard holds the mean, and the
   // whole pages of every bucket outside it are given back to the kernel (they read as zero afterwards).
   Communicator comm;
-  if (comm.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  // Buffers of 64 MB a rank: 2 and 3 ranks say what more would, in a fraction of the time.
+  if (comm.size() < 2 || comm.size() > 3) GTEST_SKIP() << "runs on 2 and 3 ranks";
   Allreducer reducer(comm, {AllreduceAlgorithm::ring, WireType::f32, 4096});
-  const std::size_t n = 1 << 20;  // 4 MB: a mapped buffer, like the model's
+  const std::size_t n = 1 << 24;  // 64 MB: a mapped buffer, like the model's, of many 2 MB blocks
   for (const bool threaded : {true, false}) {
-    GradientReducer buckets(reducer, 256 * 1024, GradientReducer::Reduction::to_owners, threaded);
+    GradientReducer buckets(reducer, 8 << 20, GradientReducer::Reduction::to_owners, threaded);
     AlignedBuffer<float> grads(n);
     const std::vector<float> mine = rank_data(n, comm.rank());
     std::copy(mine.begin(), mine.end(), grads.data());
     std::vector<float> expected = mine;
     reducer.reduce_scatter(expected, ReduceOp::average);
     const std::span<float> all(grads.data(), n);
-    for (std::size_t end = n; end > 0;) {  // "layers" of 1000 values, last first
-      const std::size_t begin = end > 1000 ? end - 1000 : 0;
+    for (std::size_t end = n; end > 0;) {  // "layers" of 100,000 values, last first
+      const std::size_t begin = end > 100000 ? end - 100000 : 0;
       buckets.ready(all, begin, end - begin);
       end = begin;
     }
     buckets.finish(all);
     const RingShard shard = ring_shard(n, comm.size(), comm.rank());
     for (std::size_t i = shard.begin; i < shard.end; ++i) ASSERT_EQ(grads.data()[i], expected[i]) << "i " << i;
-    // Only pages that straddle a bucket's or the shard's edge stay: nearly all of the rest reads zero.
+    // Only the 2 MB blocks that straddle a bucket's or the shard's edge stay (up to 4 MB of each 8 MB bucket
+    // here): most of the rest reads zero, none of it without the release.
     std::size_t zeros = 0;
     for (std::size_t i = 0; i < n; ++i)
       zeros += (i < shard.begin || i >= shard.end) && grads.data()[i] == 0.0f && mine[i] != 0.0f;
-    EXPECT_GT(zeros, 0.95 * static_cast<double>(n - (shard.end - shard.begin))) << "threaded " << threaded;
+    EXPECT_GT(zeros, 0.6 * static_cast<double>(n - (shard.end - shard.begin))) << "threaded " << threaded;
   }
 }
 
