@@ -147,7 +147,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   std::size_t first = 0;
   for (int s = 0; s < S; ++s) {
     const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
-    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0;
+    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, largest = 0;
     std::vector<double> out;  // each layer's output bytes, one micro-batch's
     // 1F1B keeps min(M, S - s) micro-batches on stage s; GPipe all of them.
     const double in_flight = layout.schedule == PipelineSchedule::gpipe ? M : std::min(M, S - s);
@@ -163,6 +163,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
           (l.fixed_seconds + l.seconds * rows * share) * (recomputation.again(i) ? 1 + kForwardShare : 1);
       slot += compute;
       params += l.params * share;
+      largest = std::max(largest, l.params * share);
       if (T > 1 && !split[i]) whole += l.params;  // averaged over the group too
       out.push_back(rows * l.output_bytes);
       const double kept = recomputation.keeps(i) ? out.back() : 0;
@@ -217,11 +218,12 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
     // The micro-batches in flight keep their activations while one of them runs its backward.
     const Activations a = activations_of(m * profile.layers[first].input_bytes, out, recomputation);
-    const double memory =
-        profile.base_bytes + memory_scale * (param_bytes(params, state_share, gradient_share) + (in_flight - 1) * a.kept +
-                                             a.backward + (layout.shards_gradients() ? 2 * bucket : 0));
+    // Stage 2 holds, beside its shard, a bucket being reduced and the layer whose whole gradient one call
+    // has just written (VGG16's first dense layer: 74% of its gradients).
+    const double unreduced = layout.shards_gradients() ? std::min(bucket + 4 * largest, 4 * params * (1 - 1.0 / D)) : 0;
+    const double memory = profile.base_bytes + memory_scale * (param_bytes(params, state_share, gradient_share) +
+                                                               (in_flight - 1) * a.kept + a.backward + unreduced);
     // The all-reduce's own buffers; a sharded state's go through the ring's halves whatever the algorithm.
-    // Stage 2 above: a bucket filling while the one before is reduced.
     const int replicas_on_a_node = std::clamp(P / (S * T), 1, D);
     const double reduce_buffers =
         4.0 * params *

@@ -287,24 +287,54 @@ TEST(Planner, ShardedStateHoldsAReplicasShareOfTheOptimizersStateAndSendsTheAllR
   EXPECT_EQ(sharded.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state sharded");
 }
 
-TEST(Planner, ShardedGradientsHoldAReplicasShareAndTheBucketsInFlight) {
-  // Stage 2 keeps 1/D of the reduced gradients beside stage 1's share of the state, and two buckets (one
-  // filling while the one before is reduced); the bytes a step are the all-reduce's. On plain data
-  // parallelism the reduction overlaps backward, so the step is no slower than stage 1's.
-  const Profile p = vgg16_profile();
-  Layout first{4, 1, 1, 1, {4}, {}, 8};
+// VGG16's parameters spread over eight dense layers of 17 M each instead of one of 103 M and two smaller.
+Profile spread_profile() {
+  Profile p = vgg16_profile();
+  p.model = "spread";
+  p.layers.resize(1);
+  for (int i = 0; i < 8; ++i) p.layers.push_back(layer("dense " + std::to_string(i), 1e-3, 15.5e6, 4096 * 4, 4096 * 4));
+  return p;
+}
+
+TEST(Planner, ShardedGradientsHoldAReplicasShareTheBucketInFlightAndTheLargestLayersWhole) {
+  // Stage 2 keeps 1/D of the reduced gradients beside stage 1's share of the state, a bucket being reduced
+  // and the largest layer's whole gradient, which one call writes; the bytes a step are the all-reduce's.
+  // On plain data parallelism the reduction overlaps backward, so the step is no slower than stage 1's.
+  const Profile p = spread_profile();
+  Layout first{4, 1, 1, 1, {9}, {}, 8};
   first.shard_state = 1;
   Layout second = first;
   second.shard_state = 2;
   const Prediction a = predict(p, {4, 4}, first, 32), b = predict(p, {4, 4}, second, 32);
   double params = 0;
   for (const auto& l : p.layers) params += l.params;
-  EXPECT_NEAR(a.peak_bytes - b.peak_bytes, 4.0 * params * 3 / 4 - 2 * Layout::kShardedBucketBytes, 1.0);
+  EXPECT_NEAR(a.peak_bytes - b.peak_bytes, 4.0 * params * 3 / 4 - Layout::kShardedBucketBytes - 4 * 15.5e6, 1.0);
   EXPECT_DOUBLE_EQ(a.sent_bytes, b.sent_bytes);
   EXPECT_LE(b.step_s, a.step_s);
   EXPECT_EQ(second.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state and gradients sharded");
   second.bucket_bytes = 4e6;  // --bucket-mb sets stage 2's buckets
-  EXPECT_NEAR(predict(p, {4, 4}, second, 32).peak_bytes - b.peak_bytes, 2 * (4e6 - Layout::kShardedBucketBytes), 1.0);
+  EXPECT_NEAR(predict(p, {4, 4}, second, 32).peak_bytes - b.peak_bytes, 4e6 - Layout::kShardedBucketBytes, 1.0);
+  // VGG16's first dense layer holds 74% of its parameters: on 4 replicas stage 2 saves nothing over stage 1.
+  const Profile vgg16 = vgg16_profile();
+  first.cut = second.cut = {4};
+  second.bucket_bytes = 0;
+  EXPECT_DOUBLE_EQ(predict(vgg16, {4, 4}, second, 32).peak_bytes, predict(vgg16, {4, 4}, first, 32).peak_bytes);
+
+  // A memory limit between stage 1's peak and stage 2's chooses stage 2; one above stage 1's, stage 1 (each
+  // stage weighs the margin). One micro-batch: else halving the activations would do as well.
+  Constraints limits;
+  limits.tensor = 1;
+  limits.micro_batches = 1;
+  limits.shard_states = {0, 1, 2};
+  limits.memory_limit_bytes = (a.peak_bytes + b.peak_bytes) / 2;
+  const SearchResult tight = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(tight.best);
+  EXPECT_TRUE(tight.best->layout.plain_data_parallel()) << tight.best->layout.describe();
+  EXPECT_TRUE(tight.best->layout.shards_gradients()) << tight.best->layout.describe();
+  limits.memory_limit_bytes = a.peak_bytes + 1e6;
+  const SearchResult roomier = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(roomier.best);
+  EXPECT_EQ(roomier.best->layout.shard_state, 1) << roomier.best->layout.describe();
 }
 
 TEST(Planner, TheAllReducesBuffersAreThoseOfItsAlgorithm) {
@@ -347,18 +377,6 @@ TEST(Planner, AMemoryLimitBelowDataParallelismsChoosesShardedStateWhereItIsCheap
   ASSERT_TRUE(unsharded.best);
   EXPECT_GT(unsharded.best->layout.stages, 1) << unsharded.best->layout.describe();
   EXPECT_GT(unsharded.best->prediction.step_s, tight.best->prediction.step_s);
-  // Where stage 2 is allowed too, the same limit takes stage 1 (each stage weighs the margin); below stage
-  // 1's peak, stage 2 (one micro-batch: else halving the activations would do as well).
-  limits.shard_states = {0, 1, 2};
-  const SearchResult either = plan_layouts(p, {4, 4}, 32, limits);
-  ASSERT_TRUE(either.best);
-  EXPECT_EQ(either.best->layout.shard_state, 1) << either.best->layout.describe();
-  limits.memory_limit_bytes = sharded_peak - 1e6;
-  limits.micro_batches = 1;
-  const SearchResult tighter = plan_layouts(p, {4, 4}, 32, limits);
-  ASSERT_TRUE(tighter.best);
-  EXPECT_TRUE(tighter.best->layout.plain_data_parallel()) << tighter.best->layout.describe();
-  EXPECT_TRUE(tighter.best->layout.shards_gradients()) << tighter.best->layout.describe();
 }
 
 // A CNN whose activations, not its parameters, fill the memory.
