@@ -5,8 +5,8 @@
 // with the earlier layers. finish() sends the rest and waits for every bucket.
 //
 // With sharded gradients (ZeRO's stage 2) each bucket is reduced only to the ranks that own its values
-// (Allreducer::reduce_to_owners), and the whole pages of the bucket that this rank does not own go back to the
-// kernel at once, so a rank's gradients at the end of backward are its shard and the buckets in flight.
+// (Allreducer::reduce_to_owners), and the whole 2 MB blocks of the bucket that this rank does not own go back
+// to the kernel at once, so a rank's gradients at the end of backward are its shard and the buckets in flight.
 //
 // MPI is called only from the communication thread between the first ready range and finish(), so the
 // process needs MPI_THREAD_SERIALIZED, not MULTIPLE.
