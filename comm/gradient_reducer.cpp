@@ -78,8 +78,10 @@ void GradientReducer::reduce(const Bucket& b) {
   allreducer_.reduce_to_owners(b.gradients, b.offset, b.count, ReduceOp::average);
   const Communicator& comm = allreducer_.communicator();
   const RingShard mine = ring_shard(b.gradients.size(), comm.size(), comm.rank());
-  const std::size_t end = b.offset + b.count;
-  // The bucket's values before and after this rank's shard.
+  // Buckets are reduced in turn from the buffer's end down: a block that straddles this bucket's end and the
+  // start of the bucket reduced before it is now reduced whole, so the range given back reaches a block on.
+  const std::size_t end = std::min(b.gradients.size(), b.offset + b.count + kReleaseBlockBytes / sizeof(float));
+  // The range's values before and after this rank's shard.
   if (b.offset < mine.begin) release_pages(b.gradients.subspan(b.offset, std::min(end, mine.begin) - b.offset));
   if (end > mine.end) {
     const std::size_t from = std::max(b.offset, mine.end);

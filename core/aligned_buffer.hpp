@@ -44,9 +44,10 @@ inline constexpr std::size_t kMappedFrom = std::size_t{1} << 20;
 // they read as zero when next touched. For a mapped buffer's values that are no longer needed (a sharded
 // run's gradients that other ranks own, once reduced). Whole huge pages, so that where transparent huge
 // pages are on (the default of many distributions) none is split into small ones.
+inline constexpr std::size_t kReleaseBlockBytes = std::size_t{2} << 20;
 template <typename T>
 void release_pages(std::span<T> values) {
-  constexpr std::uintptr_t page = 2 << 20;
+  constexpr std::uintptr_t page = kReleaseBlockBytes;
   const auto first = reinterpret_cast<std::uintptr_t>(values.data());
   const std::uintptr_t begin = (first + page - 1) / page * page, end = (first + values.size_bytes()) / page * page;
   // Advice only: where the kernel declines, the pages stay resident and hold what they held.

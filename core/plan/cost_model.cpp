@@ -126,8 +126,11 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   // Parameters hold their value, gradient, blocked copy and optimizer state, 4 bytes each; with ZeRO's
   // stage 1 each replica keeps the optimizer's state, and updates the parameters, for 1/D of them; with
   // stage 2 it keeps 1/D of the reduced gradients too (and the buckets in flight, below).
+  // With micro-batches every one but the last writes the whole gradient, which stays until the last one's
+  // buckets are reduced: stage 2 saves gradient memory only with one.
+  const bool gradients_sharded = layout.shards_gradients() && M == 1;
   const double state_share = layout.shards_optimizer_state() ? 1.0 / D : 1.0;
-  const double gradient_share = layout.shards_gradients() ? 1.0 / D : 1.0;
+  const double gradient_share = gradients_sharded ? 1.0 / D : 1.0;
   auto param_bytes = [&](double params, double share, double gradients) {
     return 4.0 * params * (2.0 + gradients + profile.optimizer_floats * share);
   };
@@ -144,6 +147,9 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   }
   Prediction p;
   double slowest_slot = 0, slot_comm = 0;
+  // Stage 2 in a pipeline reduces each bucket in its stage's last backward, before the stage sends on its
+  // input gradient: the stages' reduce-scatters come one after another.
+  double serial_reduce = 0;
   std::size_t first = 0;
   for (int s = 0; s < S; ++s) {
     const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
@@ -210,6 +216,10 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       const double backward = (1 - kForwardShare) * (slot - comm);
       const double half = all_reduce_s(replica_link, D, 4 * params) / 2;
       reduce_comm = half + std::max(all_reduce_s(replica_link, D, bucket) / 2, half - backward);
+    } else if (layout.shards_gradients()) {
+      const double half = all_reduce_s(replica_link, D, 4 * params) / 2;
+      serial_reduce += half;
+      reduce_comm = half;
     }
     const double reduce = reduce_comm + params * state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
@@ -218,9 +228,11 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
     // The micro-batches in flight keep their activations while one of them runs its backward.
     const Activations a = activations_of(m * profile.layers[first].input_bytes, out, recomputation);
-    // Stage 2 holds, beside its shard, a bucket being reduced and the layer whose whole gradient one call
-    // has just written (VGG16's first dense layer: 74% of its gradients).
-    const double unreduced = layout.shards_gradients() ? std::min(bucket + 4 * largest, 4 * params * (1 - 1.0 / D)) : 0;
+    // Stage 2 holds, beside its shard, a bucket being reduced and the next one filling, each with up to a
+    // layer whose whole gradient one call writes (VGG16's first dense layer: 74% of its gradients). Not
+    // modelled: buckets queued behind a reduction slower than backward.
+    const double unreduced =
+        gradients_sharded ? std::min(2 * (bucket + 4 * largest), 4 * params * (1 - 1.0 / D)) : 0;
     const double memory = profile.base_bytes + memory_scale * (param_bytes(params, state_share, gradient_share) +
                                                                (in_flight - 1) * a.kept + a.backward + unreduced);
     // The all-reduce's own buffers; a sharded state's go through the ring's halves whatever the algorithm.
@@ -234,8 +246,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   }
   const double slots = M + S - 1;
   p.compute_s = slots * slowest_slot;
-  p.comm_s += slots * slot_comm;
-  p.step_s = p.compute_s + p.reduce_s;
+  p.comm_s += slots * slot_comm + serial_reduce;
+  p.step_s = p.compute_s + serial_reduce + p.reduce_s;
   return p;
 }
 

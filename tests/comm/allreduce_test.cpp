@@ -181,12 +181,12 @@ TEST(GradientReducer, ShardedGradientsKeepOnlyThisRanksShardResident) {
     buckets.finish(all);
     const RingShard shard = ring_shard(n, comm.size(), comm.rank());
     for (std::size_t i = shard.begin; i < shard.end; ++i) ASSERT_EQ(grads.data()[i], expected[i]) << "i " << i;
-    // Only the 2 MB blocks that straddle a bucket's or the shard's edge stay (up to 4 MB of each 8 MB bucket
-    // here): most of the rest reads zero, none of it without the release.
+    // Only the 2 MB blocks that straddle the shard's edges stay: nearly all the rest reads zero, none of it
+    // without the release (and half of it if blocks that straddle two buckets stayed).
     std::size_t zeros = 0;
     for (std::size_t i = 0; i < n; ++i)
       zeros += (i < shard.begin || i >= shard.end) && grads.data()[i] == 0.0f && mine[i] != 0.0f;
-    EXPECT_GT(zeros, 0.6 * static_cast<double>(n - (shard.end - shard.begin))) << "threaded " << threaded;
+    EXPECT_GT(zeros, 0.8 * static_cast<double>(n - (shard.end - shard.begin))) << "threaded " << threaded;
   }
 }
 

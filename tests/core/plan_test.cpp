@@ -287,7 +287,7 @@ TEST(Planner, ShardedStateHoldsAReplicasShareOfTheOptimizersStateAndSendsTheAllR
   EXPECT_EQ(sharded.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state sharded");
 }
 
-// VGG16's parameters spread over eight dense layers of 17 M each instead of one of 103 M and two smaller.
+// VGG16's parameters spread over eight dense layers of 15.5 M each instead of one of 103 M and two smaller.
 Profile spread_profile() {
   Profile p = vgg16_profile();
   p.model = "spread";
@@ -298,8 +298,9 @@ Profile spread_profile() {
 
 TEST(Planner, ShardedGradientsHoldAReplicasShareTheBucketInFlightAndTheLargestLayersWhole) {
   // Stage 2 keeps 1/D of the reduced gradients beside stage 1's share of the state, a bucket being reduced
-  // and the largest layer's whole gradient, which one call writes; the bytes a step are the all-reduce's.
-  // On plain data parallelism the reduction overlaps backward, so the step is no slower than stage 1's.
+  // and one filling, each with up to the largest layer's whole gradient, which one call writes; the bytes a
+  // step are the all-reduce's. With micro-batches it keeps the whole gradient, as stage 1 does. In a
+  // pipeline the stages' reduce-scatters, run in their last backwards, add up.
   const Profile p = spread_profile();
   Layout first{4, 1, 1, 1, {9}, {}, 8};
   first.shard_state = 1;
@@ -308,12 +309,23 @@ TEST(Planner, ShardedGradientsHoldAReplicasShareTheBucketInFlightAndTheLargestLa
   const Prediction a = predict(p, {4, 4}, first, 32), b = predict(p, {4, 4}, second, 32);
   double params = 0;
   for (const auto& l : p.layers) params += l.params;
-  EXPECT_NEAR(a.peak_bytes - b.peak_bytes, 4.0 * params * 3 / 4 - Layout::kShardedBucketBytes - 4 * 15.5e6, 1.0);
+  EXPECT_NEAR(a.peak_bytes - b.peak_bytes, 4.0 * params * 3 / 4 - 2 * (Layout::kShardedBucketBytes + 4 * 15.5e6), 1.0);
   EXPECT_DOUBLE_EQ(a.sent_bytes, b.sent_bytes);
-  EXPECT_LE(b.step_s, a.step_s);
+  Layout micro = second;
+  micro.micro_batches = 2;
+  Layout micro_first = micro;
+  micro_first.shard_state = 1;
+  EXPECT_DOUBLE_EQ(predict(p, {4, 4}, micro, 32).peak_bytes, predict(p, {4, 4}, micro_first, 32).peak_bytes);
+  // Two stages of equal parameters on 2 replicas each: stage 2 adds both stages' reduce-scatter halves to
+  // the step, where stage 1 all-reduces each stage's gradients after the pipeline, side by side.
+  Layout piped{2, 2, 1, 1, {5, 4}, {}, 16};
+  piped.shard_state = 1;
+  const Prediction c = predict(p, {4, 4}, piped, 32);
+  piped.shard_state = 2;
+  EXPECT_GT(predict(p, {4, 4}, piped, 32).step_s, c.step_s);
   EXPECT_EQ(second.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state and gradients sharded");
   second.bucket_bytes = 4e6;  // --bucket-mb sets stage 2's buckets
-  EXPECT_NEAR(predict(p, {4, 4}, second, 32).peak_bytes - b.peak_bytes, 4e6 - Layout::kShardedBucketBytes, 1.0);
+  EXPECT_NEAR(predict(p, {4, 4}, second, 32).peak_bytes - b.peak_bytes, 2 * (4e6 - Layout::kShardedBucketBytes), 1.0);
   // VGG16's first dense layer holds 74% of its parameters: on 4 replicas stage 2 saves nothing over stage 1.
   const Profile vgg16 = vgg16_profile();
   first.cut = second.cut = {4};
