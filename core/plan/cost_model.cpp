@@ -205,19 +205,18 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     }
     double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
     const double bucket = std::min(layout.reduce_bucket_bytes(), 4 * params);
+    // The last micro-batch's backward (taken as two thirds of a layer's time), and half the stage's all-reduce.
+    const double backward = (1 - kForwardShare) * (slot - comm);
+    const double half = all_reduce_s(replica_link, D, 4 * params) / 2;
     if (layout.buckets_overlap_backward() && D > 1) {
-      // Buckets all-reduce while the last micro-batch's backward (taken as two thirds of a layer's time)
-      // runs: only what it does not cover shows, and at least the last bucket.
-      const double backward = (1 - kForwardShare) * (slot - comm);
+      // Buckets all-reduce while that backward runs: only what it does not cover shows, and at least the
+      // last bucket.
       reduce_comm = std::max(all_reduce_s(replica_link, D, bucket), reduce_comm - backward);
     } else if (layout.shards_gradients() && layout.plain_data_parallel()) {
       // Stage 2's buckets go to their owners (half an all-reduce) during backward likewise; the parameters'
       // all-gather, the other half, follows the update.
-      const double backward = (1 - kForwardShare) * (slot - comm);
-      const double half = all_reduce_s(replica_link, D, 4 * params) / 2;
       reduce_comm = half + std::max(all_reduce_s(replica_link, D, bucket) / 2, half - backward);
     } else if (layout.shards_gradients()) {
-      const double half = all_reduce_s(replica_link, D, 4 * params) / 2;
       serial_reduce += half;
       reduce_comm = half;
     }
