@@ -273,6 +273,51 @@ void Allreducer::chain_to_owner(std::span<float> piece, int owner) {
   check_mpi(MPI_Waitall(static_cast<int>(outgoing.size()), outgoing.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 
+void Allreducer::gather_from_owners(std::span<float> data, std::size_t offset, std::size_t count) {
+  if (offset + count > data.size()) throw Error("gather from owners: range past the end of the buffer");
+  const int n = comm_.size();
+  if (n == 1 || count == 0) return;
+  for (int owner = 0; owner < n; ++owner) {
+    const RingShard shard = ring_shard(data.size(), n, owner);
+    const std::size_t begin = std::max(shard.begin, offset), end = std::min(shard.end, offset + count);
+    if (begin < end) chain_from_owner(data.subspan(begin, end - begin), owner);
+  }
+}
+
+// Received straight into place: what a rank held outside its shard is replaced, not added to.
+void Allreducer::chain_from_owner(std::span<float> piece, int owner) {
+  const int n = comm_.size(), rank = comm_.rank();
+  const int position = modulo(rank - owner, n);  // 0 is the owner, n - 1 the last to receive
+  const int right = modulo(rank + 1, n), left = modulo(rank - 1, n);
+  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_bytes / 4, INT_MAX / 4));
+  const std::size_t count = piece.size();
+  auto chunk_size = [&](std::size_t off) { return static_cast<int>(std::min(chunk, count - off)); };
+  Requests recvs, sends;
+  if (position == 0) {
+    for (std::size_t off = 0; off < count; off += chunk)
+      check_mpi(MPI_Isend(piece.data() + off, chunk_size(off), MPI_FLOAT, right, kOwnerChainTag, comm_.get(), sends.add()),
+                "MPI_Isend");
+  } else {
+    for (std::size_t off = 0; off < count; off += chunk)
+      check_mpi(MPI_Irecv(piece.data() + off, chunk_size(off), MPI_FLOAT, left, kOwnerChainTag, comm_.get(), recvs.add()),
+                "MPI_Irecv");
+    const auto receiving = comm_.waiting_for("receiving a layer's parameters", left);
+    auto& pending = recvs.all();
+    for (std::size_t index = 0; index < pending.size(); ++index) {
+      check_mpi(MPI_Wait(&pending[index], MPI_STATUS_IGNORE), "MPI_Wait");
+      const std::size_t off = index * chunk;
+      if (position < n - 1)
+        check_mpi(MPI_Isend(piece.data() + off, chunk_size(off), MPI_FLOAT, right, kOwnerChainTag, comm_.get(),
+                            sends.add()),
+                  "MPI_Isend");
+    }
+  }
+  const auto sending =
+      comm_.waiting("a layer's parameters (sending to rank " + std::to_string(comm_.world_rank(right)) + ")");
+  auto& outgoing = sends.all();
+  check_mpi(MPI_Waitall(static_cast<int>(outgoing.size()), outgoing.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+
 void Allreducer::ring(const Communicator& comm, std::span<float> data, RingPhases phases, WireType wire) {
   const int n = comm.size(), rank = comm.rank();
   if (n == 1 || data.empty()) return;

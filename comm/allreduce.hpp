@@ -68,6 +68,10 @@ class Allreducer {
   // arrive. Every rank sends every piece but its own once: over the whole buffer, what reduce_scatter sends.
   // The range's other values are left undefined.
   void reduce_to_owners(std::span<float> data, std::size_t offset, std::size_t count, ReduceOp op);
+  // ZeRO's stage 3, its mirror: copies data[offset, offset + count) from the ranks whose ring_shard(data.size())
+  // holds each value to every other rank, in f32. Each owner's piece goes round the ring from the owner, each
+  // rank keeping the chunks and passing them on as they arrive. Over the whole buffer, what all_gather sends.
+  void gather_from_owners(std::span<float> data, std::size_t offset, std::size_t count);
   const AllreduceOptions& options() const { return options_; }
   const Communicator& communicator() const { return comm_; }
 
@@ -77,6 +81,7 @@ class Allreducer {
   void ring(const Communicator& comm, std::span<float> data, RingPhases phases, WireType wire);
   void hierarchical(std::span<float> data);
   void chain_to_owner(std::span<float> piece, int owner);
+  void chain_from_owner(std::span<float> piece, int owner);
 
   const Communicator& comm_;
   AllreduceOptions options_;

@@ -34,7 +34,7 @@ void GradientReducer::ready(std::span<float> gradients, std::size_t offset, std:
     throw Error("gradient reducer: gradient ranges must arrive last layer first and contiguous");
   pending_begin_ = offset;
   if (pending_end_ - pending_begin_ >= bucket_elements_) {
-    enqueue({gradients, pending_begin_, pending_end_ - pending_begin_});
+    enqueue({Task::Kind::reduce, gradients, pending_begin_, pending_end_ - pending_begin_});
     pending_end_ = pending_begin_;
   }
 }
@@ -42,9 +42,9 @@ void GradientReducer::ready(std::span<float> gradients, std::size_t offset, std:
 double GradientReducer::finish(std::span<float> gradients) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!step_open_) {
-    enqueue({gradients, 0, gradients.size()});  // no layer reported: reduce everything now
+    enqueue({Task::Kind::reduce, gradients, 0, gradients.size()});  // no layer reported: reduce everything now
   } else if (pending_end_ > pending_begin_) {
-    enqueue({gradients, pending_begin_, pending_end_ - pending_begin_});
+    enqueue({Task::Kind::reduce, gradients, pending_begin_, pending_end_ - pending_begin_});
   }
   if (step_open_ && pending_begin_ != 0)
     throw Error("gradient reducer: backward reported gradients down to offset " + std::to_string(pending_begin_) +
@@ -57,35 +57,55 @@ double GradientReducer::finish(std::span<float> gradients) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void GradientReducer::enqueue(Bucket bucket) {
-  ++buckets_;
-  if (!worker_.joinable()) {
-    reduce(bucket);
-    return;
-  }
-  {
-    std::lock_guard lock(mutex_);
-    queue_.push_back(bucket);
-  }
-  cv_.notify_all();
+std::uint64_t GradientReducer::gather(std::span<float> params, std::size_t offset, std::size_t count) {
+  return enqueue({Task::Kind::gather, params, offset, count});
 }
 
-void GradientReducer::reduce(const Bucket& b) {
+void GradientReducer::await_gather(std::uint64_t ticket) {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return done_ >= ticket || error_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+std::uint64_t GradientReducer::enqueue(Task task) {
+  if (task.kind == Task::Kind::reduce) ++buckets_;
+  if (!worker_.joinable()) {
+    run(task);
+    return done_ = ++queued_;
+  }
+  std::uint64_t ticket;
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(task);
+    ticket = ++queued_;
+  }
+  cv_.notify_all();
+  return ticket;
+}
+
+void GradientReducer::run(const Task& task) {
+  if (task.kind == Task::Kind::gather)
+    allreducer_.gather_from_owners(task.values, task.offset, task.count);
+  else
+    reduce(task);
+}
+
+void GradientReducer::reduce(const Task& b) {
   if (reduction_ == Reduction::all_reduce) {
-    allreducer_.run(b.gradients.subspan(b.offset, b.count), ReduceOp::average);
+    allreducer_.run(b.values.subspan(b.offset, b.count), ReduceOp::average);
     return;
   }
-  allreducer_.reduce_to_owners(b.gradients, b.offset, b.count, ReduceOp::average);
+  allreducer_.reduce_to_owners(b.values, b.offset, b.count, ReduceOp::average);
   const Communicator& comm = allreducer_.communicator();
-  const RingShard mine = ring_shard(b.gradients.size(), comm.size(), comm.rank());
+  const RingShard mine = ring_shard(b.values.size(), comm.size(), comm.rank());
   // Buckets are reduced in turn from the buffer's end down: a block that straddles this bucket's end and the
   // start of the bucket reduced before it is now reduced whole, so the range given back reaches a block on.
-  const std::size_t end = std::min(b.gradients.size(), b.offset + b.count + kReleaseBlockBytes / sizeof(float));
+  const std::size_t end = std::min(b.values.size(), b.offset + b.count + kReleaseBlockBytes / sizeof(float));
   // The range's values before and after this rank's shard.
-  if (b.offset < mine.begin) release_pages(b.gradients.subspan(b.offset, std::min(end, mine.begin) - b.offset));
+  if (b.offset < mine.begin) release_pages(b.values.subspan(b.offset, std::min(end, mine.begin) - b.offset));
   if (end > mine.end) {
     const std::size_t from = std::max(b.offset, mine.end);
-    release_pages(b.gradients.subspan(from, end - from));
+    release_pages(b.values.subspan(from, end - from));
   }
 }
 
@@ -94,13 +114,13 @@ void GradientReducer::work() {
   while (true) {
     cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (stopping_) return;
-    const Bucket bucket = queue_.front();
+    const Task task = queue_.front();
     queue_.pop_front();
-    if (error_) continue;  // the step has failed; finish() reports it
+    if (error_) continue;  // the step has failed; finish() or await_gather() reports it
     ++in_flight_;
     lock.unlock();
     try {
-      reduce(bucket);
+      run(task);
     } catch (...) {
       lock.lock();
       error_ = std::current_exception();
@@ -110,6 +130,7 @@ void GradientReducer::work() {
     }
     lock.lock();
     --in_flight_;
+    ++done_;
     cv_.notify_all();
   }
 }

@@ -8,11 +8,16 @@
 // (Allreducer::reduce_to_owners), and the whole 2 MB blocks of the bucket that this rank does not own go back
 // to the kernel at once, so a rank's gradients at the end of backward are its shard and the buckets in flight.
 //
+// With sharded parameters (ZeRO's stage 3) the same queue also carries each layer's parameter gathers
+// (Allreducer::gather_from_owners): one queue, so that every rank makes its collectives in the order the step
+// asks for them, and a gather asked for a layer ahead overlaps the layer that runs meanwhile.
+//
 // MPI is called only from the communication thread between the first ready range and finish(), so the
 // process needs MPI_THREAD_SERIALIZED, not MULTIPLE.
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -40,14 +45,20 @@ class GradientReducer {
   // waiting for communication here.
   double finish(std::span<float> gradients);
   std::size_t buckets_last_step() const { return buckets_last_step_; }
+  // Queues copying params[offset, offset + count) from their owners; await_gather(ticket) blocks until done.
+  std::uint64_t gather(std::span<float> params, std::size_t offset, std::size_t count);
+  void await_gather(std::uint64_t ticket);
 
  private:
-  struct Bucket {
-    std::span<float> gradients;  // the whole buffer
+  // A bucket of gradients to reduce, or a range of parameters to gather.
+  struct Task {
+    enum class Kind { reduce, gather } kind;
+    std::span<float> values;  // the whole buffer
     std::size_t offset, count;
   };
-  void enqueue(Bucket bucket);
-  void reduce(const Bucket& bucket);
+  std::uint64_t enqueue(Task task);  // returns its ticket
+  void run(const Task& task);
+  void reduce(const Task& bucket);
   void work();
 
   Allreducer& allreducer_;
@@ -59,8 +70,10 @@ class GradientReducer {
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Bucket> queue_;
+  std::deque<Task> queue_;
   std::size_t in_flight_ = 0;
+  // Tasks run in the order queued: those up to done_ are finished.
+  std::uint64_t queued_ = 0, done_ = 0;
   bool stopping_ = false;
   std::exception_ptr error_;
   std::thread worker_;  // none when not threaded

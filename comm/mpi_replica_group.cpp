@@ -9,8 +9,12 @@ namespace ddl {
 
 MpiReplicaGroup::MpiReplicaGroup(const Communicator& comm, const AllreduceOptions& allreduce,
                                  const GradientBuckets& buckets)
-    : comm_(comm), allreducer_(comm, allreduce), shard_gradients_(buckets.to_owners) {
+    : comm_(comm),
+      allreducer_(comm, allreduce),
+      shard_gradients_(buckets.to_owners),
+      shard_parameters_(buckets.shard_parameters && comm.size() > 1) {
   if (buckets.to_owners && buckets.bytes == 0) throw Error("sharded gradients are reduced in buckets: no bucket size given");
+  if (buckets.shard_parameters && !buckets.to_owners) throw Error("sharded parameters need sharded gradients");
   if (buckets.bytes > 0 && comm.size() > 1)
     overlapped_.emplace(allreducer_, buckets.bytes,
                         buckets.to_owners ? GradientReducer::Reduction::to_owners : GradientReducer::Reduction::all_reduce,
@@ -48,6 +52,23 @@ void MpiReplicaGroup::all_gather(std::span<float> values) {
   const auto wait = comm_.waiting("the parameter all-gather");
   stats_.bytes += static_cast<double>(values.size_bytes()) / 2;
   timed([&] { allreducer_.all_gather(values); });
+}
+
+std::optional<ReplicaGroup::Shard> MpiReplicaGroup::parameter_shard(std::size_t count) const {
+  if (!shard_parameters_) return std::nullopt;
+  const RingShard mine = ring_shard(count, comm_.size(), comm_.rank());
+  return Shard{mine.begin, mine.end};
+}
+
+std::uint64_t MpiReplicaGroup::fetch_parameters(std::span<float> params, std::size_t offset, std::size_t count) {
+  if (!shard_parameters_) throw Error("parameters fetched from a replica group that keeps them whole");
+  stats_.bytes += static_cast<double>(count * sizeof(float)) / 2;  // half an all-reduce of the range
+  return overlapped_->gather(params, offset, count);
+}
+
+void MpiReplicaGroup::await_parameters(std::uint64_t ticket) {
+  const auto wait = comm_.waiting("a layer's parameter gather");
+  timed([&] { overlapped_->await_gather(ticket); });
 }
 
 ReplicaGroup::CommStats MpiReplicaGroup::take_stats() { return std::exchange(stats_, {}); }

@@ -1,6 +1,7 @@
 // The replica group of a data-parallel run over MPI: gradients are averaged with the chosen all-reduce,
 // in buckets overlapped with backward (bucket_bytes > 0) or in one piece after it (bucket_bytes = 0). With
-// sharded gradients (ZeRO's stage 2) the buckets are reduced to the ranks that own them instead.
+// sharded gradients (ZeRO's stage 2) the buckets are reduced to the ranks that own them instead; with sharded
+// parameters (stage 3) the layers' parameter gathers go through the same queue.
 #pragma once
 
 #include <chrono>
@@ -19,6 +20,7 @@ struct GradientBuckets {
   std::size_t bytes = 0;            // 0: in one piece after backward
   bool to_owners = false;           // sharded gradients (ZeRO's stage 2); needs bytes > 0
   bool on_backward_thread = false;  // the layout's own messages (a pipeline's) call MPI during backward
+  bool shard_parameters = false;    // ZeRO's stage 3; needs to_owners
 };
 
 class MpiReplicaGroup : public ReplicaGroup {
@@ -34,6 +36,9 @@ class MpiReplicaGroup : public ReplicaGroup {
   // With sharded gradients, reduce_scatter waits for the buckets reduced during backward.
   void reduce_scatter(std::span<float> gradients) override;
   void all_gather(std::span<float> values) override;
+  std::optional<Shard> parameter_shard(std::size_t count) const override;
+  std::uint64_t fetch_parameters(std::span<float> params, std::size_t offset, std::size_t count) override;
+  void await_parameters(std::uint64_t ticket) override;
   CommStats take_stats() override;
   void sum(std::span<double> values) override { comm_.allreduce_sum(values); }
   void check_same(const std::string& what, std::uint64_t fingerprint) override;
@@ -51,6 +56,7 @@ class MpiReplicaGroup : public ReplicaGroup {
   Allreducer allreducer_;
   std::optional<GradientReducer> overlapped_;  // when bucketing
   bool shard_gradients_;  // buckets reduced to their owners
+  bool shard_parameters_;
   CommStats stats_;
 };
 

@@ -212,10 +212,14 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
   }
   const Tensor* x = &input;
   const bool recompute = recompute_ && mode == Mode::train;
+  const bool train = mode == Mode::train;
+  param_use_ = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     auto t0 = Profiler::clock::now();
     if (recompute && starts_segment(i) && recomputed(i)) keep_segment_start(ctx, i, *x);
+    if (train) use_params(i);
     x = &layers_[i]->forward(ctx, *x);
+    if (train) done_with_params(i);
     // Within the recomputed segments all goes back: the next one starts from its copy of this output. The
     // last segment reads its input in backward.
     if (i > 0 && recompute && recomputed(i))
@@ -241,7 +245,9 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
       kept = ctx.lease(plain_desc({static_cast<dnnl::memory::dim>(end - begin)}));
       std::copy(grads_view_.begin() + begin, grads_view_.begin() + end, kept.data());
     }
+    use_params(i);
     g = &layers_[i]->backward(ctx, *g);
+    done_with_params(i);
     if (recompute_ && recomputed(i) && starts_segment(i)) ctx.give_back(segment_starts_[segment_of_[i]].input_copy);
     if (!kept.empty()) {
       for (std::size_t k = 0; k < end - begin; ++k) grads_view_[begin + k] += kept.data()[k];
@@ -264,6 +270,39 @@ void Model::plan_segments(Context& ctx) {
   for (const auto& md : output_mds_) output_bytes.push_back(static_cast<double>(md.get_size()));
   segment_of_ = recompute_segments(output_bytes);
   segment_starts_.resize(segment_count());
+  plan_param_uses();
+}
+
+void Model::plan_param_uses() {
+  param_uses_.clear();
+  auto use = [&](std::size_t i) {
+    if (param_range(i).count > 0) param_uses_.push_back(i);
+  };
+  for (std::size_t i = 0; i < layers_.size(); ++i) use(i);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    if (recompute_ && recomputed(i) && starts_segment(i + 1))
+      for (std::size_t j = 0; j < layers_.size(); ++j)
+        if (segment_of_[j] == segment_of_[i]) use(j);
+    use(i);
+  }
+}
+
+// A layer run out of the planned order (another micro-batch's forward between this one's) ends the guesses
+// for this pass: each layer is then gathered when it runs.
+void Model::use_params(std::size_t i) {
+  const ParamRange now = param_range(i);
+  if (!before_layer || now.count == 0) return;
+  ParamRange next;
+  if (param_use_ < param_uses_.size() && param_uses_[param_use_] == i) {
+    if (++param_use_ < param_uses_.size()) next = param_range(param_uses_[param_use_]);
+  } else {
+    param_use_ = param_uses_.size();
+  }
+  before_layer(now, next);
+}
+
+void Model::done_with_params(std::size_t i) {
+  if (after_layer && param_range(i).count > 0) after_layer(param_range(i));
 }
 
 std::size_t Model::segment_count() const { return segment_of_.empty() ? 0 : segment_of_.back() + 1; }
@@ -316,7 +355,9 @@ void Model::recompute_segment(Context& ctx, std::size_t segment) {
   for (std::size_t i = first; i < end; ++i) {
     // Each layer's second forward counts in its backward's time, as the planner predicts it.
     const auto t0 = Profiler::clock::now();
+    use_params(i);
     x = &layers_[i]->forward(ctx, *x);
+    done_with_params(i);
     if (profiler_) profiler_->add_backward(i, Profiler::clock::now() - t0);
     if (i > first) release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
     if (between_layers) between_layers();

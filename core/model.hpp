@@ -34,6 +34,12 @@ struct ParamEntry {
   std::size_t whole_offset;  // of the whole array in the whole model's flat buffer (checkpoints)
 };
 
+// A layer's parameters in the flat buffer (count 0: none).
+struct ParamRange {
+  std::size_t offset = 0, count = 0;
+  bool operator==(const ParamRange&) const = default;
+};
+
 // Where a piece of this rank's flat buffer lies in the whole model's: `blocks` runs of `count` values,
 // one after another here (from `offset`), `stride` apart there (from `whole_offset`).
 struct WholeSegment {
@@ -79,6 +85,12 @@ class Model {
   std::function<void(std::size_t offset, std::size_t count)> on_gradients_ready;
   // Called after every layer of a training forward and backward: a pipeline's messages in flight move on.
   std::function<void()> between_layers;
+  // Called in training around every run of a layer that has parameters (its forward, a recomputed forward, its
+  // backward), before with the layer's range and that of the next layer to run with parameters in this pass
+  // (count 0: none, or not known), after with the layer's: sharded parameters (ZeRO's stage 3) are gathered
+  // and given back there.
+  std::function<void(ParamRange now, ParamRange next)> before_layer;
+  std::function<void(ParamRange now)> after_layer;
   // Activation recomputation (Chen et al., 2016, "Training Deep Nets with Sublinear Memory Cost"): the
   // layers form about sqrt(layers) segments of about equal output bytes; a training forward keeps only each
   // segment's input, and backward runs the segment's forward again before its backward. The last segment
@@ -136,6 +148,10 @@ class Model {
   bool recomputed(std::size_t i) const;
   void keep_segment_start(Context& ctx, std::size_t first, const Tensor& input);
   void recompute_segment(Context& ctx, std::size_t segment);
+  void plan_param_uses();
+  ParamRange param_range(std::size_t i) const { return {layer_param_begin_[i], layer_param_begin_[i + 1] - layer_param_begin_[i]}; }
+  void use_params(std::size_t i);   // before_layer, with the next of param_uses_
+  void done_with_params(std::size_t i);
 
   std::string name_;
   dims_t input_shape_;
@@ -165,6 +181,10 @@ class Model {
   };
   std::vector<SegmentStart> segment_starts_;
   std::vector<std::size_t> segment_of_;  // each layer's segment
+  // The layers with parameters in the order a training forward and backward run them (recomputed segments
+  // included), and how far this pass has come.
+  std::vector<std::size_t> param_uses_;
+  std::size_t param_use_ = 0;
 };
 
 }  // namespace ddl

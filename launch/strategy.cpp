@@ -29,9 +29,7 @@ std::string why_state_choice(const TrainOptions& o, const Profile& profile, cons
   const Prediction& with = chosen.prediction;
   std::string what;
   if (chosen.layout.shards_optimizer_state())
-    what = std::string(chosen.layout.shards_gradients() ? "optimizer state and gradients sharded"
-                                                        : "optimizer state sharded") +
-           (o.shard_state > 0 ? " (asked for)" : "");
+    what = chosen.layout.sharded_state() + " sharded" + (o.shard_state > 0 ? " (asked for)" : "");
   if (chosen.layout.recomputes_any())
     what += (what.empty() ? "" : " and ") + chosen.layout.recompute_note().substr(2) +  // past ", "
             (o.recompute ? " (asked for)" : "");

@@ -411,9 +411,9 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(!o.layerwise_optimizer() || o.tensor_parallel == 1,
           "--optimizer " + o.optimizer + " needs whole layers on each rank: it goes without --tensor-parallel");
   require(o.lr_power > 0, "--lr-power must be positive");
-  require(t.shard_state == "auto" || t.shard_state == "0" || t.shard_state == "1" || t.shard_state == "2",
-          "--shard-state must be auto, 0, 1 or 2, not '" + t.shard_state +
-              "' (stage 3, sharding the parameters too, is not built yet)");
+  require(t.shard_state == "auto" || t.shard_state == "0" || t.shard_state == "1" || t.shard_state == "2" ||
+              t.shard_state == "3",
+          "--shard-state must be auto, 0, 1, 2 or 3, not '" + t.shard_state + "'");
   o.shard_state = t.shard_state == "auto" ? TrainOptions::kShardStateAuto : std::stoi(t.shard_state);
   if (o.shard_state > 0) require(o.shard_state_refusal().empty(), o.shard_state_refusal());
   if (o.recompute) {
@@ -471,7 +471,7 @@ std::string TrainOptions::shard_state_refusal() const {
   if (optimizer != "sgd" && optimizer != "adam")
     return "--shard-state shards SGD's and Adam's state; --optimizer " + optimizer + " needs whole layers";
   if (bucket_mb != 0 && shard_state == 1)
-    return "--shard-state 1 reduce-scatters the gradients after backward: it goes without --bucket-mb (2 takes it)";
+    return "--shard-state 1 reduce-scatters the gradients after backward: it goes without --bucket-mb (2 and 3 take it)";
   // The all-gather carries parameters, which a bf16 wire would round.
   if (allreduce_wire != "f32") return "--shard-state all-gathers the parameters in f32: it goes without --allreduce-wire bf16";
   return "";

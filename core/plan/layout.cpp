@@ -4,6 +4,11 @@
 
 namespace ddl {
 
+std::string Layout::sharded_state() const {
+  if (shards_parameters()) return "optimizer state, gradients and parameters";
+  return shards_gradients() ? "optimizer state and gradients" : "optimizer state";
+}
+
 std::string Layout::describe() const {
   std::ostringstream s;
   s << replicas << " x " << stages << " x " << tensor << ", " << micro_batches << " micro-batch"
@@ -18,7 +23,7 @@ std::string Layout::describe() const {
     for (std::size_t i = 0; i < split.size(); ++i) s << (i ? "," : " ") << split[i];
   }
   s << ", batch " << batch;
-  if (shards_optimizer_state()) s << (shards_gradients() ? ", optimizer state and gradients sharded" : ", optimizer state sharded");
+  if (shards_optimizer_state()) s << ", " << sharded_state() << " sharded";
   s << recompute_note();
   return s.str();
 }

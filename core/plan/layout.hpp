@@ -36,7 +36,8 @@ struct Layout {
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   double bucket_bytes = 0;
   // ZeRO's stage across each stage's replicas (0: none; 1: the optimizer's state sharded; 2: the gradients
-  // too, each bucket reduced during backward to the replicas that own it).
+  // too, each bucket reduced during backward to the replicas that own it; 3: the parameters too, each
+  // layer's gathered before it runs and given back after).
   int shard_state = 0;
   // Per stage: its activations dropped in forward and computed again in backward
   // (Model::recompute_activations); empty: none.
@@ -62,6 +63,9 @@ struct Layout {
   // Whether each replica keeps only its shard of the optimizer's state, and of the reduced gradients.
   bool shards_optimizer_state() const { return shard_state > 0 && replicas > 1; }
   bool shards_gradients() const { return shard_state >= 2 && replicas > 1; }
+  bool shards_parameters() const { return shard_state >= 3 && replicas > 1; }
+  // What each replica keeps only its shard of: "optimizer state", "optimizer state and gradients", ...
+  std::string sharded_state() const;
   // The gradients' buckets reduced during backward (0: one reduction after it): bucket_bytes where they
   // overlap; sharded gradients always go in buckets, kShardedBucketBytes unless bucket_bytes says.
   static constexpr double kShardedBucketBytes = 25 << 20;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -26,6 +27,19 @@ class ReplicaGroup {
   // the parameters copied to all. Together they cost what average() does.
   virtual void reduce_scatter(std::span<float> gradients) { average(gradients); }
   virtual void all_gather(std::span<float> /*values*/) {}
+  // ZeRO's stage 3, where the group shards the parameters as well: [begin, end) of `count` parameters is the
+  // only part this replica keeps between uses (its optimizer's shard); none where it keeps them whole.
+  struct Shard {
+    std::size_t begin, end;
+  };
+  virtual std::optional<Shard> parameter_shard(std::size_t /*count*/) const { return std::nullopt; }
+  // Starts copying params[offset, offset + count) from the replicas that own them, behind the gradient buckets
+  // and gathers asked for before (in the background where the group can); await_parameters(ticket) waits for
+  // it. Every replica asks for the same ranges in the same order.
+  virtual std::uint64_t fetch_parameters(std::span<float> /*params*/, std::size_t /*offset*/, std::size_t /*count*/) {
+    return 0;
+  }
+  virtual void await_parameters(std::uint64_t /*ticket*/) {}
   // Seconds spent waiting for gradient communication, and bytes all-reduced, since the last call.
   struct CommStats {
     double wait_seconds = 0;

@@ -51,9 +51,19 @@ Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, 
   if (static_cast<int>(slots_.size()) < needed)
     throw Error("trainer: the schedule keeps " + std::to_string(needed) + " micro-batches in flight, " +
                 std::to_string(slots_.size()) + " model copies given");
+  const std::span<float> params = slots_[0]->params();
+  if (const auto shard = replicas_.parameter_shard(params.size())) {
+    if (!optimizer_.sharded()) throw Error("trainer: sharded parameters need a sharded optimizer");
+    // A pipeline's micro-batches interleave their layers, so the next layer is not known ahead there.
+    sharded_params_.emplace(replicas_, params, *shard, !link_);
+  }
   for (Model* m : slots_) {
     m->on_gradients_ready = [this](std::size_t o, std::size_t c) { gradients_ready(o, c); };
     if (link_) m->between_layers = [this] { link_->progress(); };
+    if (sharded_params_) {
+      m->before_layer = [this](ParamRange now, ParamRange next) { sharded_params_->before_layer(now, next); };
+      m->after_layer = [this](ParamRange now) { sharded_params_->after_layer(now); };
+    }
   }
 }
 
@@ -61,6 +71,8 @@ Trainer::~Trainer() {
   for (Model* m : slots_) {
     m->on_gradients_ready = nullptr;
     m->between_layers = nullptr;
+    m->before_layer = nullptr;
+    m->after_layer = nullptr;
   }
 }
 
@@ -291,6 +303,7 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
       n = batch->size();
     }
     last_lr_ = schedule_.at(static_cast<double>(epoch) + static_cast<double>(step) / static_cast<double>(steps));
+    if (sharded_params_) sharded_params_->begin_step();
     const StepSums sums = run_step(batch, n, Mode::train);
     if (!std::isfinite(sums.loss))
       throw Error("training diverged: loss is " + std::to_string(sums.loss) + " at epoch " + std::to_string(epoch + 1) +
@@ -307,7 +320,7 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
       const auto stepping = Timeline::span(timeline_, "optimizer");
       optimizer_.step(slots_[0]->params(), slots_[0]->grads(), last_lr_);
     }
-    if (optimizer_.sharded()) {
+    if (optimizer_.sharded() && !sharded_params_) {
       const auto gathering = Timeline::span(timeline_, "parameter all-gather");
       replicas_.all_gather(slots_[0]->params());
     }
@@ -324,12 +337,14 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
       break;
     }
   }
+  whole_parameters();
   PassMetrics m = reduce(loss_sum, correct, images, std::chrono::duration<double>(clock::now() - t0).count());
   m.steps = step - first_step;
   return m;
 }
 
 PassMetrics Trainer::evaluate(BatchLoader* loader, std::size_t images) {
+  whole_parameters();
   const auto t0 = std::chrono::steady_clock::now();
   double loss_sum = 0.0, correct = 0.0, done = 0.0;
   for (std::size_t seen = 0;;) {

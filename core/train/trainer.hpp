@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/data/batch_loader.hpp"
@@ -17,6 +18,7 @@
 #include "core/optim/optimizer.hpp"
 #include "core/train/pipeline_schedule.hpp"
 #include "core/train/replica_group.hpp"
+#include "core/train/sharded_parameters.hpp"
 #include "core/tensor_group.hpp"
 #include "core/train/stage_link.hpp"
 #include "core/train/timeline.hpp"
@@ -74,6 +76,11 @@ class Trainer {
   // `images`: how many this replica evaluates, in batches of batching.batch_size (the loader's, on the first stage).
   PassMetrics evaluate(BatchLoader* loader, std::size_t images);
   float last_lr() const { return last_lr_; }
+  // Where the replica group shards the parameters (ZeRO's stage 3), gathers them whole for what reads them
+  // between steps (checkpoints); train_epoch and evaluate leave them whole anyway.
+  void whole_parameters() {
+    if (sharded_params_) sharded_params_->make_whole();
+  }
   // Records spans into `timeline` from now on (null: none).
   void record(Timeline* timeline) { timeline_ = timeline; }
 
@@ -124,6 +131,7 @@ class Trainer {
   dnnl::memory::desc to_plain_from_, from_plain_to_;
   std::optional<Copy> to_plain_;
   Relayout from_plain_;
+  std::optional<ShardedParameters> sharded_params_;  // ZeRO's stage 3
 };
 
 }  // namespace ddl

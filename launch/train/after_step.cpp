@@ -12,10 +12,12 @@ namespace {
 // The values every replica of a stage must hold alike: the parameters, and with the optimizer's state
 // (momentum, Adam's moments: derived from averaged gradients) unless each replica keeps its own shard of
 // it. Not the layers' state: BatchNorm's running statistics come from each replica's own images.
+// With sharded parameters (ZeRO's stage 3) no replica holds another's values between steps: nothing to compare.
 std::vector<NamedValues> replica_values(Session& session, bool with_optimizer) {
   std::vector<NamedValues> values;
   const std::span<const float> params = session.model->params();
-  for (const auto& e : session.model->param_entries()) values.push_back({e.name, params.subspan(e.offset, e.size), {}});
+  if (!session.layout().shards_parameters())
+    for (const auto& e : session.model->param_entries()) values.push_back({e.name, params.subspan(e.offset, e.size), {}});
   if (with_optimizer && !session.optimizer->sharded())
     for (const auto& s : session.optimizer->state()) values.push_back({"optimizer " + s.name, s.floats, s.words});
   return values;

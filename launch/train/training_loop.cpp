@@ -93,7 +93,7 @@ TrainingLoop::TrainingLoop(Job& job, Session& session, StopSignals& stop_signals
       group_(session.grid.stage_replicas(),
              {o_.allreduce_algorithm, o_.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
              {static_cast<std::size_t>(layout_.reduce_bucket_bytes()), layout_.shards_gradients(),
-              !layout_.plain_data_parallel()}),
+              !layout_.plain_data_parallel(), layout_.shards_parameters()}),
       stop_signals_(stop_signals) {
   world_.check_same("the configuration (options, model)",
                     Checksum().add(o_.describe(layout_) + session.model->name()).value() ^
@@ -275,6 +275,7 @@ void TrainingLoop::save_midway(int epoch, std::size_t step, std::size_t steps) {
   hang.set_phase("checkpoint");
   const std::string at = "in epoch " + std::to_string(epoch + 1) + " at step " + std::to_string(step) + "/" +
                          std::to_string(steps);
+  trainer_->whole_parameters();  // sharded parameters: the next step gives them back again
   save_checkpoints(at, false);
   hang.set_phase("training");
   if (lead_) {

@@ -123,6 +123,30 @@ TEST(Allreduce, ReducingBucketsToTheirOwnersGivesTheReduceScattersBits) {
   EXPECT_THROW(reducer.reduce_to_owners(values, 8, 3, ReduceOp::sum), Error);
 }
 
+TEST(Allreduce, GatheringRangesFromTheirOwnersGivesTheAllGathersValues) {
+  // ZeRO's stage 3: each rank holds only its shard (the rest here NaN, as if given back); ranges in any cut,
+  // gathered in forward order, leave every rank what all_gather does.
+  Communicator comm;
+  Allreducer reducer(comm, {AllreduceAlgorithm::ring, WireType::f32, 4096});
+  for (std::size_t n : sizes(comm.size())) {
+    for (const std::size_t range : {std::max<std::size_t>(3, n / 50), n / 3 + 1, n}) {
+      if (range == 0) continue;
+      std::vector<float> gathered = rank_data(n, comm.rank());
+      const RingShard mine = ring_shard(n, comm.size(), comm.rank());
+      for (std::size_t i = 0; i < n; ++i)
+        if (i < mine.begin || i >= mine.end) gathered[i] = std::nanf("");
+      std::vector<float> expected = gathered;
+      reducer.all_gather(expected);
+      for (std::size_t begin = 0; begin < n; begin += range)
+        reducer.gather_from_owners(gathered, begin, std::min(range, n - begin));
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_EQ(gathered[i], expected[i]) << "n " << n << ", ranges of " << range << ", i " << i;
+    }
+  }
+  std::vector<float> values(10);
+  EXPECT_THROW(reducer.gather_from_owners(values, 8, 3), Error);
+}
+
 TEST(Allreduce, Bf16WireActuallyRounds) {
   // A value bf16 cannot hold: the f32 path keeps it, the bf16 path does not (so the test above is real).
   Communicator comm;
