@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Images/s of ZeRO's stages 0, 1 and 2 (--shard-state) side by side: rounds alternating the three, each the
+# Images/s of ZeRO's stages 0 to 3 (--shard-state) side by side: rounds alternating the four, each the
 # second epoch of a run (no set-up in it), medians at the end. Ring all-reduce on every side, so that the
 # bytes and the sums are the same; the cores shared evenly among the ranks.
 #   bash bench/sharded_speed.sh [model] [ranks] [batch a rank] [rounds] [steps] [data.h5] [extra ddl_train options...]
@@ -20,7 +20,7 @@ threads=$(( cores / ranks > 0 ? cores / ranks : 1 ))
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores; $model, $ranks ranks x $threads threads, batch $batch a rank, Adam, epochs of $steps steps"
 declare -A rates
 for round in $(seq "$rounds"); do
-  for stage in 0 1 2; do
+  for stage in 0 1 2 3; do
     out=$(mpirun --oversubscribe -np "$ranks" build/launch/ddl_train --model "$model" --train "$data" --val-fraction 0 \
       --batch-size "$batch" --epochs 2 --steps-per-epoch "$steps" --optimizer adam --allreduce ring --threads "$threads" \
       --progress never --shard-state "$stage" "$@" 2>&1) || { echo "$out" | tail -3 >&2; exit 1; }
@@ -36,7 +36,7 @@ for round in $(seq "$rounds"); do
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 m0=$(echo "${rates[0]}" | median)
-for stage in 0 1 2; do
+for stage in 0 1 2 3; do
   m=$(echo "${rates[$stage]}" | median)
   echo "--shard-state $stage: median $m img/s ($(awk -v a="$m" -v b="$m0" 'BEGIN {printf "%.3f", a / b}') of stage 0's)"
 done

@@ -77,7 +77,7 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
   if (o.shard_state != TrainOptions::kShardStateAuto)
     limits.shard_states = {o.shard_state};
   else if (o.shard_state_refusal().empty() && cluster.ranks_per_node >= cluster.ranks)
-    limits.shard_states = o.bucket_mb != 0 ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2};  // 1 takes no buckets
+    limits.shard_states = o.bucket_mb != 0 ? std::vector<int>{0, 2, 3} : std::vector<int>{0, 1, 2, 3};  // 1 takes no buckets
   limits.may_recompute = true;
   limits.must_recompute = o.recompute;
   if (o.strategy == "data" || o.layerwise_optimizer()) limits.tensor = 1;

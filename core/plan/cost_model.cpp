@@ -125,21 +125,24 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   // measured figure: the scale for every layout's.
   // Parameters hold their value, gradient, blocked copy and optimizer state, 4 bytes each; with ZeRO's
   // stage 1 each replica keeps the optimizer's state, and updates the parameters, for 1/D of them; with
-  // stage 2 it keeps 1/D of the reduced gradients too (and the buckets in flight, below).
+  // stage 2 it keeps 1/D of the reduced gradients too (and the buckets in flight, below); with stage 3 1/D of
+  // the values as well (and the layers gathered, below).
   // With micro-batches every one but the last writes the whole gradient, which stays until the last one's
   // buckets are reduced: stage 2 saves gradient memory only with one.
   const bool gradients_sharded = layout.shards_gradients() && M == 1;
   const double state_share = layout.shards_optimizer_state() ? 1.0 / D : 1.0;
   const double gradient_share = gradients_sharded ? 1.0 / D : 1.0;
-  auto param_bytes = [&](double params, double share, double gradients) {
-    return 4.0 * params * (2.0 + gradients + profile.optimizer_floats * share);
+  const bool params_sharded = layout.shards_parameters();
+  const double value_share = params_sharded ? 1.0 / D : 1.0;
+  auto param_bytes = [&](double params, double values, double share, double gradients) {
+    return 4.0 * params * (values + 1.0 + gradients + profile.optimizer_floats * share);
   };
   double memory_scale = 1;
   if (profile.measured_bytes > 0) {
     double formula = 0;
     std::vector<double> out;
     for (const auto& l : profile.layers) {
-      formula += param_bytes(l.params, 1, 1);
+      formula += param_bytes(l.params, 1, 1, 1);
       out.push_back(profile.batch * l.output_bytes);
     }
     formula += activations_of(profile.batch * profile.layers.front().input_bytes, out, {}).backward;
@@ -153,7 +156,9 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   std::size_t first = 0;
   for (int s = 0; s < S; ++s) {
     const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
-    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, largest = 0;
+    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, largest = 0, recomputed_params = 0;
+    // Stage 3's gathers of every layer with parameters, one at a time: all, and the recomputed ones'.
+    double param_gathers = 0, gathers_again = 0;
     std::vector<double> out;  // each layer's output bytes, one micro-batch's
     // 1F1B keeps min(M, S - s) micro-batches on stage s; GPipe all of them.
     const double in_flight = layout.schedule == PipelineSchedule::gpipe ? M : std::min(M, S - s);
@@ -170,6 +175,12 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       slot += compute;
       params += l.params * share;
       largest = std::max(largest, l.params * share);
+      if (recomputation.again(i)) recomputed_params += l.params * share;
+      if (params_sharded && l.params > 0) {
+        const double g = all_reduce_s(replica_link, D, 4 * l.params * share) / 2;
+        param_gathers += g;
+        if (recomputation.again(i)) gathers_again += g;
+      }
       if (T > 1 && !split[i]) whole += l.params;  // averaged over the group too
       out.push_back(rows * l.output_bytes);
       const double kept = recomputation.keeps(i) ? out.back() : 0;
@@ -189,9 +200,13 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
       p.layers.push_back({s, split[i] != 0, M * (compute + comm - before), M * compute,
-                          memory_scale * (param_bytes(l.params * share, state_share, gradient_share) + in_flight * kept),
+                          memory_scale * (param_bytes(l.params * share, value_share, state_share, gradient_share) +
+                                          in_flight * kept),
                           M * (sent - sent_before)});
     }
+    // Stage 3 gathers the stage's parameters in each micro-batch's forward and backward (the recomputed
+    // layers' once more); a pipeline gathers each layer on its own thread, in the slot.
+    if (params_sharded && !layout.plain_data_parallel()) comm += 2 * param_gathers + gathers_again;
     if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
       const double rows = gathers && end - 1 >= gather ? T * m : m;
       const double bytes = rows * profile.layers[end - 1].output_bytes;
@@ -208,7 +223,17 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     // The last micro-batch's backward (taken as two thirds of a layer's time), and half the stage's all-reduce.
     const double backward = (1 - kForwardShare) * (slot - comm);
     const double half = all_reduce_s(replica_link, D, 4 * params) / 2;
-    if (layout.buckets_overlap_backward() && D > 1) {
+    if (params_sharded && layout.plain_data_parallel()) {
+      // The reduce-scatter overlaps backward as stage 2's; the layers' gathers are counted in full: a layer
+      // ahead on the bucket thread they could overlap compute, but on 2 cores they did not (vgg16_cifar on
+      // 2 ranks ran at a third of stage 0's speed, docs/performance.md), so the planner takes stage 3 for its
+      // memory, not its speed.
+      reduce_comm = std::max(all_reduce_s(replica_link, D, bucket) / 2, half - backward) +
+                    M * (2 * param_gathers + gathers_again);
+    } else if (params_sharded) {
+      serial_reduce += half;  // the reduce-scatter; nothing follows the update
+      reduce_comm = 0;
+    } else if (layout.buckets_overlap_backward() && D > 1) {
       // Buckets all-reduce while that backward runs: only what it does not cover shows, and at least the
       // last bucket.
       reduce_comm = std::max(all_reduce_s(replica_link, D, bucket), reduce_comm - backward);
@@ -223,7 +248,11 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     const double reduce = reduce_comm + params * state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
     p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the slots' share
-    const double step_sent = (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole);
+    const double gathers_sent =
+        params_sharded ? M * all_reduce_sent(D, 4 * (2 * params + recomputed_params)) / 2 - all_reduce_sent(D, 4 * params) / 2
+                       : 0;  // in place of the all-gather after the update
+    const double step_sent =
+        (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole) + gathers_sent;
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
     // The micro-batches in flight keep their activations while one of them runs its backward.
     const Activations a = activations_of(m * profile.layers[first].input_bytes, out, recomputation);
@@ -232,8 +261,11 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     // modelled: buckets queued behind a reduction slower than backward.
     const double unreduced =
         gradients_sharded ? std::min(2 * (bucket + 4 * largest), 4 * params * (1 - 1.0 / D)) : 0;
-    const double memory = profile.base_bytes + memory_scale * (param_bytes(params, state_share, gradient_share) +
-                                                               (in_flight - 1) * a.kept + a.backward + unreduced);
+    // Stage 3 holds the layer running and the one gathered ahead whole.
+    const double gathered = params_sharded ? std::min(2 * 4 * largest, 4 * params * (1 - 1.0 / D)) : 0;
+    const double memory =
+        profile.base_bytes + memory_scale * (param_bytes(params, value_share, state_share, gradient_share) +
+                                             (in_flight - 1) * a.kept + a.backward + unreduced + gathered);
     // The all-reduce's own buffers; a sharded state's go through the ring's halves whatever the algorithm.
     const int replicas_on_a_node = std::clamp(P / (S * T), 1, D);
     const double reduce_buffers =

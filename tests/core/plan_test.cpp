@@ -349,6 +349,40 @@ TEST(Planner, ShardedGradientsHoldAReplicasShareTheBucketInFlightAndTheLargestLa
   EXPECT_EQ(roomier.best->layout.shard_state, 1) << roomier.best->layout.describe();
 }
 
+TEST(Planner, ShardedParametersHoldAReplicasShareAndTwoLayersWholeForHalfAnAllReduceMore) {
+  // Stage 3 keeps 1/D of the parameters' values beside stage 2's shares, and whole the layer running and the
+  // one gathered ahead; it gathers every layer in forward and backward instead of all-gathering after the
+  // update: half an all-reduce's bytes more a step, and (not measured to overlap compute) more time.
+  const Profile p = spread_profile();
+  Layout second{4, 1, 1, 1, {9}, {}, 8};
+  second.shard_state = 2;
+  Layout third = second;
+  third.shard_state = 3;
+  const Prediction b = predict(p, {4, 4}, second, 32), c = predict(p, {4, 4}, third, 32);
+  double params = 0;
+  for (const auto& l : p.layers) params += l.params;
+  EXPECT_NEAR(b.peak_bytes - c.peak_bytes, 4.0 * params * 3 / 4 - 2 * 4 * 15.5e6, 1.0);
+  EXPECT_NEAR(c.sent_bytes - b.sent_bytes, 4.0 * params * 3 / 4, 1.0);
+  EXPECT_GT(c.step_s, b.step_s);  // the gathers counted in full
+  EXPECT_EQ(third.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state, gradients and parameters sharded");
+  // In a pipeline each stage gathers on its own thread: every micro-batch's slot grows.
+  Layout piped{2, 2, 1, 1, {5, 4}, {}, 16};
+  piped.shard_state = 2;
+  const Prediction d = predict(p, {4, 4}, piped, 32);
+  piped.shard_state = 3;
+  EXPECT_GT(predict(p, {4, 4}, piped, 32).compute_s, d.compute_s);
+  // A memory limit between stage 2's peak and stage 3's chooses stage 3.
+  Constraints limits;
+  limits.tensor = 1;
+  limits.micro_batches = 1;
+  limits.shard_states = {0, 1, 2, 3};
+  limits.memory_limit_bytes = (b.peak_bytes + c.peak_bytes) / 2;
+  const SearchResult tight = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(tight.best);
+  EXPECT_TRUE(tight.best->layout.plain_data_parallel()) << tight.best->layout.describe();
+  EXPECT_EQ(tight.best->layout.shard_state, 3) << tight.best->layout.describe();
+}
+
 TEST(Planner, TheAllReducesBuffersAreThoseOfItsAlgorithm) {
   // Measured (docs/performance.md): shared-memory windows hold 2 floats a parameter and a rank touches
   // the others' slices; a ring a piece of 1/D. A sharded state goes through the ring's halves.

@@ -27,6 +27,7 @@ TEST_F(DdlTrain, AutoStrategyTrainsLikeOneRank) {
                         {4, "auto --tensor-parallel 2", " x 1 x 2, "},
                         {4, "data --shard-state 1", "chosen     4 x 1 x 1, 1 micro-batch, batch 12, optimizer state sharded"},
                         {4, "data --shard-state 2 --bucket-mb 0.1", "batch 12, optimizer state and gradients sharded"},
+                        {2, "data --shard-state 3 --bucket-mb 0.1", "optimizer state, gradients and parameters sharded"},
                         {2, "pipeline --recompute", "activations recomputed: step"}};
   for (const Case& c : cases) {
     const int ranks = c.ranks;
@@ -70,11 +71,13 @@ TEST_F(DdlTrain, ReplanningMovesTheRunToAnotherLayoutAndTrainsTheSame) {
   };
   // On 4 ranks the re-plans after steps 3, 5 and 7 all fall in an epoch's middle; a loaded machine (CI
   // runs tests side by side) may time the first one too noisily to move. The third case starts with the
-  // optimizer's state sharded over the replicas, which the move gathers; the fourth with the gradients too.
+  // optimizer's state sharded over the replicas, which the move gathers; the fourth with the gradients
+  // too, the fifth with the parameters too.
   const Case cases[] = {{2, "1:1000", "epoch", "3", "re-plan after step 3: ", ""},
                         {4, "1:1000", "2", "4", "re-plan after step ", ""},
                         {2, "1:1000", "epoch", "3", "re-plan after step 3: ", " --shard-state 1"},
-                        {2, "1:1000", "epoch", "3", "re-plan after step 3: ", " --shard-state 2 --bucket-mb 0.1"}};
+                        {2, "1:1000", "epoch", "3", "re-plan after step 3: ", " --shard-state 2 --bucket-mb 0.1"},
+                        {2, "1:1000", "epoch", "3", "re-plan after step 3: ", " --shard-state 3 --bucket-mb 0.1"}};
   for (const Case& c : cases) {
     const std::string batch =
         " --batch-size " + std::to_string(48 / c.ranks) + " --steps-per-epoch " + c.steps + c.options;
@@ -86,8 +89,9 @@ TEST_F(DdlTrain, ReplanningMovesTheRunToAnotherLayoutAndTrainsTheSame) {
     ASSERT_EQ(ref.exit_code, 0) << ref.err;
     EXPECT_NE(ref.out.find("chosen     " + std::to_string(c.ranks) + " x 1 x 1"), std::string::npos) << ref.out;
     if (!c.options.empty())
-      EXPECT_NE(ref.out.find(c.options.find("--shard-state 2") == std::string::npos ? "optimizer state sharded: step"
-                                                                                    : "and gradients sharded: step"),
+      EXPECT_NE(ref.out.find(c.options.find("--shard-state 1") != std::string::npos   ? "optimizer state sharded: step"
+                             : c.options.find("--shard-state 2") != std::string::npos ? "and gradients sharded: step"
+                                                                                      : "and parameters sharded: step"),
                 std::string::npos) << ref.out;
     EXPECT_EQ(ref.out.find("re-plan"), std::string::npos) << ref.out;
     const auto r = run("DDL_TEST_SLOW_LINKS=" + c.slow + " " + mpirun +
