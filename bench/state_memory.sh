@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Per-rank peak memory, speed and bytes sent of one model on R ranks of one node (oversubscribed: memory does
 # not depend on speed) with Adam: plain data parallelism, the optimizer's state sharded (ZeRO stage 1), the
-# gradients too (stage 2), activations recomputed, both, and a 2-stage pipeline with as many replicas as
-# fit; then what --strategy auto chooses under a memory limit between the stage 1 and the plain peak, and
-# one between stage 2's and stage 1's, planned against measured. The images are resampled to the model's
+# gradients too (stage 2), the parameters too (stage 3), activations recomputed, both, and a 2-stage pipeline
+# with as many replicas as fit; then what --strategy auto chooses under a memory limit between the stage 1
+# and the plain peak, one between stage 2's and stage 1's, and one between stage 3's and stage 2's, planned
+# against measured. The images are resampled to the model's
 # size from whatever the file holds.
 #   bash bench/state_memory.sh [model] [ranks] [batch a rank] [data.h5] [steps] [extra ddl_train options...]
 set -euo pipefail
@@ -47,13 +48,16 @@ sharded=$(run --shard-state 1)
 echo "$sharded"
 gradients=$(run --shard-state 2)
 echo "$gradients"
+parameters=$(run --shard-state 3)
+echo "$parameters"
 run --allreduce ring --recompute
 run --shard-state 1 --recompute
 run --allreduce ring --pipeline-stages 2 --micro-batches 2
 # The planner under a limit halfway between the sharded and the plain peak, then between stage 2's and
-# stage 1's.
+# stage 1's, then between stage 3's and stage 2's.
 peak() { echo "$1" | cut -d'|' -f3; }
-for pair in "$(peak "$plain") $(peak "$sharded")" "$(peak "$sharded") $(peak "$gradients")"; do
+for pair in "$(peak "$plain") $(peak "$sharded")" "$(peak "$sharded") $(peak "$gradients")" \
+  "$(peak "$gradients") $(peak "$parameters")"; do
   limit=$(echo "$pair" | awk '{printf "%.3f", ($1 + $2) / 2 / 1000}')
   echo "--strategy auto --memory-limit $limit (GB; plan lines on stderr):"
   run --allreduce ring --strategy auto --memory-limit "$limit"

@@ -211,11 +211,13 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb, "0"),
       "fuse gradients into buckets of this size, all-reduced during backward (0: after it)")(
       "shard-state", po::value(&t.shard_state)->default_value(t.shard_state),
-      "auto | 0 | 1 | 2: ZeRO's stages. 1: each data-parallel replica keeps the optimizer's state (momentum, Adam's "
-      "moments) for 1/replicas of the parameters; the gradients are reduce-scattered and the parameters "
+      "auto | 0 | 1 | 2 | 3: ZeRO's stages. 1: each data-parallel replica keeps the optimizer's state (momentum, "
+      "Adam's moments) for 1/replicas of the parameters; the gradients are reduce-scattered and the parameters "
       "all-gathered on the ring, the all-reduce's bytes and sums. 2: the gradients too, each bucket (--bucket-mb, "
       "25 unless given) reduced during backward to the replicas that own it and the rest of its memory released. "
-      "auto: 0, unless a --strategy on one node chooses it; under --strategy, 1 or 2 asks for it wherever a "
+      "3: the parameters too, each layer's gathered from their owners before it runs and released after (half an "
+      "all-reduce more a step). auto: 0, unless a --strategy on one node chooses it; under --strategy, 1, 2 or 3 "
+      "asks for it wherever a "
       "layout has replicas and no split layers, 0 forbids it")(
       "recompute", po::bool_switch(&o.recompute),
       "keep only the input of each of about sqrt(layers) segments in forward and run the segment's forward again "

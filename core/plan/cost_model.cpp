@@ -225,9 +225,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     const double half = all_reduce_s(replica_link, D, 4 * params) / 2;
     if (params_sharded && layout.plain_data_parallel()) {
       // The reduce-scatter overlaps backward as stage 2's; the layers' gathers are counted in full: a layer
-      // ahead on the bucket thread they could overlap compute, but on 2 cores they did not (vgg16_cifar on
-      // 2 ranks ran at a third of stage 0's speed, docs/performance.md), so the planner takes stage 3 for its
-      // memory, not its speed.
+      // ahead on the bucket thread they may overlap compute, but on 2 cores vgg16_cifar's did not (a third of
+      // stage 0's speed, docs/performance.md), so the planner takes stage 3 for its memory, not its speed.
       reduce_comm = std::max(all_reduce_s(replica_link, D, bucket) / 2, half - backward) +
                     M * (2 * param_gathers + gathers_again);
     } else if (params_sharded) {
