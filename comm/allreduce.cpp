@@ -226,7 +226,7 @@ void Allreducer::reduce_to_owners(std::span<float> data, std::size_t offset, std
     const RingShard shard = ring_shard(data.size(), n, owner);
     const std::size_t begin = std::max(shard.begin, offset), end = std::min(shard.end, offset + count);
     if (begin >= end) continue;
-    chain_to_owner(data.subspan(begin, end - begin), owner);
+    chain(data.subspan(begin, end - begin), owner + 1, true, "a gradient bucket's reduction");
     if (op == ReduceOp::average && owner == comm_.rank()) {
       const float scale = 1.0f / static_cast<float>(n);
       for (std::size_t i = begin; i < end; ++i) data[i] *= scale;
@@ -234,11 +234,13 @@ void Allreducer::reduce_to_owners(std::span<float> data, std::size_t offset, std
   }
 }
 
-// The chain starts at the rank after the owner, as the ring's reduce-scatter starts the owner's segment there,
-// so each value is summed in the same order.
-void Allreducer::chain_to_owner(std::span<float> piece, int owner) {
+// A piece passed round the ring in chunks from rank `start` to the rank before it, each rank passing each chunk
+// on as it arrives: added to its own values (a reduction to the last rank) or taken in their place (a copy from
+// the first). A reduction to an owner starts at the rank after it, as the ring's reduce-scatter starts the
+// owner's segment there, so each value is summed in the same order.
+void Allreducer::chain(std::span<float> piece, int start, bool add, const std::string& what) {
   const int n = comm_.size(), rank = comm_.rank();
-  const int position = modulo(rank - owner - 1, n);  // 0 starts, n - 1 is the owner
+  const int position = modulo(rank - start, n);  // 0 starts, n - 1 ends
   const int right = modulo(rank + 1, n), left = modulo(rank - 1, n);
   const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_bytes / 4, INT_MAX / 4));
   const std::size_t count = piece.size();
@@ -249,26 +251,29 @@ void Allreducer::chain_to_owner(std::span<float> piece, int owner) {
       check_mpi(MPI_Isend(piece.data() + off, chunk_size(off), MPI_FLOAT, right, kOwnerChainTag, comm_.get(), sends.add()),
                 "MPI_Isend");
   } else {
-    recv_f32_.resize(count);
+    float* into = piece.data();
+    if (add) {
+      recv_f32_.resize(count);
+      into = recv_f32_.data();
+    }
     for (std::size_t off = 0; off < count; off += chunk)
-      check_mpi(MPI_Irecv(recv_f32_.data() + off, chunk_size(off), MPI_FLOAT, left, kOwnerChainTag, comm_.get(), recvs.add()),
+      check_mpi(MPI_Irecv(into + off, chunk_size(off), MPI_FLOAT, left, kOwnerChainTag, comm_.get(), recvs.add()),
                 "MPI_Irecv");
     // In order: the chunks go on in the order they came, which the next rank's receives expect.
-    const auto receiving = comm_.waiting_for("receiving a gradient bucket's reduction", left);
+    const auto receiving = comm_.waiting_for("receiving " + what, left);
     auto& pending = recvs.all();
     for (std::size_t index = 0; index < pending.size(); ++index) {
       check_mpi(MPI_Wait(&pending[index], MPI_STATUS_IGNORE), "MPI_Wait");
       const std::size_t off = index * chunk;
       const int len = chunk_size(off);
       float* out = piece.data() + off;
-      const float* in = recv_f32_.data() + off;
-      for (int i = 0; i < len; ++i) out[i] += in[i];
+      if (add)
+        for (int i = 0; i < len; ++i) out[i] += into[off + static_cast<std::size_t>(i)];
       if (position < n - 1)
         check_mpi(MPI_Isend(out, len, MPI_FLOAT, right, kOwnerChainTag, comm_.get(), sends.add()), "MPI_Isend");
     }
   }
-  const auto sending =
-      comm_.waiting("a gradient bucket's reduction (sending to rank " + std::to_string(comm_.world_rank(right)) + ")");
+  const auto sending = comm_.waiting(what + " (sending to rank " + std::to_string(comm_.world_rank(right)) + ")");
   auto& outgoing = sends.all();
   check_mpi(MPI_Waitall(static_cast<int>(outgoing.size()), outgoing.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
@@ -280,42 +285,9 @@ void Allreducer::gather_from_owners(std::span<float> data, std::size_t offset, s
   for (int owner = 0; owner < n; ++owner) {
     const RingShard shard = ring_shard(data.size(), n, owner);
     const std::size_t begin = std::max(shard.begin, offset), end = std::min(shard.end, offset + count);
-    if (begin < end) chain_from_owner(data.subspan(begin, end - begin), owner);
+    // Received straight into place: what a rank held outside its shard is replaced, not added to.
+    if (begin < end) chain(data.subspan(begin, end - begin), owner, false, "a layer's parameters");
   }
-}
-
-// Received straight into place: what a rank held outside its shard is replaced, not added to.
-void Allreducer::chain_from_owner(std::span<float> piece, int owner) {
-  const int n = comm_.size(), rank = comm_.rank();
-  const int position = modulo(rank - owner, n);  // 0 is the owner, n - 1 the last to receive
-  const int right = modulo(rank + 1, n), left = modulo(rank - 1, n);
-  const std::size_t chunk = std::max<std::size_t>(1, std::min<std::size_t>(options_.chunk_bytes / 4, INT_MAX / 4));
-  const std::size_t count = piece.size();
-  auto chunk_size = [&](std::size_t off) { return static_cast<int>(std::min(chunk, count - off)); };
-  Requests recvs, sends;
-  if (position == 0) {
-    for (std::size_t off = 0; off < count; off += chunk)
-      check_mpi(MPI_Isend(piece.data() + off, chunk_size(off), MPI_FLOAT, right, kOwnerChainTag, comm_.get(), sends.add()),
-                "MPI_Isend");
-  } else {
-    for (std::size_t off = 0; off < count; off += chunk)
-      check_mpi(MPI_Irecv(piece.data() + off, chunk_size(off), MPI_FLOAT, left, kOwnerChainTag, comm_.get(), recvs.add()),
-                "MPI_Irecv");
-    const auto receiving = comm_.waiting_for("receiving a layer's parameters", left);
-    auto& pending = recvs.all();
-    for (std::size_t index = 0; index < pending.size(); ++index) {
-      check_mpi(MPI_Wait(&pending[index], MPI_STATUS_IGNORE), "MPI_Wait");
-      const std::size_t off = index * chunk;
-      if (position < n - 1)
-        check_mpi(MPI_Isend(piece.data() + off, chunk_size(off), MPI_FLOAT, right, kOwnerChainTag, comm_.get(),
-                            sends.add()),
-                  "MPI_Isend");
-    }
-  }
-  const auto sending =
-      comm_.waiting("a layer's parameters (sending to rank " + std::to_string(comm_.world_rank(right)) + ")");
-  auto& outgoing = sends.all();
-  check_mpi(MPI_Waitall(static_cast<int>(outgoing.size()), outgoing.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 
 void Allreducer::ring(const Communicator& comm, std::span<float> data, RingPhases phases, WireType wire) {

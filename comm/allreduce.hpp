@@ -80,8 +80,7 @@ class Allreducer {
   enum class RingPhases { reduce_scatter, all_gather, both };
   void ring(const Communicator& comm, std::span<float> data, RingPhases phases, WireType wire);
   void hierarchical(std::span<float> data);
-  void chain_to_owner(std::span<float> piece, int owner);
-  void chain_from_owner(std::span<float> piece, int owner);
+  void chain(std::span<float> piece, int start, bool add, const std::string& what);
 
   const Communicator& comm_;
   AllreduceOptions options_;

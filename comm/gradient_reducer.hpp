@@ -12,7 +12,8 @@
 // (Allreducer::gather_from_owners): one queue, so that every rank makes its collectives in the order the step
 // asks for them, and a gather asked for a layer ahead overlaps the layer that runs meanwhile.
 //
-// MPI is called only from the communication thread between the first ready range and finish(), so the
+// MPI is called only from the communication thread while tasks are queued (from the first gather or ready
+// range of a step to finish()); the caller's own collectives come after finish() has drained the queue, so the
 // process needs MPI_THREAD_SERIALIZED, not MULTIPLE.
 #pragma once
 

@@ -215,11 +215,11 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
   const bool train = mode == Mode::train;
   param_use_ = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
+    // A sharded layer's gather and release lie outside its time: the planner counts the gathers apart.
+    if (train) use_params(i);
     auto t0 = Profiler::clock::now();
     if (recompute && starts_segment(i) && recomputed(i)) keep_segment_start(ctx, i, *x);
-    if (train) use_params(i);
     x = &layers_[i]->forward(ctx, *x);
-    if (train) done_with_params(i);
     // Within the recomputed segments all goes back: the next one starts from its copy of this output. The
     // last segment reads its input in backward.
     if (i > 0 && recompute && recomputed(i))
@@ -227,6 +227,7 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
     else if (i > 0)
       release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
     if (prof) prof->add_forward(i, Profiler::clock::now() - t0);
+    if (train) done_with_params(i);
     if (between_layers && mode == Mode::train) between_layers();
   }
   return *x;
@@ -237,6 +238,7 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
   const Tensor* g = &diff_output;
   for (std::size_t i = layers_.size(); i-- > 0;) {
     if (recompute_ && recomputed(i) && starts_segment(i + 1)) recompute_segment(ctx, segment_of_[i]);
+    use_params(i);
     auto t0 = Profiler::clock::now();
     const std::size_t begin = layer_param_begin_[i], end = layer_param_begin_[i + 1];
     // A layer that cannot add to its gradients overwrites them; what was there is kept and added back.
@@ -245,9 +247,7 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
       kept = ctx.lease(plain_desc({static_cast<dnnl::memory::dim>(end - begin)}));
       std::copy(grads_view_.begin() + begin, grads_view_.begin() + end, kept.data());
     }
-    use_params(i);
     g = &layers_[i]->backward(ctx, *g);
-    done_with_params(i);
     if (recompute_ && recomputed(i) && starts_segment(i)) ctx.give_back(segment_starts_[segment_of_[i]].input_copy);
     if (!kept.empty()) {
       for (std::size_t k = 0; k < end - begin; ++k) grads_view_[begin + k] += kept.data()[k];
@@ -255,6 +255,7 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
     }
     if (i + 1 < layers_.size()) release_after_backward(ctx, *layers_[i + 1], i + 2 < layers_.size());
     if (profiler_) profiler_->add_backward(i, Profiler::clock::now() - t0);
+    done_with_params(i);
     if (on_gradients_ready && end > begin) on_gradients_ready(begin, end - begin);
     if (between_layers) between_layers();
   }
@@ -354,11 +355,11 @@ void Model::recompute_segment(Context& ctx, std::size_t segment) {
   const Tensor* x = start.input;
   for (std::size_t i = first; i < end; ++i) {
     // Each layer's second forward counts in its backward's time, as the planner predicts it.
-    const auto t0 = Profiler::clock::now();
     use_params(i);
+    const auto t0 = Profiler::clock::now();
     x = &layers_[i]->forward(ctx, *x);
-    done_with_params(i);
     if (profiler_) profiler_->add_backward(i, Profiler::clock::now() - t0);
+    done_with_params(i);
     if (i > first) release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
     if (between_layers) between_layers();
   }

@@ -1,6 +1,7 @@
 #include "core/train/sharded_parameters.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "core/aligned_buffer.hpp"
@@ -40,7 +41,15 @@ void ShardedParameters::after_layer(ParamRange now) {
   keep_current_ = false;
 }
 
+// Every step ends on a layer that names none next, so nothing gathered outlives it; were one left, it would
+// hold the values from before the update.
 void ShardedParameters::begin_step() {
+  if (ahead_) {
+    replicas_.await_parameters(ahead_->ticket);
+    give_back(ahead_->range);
+    ahead_.reset();
+  }
+  if (kept_) give_back(*std::exchange(kept_, std::nullopt));
   if (!whole_) return;
   whole_ = false;
   give_back({0, params_.size()});
@@ -55,14 +64,26 @@ void ShardedParameters::make_whole() {
   whole_ = true;
 }
 
-// The range's values before and after this replica's shard; only whole blocks go, so values of the layers
-// beside it (one gathered ahead) and of the shard stay.
+// The range's values outside this replica's shard, with the whole 2 MB blocks they share with the layers beside
+// them (whose values are gathered again before they run), but not a block that holds values of the shard, of the
+// layer gathered ahead (it may be arriving now) or of the layer kept for its backward.
 void ShardedParameters::give_back(ParamRange range) {
-  const std::size_t end = range.offset + range.count;
-  if (range.offset < shard_.begin)
-    release_pages(params_.subspan(range.offset, std::min(end, shard_.begin) - range.offset));
+  constexpr std::size_t kBlock = kReleaseBlockBytes;
+  const auto address = [&](std::size_t i) { return reinterpret_cast<std::uintptr_t>(params_.data() + i); };
+  std::size_t begin = range.offset - std::min(range.offset, address(range.offset) % kBlock / sizeof(float));
+  std::size_t end = range.offset + range.count;
+  end = std::min(params_.size(), end + (kBlock - address(end) % kBlock) % kBlock / sizeof(float));
+  const ParamRange held[] = {kept_.value_or(ParamRange{}), ahead_ ? ahead_->range : ParamRange{},
+                             {shard_.begin, shard_.end - shard_.begin}};
+  for (const ParamRange& h : held) {
+    if (h.count == 0) continue;
+    if (h.offset + h.count <= range.offset) begin = std::max(begin, h.offset + h.count);  // rounded up past its block
+    if (h.offset >= range.offset + range.count) end = std::min(end, h.offset);
+  }
+  if (begin >= end) return;
+  if (begin < shard_.begin) release_pages(params_.subspan(begin, std::min(end, shard_.begin) - begin));
   if (end > shard_.end) {
-    const std::size_t from = std::max(range.offset, shard_.end);
+    const std::size_t from = std::max(begin, shard_.end);
     release_pages(params_.subspan(from, end - from));
   }
 }

@@ -12,12 +12,10 @@ namespace {
 // The values every replica of a stage must hold alike: the parameters, and with the optimizer's state
 // (momentum, Adam's moments: derived from averaged gradients) unless each replica keeps its own shard of
 // it. Not the layers' state: BatchNorm's running statistics come from each replica's own images.
-// With sharded parameters (ZeRO's stage 3) no replica holds another's values between steps: nothing to compare.
 std::vector<NamedValues> replica_values(Session& session, bool with_optimizer) {
   std::vector<NamedValues> values;
   const std::span<const float> params = session.model->params();
-  if (!session.layout().shards_parameters())
-    for (const auto& e : session.model->param_entries()) values.push_back({e.name, params.subspan(e.offset, e.size), {}});
+  for (const auto& e : session.model->param_entries()) values.push_back({e.name, params.subspan(e.offset, e.size), {}});
   if (with_optimizer && !session.optimizer->sharded())
     for (const auto& s : session.optimizer->state()) values.push_back({"optimizer " + s.name, s.floats, s.words});
   return values;
@@ -27,7 +25,9 @@ std::vector<NamedValues> replica_values(Session& session, bool with_optimizer) {
 
 void check_replicas(const Job& job, Session& session, const std::string& when, bool with_optimizer) {
   const Communicator& replicas = session.grid.stage_replicas();
-  if (replicas.size() == 1) return;
+  // With sharded parameters (ZeRO's stage 3) no replica holds another's values between steps: nothing to
+  // compare, and nothing a repair could copy.
+  if (replicas.size() == 1 || session.layout().shards_parameters()) return;
   const std::string difference = replica_difference(replicas, replica_values(session, with_optimizer));
   if (difference.empty()) return;
   if (job.options.on_divergence == "stop")
