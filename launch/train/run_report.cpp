@@ -52,7 +52,17 @@ void print_run_notes(const Job& job, const Session& session) {
     std::printf(
         "precision bf16: convolutions, dense layers and matrix products multiply in bf16 and accumulate in "
         "f32; activations bf16 between the layers that take it; weights, gradients, optimizer and loss f32\n");
-  if (l.replicas > 1 && l.buckets_overlap_backward())
+  // Sharded state goes through the ring's halves whatever --allreduce says.
+  const double bucket_mb = l.reduce_bucket_bytes() / (1 << 20);
+  if (l.shards_parameters())
+    std::printf("gradients: reduced to their owners in buckets of %g MB during backward; each layer's parameters "
+                "gathered from their owners before it runs (ring, f32)\n", bucket_mb);
+  else if (l.shards_gradients())
+    std::printf("gradients: reduced to their owners in buckets of %g MB during backward; parameters all-gathered "
+                "after the update (ring, f32)\n", bucket_mb);
+  else if (l.shards_optimizer_state())
+    std::printf("gradients: reduce-scattered after backward; parameters all-gathered after the update (ring, f32)\n");
+  else if (l.replicas > 1 && l.buckets_overlap_backward())
     std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n",
                 option_word(o.allreduce_algorithm), o.allreduce_wire.c_str(), o.bucket_mb);
   else if (l.replicas > 1)
