@@ -137,17 +137,33 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   auto param_bytes = [&](double params, double values, double share, double gradients) {
     return 4.0 * params * (values + 1.0 + gradients + profile.optimizer_floats * share);
   };
-  double memory_scale = 1;
+  // The formula's memory for one rank training the whole model at the profiled batch, against the measured
+  // figure. The parameters' bytes are known; what the formula misses is mostly the layers' inner activations
+  // (a transformer block's attention scores and hidden layer, a convolution's scratch), which grow with the
+  // images as the outputs do: so the activations take the difference, a scale for every layout's. (Scaling
+  // the parameters' bytes as well overstated what sharding, pipelines and split layers save: ViT-B/16 split
+  // across pairs was planned at 1.74 GB and peaked at 2.69.) Where the formula's parameters alone exceed the
+  // measured figure, both take its scale.
+  double param_scale = 1, activation_scale = 1;
   if (profile.measured_bytes > 0) {
-    double formula = 0;
+    double params_formula = 0;
     std::vector<double> out;
     for (const auto& l : profile.layers) {
-      formula += param_bytes(l.params, 1, 1, 1);
+      params_formula += param_bytes(l.params, 1, 1, 1);
       out.push_back(profile.batch * l.output_bytes);
     }
-    formula += activations_of(profile.batch * profile.layers.front().input_bytes, out, {}).backward;
-    memory_scale = profile.measured_bytes / formula;
+    const double activations = activations_of(profile.batch * profile.layers.front().input_bytes, out, {}).backward;
+    if (profile.measured_bytes > params_formula && activations > 0) {
+      activation_scale = (profile.measured_bytes - params_formula) / activations;
+    } else {
+      param_scale = activation_scale = profile.measured_bytes / (params_formula + activations);
+    }
   }
+  // A split block keeps its output whole, and of its inner activations (what the scale adds) the split ones
+  // (queries, keys and values, attention scores, the hidden layer) in the group's share but the whole ones
+  // (the normalised input, the partial sums reduced across the group) whole: taken as half and half. With
+  // all of them split, ViT-B/16 split across pairs was planned at 1.56 GB and peaked at 1.81.
+  const double split_block_scale = 1 + (activation_scale - 1) * (0.5 + 0.5 / T);
   Prediction p;
   double slowest_slot = 0, slot_comm = 0;
   // Stage 2 in a pipeline reduces each bucket in its stage's last backward, before the stage sends on its
@@ -182,7 +198,9 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         if (recomputation.again(i)) gathers_again += g;
       }
       if (T > 1 && !split[i]) whole += l.params;  // averaged over the group too
-      out.push_back(rows * l.output_bytes);
+      out.push_back(rows * l.output_bytes *
+                    (split[i] && l.split == SplitKind::block ? std::min(activation_scale, split_block_scale)
+                                                             : activation_scale));
       const double kept = recomputation.keeps(i) ? out.back() : 0;
       if (split[i] && l.split == SplitKind::dense) {
         double c = gather_s(tensor_link, T, rows * l.output_bytes / T);  // the outputs' shares
@@ -200,8 +218,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
       p.layers.push_back({s, split[i] != 0, M * (compute + comm - before), M * compute,
-                          memory_scale * (param_bytes(l.params * share, value_share, state_share, gradient_share) +
-                                          in_flight * kept),
+                          param_scale * param_bytes(l.params * share, value_share, state_share, gradient_share) +
+                              in_flight * kept,
                           M * (sent - sent_before)});
     }
     // Stage 3 gathers the stage's parameters in each micro-batch's forward and backward (the recomputed
@@ -254,7 +272,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole) + gathers_sent;
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
     // The micro-batches in flight keep their activations while one of them runs its backward.
-    const Activations a = activations_of(m * profile.layers[first].input_bytes, out, recomputation);
+    const Activations a = activations_of(activation_scale * m * profile.layers[first].input_bytes, out, recomputation);
     // Stage 2 holds, beside its shard, a bucket being reduced and the next one filling, each with up to a
     // layer whose whole gradient one call writes (VGG16's first dense layer: 74% of its gradients). Not
     // modelled: buckets queued behind a reduction slower than backward.
@@ -263,8 +281,9 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     // Stage 3 holds the layer running and the one gathered ahead whole.
     const double gathered = params_sharded ? std::min(2 * 4 * largest, 4 * params * (1 - 1.0 / D)) : 0;
     const double memory =
-        profile.base_bytes + memory_scale * (param_bytes(params, value_share, state_share, gradient_share) +
-                                             (in_flight - 1) * a.kept + a.backward + unreduced + gathered);
+        profile.base_bytes +
+        param_scale * (param_bytes(params, value_share, state_share, gradient_share) + unreduced + gathered) +
+        (in_flight - 1) * a.kept + a.backward;
     // The all-reduce's own buffers; a sharded state's go through the ring's halves whatever the algorithm.
     const int replicas_on_a_node = std::clamp(P / (S * T), 1, D);
     const double reduce_buffers =

@@ -600,6 +600,35 @@ Profile vit_b16_profile() {
   return p;
 }
 
+TEST(Planner, TheMeasuredMemoryScalesTheActivationsNotTheParameters) {
+  // What the formula misses (a block's inner activations) grows with the images, not the parameters: a
+  // measured figure above the formula's scales the activations alone, so the profiled layout predicts the
+  // measured figure and sharding saves exactly the optimizer state's bytes.
+  Profile p = vit_b16_profile();
+  double params = 0;
+  for (const auto& l : p.layers) params += l.params;
+  const double params_formula = 4 * params * (3 + p.optimizer_floats);  // value, gradient, blocked copy, state
+  const Layout one{1, 1, 1, 1, {static_cast<std::size_t>(p.layers.size())}, {}, 32};
+  const double activations = predict(p, {1, 1}, one, 32).peak_bytes - p.base_bytes - params_formula;
+  ASSERT_GT(activations, 0);
+  p.measured_bytes = params_formula + 3 * activations;
+  EXPECT_NEAR(predict(p, {1, 1}, one, 32).peak_bytes, p.base_bytes + p.measured_bytes, 1.0);
+  Layout data{4, 1, 1, 1, one.cut, {}, 8};
+  const double plain = predict(p, {4, 4}, data, 32).peak_bytes;
+  data.shard_state = 1;
+  EXPECT_NEAR(plain - predict(p, {4, 4}, data, 32).peak_bytes, 4 * params * p.optimizer_floats * 3 / 4, 1.0);
+  // A split block keeps its output whole, and half its inner activations (3 times the output here, with it)
+  // whole, half in the group's share.
+  Layout split{1, 1, 2, 1, one.cut, {}, 32, SplitKind::block};
+  for (std::size_t i = 1; i <= 24; ++i) split.split.push_back(i);
+  const Prediction halves = predict(p, {2, 2}, split, 32);
+  p.measured_bytes = 0;
+  const Prediction unscaled = predict(p, {2, 2}, split, 32);
+  // Scaled by 2.5, not 3, in the blocks (the images and the unsplit layers by 3).
+  EXPECT_GT(halves.peak_bytes - unscaled.peak_bytes, 1.4 * activations);
+  EXPECT_LT(halves.peak_bytes - unscaled.peak_bytes, 1.9 * activations);
+}
+
 TEST(Planner, PlansAThousandRanksFromASavedProfile) {
   const Profile saved = profile_from_text(to_text(vit_b16_profile()), "saved");
   for (const int ranks : {64, 1024}) {
