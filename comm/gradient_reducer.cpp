@@ -101,12 +101,7 @@ void GradientReducer::reduce(const Task& b) {
   // Buckets are reduced in turn from the buffer's end down: a block that straddles this bucket's end and the
   // start of the bucket reduced before it is now reduced whole, so the range given back reaches a block on.
   const std::size_t end = std::min(b.values.size(), b.offset + b.count + kReleaseBlockBytes / sizeof(float));
-  // The range's values before and after this rank's shard.
-  if (b.offset < mine.begin) release_pages(b.values.subspan(b.offset, std::min(end, mine.begin) - b.offset));
-  if (end > mine.end) {
-    const std::size_t from = std::max(b.offset, mine.end);
-    release_pages(b.values.subspan(from, end - from));
-  }
+  release_pages_outside(b.values, b.offset, end, mine.begin, mine.end);
 }
 
 void GradientReducer::work() {

@@ -9,6 +9,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -52,6 +53,18 @@ void release_pages(std::span<T> values) {
   const std::uintptr_t begin = (first + page - 1) / page * page, end = (first + values.size_bytes()) / page * page;
   // Advice only: where the kernel declines, the pages stay resident and hold what they held.
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+// release_pages of values[begin, end) but for values[keep_begin, keep_end): a rank's shard of a sharded buffer,
+// and the blocks it touches, stay.
+template <typename T>
+void release_pages_outside(std::span<T> values, std::size_t begin, std::size_t end, std::size_t keep_begin,
+                           std::size_t keep_end) {
+  if (begin < keep_begin) release_pages(values.subspan(begin, std::min(end, keep_begin) - begin));
+  if (end > keep_end) {
+    const std::size_t from = std::max(begin, keep_end);
+    release_pages(values.subspan(from, end - from));
+  }
 }
 
 template <typename T>

@@ -17,12 +17,8 @@ void ShardedParameters::before_layer(ParamRange now, ParamRange next) {
     kept_.reset();
   } else if (!whole_) {
     if (kept_) give_back(*std::exchange(kept_, std::nullopt));
-    if (ahead_ && ahead_->range != now) {
-      // Guessed wrong (another micro-batch's layer ran first): its values are let go once they have arrived.
-      replicas_.await_parameters(ahead_->ticket);
-      give_back(ahead_->range);
-      ahead_.reset();
-    }
+    // Guessed wrong (another micro-batch's layer ran first): its values are let go once they have arrived.
+    if (ahead_ && ahead_->range != now) drop_ahead();
     const std::uint64_t ticket = ahead_ ? ahead_->ticket : replicas_.fetch_parameters(params_, now.offset, now.count);
     ahead_.reset();
     replicas_.await_parameters(ticket);
@@ -44,15 +40,17 @@ void ShardedParameters::after_layer(ParamRange now) {
 // Every step ends on a layer that names none next, so nothing gathered outlives it; were one left, it would
 // hold the values from before the update.
 void ShardedParameters::begin_step() {
-  if (ahead_) {
-    replicas_.await_parameters(ahead_->ticket);
-    give_back(ahead_->range);
-    ahead_.reset();
-  }
+  if (ahead_) drop_ahead();
   if (kept_) give_back(*std::exchange(kept_, std::nullopt));
   if (!whole_) return;
   whole_ = false;
   give_back({0, params_.size()});
+}
+
+void ShardedParameters::drop_ahead() {
+  replicas_.await_parameters(ahead_->ticket);
+  give_back(ahead_->range);
+  ahead_.reset();
 }
 
 void ShardedParameters::make_whole() {
@@ -80,12 +78,7 @@ void ShardedParameters::give_back(ParamRange range) {
     if (h.offset + h.count <= range.offset) begin = std::max(begin, h.offset + h.count);  // rounded up past its block
     if (h.offset >= range.offset + range.count) end = std::min(end, h.offset);
   }
-  if (begin >= end) return;
-  if (begin < shard_.begin) release_pages(params_.subspan(begin, std::min(end, shard_.begin) - begin));
-  if (end > shard_.end) {
-    const std::size_t from = std::max(begin, shard_.end);
-    release_pages(params_.subspan(from, end - from));
-  }
+  if (begin < end) release_pages_outside(params_, begin, end, shard_.begin, shard_.end);
 }
 
 }  // namespace ddl

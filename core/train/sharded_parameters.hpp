@@ -40,6 +40,7 @@ class ShardedParameters {
     std::uint64_t ticket;
   };
   void give_back(ParamRange range);
+  void drop_ahead();  // waits for the layer gathered ahead, and gives it back
 
   ReplicaGroup& replicas_;
   std::span<float> params_;
