@@ -29,7 +29,7 @@ trap 'rm -rf "$work"' EXIT
 launch() {  # ddl_train ARGS on the ranks: its stdout
   if [ "$hosts" -gt 0 ]; then
     bash tests/launch/three_hosts.sh run "$work/job" --threads 1 "$@" > /dev/null
-    cat "$work/job/out.txt"
+    cat "$work/job/out.txt" "$work/job/err.txt"
   else
     mpirun --oversubscribe -np "$ranks" build/launch/ddl_train --threads 1 "$@" 2>&1
   fi

@@ -119,6 +119,20 @@ void Communicator::pass_on(std::vector<char>& bytes, int from, int to) const {
   }
 }
 
+void Communicator::shift(std::span<const char> send, std::span<char> receive) const {
+  constexpr int kShiftTag = 32;
+  if (send.size() != receive.size() || send.size() > static_cast<std::size_t>(INT_MAX))
+    throw Error("shift: " + std::to_string(send.size()) + " bytes sent against " + std::to_string(receive.size()) +
+                " received (at most 2 GB, the same on both sides)");
+  const int next = (rank_ + 1) % size_, before = (rank_ + size_ - 1) % size_;
+  const auto wait = waiting_for("a message", before);
+  const int n = static_cast<int>(send.size());
+  MPI_Request requests[2];
+  check_mpi(MPI_Irecv(receive.data(), n, MPI_BYTE, before, kShiftTag, comm_, &requests[0]), "MPI_Irecv");
+  check_mpi(MPI_Isend(send.data(), n, MPI_BYTE, next, kShiftTag, comm_, &requests[1]), "MPI_Isend");
+  check_mpi(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+
 void Communicator::allreduce_sum(std::span<float> values) const {
   const auto wait = waiting("a sum (MPI_Allreduce)");
   in_pieces(values, [&](float* p, int n) {

@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
+#include "comm/allreduce.hpp"
 #include "core/optim/optimizer.hpp"
 #include "core/profiler.hpp"
 #include "core/train/resources.hpp"
@@ -15,33 +17,81 @@ using clock = std::chrono::steady_clock;
 
 double since(clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); }
 
-// The seconds of MPI all-reduces of each of `sizes` floats over `comm`: the best of a few, after a warm-up,
-// taken in turn so that a burst of other work on the node slows every size alike.
-std::vector<double> time_allreduces(const Communicator& comm, std::initializer_list<std::size_t> sizes) {
-  std::vector<std::vector<float>> buffers;
-  for (std::size_t n : sizes) buffers.emplace_back(n, 1.0f);
-  std::vector<double> best(buffers.size(), 1e30);
-  for (int rep = 0; rep < 6; ++rep)
-    for (std::size_t i = 0; i < buffers.size(); ++i) {
+// The sizes a link is timed at: 1 KB, then 8 times as large, up to `largest`, which comes last.
+std::vector<std::size_t> probe_sizes(std::size_t largest) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t bytes = 1024; bytes < largest; bytes *= 8) sizes.push_back(bytes);
+  sizes.push_back(std::max<std::size_t>(largest, 1024));
+  return sizes;
+}
+constexpr std::size_t kMostSizes = 12;  // probe_sizes of up to 8 GB
+
+// The seconds `transfer(bytes)` takes over `comm` for each of `sizes`: the best of a few, after a warm-up,
+// taken in turn so that a burst of other work on the node slows every size alike; the slowest rank's (a
+// transfer ends when its slowest rank does), never falling as the size grows.
+template <class Transfer>
+std::vector<Timing> best_times(const Communicator& comm, const std::vector<std::size_t>& sizes, Transfer transfer) {
+  std::vector<double> best(sizes.size(), 1e30);
+  for (int rep = 0; rep < 5; ++rep)
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
       comm.barrier();
       const auto t0 = clock::now();
-      comm.allreduce_sum(buffers[i]);
+      transfer(sizes[i]);
       if (rep > 0) best[i] = std::min(best[i], since(t0));
     }
-  comm.allreduce_max(best);  // the collective ends when its slowest rank does
-  return best;
+  comm.allreduce_max(best);
+  std::vector<Timing> timings;
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    timings.push_back({static_cast<double>(sizes[i]), std::max(best[i], i > 0 ? timings.back().seconds : 0.0)});
+  return timings;
 }
 
-// Latency and bandwidth of a ring all-reduce over n ranks, from two sizes: t = 2 (n - 1) lat + 2 (n - 1) / n B / bw.
-Link fit_link(const Communicator& comm, std::size_t large) {
-  constexpr std::size_t small = 256;  // floats: 1 KB
-  const std::vector<double> t = time_allreduces(comm, {small, large});
-  const double n = comm.size(), a = 2 * (n - 1), c = 2 * (n - 1) / n;
+// The ring steps of the all-reduce training runs (its algorithm and wire: an all-reduce of B bytes over n
+// ranks is taken as 2 (n - 1) steps of B / n), up to an all-reduce of `largest` bytes; and messages passed
+// to the next rank as pipeline stages pass them, of the same sizes. The line through the two largest ring
+// steps gives the bandwidth, the smallest the latency.
+Link measure_link(const Communicator& comm, const TrainOptions& o, std::size_t largest) {
+  const int n = comm.size();
+  const std::vector<std::size_t> sizes = probe_sizes(largest / static_cast<std::size_t>(n));
+  Allreducer allreducer(comm, {o.allreduce_algorithm, o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32});
+  std::vector<float> values(sizes.back() * static_cast<std::size_t>(n) / sizeof(float), 1.0f);
   Link link;
-  // Noise can leave the large message no slower than the small one (a loaded node): then all of its time
-  // is taken as bandwidth, never a free link.
-  link.bytes_per_s = t[1] > t[0] ? c * 4.0 * (large - small) / (t[1] - t[0]) : c * 4.0 * large / t[1];
-  link.latency_s = std::max(0.0, (t[0] - c * 4.0 * small / link.bytes_per_s) / a);
+  link.ring_steps = best_times(comm, sizes, [&](std::size_t step) {
+    allreducer.run(std::span<float>(values).first(step * static_cast<std::size_t>(n) / sizeof(float)), ReduceOp::sum);
+  });
+  for (Timing& t : link.ring_steps) t.seconds /= 2.0 * (n - 1);
+  std::vector<char> send(sizes.back(), 1), receive(sizes.back());
+  link.messages = best_times(comm, sizes, [&](std::size_t bytes) {
+    comm.shift(std::span<const char>(send).first(bytes), std::span<char>(receive).first(bytes));
+  });
+  const std::vector<Timing>& r = link.ring_steps;
+  const std::size_t k = r.size() - 1;
+  link.bytes_per_s = k > 0 && r[k].seconds > r[k - 1].seconds ? (r[k].bytes - r[k - 1].bytes) / (r[k].seconds - r[k - 1].seconds)
+                                                              : r[k].bytes / r[k].seconds;
+  link.latency_s = std::max(0.0, r[0].seconds - r[0].bytes / link.bytes_per_s);
+  return link;
+}
+
+// A link's figures in a fixed number of doubles, zero where not measured, to take the slowest rank's of
+// each (the ranks that did not measure it add zeros), and back.
+void pack(const Link& link, std::vector<double>& to) {
+  to.push_back(link.latency_s);
+  to.push_back(link.bytes_per_s > 0 && !link.ring_steps.empty() ? 1 / link.bytes_per_s : 0);
+  for (const auto* timings : {&link.ring_steps, &link.messages})
+    for (std::size_t i = 0; i < kMostSizes; ++i) {
+      to.push_back(i < timings->size() ? (*timings)[i].bytes : 0);
+      to.push_back(i < timings->size() ? (*timings)[i].seconds : 0);
+    }
+}
+std::optional<Link> unpack(const std::vector<double>& from, std::size_t& at) {
+  Link link;
+  link.latency_s = from[at++];
+  const double seconds_per_byte = from[at++];
+  for (auto* timings : {&link.ring_steps, &link.messages})
+    for (std::size_t i = 0; i < kMostSizes; ++i, at += 2)
+      if (from[at] > 0) timings->push_back({from[at], from[at + 1]});
+  if (seconds_per_byte <= 0) return std::nullopt;
+  link.bytes_per_s = 1 / seconds_per_byte;
   return link;
 }
 
@@ -54,23 +104,18 @@ MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, st
   std::vector<double> node_sizes(1, static_cast<double>(node.size()));
   world.allreduce_max(node_sizes);
   const bool several_nodes = world.any(node.size() < world.size());
-  // Latency and seconds per byte, within a node and between nodes; 0: not measured. The slowest of each.
-  std::vector<double> links{0, 0, 0, 0};
-  if (node.size() > 1 && node.size() == static_cast<int>(node_sizes[0])) {
-    const Link within = fit_link(node, probe_bytes / 4);
-    links[0] = within.latency_s;
-    links[1] = 1 / within.bytes_per_s;
-  }
-  if (several_nodes && node.rank() == 0 && leaders.size() > 1) {
-    const Link between = fit_link(leaders, probe_bytes / 4);
-    links[2] = between.latency_s;
-    links[3] = 1 / between.bytes_per_s;
-  }
-  world.allreduce_max(links);
-  const bool within_measured = links[1] > 0, between_measured = links[3] > 0;
-  MeasuredLinks m{within_measured ? Link{links[0], 1 / links[1]} : o.link_within,
-                  between_measured ? Link{links[2], 1 / links[3]} : o.link_between, {}, within_measured,
-                  between_measured};
+  // Each link's figures, the slowest rank's; zeros where not measured.
+  Link within, between;
+  if (node.size() > 1 && node.size() == static_cast<int>(node_sizes[0])) within = measure_link(node, o, probe_bytes);
+  if (several_nodes && node.rank() == 0 && leaders.size() > 1) between = measure_link(leaders, o, probe_bytes);
+  std::vector<double> figures;
+  pack(within, figures);
+  pack(between, figures);
+  world.allreduce_max(figures);
+  std::size_t at = 0;
+  const std::optional<Link> within_measured = unpack(figures, at), between_measured = unpack(figures, at);
+  MeasuredLinks m{within_measured.value_or(o.link_within), between_measured.value_or(o.link_between), {},
+                  within_measured.has_value(), between_measured.has_value()};
   m.text = "links: within a node " + m.within.describe() + (within_measured ? " (measured)" : " (--link-within)") +
            ", between nodes " + m.between.describe() + (between_measured ? " (measured)" : " (--link-between)");
   return m;

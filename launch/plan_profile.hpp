@@ -1,8 +1,8 @@
 // The planner's profile, measured at start on the job's own ranks (--strategy auto): every layer's forward
 // and backward time at the per-rank batch and at a quarter of it, on the rank's threads (a few steps of the
 // whole model, every rank at once, as training will load the cores), fitted as a fixed time per call plus
-// a time per image; its sizes, the optimizer's step, and the links: MPI
-// all-reduce times at two sizes within a node and between nodes, fitted as latency + bytes / bandwidth.
+// a time per image; its sizes, the optimizer's step, and the links within a node and between nodes:
+// the steps of the all-reduce training runs and pipeline messages, each timed at sizes from 1 KB up.
 // A link that cannot be measured here (one node, or one rank per node) takes the figures given with
 // --link-within / --link-between, or defaults, and the report says so.
 #pragma once
@@ -29,8 +29,8 @@ struct MeasuredLinks {
 };
 
 // Collective over `world`: the links within the largest node and between nodes, the slowest rank's, from
-// all-reduces of 1 KB and `probe_bytes`. At start 8 MB; a re-plan, which a slow link makes pay for the
-// probe during training, sends 1 MB.
+// all-reduces of 1 KB up to `probe_bytes` and messages of their ring steps' sizes. At start 8 MB; a re-plan,
+// which a slow link makes pay for the probe during training, up to 1 MB.
 MeasuredLinks measure_links(const TrainOptions& options, const Communicator& world, std::size_t probe_bytes);
 constexpr std::size_t kProbeBytesAtStart = 8 << 20, kProbeBytesWhileTraining = 1 << 20;
 

@@ -34,9 +34,7 @@ struct LinkSlowdown {
     return s;
   }
   void apply(Link& link, unsigned long long step) const {
-    if (step < from_step) return;
-    link.latency_s *= factor;
-    link.bytes_per_s /= factor;
+    if (step >= from_step) link = link.slowed(factor);
   }
 };
 

@@ -9,15 +9,13 @@ namespace ddl {
 
 namespace {
 
-// Ring collectives over n ranks: seconds, and the bytes each rank sends.
+// Ring collectives over n ranks: seconds, and the bytes each rank sends. An all-reduce of B bytes is
+// 2 (n - 1) ring steps of B / n each; an all-gather of n pieces (or a reduce-scatter into them) n - 1.
 double all_reduce_s(const Link& link, int n, double bytes) {
-  return n <= 1 ? 0.0 : 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * bytes / link.bytes_per_s;
+  return n <= 1 ? 0.0 : 2.0 * (n - 1) * link.ring_step_s(bytes / n);
 }
 double all_reduce_sent(int n, double bytes) { return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * bytes; }
-// An all-gather of n pieces (or a reduce-scatter into them).
-double gather_s(const Link& link, int n, double piece) {
-  return n <= 1 ? 0.0 : (n - 1) * link.latency_s + (n - 1) * piece / link.bytes_per_s;
-}
+double gather_s(const Link& link, int n, double piece) { return n <= 1 ? 0.0 : (n - 1) * link.ring_step_s(piece); }
 
 // Whether every group of `count` consecutive blocks of `block` ranks (aligned on its own size) lies on
 // one node of `per_node` consecutive ranks.
@@ -228,7 +226,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
       const double rows = gathers && end - 1 >= gather ? T * m : m;
       const double bytes = rows * profile.layers[end - 1].output_bytes;
-      comm += 2 * stage_link.seconds(bytes);
+      comm += 2 * stage_link.message_s(bytes);
       sent += 2 * bytes;
     }
     slot += comm;

@@ -8,8 +8,9 @@
 //     all-reduced over its D replicas (and those of whole parameters over its tensor group), then the
 //     optimizer; nothing overlapped (ddl_train averages after the step when S or T > 1), except plain data
 //     parallelism's buckets (--bucket-mb) under backward. Collectives are
-//     costed as rings: an all-reduce of B bytes over n ranks takes 2 (n - 1) latencies and sends
-//     2 (n - 1) / n B; an all-gather or reduce-scatter half of that.
+//     costed as rings: an all-reduce of B bytes over n ranks takes 2 (n - 1) ring steps of B / n bytes,
+//     each as long as the link takes for that size, and sends 2 (n - 1) / n B; an all-gather or
+//     reduce-scatter half of that. A pipeline's messages take the link's time for a message of their size.
 //   - Memory: parameters, gradients, optimizer state and a blocked weight copy (a split layer's 1/T), the
 //     activations of the micro-batches a stage keeps in flight (1F1B or GPipe) while one of them runs its
 //     backward (at each layer: the outputs kept up to it and the gradients of its output and input),

@@ -19,10 +19,59 @@ SplitKind kind_named(const std::string& name, const std::string& where) {
 
 }  // namespace
 
+double Link::interpolated(const std::vector<Timing>& timings, double bytes) const {
+  const auto line = [&](const Timing& from) { return from.seconds + (bytes - from.bytes) / bytes_per_s; };
+  if (timings.empty()) return line({0, latency_s});
+  if (bytes <= timings.front().bytes) return timings.front().seconds;
+  if (bytes >= timings.back().bytes) return line(timings.back());
+  std::size_t i = 1;
+  while (timings[i].bytes < bytes) ++i;
+  const Timing &a = timings[i - 1], &b = timings[i];
+  return a.seconds + (b.seconds - a.seconds) * (bytes - a.bytes) / (b.bytes - a.bytes);
+}
+
+Link Link::slowed(double factor) const {
+  Link link = *this;
+  link.latency_s *= factor;
+  link.bytes_per_s /= factor;
+  for (auto* timings : {&link.ring_steps, &link.messages})
+    for (Timing& t : *timings) t.seconds *= factor;
+  return link;
+}
+
+namespace {
+
+std::string bytes_text(double bytes) {
+  char text[32];
+  if (bytes >= 1 << 20) std::snprintf(text, sizeof text, "%.0f MB", bytes / (1 << 20));
+  else std::snprintf(text, sizeof text, "%.0f KB", bytes / 1024);
+  return text;
+}
+
+std::string timings_text(const char* what, const std::vector<Timing>& timings) {
+  if (timings.empty()) return "";
+  char text[96];
+  std::snprintf(text, sizeof text, "; %s %.0f us at %s, %.0f us at %s", what, 1e6 * timings.front().seconds,
+                bytes_text(timings.front().bytes).c_str(), 1e6 * timings.back().seconds,
+                bytes_text(timings.back().bytes).c_str());
+  return text;
+}
+
+// The timings a profile line's key names ("within_node_ring_steps"), or null.
+std::vector<Timing>* timings_named(Profile& p, const std::string& key) {
+  for (auto [name, link] : {std::pair{"within_node", &p.within_node}, std::pair{"between_nodes", &p.between_nodes}}) {
+    if (key == std::string(name) + "_ring_steps") return &link->ring_steps;
+    if (key == std::string(name) + "_messages") return &link->messages;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::string Link::describe() const {
   char text[64];
   std::snprintf(text, sizeof text, "%.1f us + %.3g GB/s", 1e6 * latency_s, bytes_per_s / 1e9);
-  return text;
+  return text + timings_text("ring step", ring_steps) + timings_text("message", messages);
 }
 
 std::string to_text(const Profile& p) {
@@ -30,8 +79,16 @@ std::string to_text(const Profile& p) {
   s << std::setprecision(9);
   s << "ddl-profile 1\nmodel " << p.model << "\nbatch " << p.batch << "\noptimizer_s_per_param "
     << p.optimizer_s_per_param << "\noptimizer_floats " << p.optimizer_floats << "\nbase_bytes " << p.base_bytes << "\nmeasured_bytes " << p.measured_bytes
-    << "\nwithin_node " << p.within_node.latency_s << " " << p.within_node.bytes_per_s << "\nbetween_nodes "
-    << p.between_nodes.latency_s << " " << p.between_nodes.bytes_per_s << "\n";
+    << "\n";
+  for (auto [key, link] : {std::pair{"within_node", &p.within_node}, std::pair{"between_nodes", &p.between_nodes}}) {
+    s << key << " " << link->latency_s << " " << link->bytes_per_s << "\n";
+    for (auto [way, timings] : {std::pair{"_ring_steps", &link->ring_steps}, std::pair{"_messages", &link->messages}}) {
+      if (timings->empty()) continue;
+      s << key << way;
+      for (const Timing& t : *timings) s << " " << t.bytes << " " << t.seconds;
+      s << "\n";
+    }
+  }
   // The name last: it holds spaces.
   for (const auto& l : p.layers)
     s << "layer " << l.seconds << " " << l.params << " " << l.input_bytes << " " << l.output_bytes << " "
@@ -74,6 +131,14 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
     } else if (key == "within_node" || key == "between_nodes") {
       Link& link = key == "within_node" ? p.within_node : p.between_nodes;
       ok = static_cast<bool>(in >> link.latency_s >> link.bytes_per_s) && link.bytes_per_s > 0 && link.latency_s >= 0;
+    } else if (std::vector<Timing>* timings = timings_named(p, key)) {
+      timings->clear();
+      for (Timing t; in >> t.bytes >> t.seconds;) {
+        ok = ok && t.bytes > 0 && t.seconds > 0 &&
+             (timings->empty() || (t.bytes > timings->back().bytes && t.seconds >= timings->back().seconds));
+        timings->push_back(t);
+      }
+      ok = ok && !timings->empty() && in.eof();
     } else if (key == "layer") {
       LayerCost l;
       std::string kind;

@@ -22,13 +22,34 @@ struct LayerCost {
   double fixed_seconds = 0;   // per call, whatever its images: a call's time is fixed + images x seconds
 };
 
-// Seconds to move `bytes` once between two ranks: latency + bytes / bandwidth.
+// What moving `bytes` between two ranks took once, measured.
+struct Timing {
+  double bytes = 0, seconds = 0;
+};
+
+// Seconds to move a message between two ranks, by its size, two ways: one step of the project's ring (every
+// rank of a group sends to the next and receives from the one before, in the ring's chunks: all-reduces,
+// all-gathers, reduce-scatters) and a pipeline's message to a neighbour stage (a non-blocking send). Where
+// they were measured, at a few sizes each, interpolated between them: links do not follow one line (MPI's
+// change from eager to rendezvous sends, TCP's small messages, ranks sharing cores), and the two ways differ.
+// Below the smallest size, its time; beyond the largest, and where nothing was measured, the line
+// latency + bytes / bandwidth (the given one, or fitted through the two largest ring steps).
 struct Link {
+  Link() = default;
+  Link(double latency, double bandwidth) : latency_s(latency), bytes_per_s(bandwidth) {}
   double latency_s = 0;
   double bytes_per_s = 1e9;
-  double seconds(double bytes) const { return latency_s + bytes / bytes_per_s; }
-  // "50.0 us + 1.25 GB/s" (three digits: a throttled link's 0.00219 GB/s too).
+  std::vector<Timing> ring_steps, messages;  // by increasing bytes, seconds never falling
+  double ring_step_s(double bytes) const { return interpolated(ring_steps, bytes); }
+  double message_s(double bytes) const { return interpolated(messages, bytes); }
+  // Every time `factor` times as long (a link measured slower in a run than its probe said).
+  Link slowed(double factor) const;
+  // "50.0 us + 1.25 GB/s" (three digits: a throttled link's 0.00219 GB/s too), and where measured by
+  // size, the ring step's and the message's times at the smallest and largest.
   std::string describe() const;
+
+ private:
+  double interpolated(const std::vector<Timing>& timings, double bytes) const;
 };
 
 struct Profile {

@@ -30,10 +30,7 @@ Profile with_links_calibrated(const Profile& profile, const Prediction& predicte
   // Never faster than the probe measured them: steps timed before a link slowed down must not cancel
   // what the probe sees now.
   const double factor = std::clamp((measured_step_s - rest) / predicted.comm_s, 1.0, kMaxRecalibration);
-  for (Link* link : {&p.within_node, &p.between_nodes}) {
-    link->latency_s *= factor;
-    link->bytes_per_s /= factor;
-  }
+  for (Link* link : {&p.within_node, &p.between_nodes}) *link = link->slowed(factor);
   return p;
 }
 
