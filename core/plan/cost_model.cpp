@@ -163,7 +163,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   // all of them split, ViT-B/16 split across pairs was planned at 1.56 GB and peaked at 1.81.
   const double split_block_scale = 1 + (activation_scale - 1) * (0.5 + 0.5 / T);
   Prediction p;
-  double slowest_slot = 0, slot_comm = 0;
+  double path = 0, path_comm = 0, pace = 0, pace_comm = 0;  // see below, where they are summed
   // Stage 2 in a pipeline reduces each bucket in its stage's last backward, before the stage sends on its
   // input gradient: the stages' reduce-scatters come one after another.
   double serial_reduce = 0;
@@ -223,17 +223,25 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     // Stage 3 gathers the stage's parameters in each micro-batch's forward and backward (the recomputed
     // layers' once more); a pipeline gathers each layer on its own thread, in the slot.
     if (params_sharded && !layout.plain_data_parallel()) comm += 2 * param_gathers + gathers_again;
-    if (s + 1 < S) {  // the activation forward and its gradient back, each micro-batch
+    double messages = 0;  // the activation forward and its gradient back, each micro-batch
+    if (s + 1 < S) {
       const double rows = gathers && end - 1 >= gather ? T * m : m;
       const double bytes = rows * profile.layers[end - 1].output_bytes;
-      comm += 2 * stage_link.message_s(bytes);
+      messages = 2 * stage_link.message_s(bytes);
       sent += 2 * bytes;
     }
     slot += comm;
-    if (slot > slowest_slot) {
-      slowest_slot = slot;
-      slot_comm = comm;
-    }
+    // One micro-batch crosses every stage and every link, forward and back (the pipeline's fill and
+    // drain); the other M - 1 follow at the pace of the busiest stage or link. A stage sends without
+    // waiting and the message moves while it computes the next micro-batch, so a link holds the pipeline
+    // back only where one message takes longer than the stages' slots (TCP's rendezvous messages).
+    path += slot + messages;
+    path_comm += comm + messages;
+    for (const auto [busy, busy_comm] : {std::pair{slot, comm}, std::pair{messages / 2, messages / 2}})
+      if (busy > pace) {
+        pace = busy;
+        pace_comm = busy_comm;
+      }
     double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
     const double bucket = std::min(layout.reduce_bucket_bytes(), 4 * params);
     // The last micro-batch's backward (taken as two thirds of a layer's time), and half the stage's all-reduce.
@@ -291,9 +299,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     p.peak_bytes = std::max(p.peak_bytes, memory + reduce_buffers);
     first = end;
   }
-  const double slots = M + S - 1;
-  p.compute_s = slots * slowest_slot;
-  p.comm_s += slots * slot_comm + serial_reduce;
+  p.compute_s = path + (M - 1) * pace;
+  p.comm_s += path_comm + (M - 1) * pace_comm + serial_reduce;
   p.step_s = p.compute_s + serial_reduce + p.reduce_s;
   return p;
 }

@@ -642,14 +642,62 @@ TEST(Planner, PlansAThousandRanksFromASavedProfile) {
   }
 }
 
+// A link timed at a few sizes (a bend where MPI changes protocol, as TCP's 64 KB eager limit makes one):
+// times between them interpolated, its smallest below them, its line beyond them; the cost model takes
+// the ring's steps for collectives and the messages for a pipeline's activations.
+TEST(Planner, LinksTimedBySizeAreInterpolatedAndCostTheCollectivesAndMessagesApart) {
+  Link link{50e-6, 1e9};
+  link.ring_steps = {{1024, 2e-3}, {65536, 7e-3}, {1 << 20, 8e-3}};
+  link.messages = {{1024, 40e-6}, {65536, 8e-3}};
+  EXPECT_DOUBLE_EQ(link.ring_step_s(100), 2e-3);
+  EXPECT_DOUBLE_EQ(link.ring_step_s(1024 + (65536 - 1024) / 4.0), 2e-3 + 5e-3 / 4);
+  EXPECT_DOUBLE_EQ(link.ring_step_s(2 << 20), 8e-3 + (1 << 20) / 1e9);
+  EXPECT_DOUBLE_EQ(link.message_s(65536 + 1e6), 8e-3 + 1e-3);
+  EXPECT_DOUBLE_EQ(Link(50e-6, 1e9).message_s(1e6), 50e-6 + 1e-3);  // nothing timed: the line
+  const Link slowed = link.slowed(3);
+  EXPECT_DOUBLE_EQ(slowed.ring_step_s(1024 + (65536 - 1024) / 4.0), 3 * (2e-3 + 5e-3 / 4));
+  EXPECT_DOUBLE_EQ(slowed.message_s(65536 + 1e6), 3 * (8e-3 + 1e-3));
+
+  // Data parallelism on 2 ranks all-reduces seed_cnn's 285,226 parameters (1.14 MB) in 2 ring steps of
+  // half of them; a 2-stage pipeline cut after the second max-pool sends 16 KB an image each way: its
+  // messages count once on the path of the first micro-batch and, where a message takes longer than a
+  // stage's slot (1.3 ms here at 16 images), for each micro-batch after it.
+  Profile p = seed_cnn_profile(link);
+  double params = 0;
+  for (const auto& l : p.layers) params += l.params;
+  const Prediction data = predict(p, {2, 2}, Layout{2, 1, 1, 1, {7}, {}, 32}, 64);
+  EXPECT_NEAR(data.reduce_s, 2 * link.ring_step_s(4 * params / 2) + params * p.optimizer_s_per_param, 1e-12);
+  Profile faster_messages = p;
+  faster_messages.within_node.messages = {{1024, 20e-6}, {65536, 4e-3}};
+  for (const int M : {1, 4}) {
+    const Layout pipe{1, 2, 1, M, {4, 3}, {}, 64};
+    const double bytes = 64.0 / M * 64 * 8 * 8 * 4;
+    const double slower_by = link.message_s(bytes) - faster_messages.within_node.message_s(bytes);
+    EXPECT_NEAR(predict(p, {2, 2}, pipe, 64).step_s - predict(faster_messages, {2, 2}, pipe, 64).step_s,
+                2 * slower_by + (M - 1) * slower_by, 1e-12)
+        << M << " micro-batches";
+  }
+}
+
 TEST(Planner, AProfileSurvivesItsTextForm) {
-  const Profile p = alexnet_profile(kFast, kSlow);
+  Profile p = alexnet_profile(kFast, kSlow);
+  p.between_nodes.ring_steps = {{1024, 2e-3}, {65536, 7e-3}};
+  p.between_nodes.messages = {{1024, 4e-5}, {65536, 8e-3}};
   const Profile back = profile_from_text(to_text(p), "text");
   EXPECT_EQ(to_text(back), to_text(p));
   ASSERT_EQ(back.layers.size(), 4u);
   EXPECT_EQ(back.layers[1].name, "dense 9216->4096");
   EXPECT_EQ(back.layers[1].split, SplitKind::dense);
   EXPECT_DOUBLE_EQ(back.between_nodes.bytes_per_s, kSlow.bytes_per_s);
+  ASSERT_EQ(back.between_nodes.messages.size(), 2u);
+  EXPECT_DOUBLE_EQ(back.between_nodes.messages[1].seconds, 8e-3);
+  EXPECT_DOUBLE_EQ(back.between_nodes.ring_steps[1].bytes, 65536);
+  EXPECT_TRUE(back.within_node.ring_steps.empty());
+  const std::string bad_timings[] = {"between_nodes_messages 1024 4e-5 512 8e-3\n",  // sizes must grow
+                                     "between_nodes_messages 1024 4e-5 2048 1e-5\n",  // times never fall
+                                     "between_nodes_messages 1024\n", "between_nodes_ring 1024 1e-3\n"};
+  for (const std::string& line : bad_timings)
+    EXPECT_THROW(profile_from_text(to_text(p) + line, "timings.txt"), InputError) << line;
   EXPECT_THROW(profile_from_text("model x\n", "bad.txt"), InputError);
   EXPECT_THROW(profile_from_text("ddl-profile 1\nbatch 32\nlayer 1 2 3\n", "short.txt"), InputError);
   EXPECT_THROW(profile_from_text("ddl-profile 1\nbatch 32\nlayer 1 2 3 4 sideways 0 x\n", "kind.txt"), InputError);
