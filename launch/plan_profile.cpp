@@ -1,5 +1,6 @@
 #include "launch/plan_profile.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -24,7 +25,7 @@ std::vector<std::size_t> probe_sizes(std::size_t largest) {
   sizes.push_back(std::max<std::size_t>(largest, 1024));
   return sizes;
 }
-constexpr std::size_t kMostSizes = 12;  // probe_sizes of up to 8 GB
+constexpr std::size_t kMostSizes = 12;  // more than probe_sizes makes of the largest probe (8)
 
 // The seconds `transfer(bytes)` takes over `comm` for each of `sizes`: the best of a few, after a warm-up,
 // taken in turn so that a burst of other work on the node slows every size alike; the slowest rank's (a
@@ -48,8 +49,9 @@ std::vector<Timing> best_times(const Communicator& comm, const std::vector<std::
 
 // The ring steps of the all-reduce training runs (its algorithm and wire: an all-reduce of B bytes over n
 // ranks is taken as 2 (n - 1) steps of B / n), up to an all-reduce of `largest` bytes; and messages passed
-// to the next rank as pipeline stages pass them, of the same sizes. The line through the two largest ring
-// steps gives the bandwidth, the smallest the latency.
+// to the next rank as pipeline stages pass them, of the same sizes. The line through the smallest and the
+// largest ring steps gives the latency and the bandwidth beyond them (two large sizes alone are too close
+// for a slope that noise does not swing: VGG16's all-reduce over TCP was planned at a fifth of its time).
 Link measure_link(const Communicator& comm, const TrainOptions& o, std::size_t largest) {
   const int n = comm.size();
   const std::vector<std::size_t> sizes = probe_sizes(largest / static_cast<std::size_t>(n));
@@ -64,11 +66,10 @@ Link measure_link(const Communicator& comm, const TrainOptions& o, std::size_t l
   link.messages = best_times(comm, sizes, [&](std::size_t bytes) {
     comm.shift(std::span<const char>(send).first(bytes), std::span<char>(receive).first(bytes));
   });
-  const std::vector<Timing>& r = link.ring_steps;
-  const std::size_t k = r.size() - 1;
-  link.bytes_per_s = k > 0 && r[k].seconds > r[k - 1].seconds ? (r[k].bytes - r[k - 1].bytes) / (r[k].seconds - r[k - 1].seconds)
-                                                              : r[k].bytes / r[k].seconds;
-  link.latency_s = std::max(0.0, r[0].seconds - r[0].bytes / link.bytes_per_s);
+  const Timing &first = link.ring_steps.front(), &last = link.ring_steps.back();
+  link.bytes_per_s = last.seconds > first.seconds ? (last.bytes - first.bytes) / (last.seconds - first.seconds)
+                                                  : last.bytes / last.seconds;
+  link.latency_s = std::max(0.0, first.seconds - first.bytes / link.bytes_per_s);
   return link;
 }
 
@@ -211,13 +212,18 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       p.layers.push_back(l);
     }
   }
-  // The probe's memory is freed: the peaks reported during training leave it out.
-  restart_peak_resident();
   average_over_ranks(p, world);
-  const MeasuredLinks links = measure_links(o, world, kProbeBytesAtStart);
+  // The all-reduce of the model's gradients itself where it is not too large to time a few times.
+  double params = 0;
+  for (const LayerCost& l : p.layers) params += l.params;
+  const auto gradient_bytes = static_cast<std::size_t>(4 * params);
+  const MeasuredLinks links =
+      measure_links(o, world, std::clamp(gradient_bytes, kProbeBytesAtStart, kLargestProbeBytes));
   p.within_node = links.within;
   p.between_nodes = links.between;
   measured.links = links.text;
+  // The probes' memory is freed: the peaks reported during training leave it out.
+  restart_peak_resident();
   return measured;
 }
 

@@ -29,10 +29,11 @@ struct MeasuredLinks {
 };
 
 // Collective over `world`: the links within the largest node and between nodes, the slowest rank's, from
-// all-reduces of 1 KB up to `probe_bytes` and messages of their ring steps' sizes. At start 8 MB; a re-plan,
-// which a slow link makes pay for the probe during training, up to 1 MB.
+// all-reduces of 1 KB up to `probe_bytes` and messages of their ring steps' sizes. At start the model's
+// gradients, within 8 and 64 MB; a re-plan, which a slow link makes pay for the probe during training, up
+// to 1 MB.
 MeasuredLinks measure_links(const TrainOptions& options, const Communicator& world, std::size_t probe_bytes);
-constexpr std::size_t kProbeBytesAtStart = 8 << 20, kProbeBytesWhileTraining = 1 << 20;
+constexpr std::size_t kProbeBytesAtStart = 8 << 20, kLargestProbeBytes = 64 << 20, kProbeBytesWhileTraining = 1 << 20;
 
 // Collective over `world`; every rank returns the same figures (averaged over the ranks).
 MeasuredProfile measure_profile(const TrainOptions& options, const ModelConfig& config, const Communicator& world,

@@ -67,8 +67,8 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
   const Prediction before = predict(profile_, cluster_, layout_, global);
   profile_ = recalibrated(profile_, before, measured);
   const MeasuredLinks links = measure_links(given_, world, kProbeBytesWhileTraining);
-  profile_.within_node = links.within_measured ? links.within : given_within_;
-  profile_.between_nodes = links.between_measured ? links.between : given_between_;
+  profile_.within_node = links.within_measured ? links.within.extended_by(given_within_) : given_within_;
+  profile_.between_nodes = links.between_measured ? links.between.extended_by(given_between_) : given_between_;
   profile_ = with_links_calibrated(profile_, predict(profile_, cluster_, layout_, global), measured_step);
   const LinkSlowdown slowdown = LinkSlowdown::from_environment();
   slowdown.apply(profile_.within_node, step);

@@ -58,7 +58,8 @@ class Replanner {
   Cluster cluster_;
   double memory_limit_bytes_;
   Layout layout_;
-  Link given_within_, given_between_;  // the profile's links, for those that cannot be measured here
+  // The profile's links: for those that cannot be measured here, and for the sizes a re-plan does not time.
+  Link given_within_, given_between_;
   bool measuring_ = false;
   std::vector<double> previous_totals_;  // this rank's layers' seconds at the last re-plan
   unsigned long long previous_step_ = 0;  // of the last re-plan (or where measuring began)

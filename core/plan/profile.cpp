@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.hpp"
 
@@ -36,6 +37,22 @@ Link Link::slowed(double factor) const {
   link.bytes_per_s /= factor;
   for (auto* timings : {&link.ring_steps, &link.messages})
     for (Timing& t : *timings) t.seconds *= factor;
+  return link;
+}
+
+Link Link::extended_by(const Link& before) const {
+  Link link = *this;
+  double bandwidth_scale = 1;
+  for (auto [now, then, timed] : {std::tuple{&link.ring_steps, &before.ring_steps, &Link::ring_step_s},
+                                  std::tuple{&link.messages, &before.messages, &Link::message_s}}) {
+    if (now->empty() || then->empty() || then->back().bytes <= now->back().bytes) continue;
+    const double largest = now->back().bytes;
+    const double scale = now->back().seconds / (before.*timed)(largest);
+    for (const Timing& t : *then)
+      if (t.bytes > largest) now->push_back({t.bytes, std::max(now->back().seconds, scale * t.seconds)});
+    if (now == &link.ring_steps) bandwidth_scale = scale;
+  }
+  if (link.ring_steps.size() > ring_steps.size()) link.bytes_per_s = before.bytes_per_s / bandwidth_scale;
   return link;
 }
 

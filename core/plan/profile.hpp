@@ -44,6 +44,10 @@ struct Link {
   double message_s(double bytes) const { return interpolated(messages, bytes); }
   // Every time `factor` times as long (a link measured slower in a run than its probe said).
   Link slowed(double factor) const;
+  // This link, timed up to some size, with `before`'s timings of larger sizes (and its bandwidth beyond
+  // them) after it, each way scaled by how much slower this link now is at its largest size: a re-plan times
+  // the links up to 1 MB only, where the start timed the model's whole all-reduce.
+  Link extended_by(const Link& before) const;
   // "50.0 us + 1.25 GB/s" (three digits: a throttled link's 0.00219 GB/s too), and where measured by
   // size, the ring step's and the message's times at the smallest and largest.
   std::string describe() const;

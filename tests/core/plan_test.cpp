@@ -679,6 +679,24 @@ TEST(Planner, LinksTimedBySizeAreInterpolatedAndCostTheCollectivesAndMessagesApa
   }
 }
 
+// A re-plan times the links up to 1 MB: the larger sizes timed at start follow, as much slower as the
+// link is now at 1 MB.
+TEST(Planner, ALinkTimedUpToASizeTakesTheLargerOnesTimedBeforeScaled) {
+  Link before{1e-3, 2e9};
+  before.ring_steps = {{1024, 1e-3}, {1 << 20, 2e-3}, {16 << 20, 10e-3}};
+  before.messages = {{1024, 1e-4}, {1 << 20, 1e-3}, {16 << 20, 8e-3}};
+  Link now{2e-3, 1e8};
+  now.ring_steps = {{1024, 2e-3}, {1 << 20, 4e-3}};
+  const Link extended = now.extended_by(before);
+  ASSERT_EQ(extended.ring_steps.size(), 3u);
+  EXPECT_DOUBLE_EQ(extended.ring_step_s(16 << 20), 20e-3);
+  EXPECT_DOUBLE_EQ(extended.ring_step_s(32 << 20), 20e-3 + (16 << 20) / 1e9);  // before's bandwidth, halved
+  EXPECT_DOUBLE_EQ(extended.ring_step_s(1024), 2e-3);
+  EXPECT_TRUE(extended.messages.empty()) << "no message timed now: nothing to scale the larger ones by";
+  EXPECT_DOUBLE_EQ(before.extended_by(now).ring_step_s(32 << 20), before.ring_step_s(32 << 20))
+      << "nothing larger to take";
+}
+
 TEST(Planner, AProfileSurvivesItsTextForm) {
   Profile p = alexnet_profile(kFast, kSlow);
   p.between_nodes.ring_steps = {{1024, 2e-3}, {65536, 7e-3}};
