@@ -62,11 +62,10 @@ bool AfterStep::operator()(bool last_of_run) {
     check_replicas(job_, session_, "after step " + std::to_string(step), false);
   Replanner* replanner = job_.replanner ? &*job_.replanner : nullptr;
   if (replanner) {
-    if (first_step_of_layout_)
-      replanner->begin_measuring(profiler_, step);
-    else
+    if (warm_up_steps_left_ == 0)
       replanner->step_took(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count());
-    first_step_of_layout_ = false;
+    else if (--warm_up_steps_left_ == 0)
+      replanner->begin_measuring(profiler_, step);
   }
   const TrainOptions& o = job_.options;
   const bool checkpoints = !o.checkpoint_dir.empty();
