@@ -129,7 +129,12 @@ void Communicator::shift(std::span<const char> send, std::span<char> receive) co
   const int n = static_cast<int>(send.size());
   MPI_Request requests[2];
   check_mpi(MPI_Irecv(receive.data(), n, MPI_BYTE, before, kShiftTag, comm_, &requests[0]), "MPI_Irecv");
-  check_mpi(MPI_Isend(send.data(), n, MPI_BYTE, next, kShiftTag, comm_, &requests[1]), "MPI_Isend");
+  if (const int code = MPI_Isend(send.data(), n, MPI_BYTE, next, kShiftTag, comm_, &requests[1]); code != MPI_SUCCESS) {
+    // The receive must not land in `receive` once the caller has unwound past it.
+    MPI_Cancel(&requests[0]);
+    MPI_Request_free(&requests[0]);
+    check_mpi(code, "MPI_Isend");
+  }
   check_mpi(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 

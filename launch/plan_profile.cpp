@@ -25,7 +25,7 @@ std::vector<std::size_t> probe_sizes(std::size_t largest) {
   sizes.push_back(std::max<std::size_t>(largest, 1024));
   return sizes;
 }
-constexpr std::size_t kMostSizes = 12;  // more than probe_sizes makes of the largest probe (8)
+constexpr std::size_t kMostSizes = 12;  // more than probe_sizes makes for the largest probe (at most 7)
 
 // The seconds `transfer(bytes)` takes over `comm` for each of `sizes`: the best of a few, after a warm-up,
 // taken in turn so that a burst of other work on the node slows every size alike; the slowest rank's (a
@@ -218,7 +218,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   for (const LayerCost& l : p.layers) params += l.params;
   const auto gradient_bytes = static_cast<std::size_t>(4 * params);
   const MeasuredLinks links =
-      measure_links(o, world, std::clamp(gradient_bytes, kProbeBytesAtStart, kLargestProbeBytes));
+      measure_links(o, world, std::clamp(gradient_bytes, kProbeBytesWhileTraining, kLargestProbeBytes));
   p.within_node = links.within;
   p.between_nodes = links.between;
   measured.links = links.text;

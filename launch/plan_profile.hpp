@@ -29,11 +29,12 @@ struct MeasuredLinks {
 };
 
 // Collective over `world`: the links within the largest node and between nodes, the slowest rank's, from
-// all-reduces of 1 KB up to `probe_bytes` and messages of their ring steps' sizes. At start the model's
-// gradients, within 8 and 64 MB; a re-plan, which a slow link makes pay for the probe during training, up
-// to 1 MB.
+// all-reduces whose ring steps are 1 KB up to those of a `probe_bytes` all-reduce, and messages of the
+// same sizes. At start the model's gradients, within 1 and 64 MB (no more than training's own all-reduce
+// holds: the hierarchical one's shared window is twice it); a re-plan, which a slow link makes pay for the
+// probe during training, up to 1 MB.
 MeasuredLinks measure_links(const TrainOptions& options, const Communicator& world, std::size_t probe_bytes);
-constexpr std::size_t kProbeBytesAtStart = 8 << 20, kLargestProbeBytes = 64 << 20, kProbeBytesWhileTraining = 1 << 20;
+constexpr std::size_t kProbeBytesWhileTraining = 1 << 20, kLargestProbeBytes = 64 << 20;
 
 // Collective over `world`; every rank returns the same figures (averaged over the ranks).
 MeasuredProfile measure_profile(const TrainOptions& options, const ModelConfig& config, const Communicator& world,

@@ -89,15 +89,16 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
     layers_now += measured[i];
     layers_before += before.layers[i].seconds;
   }
-  char reason[512];
-  std::snprintf(reason, sizeof reason,
-                "re-plan after step %llu: steps took %.3f s, their layers %.3f s (%.3f s planned), links within a "
-                "node %s, between nodes %s: %s is predicted %.3f s a step against %.3f s for %s now",
-                step, measured_step, layers_now, layers_before, profile_.within_node.describe().c_str(),
-                profile_.between_nodes.describe().c_str(), next->chosen.layout.describe().c_str(), better.step_s,
-                now.step_s, layout_.describe().c_str());
+  char figures[160];
+  std::snprintf(figures, sizeof figures, "re-plan after step %llu: steps took %.3f s, their layers %.3f s (%.3f s planned)",
+                step, measured_step, layers_now, layers_before);
+  char predicted[96];
+  std::snprintf(predicted, sizeof predicted, " is predicted %.3f s a step against %.3f s for ", better.step_s, now.step_s);
+  std::string reason = std::string(figures) + ", links within a node " + profile_.within_node.describe() +
+                       ", between nodes " + profile_.between_nodes.describe() + ": " +
+                       next->chosen.layout.describe() + predicted + layout_.describe() + " now";
   layout_ = next->chosen.layout;
-  return Switch{std::move(*next), reason};
+  return Switch{std::move(*next), std::move(reason)};
 }
 
 }  // namespace ddl

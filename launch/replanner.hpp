@@ -39,8 +39,8 @@ class Replanner {
   // one the run starts in, chosen from `profile`.
   Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, Layout layout);
 
-  // After the first step of a layout (which builds its primitives, and is not measured): the layers'
-  // times in `profiler` and the steps' from here on count. `step` counts the run's steps.
+  // After a layout's first steps (AfterStep::kWarmUpSteps: they build its primitives and let the buffer pool
+  // learn, and are not measured): the layers' times in `profiler` and the steps' from here on count. `step` counts the run's steps.
   void begin_measuring(const Profiler& profiler, unsigned long long step);
   void step_took(double seconds);
   // Due after this many steps of the run (counted over the run, not the epoch)?

@@ -11,11 +11,14 @@ namespace {
 
 // Ring collectives over n ranks: seconds, and the bytes each rank sends. An all-reduce of B bytes is
 // 2 (n - 1) ring steps of B / n each; an all-gather of n pieces (or a reduce-scatter into them) n - 1.
+// Nothing to send costs nothing: training skips an empty all-reduce.
 double all_reduce_s(const Link& link, int n, double bytes) {
-  return n <= 1 ? 0.0 : 2.0 * (n - 1) * link.ring_step_s(bytes / n);
+  return n <= 1 || bytes <= 0 ? 0.0 : 2.0 * (n - 1) * link.ring_step_s(bytes / n);
 }
 double all_reduce_sent(int n, double bytes) { return n <= 1 ? 0.0 : 2.0 * (n - 1) / n * bytes; }
-double gather_s(const Link& link, int n, double piece) { return n <= 1 ? 0.0 : (n - 1) * link.ring_step_s(piece); }
+double gather_s(const Link& link, int n, double piece) {
+  return n <= 1 || piece <= 0 ? 0.0 : (n - 1) * link.ring_step_s(piece);
+}
 
 // Whether every group of `count` consecutive blocks of `block` ranks (aligned on its own size) lies on
 // one node of `per_node` consecutive ranks.
@@ -270,7 +273,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     }
     const double reduce = reduce_comm + params * state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
-    p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the slots' share
+    p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the path's and the pace's share
     const double gathers_sent =
         params_sharded ? M * all_reduce_sent(D, 4 * (2 * params + recomputed_params)) / 2 - all_reduce_sent(D, 4 * params) / 2
                        : 0;  // in place of the all-gather after the update

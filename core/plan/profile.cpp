@@ -1,5 +1,7 @@
 #include "core/plan/profile.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
@@ -74,11 +76,18 @@ std::string timings_text(const char* what, const std::vector<Timing>& timings) {
   return text;
 }
 
+// A profile's links by the names its text form gives them (const or not, as the profile is).
+template <class P>
+auto links_of(P& p) {
+  return std::array{std::pair{std::string("within_node"), &p.within_node},
+                    std::pair{std::string("between_nodes"), &p.between_nodes}};
+}
+
 // The timings a profile line's key names ("within_node_ring_steps"), or null.
 std::vector<Timing>* timings_named(Profile& p, const std::string& key) {
-  for (auto [name, link] : {std::pair{"within_node", &p.within_node}, std::pair{"between_nodes", &p.between_nodes}}) {
-    if (key == std::string(name) + "_ring_steps") return &link->ring_steps;
-    if (key == std::string(name) + "_messages") return &link->messages;
+  for (auto [name, link] : links_of(p)) {
+    if (key == name + "_ring_steps") return &link->ring_steps;
+    if (key == name + "_messages") return &link->messages;
   }
   return nullptr;
 }
@@ -97,7 +106,7 @@ std::string to_text(const Profile& p) {
   s << "ddl-profile 1\nmodel " << p.model << "\nbatch " << p.batch << "\noptimizer_s_per_param "
     << p.optimizer_s_per_param << "\noptimizer_floats " << p.optimizer_floats << "\nbase_bytes " << p.base_bytes << "\nmeasured_bytes " << p.measured_bytes
     << "\n";
-  for (auto [key, link] : {std::pair{"within_node", &p.within_node}, std::pair{"between_nodes", &p.between_nodes}}) {
+  for (auto [key, link] : links_of(p)) {
     s << key << " " << link->latency_s << " " << link->bytes_per_s << "\n";
     for (auto [way, timings] : {std::pair{"_ring_steps", &link->ring_steps}, std::pair{"_messages", &link->messages}}) {
       if (timings->empty()) continue;
@@ -149,13 +158,16 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
       Link& link = key == "within_node" ? p.within_node : p.between_nodes;
       ok = static_cast<bool>(in >> link.latency_s >> link.bytes_per_s) && link.bytes_per_s > 0 && link.latency_s >= 0;
     } else if (std::vector<Timing>* timings = timings_named(p, key)) {
+      std::vector<double> numbers;
+      for (double x; in >> x;) numbers.push_back(x);
+      ok = in.eof() && !numbers.empty() && numbers.size() % 2 == 0;  // sizes and times in pairs
       timings->clear();
-      for (Timing t; in >> t.bytes >> t.seconds;) {
-        ok = ok && t.bytes > 0 && t.seconds > 0 &&
+      for (std::size_t i = 0; ok && i < numbers.size(); i += 2) {
+        const Timing t{numbers[i], numbers[i + 1]};
+        ok = t.bytes > 0 && t.seconds > 0 &&
              (timings->empty() || (t.bytes > timings->back().bytes && t.seconds >= timings->back().seconds));
         timings->push_back(t);
       }
-      ok = ok && !timings->empty() && in.eof();
     } else if (key == "layer") {
       LayerCost l;
       std::string kind;

@@ -1,6 +1,6 @@
 // What the planner knows about a model and the machines it runs on (Baligodugula and Amsaad's profile, 2025):
-// each layer's measured compute time and sizes, the optimizer's cost, and a latency + bandwidth model of the
-// links within a node and between nodes. Plain data, measured by ddl_train on the job's own ranks (launch/)
+// each layer's measured compute time and sizes, the optimizer's cost, and the links within a node and
+// between nodes, timed by message size. Plain data, measured by ddl_train on the job's own ranks (launch/)
 // or read from a file, so that planning needs no MPI and runs on a laptop.
 #pragma once
 
@@ -32,8 +32,9 @@ struct Timing {
 // all-gathers, reduce-scatters) and a pipeline's message to a neighbour stage (a non-blocking send). Where
 // they were measured, at a few sizes each, interpolated between them: links do not follow one line (MPI's
 // change from eager to rendezvous sends, TCP's small messages, ranks sharing cores), and the two ways differ.
-// Below the smallest size, its time; beyond the largest, and where nothing was measured, the line
-// latency + bytes / bandwidth (the given one, or fitted through the two largest ring steps).
+// Below the smallest size, its time; beyond the largest, that time and bytes / bandwidth for the bytes
+// beyond it (the bandwidth fitted through the smallest and the largest ring step, for messages too);
+// where nothing was measured, the line latency + bytes / bandwidth (as given).
 struct Link {
   Link() = default;
   Link(double latency, double bandwidth) : latency_s(latency), bytes_per_s(bandwidth) {}

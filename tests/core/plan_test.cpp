@@ -713,7 +713,8 @@ TEST(Planner, AProfileSurvivesItsTextForm) {
   EXPECT_TRUE(back.within_node.ring_steps.empty());
   const std::string bad_timings[] = {"between_nodes_messages 1024 4e-5 512 8e-3\n",  // sizes must grow
                                      "between_nodes_messages 1024 4e-5 2048 1e-5\n",  // times never fall
-                                     "between_nodes_messages 1024\n", "between_nodes_ring 1024 1e-3\n"};
+                                     "between_nodes_messages 1024\n", "between_nodes_messages 1024 4e-5 2048\n",
+                                     "between_nodes_ring 1024 1e-3\n"};
   for (const std::string& line : bad_timings)
     EXPECT_THROW(profile_from_text(to_text(p) + line, "timings.txt"), InputError) << line;
   EXPECT_THROW(profile_from_text("model x\n", "bad.txt"), InputError);
