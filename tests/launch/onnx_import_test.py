@@ -521,19 +521,20 @@ class OnnxImport(unittest.TestCase):
             return {"within_node": key + " 0 1e15", "between_nodes": key + " 0 1e15",
                     "optimizer_s_per_param": key + " 0"}.get(key, line.rstrip("\n"))
 
-        with open(profile) as f:
-            lines = [free(line) for line in f]
+        with open(profile) as f:  # the links' timings by size go: without them a link is its line
+            lines = [free(line) for line in f if not line.split(" ")[0].endswith(("_ring_steps", "_messages"))]
         with open(profile, "w") as f:
             f.write("\n".join(lines) + "\n")
         os.environ["DDL_TEST_SLOW_LINKS"] = "1:1000"
         try:
             params = []
-            for name, replan in (("stayed", "never"), ("moved", "epoch")):
+            # 64 images make 2 steps an epoch; a layout's first 3 steps are not measured: a re-plan after step 4.
+            for name, replan in (("stayed", "never"), ("moved", "1")):
                 checkpoints = self.path(f"replan_{name}.ck")
-                out = run(*mpirun, "--strategy", "auto", "--load-profile", profile, "--epochs", 2, "--steps-per-epoch",
-                          3, "--optimizer", "sgd", "--momentum", 0.9, "--lr", 0.01, "--seed", 3, "--replan-every",
-                          replan, "--checkpoint-dir", checkpoints).stdout
-                self.assertEqual("re-plan after step" in out, replan == "epoch", out)
+                out = run(*mpirun, "--strategy", "auto", "--load-profile", profile, "--epochs", 3, "--optimizer", "sgd",
+                          "--momentum", 0.9, "--lr", 0.01, "--seed", 3, "--replan-every", replan, "--checkpoint-dir",
+                          checkpoints).stdout
+                self.assertEqual("re-plan after step 4" in out, replan != "never", out)
                 params.append(ddl_tensors(os.path.join(checkpoints, "last.h5"))[2])
         finally:
             del os.environ["DDL_TEST_SLOW_LINKS"]
