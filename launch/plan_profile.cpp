@@ -55,7 +55,7 @@ std::vector<Timing> best_times(const Communicator& comm, const std::vector<std::
 Link measure_link(const Communicator& comm, const TrainOptions& o, std::size_t largest) {
   const int n = comm.size();
   const std::vector<std::size_t> sizes = probe_sizes(largest / static_cast<std::size_t>(n));
-  Allreducer allreducer(comm, {o.allreduce_algorithm, o.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32});
+  Allreducer allreducer(comm, o.allreduce());
   std::vector<float> values(sizes.back() * static_cast<std::size_t>(n) / sizeof(float), 1.0f);
   Link link;
   link.ring_steps = best_times(comm, sizes, [&](std::size_t step) {

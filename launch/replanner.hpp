@@ -40,7 +40,8 @@ class Replanner {
   Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, Layout layout);
 
   // After a layout's first steps (AfterStep::kWarmUpSteps: they build its primitives and let the buffer pool
-  // learn, and are not measured): the layers' times in `profiler` and the steps' from here on count. `step` counts the run's steps.
+  // learn, and are not measured): the layers' times in `profiler` and the steps' from here on count. `step`
+  // counts the run's steps.
   void begin_measuring(const Profiler& profiler, unsigned long long step);
   void step_took(double seconds);
   // Due after this many steps of the run (counted over the run, not the epoch)?

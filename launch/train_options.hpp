@@ -60,6 +60,10 @@ struct TrainOptions {
   std::string precision = "f32";   // f32 | bf16 (convolutions and dense layers in bf16, the rest f32) | auto
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::hierarchical;  // --allreduce ring | hier | mpi
   std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
+  // The gradients' all-reduce as the two options above set it (the ring's chunk as it is by default).
+  AllreduceOptions allreduce() const {
+    return {allreduce_algorithm, allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32};
+  }
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
   // --shard-state: ZeRO's stage (0: none), or auto: none unless the planner shards.
   static constexpr int kShardStateAuto = -1;

@@ -83,12 +83,18 @@ auto links_of(P& p) {
                     std::pair{std::string("between_nodes"), &p.between_nodes}};
 }
 
+// A link's timings by the suffixes its text form's lines add to the link's name.
+template <class L>
+auto ways_of(L& link) {
+  return std::array{std::pair{std::string("_ring_steps"), &link.ring_steps},
+                    std::pair{std::string("_messages"), &link.messages}};
+}
+
 // The timings a profile line's key names ("within_node_ring_steps"), or null.
 std::vector<Timing>* timings_named(Profile& p, const std::string& key) {
-  for (auto [name, link] : links_of(p)) {
-    if (key == name + "_ring_steps") return &link->ring_steps;
-    if (key == name + "_messages") return &link->messages;
-  }
+  for (auto [name, link] : links_of(p))
+    for (auto [way, timings] : ways_of(*link))
+      if (key == name + way) return timings;
   return nullptr;
 }
 
@@ -108,7 +114,7 @@ std::string to_text(const Profile& p) {
     << "\n";
   for (auto [key, link] : links_of(p)) {
     s << key << " " << link->latency_s << " " << link->bytes_per_s << "\n";
-    for (auto [way, timings] : {std::pair{"_ring_steps", &link->ring_steps}, std::pair{"_messages", &link->messages}}) {
+    for (auto [way, timings] : ways_of(*link)) {
       if (timings->empty()) continue;
       s << key << way;
       for (const Timing& t : *timings) s << " " << t.bytes << " " << t.seconds;

@@ -91,7 +91,7 @@ TrainingLoop::TrainingLoop(Job& job, Session& session, StopSignals& stop_signals
       lead_(job.world.rank() == 0),
       progress_mark_(lead_ ? o_.checkpoint_dir : ""),
       group_(session.grid.stage_replicas(),
-             {o_.allreduce_algorithm, o_.allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32},
+             o_.allreduce(),
              {static_cast<std::size_t>(layout_.reduce_bucket_bytes()), layout_.shards_gradients(),
               !layout_.plain_data_parallel(), layout_.shards_parameters()}),
       stop_signals_(stop_signals) {
