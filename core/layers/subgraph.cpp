@@ -1,0 +1,620 @@
+#include "core/layers/subgraph.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numbers>
+
+#include "core/error.hpp"
+
+namespace ddl {
+namespace {
+
+using Kind = SubgraphOp::Kind;
+using dim = dnnl::memory::dim;
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::add: return "add";
+    case Kind::sub: return "sub";
+    case Kind::mul: return "mul";
+    case Kind::div: return "div";
+    case Kind::pow: return "pow";
+    case Kind::sqrt: return "sqrt";
+    case Kind::erf: return "erf";
+    case Kind::identity: return "identity";
+    case Kind::matmul: return "matmul";
+    case Kind::softmax: return "softmax";
+    case Kind::reduce_mean: return "reduce_mean";
+    case Kind::transpose: return "transpose";
+    case Kind::reshape: return "reshape";
+    case Kind::expand: return "expand";
+    case Kind::concat: return "concat";
+    case Kind::slice: return "slice";
+    case Kind::gather: return "gather";
+  }
+  return "?";
+}
+
+dims_t strides_of(const dims_t& dims) {
+  dims_t strides(dims.size(), 1);
+  for (std::size_t d = dims.size(); d-- > 1;) strides[d - 1] = strides[d] * dims[d];
+  return strides;
+}
+
+// The strides that read a tensor of `in` dims at each element of `out` dims that it broadcasts to (0 along
+// the axes it repeats), numpy's rule: the shapes aligned at their last axes.
+dims_t broadcast_strides(const dims_t& in, const dims_t& out) {
+  const dims_t own = strides_of(in);
+  dims_t strides(out.size(), 0);
+  const std::size_t lead = out.size() - in.size();
+  for (std::size_t d = 0; d < in.size(); ++d) strides[lead + d] = in[d] == 1 ? 0 : own[d];
+  return strides;
+}
+
+// Calls fn(o, a, b) for each element of `dims` in row-major order: o its row-major offset, a and b its
+// offsets under the strides sa and sb.
+template <class F>
+void walk(const dims_t& dims, const dims_t& sa, const dims_t& sb, F&& fn) {
+  const std::size_t n = product(dims);
+  if (n == 0) return;
+  if (dims.empty()) {
+    fn(std::size_t{0}, dim{0}, dim{0});
+    return;
+  }
+  const std::size_t last = dims.size() - 1;
+  dims_t at(dims.size(), 0);
+  dim a = 0, b = 0;
+  for (std::size_t o = 0; o < n;) {
+    for (dim k = 0; k < dims[last]; ++k, ++o) fn(o, a + k * sa[last], b + k * sb[last]);
+    for (std::size_t d = last; d-- > 0;) {
+      a += sa[d];
+      b += sb[d];
+      if (++at[d] < dims[d]) break;
+      a -= sa[d] * dims[d];
+      b -= sb[d] * dims[d];
+      at[d] = 0;
+    }
+  }
+}
+
+dim axis_in(dim axis, std::size_t rank) { return axis < 0 ? axis + static_cast<dim>(rank) : axis; }
+
+// Where a slice starts reading and the strides it reads with, and its dims.
+struct SlicePlan {
+  dim offset = 0;
+  dims_t dims, strides;
+};
+
+SlicePlan plan_slice(const SubgraphOp& op, const dims_t& in) {
+  SlicePlan plan{0, in, strides_of(in)};
+  for (std::size_t i = 0; i < op.ints.size(); ++i) {
+    const dim axis = axis_in(op.ints[i], in.size()), n = in[axis], step = op.steps.empty() ? 1 : op.steps[i];
+    const auto clamp = [&](dim v) { return std::clamp<dim>(v < 0 ? v + n : v, 0, n); };
+    const dim start = clamp(op.starts[i]), end = clamp(op.ends[i]);
+    plan.dims[axis] = end > start ? (end - start + step - 1) / step : 0;
+    plan.offset += start * plan.strides[axis];
+    plan.strides[axis] *= step;
+  }
+  return plan;
+}
+
+// A reduction's dims with the reduced axes kept, as 1.
+dims_t kept_dims(const SubgraphOp& op, dims_t dims) {
+  for (const dim axis : op.ints) dims[axis_in(axis, dims.size())] = 1;
+  return dims;
+}
+
+dnnl::memory::desc strided(const dims_t& dims, const dims_t& strides) {
+  return dnnl::memory::desc(dims, dt::f32, strides);
+}
+
+// The same plain tensor seen with its last two axes swapped.
+dnnl::memory::desc transposed(const dims_t& dims) {
+  dims_t d = dims, s = strides_of(dims);
+  const std::size_t r = dims.size();
+  std::swap(d[r - 1], d[r - 2]);
+  std::swap(s[r - 1], s[r - 2]);
+  return strided(d, s);
+}
+
+dnnl::primitive_attr adding() {
+  dnnl::post_ops ops;
+  ops.append_sum(1.0f);
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+dnnl::memory over(const dnnl::memory::desc& md, Context& ctx, const float* data) {
+  return dnnl::memory(md, ctx.engine(), const_cast<float*>(data));
+}
+
+}  // namespace
+
+Subgraph::Subgraph(std::vector<ParamSpec> params, std::vector<SubgraphConstant> constants, std::vector<SubgraphOp> ops)
+    : params_(std::move(params)), constants_(std::move(constants)), ops_(std::move(ops)) {
+  if (ops_.empty()) throw Error("subgraph: no operation");
+  std::size_t known = 1 + params_.size() + constants_.size();
+  for (const SubgraphOp& op : ops_) {
+    for (const int in : op.inputs)
+      if (in < 0 || static_cast<std::size_t>(in) >= known) throw Error("subgraph: " + op.name + " reads a later value");
+    ++known;
+  }
+}
+
+std::string Subgraph::describe() const {
+  std::map<std::string, int> counts;
+  for (const SubgraphOp& op : ops_) ++counts[kind_name(op.kind)];
+  std::string s = "subgraph of " + std::to_string(ops_.size()) + " operations (";
+  for (const auto& [name, count] : counts) s += name + " " + std::to_string(count) + ", ";
+  s.resize(s.size() - 2);
+  return s + ")";
+}
+
+void Subgraph::bind(const std::vector<ParamView>& views, Context& /*ctx*/) { views_ = views; }
+
+void Subgraph::fail(const SubgraphOp& op, const std::string& problem) const {
+  throw InputError(op.name + ": " + problem);
+}
+
+dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
+  const auto in = [&](std::size_t i) -> const dims_t& { return values_.at(op.inputs.at(i)).dims; };
+  const auto text = [](const dims_t& d) { return to_string(d); };
+  const auto broadcast = [&](const dims_t& a, const dims_t& b) {
+    dims_t out(std::max(a.size(), b.size()));
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      const dim x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
+      if (x != y && x != 1 && y != 1) fail(op, "cannot broadcast " + text(a) + " with " + text(b));
+      out[out.size() - 1 - i] = x == 1 ? y : x;
+    }
+    return out;
+  };
+  const auto resolved = [&](std::int64_t v) { return v <= kBatchTimes && v % kBatchTimes == 0 ? v / kBatchTimes * batch : v; };
+  const auto check_axis = [&](std::int64_t axis, std::size_t rank) {
+    const dim a = axis_in(axis, rank);
+    if (a < 0 || a >= static_cast<dim>(rank)) fail(op, "axis " + std::to_string(axis) + " is outside rank " + std::to_string(rank));
+    return a;
+  };
+  switch (op.kind) {
+    case Kind::add:
+    case Kind::sub:
+    case Kind::mul:
+    case Kind::div:
+      return broadcast(in(0), in(1));
+    case Kind::pow:
+    case Kind::sqrt:
+    case Kind::erf:
+    case Kind::identity:
+      return in(0);
+    case Kind::softmax:
+      check_axis(op.axis, in(0).size());
+      return in(0);
+    case Kind::matmul: {
+      dims_t a = in(0), b = in(1);
+      if (a.size() < 2 || b.size() < 2) fail(op, "ddl multiplies matrices, not vectors: " + text(a) + " by " + text(b));
+      const std::size_t r = std::max(a.size(), b.size());
+      a.insert(a.begin(), r - a.size(), 1);
+      b.insert(b.begin(), r - b.size(), 1);
+      if (a[r - 1] != b[r - 2]) fail(op, "cannot multiply " + text(in(0)) + " by " + text(in(1)));
+      const dims_t a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
+      const dims_t batch_dims = broadcast(a_batch, b_batch);
+      if (batch_dims != a_batch) fail(op, "ddl does not broadcast a product's first operand " + text(in(0)) + " over " + text(in(1)));
+      dims_t out = batch_dims;
+      out.push_back(a[r - 2]);
+      out.push_back(b[r - 1]);
+      return out;
+    }
+    case Kind::reduce_mean: {
+      for (const dim axis : op.ints) check_axis(axis, in(0).size());
+      const dims_t kept = kept_dims(op, in(0));
+      if (op.keep_dims) return kept;
+      dims_t out;
+      for (std::size_t d = 0; d < kept.size(); ++d)
+        if (std::none_of(op.ints.begin(), op.ints.end(), [&](dim a) { return axis_in(a, kept.size()) == static_cast<dim>(d); }))
+          out.push_back(kept[d]);
+      return out;
+    }
+    case Kind::transpose: {
+      const dims_t& x = in(0);
+      dims_t perm = op.ints;
+      if (perm.empty())
+        for (std::size_t d = x.size(); d-- > 0;) perm.push_back(static_cast<dim>(d));
+      dims_t sorted = perm;
+      std::sort(sorted.begin(), sorted.end());
+      for (std::size_t d = 0; d < sorted.size(); ++d)
+        if (sorted.size() != x.size() || sorted[d] != static_cast<dim>(d)) fail(op, "its permutation does not fit " + text(x));
+      dims_t out;
+      for (const dim p : perm) out.push_back(x[p]);
+      return out;
+    }
+    case Kind::reshape: {
+      const dims_t& x = in(0);
+      dims_t out;
+      std::size_t free = op.ints.size(), known = 1;
+      for (std::size_t i = 0; i < op.ints.size(); ++i) {
+        dim d = resolved(op.ints[i]);
+        if (d == 0) d = i < x.size() ? x[i] : -2;
+        if (d == -1 && free == op.ints.size()) free = i;
+        else if (d < 0) fail(op, "cannot reshape " + text(x) + " to this shape");
+        else known *= static_cast<std::size_t>(d);
+        out.push_back(d);
+      }
+      if (free < out.size() && known > 0) out[free] = static_cast<dim>(product(x) / known);
+      if (product(out) != product(x)) fail(op, "cannot reshape " + text(x) + " to " + text(out));
+      return out;
+    }
+    case Kind::expand: {
+      dims_t shape;
+      for (const std::int64_t v : op.ints) shape.push_back(resolved(v));
+      return broadcast(in(0), shape);
+    }
+    case Kind::concat: {
+      dims_t out = in(0);
+      const dim axis = check_axis(op.axis, out.size());
+      for (std::size_t i = 1; i < op.inputs.size(); ++i) {
+        dims_t other = in(i);
+        if (other.size() != out.size()) fail(op, "joins " + text(out) + " and " + text(other));
+        const dim along = other[axis];
+        other[axis] = out[axis];
+        if (other != out) fail(op, "joins " + text(out) + " and " + text(in(i)));
+        out[axis] += along;
+      }
+      return out;
+    }
+    case Kind::slice:
+      for (std::size_t i = 0; i < op.ints.size(); ++i) {
+        check_axis(op.ints[i], in(0).size());
+        if (!op.steps.empty() && op.steps[i] < 1) fail(op, "ddl slices with positive steps only");
+      }
+      return plan_slice(op, in(0)).dims;
+    case Kind::gather: {
+      dims_t out = in(0);
+      const dim axis = check_axis(op.axis, out.size());
+      for (const std::int64_t i : op.indices)
+        if (i < -out[axis] || i >= out[axis]) fail(op, "index " + std::to_string(i) + " is outside " + text(out));
+      if (op.scalar_index)
+        out.erase(out.begin() + axis);
+      else
+        out[axis] = static_cast<dim>(op.indices.size());
+      return out;
+    }
+  }
+  fail(op, "unknown operation");
+}
+
+dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
+  if (views_.size() != params_.size()) throw Error("subgraph: set up before its parameters were bound");
+  const dims_t in = dims_of(src);
+  src_md_ = src;
+  train_ = mode == Mode::train;
+  need_diff_src_ = train_ && need_diff_src;
+  const std::size_t first_op = 1 + params_.size() + constants_.size();
+  values_.assign(first_op + ops_.size(), Value{});
+  outputs_.clear();
+  outputs_.resize(ops_.size());
+  output_grads_.clear();
+  output_grads_.resize(ops_.size());
+  matmuls_.assign(ops_.size(), std::nullopt);
+  softmaxes_.assign(ops_.size(), std::nullopt);
+
+  const auto flat = [](const dims_t& dims) { return plain_desc({static_cast<dim>(std::max<std::size_t>(product(dims), 1))}); };
+  input_ = Tensor(plain_desc(in), ctx.engine());
+  to_plain_ = Copy(ctx, src, input_.desc());
+  values_[0] = {in, input_.data(), nullptr};
+  if (need_diff_src_) {
+    input_grad_ = Tensor(input_.desc(), ctx.engine());
+    values_[0].grad = input_grad_.data();
+    to_src_layout_ = Copy(ctx, input_.desc(), src);
+  }
+  diff_src_.reset(need_diff_src_ ? src : dnnl::memory::desc());
+  for (std::size_t p = 0; p < params_.size(); ++p)
+    values_[1 + p] = {params_[p].dims, views_[p].value.data(), train_ ? views_[p].grad.data() : nullptr};
+  for (std::size_t c = 0; c < constants_.size(); ++c)
+    values_[1 + params_.size() + c] = {constants_[c].dims, constants_[c].values.data(), nullptr};
+
+  std::size_t largest = 0;
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    const SubgraphOp& op = ops_[k];
+    const dims_t out = output_dims(op, in.at(0));
+    if (product(out) == 0) fail(op, "gives an empty tensor " + to_string(out));
+    const bool last = k + 1 == ops_.size();
+    if (last && (out.empty() || out.size() > 5)) fail(op, "ends the piece with a tensor of rank " + std::to_string(out.size()));
+    outputs_[k] = Tensor(last ? plain_desc(out) : flat(out), ctx.engine());
+    Value& v = values_[first_op + k];
+    v = {out, outputs_[k].data(), nullptr};
+    if (train_ && std::any_of(op.inputs.begin(), op.inputs.end(), [&](int i) { return values_[i].grad; })) {
+      output_grads_[k] = Tensor(outputs_[k].desc(), ctx.engine());
+      v.grad = output_grads_[k].data();
+    }
+    largest = std::max(largest, product(out));
+    const auto& engine = ctx.engine();
+    if (op.kind == Kind::matmul) {
+      MatMul m;
+      dims_t a = values_[op.inputs[0]].dims, b = values_[op.inputs[1]].dims;
+      const std::size_t r = out.size();
+      a.insert(a.begin(), r - a.size(), 1);
+      b.insert(b.begin(), r - b.size(), 1);
+      m.a = strided(a, strides_of(a));
+      m.b = strided(b, strides_of(b));
+      m.c = strided(out, strides_of(out));
+      m.forward = dnnl::matmul(make_matmul_pd(engine, m.a, m.b, dnnl::memory::desc(), m.c));
+      if (train_) {
+        m.b_t = transposed(b);
+        m.grad_a = dnnl::matmul(make_matmul_pd(engine, m.c, m.b_t, dnnl::memory::desc(), m.a, adding()));
+        const std::size_t batches = product(dims_t(out.begin(), out.end() - 2));
+        m.b_broadcast = batches > 1 && product(dims_t(b.begin(), b.end() - 2)) == 1;
+        if (m.b_broadcast) {
+          // b's gradient sums over every batch: one product of a, all its rows at once, by c's gradient.
+          const dim rows = static_cast<dim>(batches) * a[r - 2], inner = a[r - 1], cols = b[r - 1];
+          m.a_t = strided({inner, rows}, {1, inner});
+          m.c_as_b = strided({rows, cols}, {cols, 1});
+          m.grad_b = dnnl::matmul(
+              make_matmul_pd(engine, m.a_t, m.c_as_b, dnnl::memory::desc(), strided({inner, cols}, {cols, 1}), adding()));
+        } else {
+          m.a_t = transposed(a);
+          m.grad_b = dnnl::matmul(make_matmul_pd(engine, m.a_t, m.c, dnnl::memory::desc(), m.b, adding()));
+        }
+      }
+      matmuls_[k] = std::move(m);
+    } else if (op.kind == Kind::softmax) {
+      const auto md = strided(out, strides_of(out));
+      const int axis = static_cast<int>(axis_in(op.axis, out.size()));
+      const auto fwd = make_softmax_forward_pd(engine, train_ ? dnnl::prop_kind::forward_training
+                                                              : dnnl::prop_kind::forward_inference, md, axis);
+      SoftmaxPrimitives s{dnnl::softmax_forward(fwd), std::nullopt};
+      if (train_) s.backward = dnnl::softmax_backward(make_softmax_backward_pd(engine, md, md, axis, fwd));
+      softmaxes_[k] = std::move(s);
+    }
+  }
+  scratch_.assign(train_ ? largest : 0, 0.0f);
+  return outputs_.back().desc();
+}
+
+const Tensor& Subgraph::forward(Context& ctx, const Tensor& src) {
+  (*to_plain_)(ctx, src.memory(), input_.memory());
+  for (std::size_t k = 0; k < ops_.size(); ++k) forward_op(ctx, k);
+  return outputs_.back();
+}
+
+const Tensor& Subgraph::backward(Context& ctx, const Tensor& diff_dst) {
+  if (!train_) throw Error("subgraph: backward after a set-up for inference");
+  if (!accumulate_)
+    for (const ParamView& view : views_) std::fill(view.grad.begin(), view.grad.end(), 0.0f);
+  if (need_diff_src_) std::memset(input_grad_.data(), 0, product(values_[0].dims) * sizeof(float));
+  for (std::size_t k = 0; k < ops_.size(); ++k)
+    if (!output_grads_[k].empty()) std::memset(output_grads_[k].data(), 0, output_grads_[k].bytes());
+  if (!output_grads_.back().empty())
+    std::memcpy(output_grads_.back().data(), diff_dst.data(), product(values_.back().dims) * sizeof(float));
+  for (std::size_t k = ops_.size(); k-- > 0;)
+    if (!output_grads_[k].empty()) backward_op(ctx, k);
+  if (need_diff_src_) (*to_src_layout_)(ctx, input_grad_.memory(), diff_src_.get(ctx).memory());
+  return diff_src_.current();
+}
+
+void Subgraph::forward_op(Context& ctx, std::size_t k) {
+  const SubgraphOp& op = ops_[k];
+  const std::size_t first_op = 1 + params_.size() + constants_.size();
+  Value& y = values_[first_op + k];
+  const Value& a = values_[op.inputs[0]];
+  const dims_t none(y.dims.size(), 0);
+  switch (op.kind) {
+    case Kind::add:
+    case Kind::sub:
+    case Kind::mul:
+    case Kind::div: {
+      const Value& b = values_[op.inputs[1]];
+      const dims_t sa = broadcast_strides(a.dims, y.dims), sb = broadcast_strides(b.dims, y.dims);
+      const float *x0 = a.data, *x1 = b.data;
+      float* out = y.data;
+      if (op.kind == Kind::add) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { out[o] = x0[i] + x1[j]; });
+      if (op.kind == Kind::sub) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { out[o] = x0[i] - x1[j]; });
+      if (op.kind == Kind::mul) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { out[o] = x0[i] * x1[j]; });
+      if (op.kind == Kind::div) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { out[o] = x0[i] / x1[j]; });
+      return;
+    }
+    case Kind::pow:
+    case Kind::sqrt:
+    case Kind::erf:
+    case Kind::identity:
+    case Kind::reshape: {
+      const std::size_t n = product(y.dims);
+      const float p = op.exponent;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float x = a.data[i];
+        y.data[i] = op.kind == Kind::pow    ? (p == 2.0f ? x * x : std::pow(x, p))
+                    : op.kind == Kind::sqrt ? std::sqrt(x)
+                    : op.kind == Kind::erf  ? std::erf(x)
+                                            : x;
+      }
+      return;
+    }
+    case Kind::matmul: {
+      const MatMul& m = *matmuls_[k];
+      m.forward.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.a, ctx, a.data)},
+                                       {DNNL_ARG_WEIGHTS, over(m.b, ctx, values_[op.inputs[1]].data)},
+                                       {DNNL_ARG_DST, over(m.c, ctx, y.data)}});
+      return;
+    }
+    case Kind::softmax: {
+      const auto md = strided(y.dims, strides_of(y.dims));
+      softmaxes_[k]->forward.execute(ctx.stream(), {{DNNL_ARG_SRC, over(md, ctx, a.data)}, {DNNL_ARG_DST, over(md, ctx, y.data)}});
+      return;
+    }
+    case Kind::reduce_mean: {
+      std::fill(y.data, y.data + product(y.dims), 0.0f);
+      const dims_t kept = kept_dims(op, a.dims);
+      walk(a.dims, broadcast_strides(kept, a.dims), dims_t(a.dims.size(), 0),
+           [&](std::size_t o, dim i, dim) { y.data[i] += a.data[o]; });
+      const float scale = static_cast<float>(product(y.dims)) / static_cast<float>(product(a.dims));
+      for (std::size_t i = 0; i < product(y.dims); ++i) y.data[i] *= scale;
+      return;
+    }
+    case Kind::transpose: {
+      const dims_t own = strides_of(a.dims);
+      dims_t sa;
+      for (std::size_t d = 0; d < y.dims.size(); ++d) sa.push_back(own[op.ints.empty() ? y.dims.size() - 1 - d : op.ints[d]]);
+      walk(y.dims, sa, none, [&](std::size_t o, dim i, dim) { y.data[o] = a.data[i]; });
+      return;
+    }
+    case Kind::expand:
+      walk(y.dims, broadcast_strides(a.dims, y.dims), none, [&](std::size_t o, dim i, dim) { y.data[o] = a.data[i]; });
+      return;
+    case Kind::slice: {
+      const SlicePlan plan = plan_slice(op, a.dims);
+      walk(plan.dims, plan.strides, none, [&](std::size_t o, dim i, dim) { y.data[o] = a.data[plan.offset + i]; });
+      return;
+    }
+    case Kind::gather:
+    case Kind::concat: {
+      // Each piece (a gathered index, a joined input) is copied to its place along the axis.
+      const dim axis = axis_in(op.axis, a.dims.size());
+      dims_t full = a.dims;
+      full[axis] = op.kind == Kind::gather ? static_cast<dim>(op.indices.size()) : y.dims[axis];
+      const dims_t into = strides_of(full);
+      dim at = 0;
+      const std::size_t pieces = op.kind == Kind::gather ? op.indices.size() : op.inputs.size();
+      for (std::size_t q = 0; q < pieces; ++q) {
+        const Value& x = op.kind == Kind::gather ? a : values_[op.inputs[q]];
+        dims_t part = x.dims;
+        dim from = 0;
+        if (op.kind == Kind::gather) {
+          part[axis] = 1;
+          from = (op.indices[q] < 0 ? op.indices[q] + a.dims[axis] : op.indices[q]) * strides_of(a.dims)[axis];
+        }
+        walk(part, strides_of(x.dims), into, [&](std::size_t, dim i, dim j) { y.data[at * into[axis] + j] = x.data[from + i]; });
+        at += part[axis];
+      }
+      return;
+    }
+  }
+}
+
+void Subgraph::backward_op(Context& ctx, std::size_t k) {
+  const SubgraphOp& op = ops_[k];
+  const std::size_t first_op = 1 + params_.size() + constants_.size();
+  const Value& y = values_[first_op + k];
+  const float* gy = y.grad;
+  Value& a = values_[op.inputs[0]];
+  const dims_t none(y.dims.size(), 0);
+  switch (op.kind) {
+    case Kind::add:
+    case Kind::sub:
+    case Kind::mul:
+    case Kind::div: {
+      Value& b = values_[op.inputs[1]];
+      const dims_t sa = broadcast_strides(a.dims, y.dims), sb = broadcast_strides(b.dims, y.dims);
+      const float *x0 = a.data, *x1 = b.data;
+      float *g0 = a.grad, *g1 = b.grad;
+      if (g0) {
+        if (op.kind == Kind::add || op.kind == Kind::sub)
+          walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim) { g0[i] += gy[o]; });
+        if (op.kind == Kind::mul) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { g0[i] += gy[o] * x1[j]; });
+        if (op.kind == Kind::div) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { g0[i] += gy[o] / x1[j]; });
+      }
+      if (g1) {
+        if (op.kind == Kind::add) walk(y.dims, sa, sb, [&](std::size_t o, dim, dim j) { g1[j] += gy[o]; });
+        if (op.kind == Kind::sub) walk(y.dims, sa, sb, [&](std::size_t o, dim, dim j) { g1[j] -= gy[o]; });
+        if (op.kind == Kind::mul) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { g1[j] += gy[o] * x0[i]; });
+        if (op.kind == Kind::div)
+          walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { g1[j] -= gy[o] * x0[i] / (x1[j] * x1[j]); });
+      }
+      return;
+    }
+    case Kind::pow:
+    case Kind::sqrt:
+    case Kind::erf:
+    case Kind::identity:
+    case Kind::reshape: {
+      if (!a.grad) return;
+      const std::size_t n = product(y.dims);
+      const float p = op.exponent;
+      const float two_over_root_pi = 2.0f / std::sqrt(std::numbers::pi_v<float>);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float x = a.data[i];
+        const float slope = op.kind == Kind::pow    ? (p == 2.0f ? 2.0f * x : p * std::pow(x, p - 1.0f))
+                            : op.kind == Kind::sqrt ? 0.5f / y.data[i]
+                            : op.kind == Kind::erf  ? two_over_root_pi * std::exp(-x * x)
+                                                    : 1.0f;
+        a.grad[i] += gy[i] * slope;
+      }
+      return;
+    }
+    case Kind::matmul: {
+      const MatMul& m = *matmuls_[k];
+      const Value& b = values_[op.inputs[1]];
+      if (a.grad)
+        m.grad_a.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.c, ctx, gy)},
+                                        {DNNL_ARG_WEIGHTS, over(m.b_t, ctx, b.data)},
+                                        {DNNL_ARG_DST, over(m.a, ctx, a.grad)}});
+      if (b.grad) {
+        const dims_t& bd = dims_of(m.b);
+        const auto b_out = m.b_broadcast ? strided({bd[bd.size() - 2], bd.back()}, {bd.back(), 1}) : m.b;
+        m.grad_b.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.a_t, ctx, a.data)},
+                                        {DNNL_ARG_WEIGHTS, over(m.b_broadcast ? m.c_as_b : m.c, ctx, gy)},
+                                        {DNNL_ARG_DST, over(b_out, ctx, b.grad)}});
+      }
+      return;
+    }
+    case Kind::softmax: {
+      if (!a.grad) return;
+      const auto md = strided(y.dims, strides_of(y.dims));
+      softmaxes_[k]->backward->execute(ctx.stream(), {{DNNL_ARG_DST, over(md, ctx, y.data)},
+                                                      {DNNL_ARG_DIFF_DST, over(md, ctx, gy)},
+                                                      {DNNL_ARG_DIFF_SRC, over(md, ctx, scratch_.data())}});
+      for (std::size_t i = 0; i < product(y.dims); ++i) a.grad[i] += scratch_[i];
+      return;
+    }
+    case Kind::reduce_mean: {
+      if (!a.grad) return;
+      const float scale = static_cast<float>(product(y.dims)) / static_cast<float>(product(a.dims));
+      const dims_t kept = kept_dims(op, a.dims);
+      walk(a.dims, broadcast_strides(kept, a.dims), dims_t(a.dims.size(), 0),
+           [&](std::size_t o, dim i, dim) { a.grad[o] += gy[i] * scale; });
+      return;
+    }
+    case Kind::transpose: {
+      if (!a.grad) return;
+      const dims_t own = strides_of(a.dims);
+      dims_t sa;
+      for (std::size_t d = 0; d < y.dims.size(); ++d) sa.push_back(own[op.ints.empty() ? y.dims.size() - 1 - d : op.ints[d]]);
+      walk(y.dims, sa, none, [&](std::size_t o, dim i, dim) { a.grad[i] += gy[o]; });
+      return;
+    }
+    case Kind::expand:
+      if (a.grad)
+        walk(y.dims, broadcast_strides(a.dims, y.dims), none, [&](std::size_t o, dim i, dim) { a.grad[i] += gy[o]; });
+      return;
+    case Kind::slice: {
+      if (!a.grad) return;
+      const SlicePlan plan = plan_slice(op, a.dims);
+      walk(plan.dims, plan.strides, none, [&](std::size_t o, dim i, dim) { a.grad[plan.offset + i] += gy[o]; });
+      return;
+    }
+    case Kind::gather:
+    case Kind::concat: {
+      const dim axis = axis_in(op.axis, a.dims.size());
+      dims_t full = a.dims;
+      full[axis] = op.kind == Kind::gather ? static_cast<dim>(op.indices.size()) : y.dims[axis];
+      const dims_t into = strides_of(full);
+      dim at = 0;
+      const std::size_t pieces = op.kind == Kind::gather ? op.indices.size() : op.inputs.size();
+      for (std::size_t q = 0; q < pieces; ++q) {
+        Value& x = op.kind == Kind::gather ? a : values_[op.inputs[q]];
+        dims_t part = x.dims;
+        dim from = 0;
+        if (op.kind == Kind::gather) {
+          part[axis] = 1;
+          from = (op.indices[q] < 0 ? op.indices[q] + a.dims[axis] : op.indices[q]) * strides_of(a.dims)[axis];
+        }
+        if (x.grad)
+          walk(part, strides_of(x.dims), into, [&](std::size_t, dim i, dim j) { x.grad[from + i] += gy[at * into[axis] + j]; });
+        at += part[axis];
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace ddl
