@@ -2,9 +2,11 @@
 // for a batch of 2, so that what is left computes only on images and every integer that followed the batch
 // is known as kBatch. An evaluation walks the nodes in order: a node whose inputs are all known (constants,
 // or the outputs of nodes folded before it) is computed by its operation below; a Shape is known from the
-// input's [batch, C, H, W] or a constant's dims. The shape of any other value depends on layers not built
-// yet, except its first dimension, which is always the batch: a Shape of such a value may only be read at
-// index 0 (torch's x.view(x.size(0), -1)).
+// input's [batch, C, H, W], a constant's dims, or the dims of a value computed on images (value_shapes.hpp).
+// Where those are not known (an operator value_shapes does not know), only the value's first dimension is,
+// which is always the batch: a Shape of such a value may only be read at index 0 (torch's
+// x.view(x.size(0), -1)). A node that reads a parameter (a float initializer) is never folded: it is part
+// of what training computes (a weight's Transpose before its MatMul, a class token's Expand).
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -13,6 +15,7 @@
 #include "core/error.hpp"
 #include "models/onnx/message_text.hpp"
 #include "models/onnx/onnx_graph.hpp"
+#include "models/onnx/value_shapes.hpp"
 
 namespace ddl::onnx {
 namespace {
@@ -445,6 +448,10 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
   e.folded.assign(graph.nodes.size(), false);
   // A Shape's output -> the value whose shape it is, where ddl knows only the first dimension, the batch.
   std::map<std::string, std::string> batch_only;
+  // The dims of values computed on images, where value_shapes knows them.
+  std::map<std::string, Dims> shapes;
+  shapes[graph.input] = graph.image_shape;
+  shapes[graph.input].insert(shapes[graph.input].begin(), batch);
   const auto known = [&](const std::string& name) -> const Constant* {
     if (const auto it = e.values.find(name); it != e.values.end()) return &it->second;
     if (const auto it = graph.constants.find(name); it != graph.constants.end()) return &it->second;
@@ -459,13 +466,12 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
     if (node.op == "Shape" && node.inputs.size() == 1) {
       const std::string& of = node.inputs[0];
       if (of.empty() || node.outputs.size() != 1) op.fail("is not a Shape of one input to one output");
-      Dims dims = graph.image_shape;
-      dims.insert(dims.begin(), batch);
-      if (of != graph.input && known(of)) dims = known(of)->dims;
+      const auto image = shapes.find(of);
+      Dims dims = image != shapes.end() ? image->second : known(of) ? known(of)->dims : Dims();
       const auto rank = static_cast<std::int64_t>(dims.size());
       const auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + rank : v, 0, rank); };
       const std::int64_t first = clamp(op.node.integer("start", 0)), last = clamp(op.node.integer("end", rank));
-      if (of != graph.input && !known(of)) {
+      if (image == shapes.end() && !known(of)) {
         if (first != 0 || batch_only.count(of))
           op.fail("needs the shape of '" + of + "', which ddl cannot know before the layers are built");
         batch_only[out] = of;
@@ -494,7 +500,20 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
         on_images = on_images || !op.in.back();
       }
     }
-    if (on_images) continue;
+    const bool on_parameters = std::any_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& in) {
+      return graph.initializers.count(in) && !graph.constants.at(in).integer;
+    });
+    if (on_images || on_parameters) {
+      std::vector<std::optional<Dims>> dims;
+      for (std::size_t k = 0; k < node.inputs.size(); ++k) {
+        const auto image = shapes.find(node.inputs[k]);
+        dims.push_back(image != shapes.end() ? std::optional<Dims>(image->second)
+                       : op.in[k]             ? std::optional<Dims>(op.in[k]->dims)
+                                              : std::nullopt);
+      }
+      if (auto computed = output_dims(node, dims, op.in)) shapes[out] = std::move(*computed);
+      continue;
+    }
     const auto fold = operations().find(node.op);
     if (!batch_size && fold == operations().end())
       op.fail("computes on constants only, and ddl folds only shape arithmetic");
@@ -510,7 +529,7 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
   return e;
 }
 
-// The value as the graph keeps it: integers that were the batch size in both evaluations become kBatch; any
+// The value as the graph keeps it: integers that were k times the batch size in both evaluations become kBatch * k; any
 // other difference between them is a use of the batch that ddl cannot express.
 Constant keep_batch(const Graph& graph, const Node& node, Constant one, const Constant& two) {
   const auto fail = [&](const std::string& problem) {
@@ -521,8 +540,10 @@ Constant keep_batch(const Graph& graph, const Node& node, Constant one, const Co
     fail("its result changes with the batch size");
   for (std::size_t k = 0; k < one.ints.size(); ++k)
     if (one.ints[k] != two.ints[k]) {
-      if (one.ints[k] != 1 || two.ints[k] != 2) fail("its result changes with the batch size, but is not the batch");
-      one.ints[k] = kBatch;
+      // k times the batch (a [tokens * batch, features] view of a transformer's activations): kBatch * k.
+      if (one.ints[k] < 1 || one.ints[k] > (std::int64_t{1} << 24) || two.ints[k] != 2 * one.ints[k])
+        fail("its result changes with the batch size, but is not a multiple of it");
+      one.ints[k] *= kBatch;
     }
   return one;
 }

@@ -20,6 +20,7 @@
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
 #include "core/layers/residual.hpp"
+#include "models/onnx/graph_piece.hpp"
 #include "models/onnx/message_text.hpp"
 
 namespace ddl {
@@ -97,7 +98,21 @@ class Builder {
 
  private:
   // The layer that starts at value v (none for an Identity), v moved on to its output.
+  // Where ddl's layers cannot take what follows v, the piece of the graph up to the next value that every
+  // path from v passes through becomes one Subgraph layer (graph_piece.hpp), if it can take it; else the
+  // layers' refusal stands.
   Built step(std::string& v) {
+    const std::string from = v;
+    try {
+      return layer_or_block(v);
+    } catch (const InputError&) {
+      auto piece = onnx::graph_piece(g_, from, readers_);
+      if (!piece) throw;
+      v = piece->end;
+      return {std::move(piece->layer), std::move(piece->params), {}};
+    }
+  }
+  Built layer_or_block(std::string& v) {
     const auto& r = readers(v);
     if (r.size() >= 2) return block(v);
     if (r.empty())

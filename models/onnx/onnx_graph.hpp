@@ -9,8 +9,8 @@
 // Shape arithmetic (Shape, Constant, ConstantOfShape, Gather, Unsqueeze, Squeeze, Concat, Cast, Slice,
 // Equal, Where, Expand, Range, Add/Sub/Mul/Div on integers, Reshape of a constant) is folded into constants
 // once the input's [C, H, W] is known, so that the graph left computes only on images. The batch is free:
-// folding runs for two batch sizes, and an integer that differs between them is the batch, kept as
-// kBatch (a Reshape to [kBatch, -1] keeps the batch and flattens the rest).
+// folding runs for two batch sizes, and an integer that differs between them is a multiple k of the batch,
+// kept as kBatch * k (a Reshape to [kBatch, -1] keeps the batch and flattens the rest).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@
 namespace ddl::onnx {
 
 inline constexpr std::int64_t kMinOpset = 13, kMaxOpset = 17;
-// In a folded integer tensor: the batch size, which the graph does not fix.
+// In a folded integer tensor: the batch size, which the graph does not fix; kBatch * k is k times it.
 inline constexpr std::int64_t kBatch = -2147483647;
 
 // A tensor known before any image is seen: an initializer, a Constant node's value, or folded shape

@@ -351,6 +351,15 @@ class OnnxImport(unittest.TestCase):
                                                                   num_init_features=16, bn_size=2, num_classes=10))
         self.assert_trains_as_in_pytorch(model, "densenet", steps=3)
 
+    def test_a_vision_transformer_trains_as_in_pytorch(self):
+        # torchvision's own: patches, a class token, attention and GELU as PyTorch 1.13 exports them (MatMul,
+        # Transpose, Reshape, Slice, Softmax, Erf, layer norms written out); ddl takes them as Subgraph layers.
+        from torchvision.models.vision_transformer import VisionTransformer
+        torch.manual_seed(11)
+        model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                  mlp_dim=64, num_classes=10)
+        self.assert_trains_as_in_pytorch(model, "vit", steps=3)
+
     def test_the_samples_squeeze_excitation_resnet_trains_as_in_pytorch(self):
         # The module data/models/export_sample.py exports (a gate inside a residual block's body).
         spec = importlib.util.spec_from_file_location("export_sample", SAMPLE_SCRIPT)

@@ -1,0 +1,283 @@
+#include "models/onnx/graph_piece.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "core/error.hpp"
+#include "core/layers/subgraph.hpp"
+#include "models/onnx/message_text.hpp"
+
+namespace ddl::onnx {
+namespace {
+
+static_assert(kBatch == kBatchTimes, "folded shapes and the Subgraph name the batch alike");
+
+using Kind = SubgraphOp::Kind;
+
+const std::map<std::string, Kind>& kinds() {
+  static const std::map<std::string, Kind> table = {
+      {"Add", Kind::add},           {"Sub", Kind::sub},         {"Mul", Kind::mul},
+      {"Div", Kind::div},           {"Pow", Kind::pow},         {"Sqrt", Kind::sqrt},
+      {"Erf", Kind::erf},           {"Identity", Kind::identity}, {"Dropout", Kind::identity},
+      {"Cast", Kind::identity},     {"MatMul", Kind::matmul},   {"Gemm", Kind::matmul},
+      {"Softmax", Kind::softmax},   {"ReduceMean", Kind::reduce_mean}, {"Transpose", Kind::transpose},
+      {"Reshape", Kind::reshape},   {"Flatten", Kind::reshape}, {"Expand", Kind::expand},
+      {"Concat", Kind::concat},     {"Slice", Kind::slice},     {"Gather", Kind::gather}};
+  return table;
+}
+
+// The nodes of a piece, in the graph's order, and the value it ends in.
+struct Region {
+  std::vector<std::size_t> nodes;
+  std::string end;
+};
+
+class PieceBuilder {
+ public:
+  PieceBuilder(const Graph& g, const std::map<std::string, std::vector<std::size_t>>& readers)
+      : g_(g), readers_(readers) {
+    for (std::size_t n = 0; n < g_.nodes.size(); ++n)
+      for (const std::string& out : g_.nodes[n].outputs) producer_[out] = n;
+  }
+
+  std::optional<GraphPiece> build(const std::string& from) {
+    const auto region = find_region(from);
+    if (!region) return std::nullopt;
+    for (const std::size_t n : region->nodes)
+      if (!kinds().count(g_.nodes[n].op)) return std::nullopt;
+    value_[from] = 0;
+    // Parameters first, then constants, then the operations' outputs: the Subgraph's numbering.
+    for (const bool parameters : {true, false})
+      for (const std::size_t n : region->nodes)
+        for (const std::size_t i : data_inputs(g_.nodes[n])) {
+          const std::string& in = g_.nodes[n].inputs[i];
+          if (value_.count(in) || !g_.constants.count(in) || is_parameter(in) != parameters) continue;
+          const Constant& c = g_.constants.at(in);
+          if (c.integer) refuse(g_.nodes[n], "takes integers '" + in + "' where ddl expects real numbers");
+          value_[in] = static_cast<int>(1 + params_.size() + constants_.size());
+          if (parameters)
+            params_.push_back(in);
+          else
+            constants_.push_back({dims_t(c.dims.begin(), c.dims.end()), c.floats});
+        }
+    for (const std::size_t n : region->nodes) translate(g_.nodes[n]);
+    if (last_output_ != region->end) {
+      const Node& last = g_.nodes[region->nodes.back()];
+      add(op(Kind::identity, {use(region->end, last)}, last), region->end);
+    }
+    std::vector<ParamSpec> specs;
+    for (std::size_t p = 0; p < params_.size(); ++p) {
+      const Constant& c = g_.constants.at(params_[p]);
+      specs.push_back({"param" + std::to_string(p), dims_t(c.dims.begin(), c.dims.end()),
+                       c.dims.size() > 1 ? Init::normal_002 : Init::zeros});
+    }
+    GraphPiece piece;
+    piece.layer = std::make_unique<Subgraph>(std::move(specs), std::move(constants_), std::move(ops_));
+    piece.params = params_;
+    piece.end = region->end;
+    return piece;
+  }
+
+ private:
+  bool is_constant(const std::string& v) const { return v.empty() || g_.constants.count(v); }
+  bool is_parameter(const std::string& v) const {
+    return g_.initializers.count(v) && g_.constants.count(v) && !g_.constants.at(v).integer;
+  }
+  std::size_t readers_of(const std::string& v) const {
+    const auto it = readers_.find(v);
+    return (it == readers_.end() ? 0 : it->second.size()) + (v == g_.output ? 1 : 0);
+  }
+
+  // From `from`, the nodes in order that read what is inside, until one value alone is left to be read
+  // further on. A node that computes from parameters only (a weight's Transpose) comes in with its reader.
+  std::optional<Region> find_region(const std::string& from) {
+    std::map<std::string, std::size_t> unread = {{from, readers_of(from)}};
+    std::set<std::size_t> taken;
+    Region region;
+    const auto first = readers_.find(from);
+    if (first == readers_.end() || first->second.empty()) return std::nullopt;
+    const std::size_t start = *std::min_element(first->second.begin(), first->second.end());
+    for (std::size_t n = start; n < g_.nodes.size(); ++n) {
+      const Node& node = g_.nodes[n];
+      if (std::none_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& in) { return unread.count(in); }))
+        continue;
+      for (const std::string& in : node.inputs)
+        if (!is_constant(in) && !unread.count(in)) {
+          if (!from_parameters(in)) return std::nullopt;
+          take_from_parameters(in, unread, taken);
+        }
+      take(n, unread, taken);
+      std::vector<std::string> live;
+      for (const auto& [value, count] : unread)
+        if (count > 0) live.push_back(value);
+      if (live.empty()) return std::nullopt;
+      if (live.size() == 1) {
+        region.nodes.assign(taken.begin(), taken.end());
+        region.end = live[0];
+        return region;
+      }
+    }
+    return std::nullopt;
+  }
+  void take(std::size_t n, std::map<std::string, std::size_t>& unread, std::set<std::size_t>& taken) {
+    const Node& node = g_.nodes[n];
+    for (const std::string& in : node.inputs)
+      if (const auto it = unread.find(in); it != unread.end() && it->second > 0) --it->second;
+    for (const std::string& out : node.outputs)
+      if (!out.empty()) unread[out] = readers_of(out);
+    taken.insert(n);
+  }
+  // Whether v is computed from parameters and constants only (a weight's Transpose before its MatMul).
+  bool from_parameters(const std::string& v) {
+    if (const auto known = from_parameters_.find(v); known != from_parameters_.end()) return known->second;
+    const auto p = producer_.find(v);
+    bool only = p != producer_.end();
+    if (only)
+      for (const std::string& in : g_.nodes[p->second].inputs) only = only && (is_constant(in) || from_parameters(in));
+    return from_parameters_[v] = only;
+  }
+  // Takes in the nodes that compute v from parameters.
+  void take_from_parameters(const std::string& v, std::map<std::string, std::size_t>& unread, std::set<std::size_t>& taken) {
+    const std::size_t n = producer_.at(v);
+    if (taken.count(n)) return;
+    for (const std::string& in : g_.nodes[n].inputs)
+      if (!is_constant(in)) take_from_parameters(in, unread, taken);
+    take(n, unread, taken);
+  }
+
+  [[noreturn]] void refuse(const Node& n, const std::string& why) const {
+    throw InputError(one_line(g_.source + ": " + n.describe() + ": " + why));
+  }
+  SubgraphOp op(Kind kind, std::vector<int> inputs, const Node& n) const {
+    SubgraphOp o;
+    o.kind = kind;
+    o.inputs = std::move(inputs);
+    o.name = one_line(g_.source + ": " + n.describe());
+    return o;
+  }
+  const Constant& constant(const Node& n, std::size_t input) const {
+    if (input >= n.inputs.size() || !g_.constants.count(n.inputs[input]))
+      refuse(n, "its input " + std::to_string(input + 1) + " is not a constant");
+    return g_.constants.at(n.inputs[input]);
+  }
+  const std::vector<std::int64_t>& ints(const Node& n, std::size_t input) const {
+    const Constant& c = constant(n, input);
+    if (!c.integer) refuse(n, "its input " + std::to_string(input + 1) + " is not of integers");
+    return c.ints;
+  }
+  bool given(const Node& n, std::size_t input) const { return input < n.inputs.size() && !n.inputs[input].empty(); }
+
+  // The inputs that are tensors the operation computes on, not shapes, axes or indices.
+  static std::vector<std::size_t> data_inputs(const Node& n) {
+    const std::string& op = n.op;
+    std::size_t count = 1;
+    if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "MatMul") count = 2;
+    if (op == "Gemm") count = 3;
+    if (op == "Concat") count = n.inputs.size();
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < std::min(count, n.inputs.size()); ++i)
+      if (!n.inputs[i].empty()) out.push_back(i);
+    return out;
+  }
+  int use(const std::string& v, const Node& n) const {
+    const auto it = value_.find(v);
+    if (it == value_.end()) refuse(n, "reads '" + v + "', which is computed outside this piece");
+    return it->second;
+  }
+  void add(SubgraphOp o, const std::string& output) {
+    ops_.push_back(std::move(o));
+    value_[output] = static_cast<int>(1 + params_.size() + constants_.size() + ops_.size() - 1);
+    last_output_ = output;
+  }
+
+  void translate(const Node& n) {
+    const Kind kind = kinds().at(n.op);
+    const std::string& out = n.outputs.at(0);
+    SubgraphOp o = op(kind, {use(n.inputs.at(0), n)}, n);
+    if (kind == Kind::add || kind == Kind::sub || kind == Kind::mul || kind == Kind::div ||
+        (kind == Kind::matmul && n.op == "MatMul")) {
+      o.inputs.push_back(use(n.inputs.at(1), n));
+    } else if (kind == Kind::matmul) {  // Gemm: a times b (transposed where transB), plus c
+      if (n.integer("transA", 0) != 0 || n.real("alpha", 1) != 1 || n.real("beta", 1) != 1)
+        refuse(n, "ddl takes a Gemm with transA = 0 and alpha = beta = 1");
+      int b = use(n.inputs.at(1), n);
+      if (n.integer("transB", 0) != 0) {
+        SubgraphOp t = op(Kind::transpose, {b}, n);
+        t.ints = {1, 0};
+        add(std::move(t), out + "#b");
+        b = value_.at(out + "#b");
+      }
+      o.inputs = {use(n.inputs.at(0), n), b};
+      if (given(n, 2)) {
+        add(std::move(o), out + "#ab");
+        o = op(Kind::add, {value_.at(out + "#ab"), use(n.inputs[2], n)}, n);
+      }
+    } else if (kind == Kind::pow) {
+      const Constant& e = constant(n, 1);
+      if (e.size() != 1) refuse(n, "ddl raises to one constant power");
+      o.exponent = e.integer ? static_cast<float>(e.ints[0]) : e.floats[0];
+    } else if (n.op == "Dropout") {
+      const float ratio = given(n, 1) ? constant(n, 1).floats.at(0) : n.real("ratio", 0.5f);
+      if (ratio != 0.0f) refuse(n, "ddl takes a Dropout among these operators at ratio 0 only");
+    } else if (n.op == "Cast") {
+      if (n.integer("to", 1) != 1) refuse(n, "ddl casts to float only here");
+    } else if (kind == Kind::softmax) {
+      o.axis = n.integer("axis", -1);
+    } else if (kind == Kind::reduce_mean) {
+      o.ints = given(n, 1) ? ints(n, 1) : n.integers("axes", {});
+      if (o.ints.empty()) refuse(n, "ddl takes a ReduceMean over given axes");
+      o.keep_dims = n.integer("keepdims", 1) != 0;
+    } else if (kind == Kind::transpose) {
+      o.ints = n.integers("perm", {});
+    } else if (n.op == "Reshape") {
+      o.ints = ints(n, 1);
+      if (n.integer("allowzero", 0) != 0) refuse(n, "ddl takes a Reshape without allowzero");
+    } else if (n.op == "Flatten") {
+      if (n.integer("axis", 1) != 1) refuse(n, "ddl flattens from axis 1 only");
+      o.ints = {0, -1};
+    } else if (kind == Kind::expand) {
+      o.ints = ints(n, 1);
+    } else if (kind == Kind::concat) {
+      o.axis = n.integer("axis", 0);
+      for (std::size_t i = 1; i < n.inputs.size(); ++i) o.inputs.push_back(use(n.inputs[i], n));
+    } else if (kind == Kind::slice) {
+      o.starts = ints(n, 1);
+      o.ends = ints(n, 2);
+      if (given(n, 3)) {
+        o.ints = ints(n, 3);
+      } else {
+        for (std::size_t i = 0; i < o.starts.size(); ++i) o.ints.push_back(static_cast<std::int64_t>(i));
+      }
+      if (given(n, 4)) o.steps = ints(n, 4);
+      if (o.ends.size() != o.starts.size() || o.ints.size() != o.starts.size() ||
+          (!o.steps.empty() && o.steps.size() != o.starts.size()))
+        refuse(n, "its starts, ends, axes and steps differ in length");
+    } else if (kind == Kind::gather) {
+      const Constant& indices = constant(n, 1);
+      if (!indices.integer || indices.dims.size() > 1) refuse(n, "ddl gathers at one index or a list of them");
+      o.axis = n.integer("axis", 0);
+      o.indices = indices.ints;
+      o.scalar_index = indices.dims.empty();
+    }
+    add(std::move(o), out);
+  }
+
+  const Graph& g_;
+  const std::map<std::string, std::vector<std::size_t>>& readers_;
+  std::map<std::string, std::size_t> producer_;
+  std::map<std::string, bool> from_parameters_;
+  std::map<std::string, int> value_;
+  std::vector<std::string> params_;
+  std::vector<SubgraphConstant> constants_;
+  std::vector<SubgraphOp> ops_;
+  std::string last_output_;
+};
+
+}  // namespace
+
+std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
+                                      const std::map<std::string, std::vector<std::size_t>>& readers) {
+  return PieceBuilder(graph, readers).build(from);
+}
+
+}  // namespace ddl::onnx

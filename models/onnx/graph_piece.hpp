@@ -1,0 +1,31 @@
+// A piece of an ONNX graph that ddl's layers do not express (a vision transformer's attention and layer
+// norms as PyTorch exports them: MatMul, Transpose, Reshape, Softmax, Slice, broadcast arithmetic), taken
+// as one Subgraph layer (core/layers/subgraph.hpp). The piece runs from a value to the next value that every
+// path from it passes through, so the model stays one chain of layers that a pipeline can cut.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/layers/layer.hpp"
+#include "models/onnx/onnx_graph.hpp"
+
+namespace ddl::onnx {
+
+struct GraphPiece {
+  std::unique_ptr<Layer> layer;
+  std::vector<std::string> params;  // the initializers its parameters start from, in param_specs() order
+  std::string end;                  // the value it computes
+};
+
+// The piece from value `from`; `readers` gives, for each value computed on images, the nodes that read it (a
+// node once per input it reads it as). nullopt where no such piece is found, or where one of its nodes is
+// an operator the Subgraph does not have (the caller's own refusal then stands). Throws InputError naming
+// the node where an operator it has comes with attributes or inputs it cannot take.
+std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
+                                      const std::map<std::string, std::vector<std::size_t>>& readers);
+
+}  // namespace ddl::onnx
