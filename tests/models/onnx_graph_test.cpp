@@ -344,14 +344,42 @@ pb::ModelProto view_cnn_with(const std::function<void(pb::GraphProto&)>& change)
   return m;
 }
 
-TEST(OnnxGraph, RefusesArithmeticItCannotFold) {
-  // Index 1 of the shape of a value inside the network: its channels, known only once layers are built.
+TEST(OnnxGraph, FoldsTheShapeOfValuesComputedOnImages) {
+  // Index 1 of the shape of the ReLU after the convolution: its 2 channels.
   const std::string one(std::string("\x01\0\0\0\0\0\0\0", 8));
-  EXPECT_EQ(fold_error(view_cnn_with(
-                [&](auto& g) { g.mutable_node(3)->mutable_attribute(0)->mutable_t()->set_raw_data(one); })),
+  Graph g = parse_onnx(bytes_of(view_cnn_with(
+                           [&](auto& g) { g.mutable_node(3)->mutable_attribute(0)->mutable_t()->set_raw_data(one); })),
+                       "m.onnx");
+  fold_constants(g);
+  EXPECT_EQ(g.constants.at("view_shape").ints, (std::vector<std::int64_t>{2, -1}));
+
+  // Twice the batch: [tokens * batch, features] as attention's reshapes compute it.
+  pb::GraphProto twice;
+  *twice.add_input() = value_info("input", {kFree, 1, 1, 10});
+  *twice.add_output() = value_info("logits", {kFree, 10});
+  add_node(twice, "Shape", {"input"}, {"shape"});
+  add_constant(twice, "two", {1}, {2});
+  add_node(twice, "Mul", {"shape", "two"}, {"value"}, "/Mul");
+  add_node(twice, "Reshape", {"input", "value"}, {"logits"});
+  Graph folded = parse_onnx(bytes_of(model_of(twice)), "m.onnx");
+  fold_constants(folded);
+  EXPECT_EQ(folded.constants.at("value").ints, (std::vector<std::int64_t>{2 * kBatch, 2, 2, 20}));
+}
+
+TEST(OnnxGraph, RefusesArithmeticItCannotFold) {
+  // Index 1 of the shape of a value whose dims ddl does not know before the layers are built (an operator
+  // outside value_shapes').
+  const std::string one(std::string("\x01\0\0\0\0\0\0\0", 8));
+  EXPECT_EQ(fold_error(view_cnn_with([&](auto& g) {
+              g.mutable_node(1)->set_op_type("Sin");
+              g.mutable_node(3)->mutable_attribute(0)->mutable_t()->set_raw_data(one);
+            })),
             "m.onnx: Gather node '/Gather': needs the shape of 'relu', which ddl cannot know before the layers are "
             "built");
-  EXPECT_EQ(fold_error(view_cnn_with([](auto& g) { g.mutable_node(6)->set_input(0, "shape"); })),
+  EXPECT_EQ(fold_error(view_cnn_with([](auto& g) {
+              g.mutable_node(1)->set_op_type("Sin");
+              g.mutable_node(6)->set_input(0, "shape");
+            })),
             "m.onnx: Unsqueeze node '/Unsqueeze': needs the shape of 'relu', which ddl cannot know before the layers "
             "are built");
   EXPECT_EQ(fold_error(view_cnn_with([](auto& g) { g.mutable_node(3)->set_op_type("Sin"); })),
@@ -371,14 +399,14 @@ TEST(OnnxGraph, RefusesAUseOfTheBatchOtherThanTheBatch) {
   *g.add_output() = value_info("logits", {kFree, 10});
   add_node(g, "Shape", {"input"}, {"shape"});
   add_constant(g, "two", {1}, {2});
-  add_node(g, "Mul", {"shape", "two"}, {"value"}, "/Mul");
+  add_node(g, "Add", {"shape", "two"}, {"value"}, "/Add");
   add_node(g, "Reshape", {"input", "value"}, {"logits"});
   EXPECT_EQ(fold_error(model_of(g)),
-            "m.onnx: Mul node '/Mul': its result changes with the batch size, but is not the batch");
+            "m.onnx: Add node '/Add': its result changes with the batch size, but is not a multiple of it");
   g.mutable_node(2)->set_op_type("ConstantOfShape");
   g.mutable_node(2)->mutable_input()->RemoveLast();
   EXPECT_EQ(fold_error(model_of(g)),
-            "m.onnx: ConstantOfShape node '/Mul': the shape of its result changes with the batch size");
+            "m.onnx: ConstantOfShape node '/Add': the shape of its result changes with the batch size");
 }
 
 TEST(OnnxGraph, RefusesResultsLargerThanShapes) {
