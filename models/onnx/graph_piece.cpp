@@ -22,7 +22,8 @@ const std::map<std::string, Kind>& kinds() {
       {"Cast", Kind::identity},     {"MatMul", Kind::matmul},   {"Gemm", Kind::matmul},
       {"Softmax", Kind::softmax},   {"ReduceMean", Kind::reduce_mean}, {"Transpose", Kind::transpose},
       {"Reshape", Kind::reshape},   {"Flatten", Kind::reshape}, {"Expand", Kind::expand},
-      {"Concat", Kind::concat},     {"Slice", Kind::slice},     {"Gather", Kind::gather}};
+      {"Concat", Kind::concat},     {"Slice", Kind::slice},     {"Gather", Kind::gather},
+      {"LayerNormalization", Kind::div}};  // written out: mean, centre, variance, divide, scale and shift
   return table;
 }
 
@@ -60,6 +61,11 @@ class PieceBuilder {
           else
             constants_.push_back({dims_t(c.dims.begin(), c.dims.end()), c.floats});
         }
+    for (const std::size_t n : region->nodes)
+      if (const Node& node = g_.nodes[n]; node.op == "LayerNormalization") {
+        value_[node.outputs.at(0) + "#epsilon"] = static_cast<int>(1 + params_.size() + constants_.size());
+        constants_.push_back({{}, {node.real("epsilon", 1e-5f)}});
+      }
     for (const std::size_t n : region->nodes) translate(g_.nodes[n]);
     if (last_output_ != region->end) {
       const Node& last = g_.nodes[region->nodes.back()];
@@ -172,7 +178,7 @@ class PieceBuilder {
     const std::string& op = n.op;
     std::size_t count = 1;
     if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "MatMul") count = 2;
-    if (op == "Gemm") count = 3;
+    if (op == "Gemm" || op == "LayerNormalization") count = 3;
     if (op == "Concat") count = n.inputs.size();
     std::vector<std::size_t> out;
     for (std::size_t i = 0; i < std::min(count, n.inputs.size()); ++i)
@@ -190,7 +196,31 @@ class PieceBuilder {
     last_output_ = output;
   }
 
+  // LayerNormalization over the last axes, as the operations PyTorch writes it out in at opset 13.
+  void layer_norm(const Node& n) {
+    const std::string& out = n.outputs.at(0);
+    const std::int64_t axis = n.integer("axis", -1);
+    if (axis >= 0) refuse(n, "ddl normalizes over axes counted from the last (axis < 0)");
+    std::vector<std::int64_t> axes;
+    for (std::int64_t a = axis; a < 0; ++a) axes.push_back(a);
+    const auto step = [&](Kind kind, std::vector<int> inputs, const std::string& name) {
+      SubgraphOp o = op(kind, std::move(inputs), n);
+      if (kind == Kind::reduce_mean) o.ints = axes;
+      if (kind == Kind::pow) o.exponent = 2;
+      add(std::move(o), out + name);
+      return value_.at(out + name);
+    };
+    const int x = use(n.inputs.at(0), n);
+    const int centred = step(Kind::sub, {x, step(Kind::reduce_mean, {x}, "#mean")}, "#centred");
+    const int variance = step(Kind::reduce_mean, {step(Kind::pow, {centred}, "#square")}, "#variance");
+    const int deviation = step(Kind::sqrt, {step(Kind::add, {variance, use(out + "#epsilon", n)}, "#sum")}, "#deviation");
+    int y = step(Kind::mul, {step(Kind::div, {centred, deviation}, "#normal"), use(n.inputs.at(1), n)}, "#scaled");
+    if (given(n, 2)) y = step(Kind::add, {y, use(n.inputs[2], n)}, "#shifted");
+    add(op(Kind::identity, {y}, n), out);
+  }
+
   void translate(const Node& n) {
+    if (n.op == "LayerNormalization") return layer_norm(n);
     const Kind kind = kinds().at(n.op);
     const std::string& out = n.outputs.at(0);
     SubgraphOp o = op(kind, {use(n.inputs.at(0), n)}, n);

@@ -353,12 +353,47 @@ class OnnxImport(unittest.TestCase):
 
     def test_a_vision_transformer_trains_as_in_pytorch(self):
         # torchvision's own: patches, a class token, attention and GELU as PyTorch 1.13 exports them (MatMul,
-        # Transpose, Reshape, Slice, Softmax, Erf, layer norms written out); ddl takes them as Subgraph layers.
+        # Transpose, Reshape, Slice, Softmax, Erf; layer norms written out at opset 13, LayerNormalization at
+        # 17); ddl takes what its layers do not express as Subgraph layers.
         from torchvision.models.vision_transformer import VisionTransformer
-        torch.manual_seed(11)
+        for opset in (13, 17):
+            with self.subTest(opset=opset):
+                torch.manual_seed(11)
+                model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                          mlp_dim=64, num_classes=10)
+                self.assert_trains_as_in_pytorch(model, f"vit_{opset}", steps=3, opset=opset)
+
+    def test_a_vision_transformer_in_ranks_and_stages_and_back_in_pytorch(self):
+        from torchvision.models.vision_transformer import VisionTransformer
+        torch.manual_seed(12)
         model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
                                   mlp_dim=64, num_classes=10)
-        self.assert_trains_as_in_pytorch(model, "vit", steps=3)
+        graph = self.path("vit_layouts.onnx")
+        export(model, graph, 13)
+        self.assert_layouts_train_as_one_rank(graph)
+        # Trained, exported back and loaded into the module: its eval-mode logits are ddl_predict's.
+        checkpoints, weights = self.path("vit_back.ck"), self.path("vit_back.pt")
+        run(os.path.join(BIN, "ddl_train"), "--model", graph, "--train", self.data, "--epochs", 1,
+            "--steps-per-epoch", 2, "--batch-size", 16, "--threads", 1, "--progress", "never",
+            "--checkpoint-dir", checkpoints)
+        run(sys.executable, EXPORT, os.path.join(checkpoints, "last.h5"), weights)
+        model.load_state_dict(torch.load(weights))
+        model.eval()
+        self.assert_predicts_as(os.path.join(checkpoints, "last.h5"), model)
+
+    def assert_predicts_as(self, checkpoint, model):
+        """ddl_predict's logits of one class's images are the module's, within 1e-4 of the largest."""
+        from PIL import Image
+        folder = os.path.join(self.dir, "few", sorted(os.listdir(os.path.join(self.dir, "few")))[0])
+        rows = run(os.path.join(BIN, "ddl_predict"), "--checkpoint", checkpoint, "--logits", folder, "--threads",
+                   1).stdout.strip().splitlines()[1:]
+        files = [row.split(",")[0] for row in rows]
+        ddl_logits = numpy.array([[float(v) for v in row.split(",")[1:]] for row in rows])
+        pixels = numpy.stack([numpy.asarray(Image.open(f).convert("RGB"), dtype=numpy.float32) / 255 for f in files])
+        with torch.no_grad():
+            torch_logits = model(torch.from_numpy(pixels).permute(0, 3, 1, 2).contiguous()).numpy()
+        self.assertEqual(ddl_logits.shape, torch_logits.shape)
+        self.assertLessEqual(numpy.abs(ddl_logits - torch_logits).max(), 1e-4 * numpy.abs(torch_logits).max())
 
     def test_the_samples_squeeze_excitation_resnet_trains_as_in_pytorch(self):
         # The module data/models/export_sample.py exports (a gate inside a residual block's body).
@@ -399,18 +434,7 @@ class OnnxImport(unittest.TestCase):
         with torch.no_grad():
             torch_loss = nn.functional.cross_entropy(model(images.contiguous()), labels).item()
         self.assertAlmostEqual(ddl_loss, torch_loss, delta=1e-4 * abs(torch_loss), msg=out)
-        # ddl_predict's logits of one class's images are the exported module's, within 1e-4 of the largest.
-        from PIL import Image
-        folder = os.path.join(self.dir, "few", sorted(os.listdir(os.path.join(self.dir, "few")))[0])
-        rows = run(os.path.join(BIN, "ddl_predict"), "--checkpoint", trained, "--logits", folder, "--threads",
-                   1).stdout.strip().splitlines()[1:]
-        files = [row.split(",")[0] for row in rows]
-        ddl_logits = numpy.array([[float(v) for v in row.split(",")[1:]] for row in rows])
-        pixels = numpy.stack([numpy.asarray(Image.open(f).convert("RGB"), dtype=numpy.float32) / 255 for f in files])
-        with torch.no_grad():
-            torch_logits = model(torch.from_numpy(pixels).permute(0, 3, 1, 2).contiguous()).numpy()
-        self.assertEqual(ddl_logits.shape, torch_logits.shape)
-        self.assertLessEqual(numpy.abs(ddl_logits - torch_logits).max(), 1e-4 * numpy.abs(torch_logits).max())
+        self.assert_predicts_as(trained, model)
         # The graph with the trained weights trains in ddl again, from those weights.
         again = run(os.path.join(BIN, "ddl_train"), "--model", graph, "--train", self.data, "--epochs", 1,
                     "--steps-per-epoch", 1, "--batch-size", 16, "--threads", 1, "--progress", "never").stdout
@@ -440,21 +464,27 @@ class OnnxImport(unittest.TestCase):
                      "--threads", 1, "--progress", "never", "--checkpoint-dir", checkpoints)
         return ddl_tensors(os.path.join(checkpoints, "last.h5"))[2], result.stdout
 
-    def test_ranks_pipelines_and_split_layers_train_as_one_rank(self):
-        torch.manual_seed(3)
-        cnn = self.path("cnn.onnx")
-        export(SmallCnn(), cnn, 13)
-        train = [os.path.join(BIN, "ddl_train"), "--model", cnn]
+    def assert_layouts_train_as_one_rank(self, graph):
+        """2 ranks, 2 pipeline stages and the classifier split give one rank's parameters."""
+        train = [os.path.join(BIN, "ddl_train"), "--model", graph]
         ranks = ["mpirun", "--oversubscribe", "-np", "2"] + train
         one, _ = self.ddl_params(*train, "--batch-size", 32)
         for name, command, tolerance in (
                 ("2 ranks", ranks + ["--batch-size", 16], 1e-5),
                 ("2 stages", ranks + ["--batch-size", 32, "--pipeline-stages", 2, "--micro-batches", 2], 1e-5),
                 ("split classifier", ranks + ["--batch-size", 16, "--tensor-parallel", 2], 1e-4)):
-            with self.subTest(layout=name):
+            with self.subTest(graph=os.path.basename(graph), layout=name):
                 params, out = self.ddl_params(*command)
                 self.assertEqual(params.shape, one.shape, out)
                 self.assertLessEqual(numpy.abs(params - one).max(), tolerance * numpy.abs(one).max(), out)
+
+    def test_ranks_pipelines_and_split_layers_train_as_one_rank(self):
+        torch.manual_seed(3)
+        cnn = self.path("cnn.onnx")
+        export(SmallCnn(), cnn, 13)
+        self.assert_layouts_train_as_one_rank(cnn)
+        train = [os.path.join(BIN, "ddl_train"), "--model", cnn]
+        ranks = ["mpirun", "--oversubscribe", "-np", "2"] + train
         # A checkpoint of 2 stages resumes on 1 rank.
         checkpoints = self.path("stages.ck")
         common = ["--train", self.data, "--steps-per-epoch", 2, "--batch-size", 32, "--threads", 1, "--progress",
