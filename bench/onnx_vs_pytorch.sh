@@ -21,7 +21,8 @@ import sys
 import torch
 import torchvision
 name, size, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-model = getattr(torchvision.models, name)(num_classes=1000).train()
+kwargs = {"image_size": size} if name.startswith("vit_") else {}  # position embeddings: one per patch
+model = getattr(torchvision.models, name)(num_classes=1000, **kwargs).train()
 for module in model.modules():
     if isinstance(module, torch.nn.Dropout):
         module.p = 0.0  # a mask PyTorch draws in the graph: the export would keep it fixed

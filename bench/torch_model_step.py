@@ -21,7 +21,8 @@ steps = int(args[2]) if len(args) > 2 else 5
 threads = int(args[3]) if len(args) > 3 else 2
 torch.set_num_threads(threads)
 torch.manual_seed(1)
-model = getattr(torchvision.models, name)(num_classes=1000)
+# A vision transformer is built for the image size (its position embeddings are one per patch).
+model = getattr(torchvision.models, name)(num_classes=1000, **({"image_size": size} if name.startswith("vit_") else {}))
 model.train()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 x = torch.randn(batch, 3, size, size)

@@ -23,6 +23,9 @@ const char* kind_name(Kind kind) {
     case Kind::pow: return "pow";
     case Kind::sqrt: return "sqrt";
     case Kind::erf: return "erf";
+    case Kind::relu: return "relu";
+    case Kind::sigmoid: return "sigmoid";
+    case Kind::tanh: return "tanh";
     case Kind::identity: return "identity";
     case Kind::matmul: return "matmul";
     case Kind::softmax: return "softmax";
@@ -186,6 +189,9 @@ dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
     case Kind::pow:
     case Kind::sqrt:
     case Kind::erf:
+    case Kind::relu:
+    case Kind::sigmoid:
+    case Kind::tanh:
     case Kind::identity:
       return in(0);
     case Kind::softmax:
@@ -303,14 +309,14 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
   input_ = Tensor(plain_desc(in), ctx.engine());
   to_plain_ = Copy(ctx, src, input_.desc());
   values_[0] = {in, input_.data(), nullptr};
-  if (need_diff_src_) {
-    input_grad_ = Tensor(input_.desc(), ctx.engine());
-    values_[0].grad = input_grad_.data();
-    to_src_layout_ = Copy(ctx, input_.desc(), src);
-  }
+  needs_grad_.assign(values_.size(), false);
+  needs_grad_[0] = need_diff_src_;
+  if (need_diff_src_) to_src_layout_ = Copy(ctx, input_.desc(), src);
   diff_src_.reset(need_diff_src_ ? src : dnnl::memory::desc());
-  for (std::size_t p = 0; p < params_.size(); ++p)
+  for (std::size_t p = 0; p < params_.size(); ++p) {
     values_[1 + p] = {params_[p].dims, views_[p].value.data(), train_ ? views_[p].grad.data() : nullptr};
+    needs_grad_[1 + p] = train_;
+  }
   for (std::size_t c = 0; c < constants_.size(); ++c)
     values_[1 + params_.size() + c] = {constants_[c].dims, constants_[c].values.data(), nullptr};
 
@@ -324,38 +330,32 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
     outputs_[k] = Tensor(last ? plain_desc(out) : flat(out), ctx.engine());
     Value& v = values_[first_op + k];
     v = {out, outputs_[k].data(), nullptr};
-    if (train_ && std::any_of(op.inputs.begin(), op.inputs.end(), [&](int i) { return values_[i].grad; })) {
-      output_grads_[k] = Tensor(outputs_[k].desc(), ctx.engine());
-      v.grad = output_grads_[k].data();
-    }
+    needs_grad_[first_op + k] = std::any_of(op.inputs.begin(), op.inputs.end(), [&](int i) { return needs_grad_[i]; });
     largest = std::max(largest, product(out));
     const auto& engine = ctx.engine();
     if (op.kind == Kind::matmul) {
       MatMul m;
-      dims_t a = values_[op.inputs[0]].dims, b = values_[op.inputs[1]].dims;
+      dims_t a = values_[op.inputs[0]].dims, b = values_[op.inputs[1]].dims, c = out;
       const std::size_t r = out.size();
       a.insert(a.begin(), r - a.size(), 1);
       b.insert(b.begin(), r - b.size(), 1);
+      if (product(dims_t(b.begin(), b.end() - 2)) == 1) {
+        // One matrix for every batch (a weight): a's batches are rows of one product, [rows, inner] by
+        // [inner, cols], not many products of a few rows each (attention's [tokens, batch, features]).
+        const dim rows = static_cast<dim>(product(a) / a[r - 1]);
+        a = {rows, a[r - 1]};
+        b = {b[r - 2], b[r - 1]};
+        c = {rows, b[1]};
+      }
       m.a = strided(a, strides_of(a));
       m.b = strided(b, strides_of(b));
-      m.c = strided(out, strides_of(out));
+      m.c = strided(c, strides_of(c));
       m.forward = dnnl::matmul(make_matmul_pd(engine, m.a, m.b, dnnl::memory::desc(), m.c));
       if (train_) {
+        m.a_t = transposed(a);
         m.b_t = transposed(b);
         m.grad_a = dnnl::matmul(make_matmul_pd(engine, m.c, m.b_t, dnnl::memory::desc(), m.a, adding()));
-        const std::size_t batches = product(dims_t(out.begin(), out.end() - 2));
-        m.b_broadcast = batches > 1 && product(dims_t(b.begin(), b.end() - 2)) == 1;
-        if (m.b_broadcast) {
-          // b's gradient sums over every batch: one product of a, all its rows at once, by c's gradient.
-          const dim rows = static_cast<dim>(batches) * a[r - 2], inner = a[r - 1], cols = b[r - 1];
-          m.a_t = strided({inner, rows}, {1, inner});
-          m.c_as_b = strided({rows, cols}, {cols, 1});
-          m.grad_b = dnnl::matmul(
-              make_matmul_pd(engine, m.a_t, m.c_as_b, dnnl::memory::desc(), strided({inner, cols}, {cols, 1}), adding()));
-        } else {
-          m.a_t = transposed(a);
-          m.grad_b = dnnl::matmul(make_matmul_pd(engine, m.a_t, m.c, dnnl::memory::desc(), m.b, adding()));
-        }
+        m.grad_b = dnnl::matmul(make_matmul_pd(engine, m.a_t, m.c, dnnl::memory::desc(), m.b, adding()));
       }
       matmuls_[k] = std::move(m);
     } else if (op.kind == Kind::softmax) {
@@ -382,14 +382,28 @@ const Tensor& Subgraph::backward(Context& ctx, const Tensor& diff_dst) {
   if (!train_) throw Error("subgraph: backward after a set-up for inference");
   if (!accumulate_)
     for (const ParamView& view : views_) std::fill(view.grad.begin(), view.grad.end(), 0.0f);
-  if (need_diff_src_) std::memset(input_grad_.data(), 0, product(values_[0].dims) * sizeof(float));
+  const std::size_t first_op = 1 + params_.size() + constants_.size();
+  const auto lease = [&](Tensor& grad, Value& value, const Tensor& like) {
+    grad = ctx.lease(like.desc());
+    std::memset(grad.data(), 0, grad.bytes());
+    value.grad = grad.data();
+  };
+  if (need_diff_src_) lease(input_grad_, values_[0], input_);
   for (std::size_t k = 0; k < ops_.size(); ++k)
-    if (!output_grads_[k].empty()) std::memset(output_grads_[k].data(), 0, output_grads_[k].bytes());
+    if (needs_grad_[first_op + k]) lease(output_grads_[k], values_[first_op + k], outputs_[k]);
   if (!output_grads_.back().empty())
     std::memcpy(output_grads_.back().data(), diff_dst.data(), product(values_.back().dims) * sizeof(float));
   for (std::size_t k = ops_.size(); k-- > 0;)
     if (!output_grads_[k].empty()) backward_op(ctx, k);
   if (need_diff_src_) (*to_src_layout_)(ctx, input_grad_.memory(), diff_src_.get(ctx).memory());
+  // The gradients go back to the pool for the layers whose backward comes next.
+  const auto give_back = [&](Tensor& grad, Value& value) {
+    if (grad.empty()) return;
+    ctx.give_back(grad);
+    value.grad = nullptr;
+  };
+  give_back(input_grad_, values_[0]);
+  for (std::size_t k = 0; k < ops_.size(); ++k) give_back(output_grads_[k], values_[first_op + k]);
   return diff_src_.current();
 }
 
@@ -417,16 +431,22 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
     case Kind::pow:
     case Kind::sqrt:
     case Kind::erf:
+    case Kind::relu:
+    case Kind::sigmoid:
+    case Kind::tanh:
     case Kind::identity:
     case Kind::reshape: {
       const std::size_t n = product(y.dims);
       const float p = op.exponent;
       for (std::size_t i = 0; i < n; ++i) {
         const float x = a.data[i];
-        y.data[i] = op.kind == Kind::pow    ? (p == 2.0f ? x * x : std::pow(x, p))
-                    : op.kind == Kind::sqrt ? std::sqrt(x)
-                    : op.kind == Kind::erf  ? std::erf(x)
-                                            : x;
+        y.data[i] = op.kind == Kind::pow       ? (p == 2.0f ? x * x : std::pow(x, p))
+                    : op.kind == Kind::sqrt    ? std::sqrt(x)
+                    : op.kind == Kind::erf     ? std::erf(x)
+                    : op.kind == Kind::relu    ? std::max(x, 0.0f)
+                    : op.kind == Kind::sigmoid ? 1.0f / (1.0f + std::exp(-x))
+                    : op.kind == Kind::tanh    ? std::tanh(x)
+                                               : x;
       }
       return;
     }
@@ -525,6 +545,9 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
     case Kind::pow:
     case Kind::sqrt:
     case Kind::erf:
+    case Kind::relu:
+    case Kind::sigmoid:
+    case Kind::tanh:
     case Kind::identity:
     case Kind::reshape: {
       if (!a.grad) return;
@@ -533,10 +556,14 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
       const float two_over_root_pi = 2.0f / std::sqrt(std::numbers::pi_v<float>);
       for (std::size_t i = 0; i < n; ++i) {
         const float x = a.data[i];
-        const float slope = op.kind == Kind::pow    ? (p == 2.0f ? 2.0f * x : p * std::pow(x, p - 1.0f))
-                            : op.kind == Kind::sqrt ? 0.5f / y.data[i]
-                            : op.kind == Kind::erf  ? two_over_root_pi * std::exp(-x * x)
-                                                    : 1.0f;
+        const float out = y.data[i];
+        const float slope = op.kind == Kind::pow       ? (p == 2.0f ? 2.0f * x : p * std::pow(x, p - 1.0f))
+                            : op.kind == Kind::sqrt    ? 0.5f / out
+                            : op.kind == Kind::erf     ? two_over_root_pi * std::exp(-x * x)
+                            : op.kind == Kind::relu    ? (x > 0.0f ? 1.0f : 0.0f)
+                            : op.kind == Kind::sigmoid ? out * (1.0f - out)
+                            : op.kind == Kind::tanh    ? 1.0f - out * out
+                                                       : 1.0f;
         a.grad[i] += gy[i] * slope;
       }
       return;
@@ -548,13 +575,10 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
         m.grad_a.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.c, ctx, gy)},
                                         {DNNL_ARG_WEIGHTS, over(m.b_t, ctx, b.data)},
                                         {DNNL_ARG_DST, over(m.a, ctx, a.grad)}});
-      if (b.grad) {
-        const dims_t& bd = dims_of(m.b);
-        const auto b_out = m.b_broadcast ? strided({bd[bd.size() - 2], bd.back()}, {bd.back(), 1}) : m.b;
+      if (b.grad)
         m.grad_b.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.a_t, ctx, a.data)},
-                                        {DNNL_ARG_WEIGHTS, over(m.b_broadcast ? m.c_as_b : m.c, ctx, gy)},
-                                        {DNNL_ARG_DST, over(b_out, ctx, b.grad)}});
-      }
+                                        {DNNL_ARG_WEIGHTS, over(m.c, ctx, gy)},
+                                        {DNNL_ARG_DST, over(m.b, ctx, b.grad)}});
       return;
     }
     case Kind::softmax: {

@@ -5,8 +5,9 @@
 //
 // Values are numbered: 0 the input, then the parameters (param_specs), then the constants, then each
 // operation's output in order; the last operation's output is the layer's. Every value is plain row-major
-// f32 and kept from forward to backward (a simple first form: no pool leases, no bf16). Matrix products and
-// softmax run on oneDNN; the element-wise arithmetic with broadcasting and the data movement are loops here.
+// f32 and kept from forward to backward (a simple first form: no bf16); their gradients are leased from the
+// pool for the layer's backward only. Matrix products and softmax run on oneDNN; the element-wise arithmetic
+// with broadcasting and the data movement are loops here.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,7 @@ struct SubgraphOp {
   enum class Kind {
     add, sub, mul, div,  // numpy broadcasting
     pow,                 // by the constant `exponent`
-    sqrt, erf, identity,
+    sqrt, erf, relu, sigmoid, tanh, identity,
     matmul,              // numpy's: the last two axes, the others batch (broadcast where the second operand's are 1)
     softmax,             // along `axis`
     reduce_mean,         // over `ints` (axes), keeping them where keep_dims
@@ -79,9 +80,8 @@ class Subgraph : public Layer {
   };
   // A matrix product's primitives, built at set-up: forward, and the two gradients (adding to them).
   struct MatMul {
-    dnnl::memory::desc a, b, c, a_t, b_t, c_as_b;  // the operands; transposed views; c seen as b's gradient's source
+    dnnl::memory::desc a, b, c, a_t, b_t;  // the operands, and a and b seen transposed
     dnnl::matmul forward, grad_a, grad_b;
-    bool b_broadcast = false;  // b's batch axes are all 1: its gradient sums over them in one product
   };
   struct SoftmaxPrimitives {
     dnnl::softmax_forward forward;
@@ -99,7 +99,8 @@ class Subgraph : public Layer {
   std::vector<ParamView> views_;
   std::vector<Value> values_;
   Tensor input_, input_grad_;                   // the input, plain
-  std::vector<Tensor> outputs_, output_grads_;  // by operation
+  std::vector<Tensor> outputs_, output_grads_;  // by operation; the gradients leased for backward only
+  std::vector<bool> needs_grad_;                // by value
   std::vector<std::optional<MatMul>> matmuls_;                 // by operation
   std::vector<std::optional<SoftmaxPrimitives>> softmaxes_;    // by operation
   std::vector<float> scratch_;

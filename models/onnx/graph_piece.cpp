@@ -19,6 +19,7 @@ const std::map<std::string, Kind>& kinds() {
       {"Add", Kind::add},           {"Sub", Kind::sub},         {"Mul", Kind::mul},
       {"Div", Kind::div},           {"Pow", Kind::pow},         {"Sqrt", Kind::sqrt},
       {"Erf", Kind::erf},           {"Identity", Kind::identity}, {"Dropout", Kind::identity},
+      {"Relu", Kind::relu},         {"Sigmoid", Kind::sigmoid}, {"Tanh", Kind::tanh},
       {"Cast", Kind::identity},     {"MatMul", Kind::matmul},   {"Gemm", Kind::matmul},
       {"Softmax", Kind::softmax},   {"ReduceMean", Kind::reduce_mean}, {"Transpose", Kind::transpose},
       {"Reshape", Kind::reshape},   {"Flatten", Kind::reshape}, {"Expand", Kind::expand},

@@ -27,7 +27,8 @@ ParamSpec param(const std::string& name, dims_t dims) { return {name, std::move(
 
 // x [2, 3, 4]: a layer norm written out (ReduceMean, Sub, Pow, Sqrt, Div, Mul by a weight), a product by a
 // weight shared by every token, a bias added from the left, erf, a transpose, a batched product of two
-// values, softmax, a reshape to [batch, -1], a strided slice, an expanded parameter concatenated, a gather.
+// values, softmax, a reshape to [batch, -1], a strided slice, an expanded parameter concatenated, a gather,
+// tanh, sigmoid, and a mean as a factor.
 Subgraph transformer_like_piece() {
   // values: 0 x; 1 gamma [4]; 2 w [4, 5]; 3 bias [5]; 4 token [1, 2]; 5 eps; then the operations from 6
   std::vector<SubgraphOp> ops;
@@ -67,6 +68,13 @@ Subgraph transformer_like_piece() {
   ops.push_back(op(Kind::pow, {26}));                // 27
   ops.back().exponent = 3;
   ops.push_back(op(Kind::identity, {27}));           // 28
+  ops.push_back(op(Kind::tanh, {28}));               // 29
+  ops.push_back(op(Kind::sigmoid, {29}));            // 30
+  ops.push_back(op(Kind::tanh, {18}));               // 31: [2, 5, 5]
+  ops.push_back(op(Kind::reduce_mean, {31}, {1, 2}));  // 32: [2, 1, 1]
+  ops.back().keep_dims = false;                     // [2]
+  ops.push_back(op(Kind::reshape, {32}, {0, 1}));    // 33: [2, 1]
+  ops.push_back(op(Kind::mul, {30, 33}));            // 34: [2, 4]
   return Subgraph({param("gamma", {4}), param("w", {4, 5}), param("bias", {5}), param("token", {1, 2})},
                   {{{}, {1e-5f}}}, std::move(ops));
 }
@@ -87,6 +95,15 @@ TEST(SubgraphGradient, BatchedProductOfAValueByAParameterWithBatchAxes) {
   ops.back().keep_dims = false;
   Subgraph piece({param("b", {2, 4, 3})}, {}, std::move(ops));
   EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
+}
+
+TEST(SubgraphGradient, ReluOfTheInputTimesAWeight) {
+  // A step of 1e-3: the checker's inputs stay further than that from ReLU's kink at 0 (as ReluGradient's).
+  std::vector<SubgraphOp> ops;
+  ops.push_back(op(Kind::relu, {0}));     // 2
+  ops.push_back(op(Kind::matmul, {2, 1}));  // 3: [2, 3, 2]
+  Subgraph piece({param("w", {4, 2})}, {}, std::move(ops));
+  EXPECT_EQ(check_gradients(piece, {2, 3, 4}, {.step = 1e-3f}), 0u);
 }
 
 TEST(SubgraphOutput, FollowsTheFormulas) {
