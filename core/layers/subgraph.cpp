@@ -199,6 +199,10 @@ dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
       return in(0);
     case Kind::matmul: {
       dims_t a = in(0), b = in(1);
+      if (op.transpose_b) {
+        if (b.size() != 2) fail(op, "ddl reads a transposed second operand of rank 2 only, not " + text(b));
+        std::swap(b[0], b[1]);
+      }
       if (a.size() < 2 || b.size() < 2) fail(op, "ddl multiplies matrices, not vectors: " + text(a) + " by " + text(b));
       const std::size_t r = std::max(a.size(), b.size());
       a.insert(a.begin(), r - a.size(), 1);
@@ -336,6 +340,7 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
     if (op.kind == Kind::matmul) {
       MatMul m;
       dims_t a = values_[op.inputs[0]].dims, b = values_[op.inputs[1]].dims, c = out;
+      if (op.transpose_b) std::swap(b[0], b[1]);
       const std::size_t r = out.size();
       a.insert(a.begin(), r - a.size(), 1);
       b.insert(b.begin(), r - b.size(), 1);
@@ -347,15 +352,22 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
         b = {b[r - 2], b[r - 1]};
         c = {rows, b[1]};
       }
+      m.transpose_b = op.transpose_b;
       m.a = strided(a, strides_of(a));
-      m.b = strided(b, strides_of(b));
       m.c = strided(c, strides_of(c));
+      // b is kept as [cols, inner] where transpose_b: seen as [inner, cols] it is the transposed view.
+      m.b = op.transpose_b ? transposed({b[1], b[0]}) : strided(b, strides_of(b));
+      m.b_t = op.transpose_b ? strided({b[1], b[0]}, strides_of({b[1], b[0]})) : transposed(b);
       m.forward = dnnl::matmul(make_matmul_pd(engine, m.a, m.b, dnnl::memory::desc(), m.c));
       if (train_) {
-        m.a_t = transposed(a);
-        m.b_t = transposed(b);
         m.grad_a = dnnl::matmul(make_matmul_pd(engine, m.c, m.b_t, dnnl::memory::desc(), m.a, adding()));
-        m.grad_b = dnnl::matmul(make_matmul_pd(engine, m.a_t, m.c, dnnl::memory::desc(), m.b, adding()));
+        if (op.transpose_b) {  // b's gradient in its stored form: c's gradient transposed, by a
+          m.c_t = transposed(c);
+          m.grad_b = dnnl::matmul(make_matmul_pd(engine, m.c_t, m.a, dnnl::memory::desc(), m.b_t, adding()));
+        } else {
+          m.a_t = transposed(a);
+          m.grad_b = dnnl::matmul(make_matmul_pd(engine, m.a_t, m.c, dnnl::memory::desc(), m.b, adding()));
+        }
       }
       matmuls_[k] = std::move(m);
     } else if (op.kind == Kind::softmax) {
@@ -575,7 +587,11 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
         m.grad_a.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.c, ctx, gy)},
                                         {DNNL_ARG_WEIGHTS, over(m.b_t, ctx, b.data)},
                                         {DNNL_ARG_DST, over(m.a, ctx, a.grad)}});
-      if (b.grad)
+      if (b.grad && m.transpose_b)
+        m.grad_b.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.c_t, ctx, gy)},
+                                        {DNNL_ARG_WEIGHTS, over(m.a, ctx, a.data)},
+                                        {DNNL_ARG_DST, over(m.b_t, ctx, b.grad)}});
+      else if (b.grad)
         m.grad_b.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.a_t, ctx, a.data)},
                                         {DNNL_ARG_WEIGHTS, over(m.c, ctx, gy)},
                                         {DNNL_ARG_DST, over(m.b, ctx, b.grad)}});

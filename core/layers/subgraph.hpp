@@ -29,7 +29,8 @@ struct SubgraphOp {
     add, sub, mul, div,  // numpy broadcasting
     pow,                 // by the constant `exponent`
     sqrt, erf, relu, sigmoid, tanh, identity,
-    matmul,              // numpy's: the last two axes, the others batch (broadcast where the second operand's are 1)
+    matmul,              // numpy's: the last two axes, the others batch (broadcast where the second operand's are 1);
+                         // transpose_b: the second operand is a matrix [cols, inner] read transposed in place
     softmax,             // along `axis`
     reduce_mean,         // over `ints` (axes), keeping them where keep_dims
     transpose,           // ints: the permutation
@@ -46,6 +47,7 @@ struct SubgraphOp {
   float exponent = 1;
   bool keep_dims = true;
   bool scalar_index = false;
+  bool transpose_b = false;
   std::string name;  // the graph's node, for messages
 };
 
@@ -80,8 +82,9 @@ class Subgraph : public Layer {
   };
   // A matrix product's primitives, built at set-up: forward, and the two gradients (adding to them).
   struct MatMul {
-    dnnl::memory::desc a, b, c, a_t, b_t;  // the operands, and a and b seen transposed
+    dnnl::memory::desc a, b, c, a_t, b_t, c_t;  // the operands, and seen transposed
     dnnl::matmul forward, grad_a, grad_b;
+    bool transpose_b = false;  // b's gradient is c_t by a, in b's stored [cols, inner] form
   };
   struct SoftmaxPrimitives {
     dnnl::softmax_forward forward;

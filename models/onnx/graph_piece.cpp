@@ -45,6 +45,14 @@ class PieceBuilder {
   std::optional<GraphPiece> build(const std::string& from) {
     const auto region = find_region(from);
     if (!region) return std::nullopt;
+    // An operator neither the layers nor a piece have is named; one the layers have (a Conv among the
+    // operations) leaves the layers' own refusal standing.
+    static const std::set<std::string> layers = {"Conv", "BatchNormalization", "MaxPool", "AveragePool",
+                                                 "GlobalAveragePool", "LeakyRelu", "Clip", "HardSigmoid",
+                                                 "HardSwish", "Pad"};
+    for (const std::size_t n : region->nodes)
+      if (const Node& node = g_.nodes[n]; !kinds().count(node.op) && !layers.count(node.op))
+        refuse(node, "ddl does not support this operator (docs/onnx.md lists those it does)");
     for (const std::size_t n : region->nodes)
       if (!kinds().count(g_.nodes[n].op)) return std::nullopt;
     value_[from] = 0;
@@ -67,7 +75,19 @@ class PieceBuilder {
         value_[node.outputs.at(0) + "#epsilon"] = static_cast<int>(1 + params_.size() + constants_.size());
         constants_.push_back({{}, {node.real("epsilon", 1e-5f)}});
       }
-    for (const std::size_t n : region->nodes) translate(g_.nodes[n]);
+    // A weight's Transpose that only a MatMul reads (nn.Linear at opset 13: x @ W^T) is read in place.
+    for (const std::size_t n : region->nodes)
+      if (const Node& node = g_.nodes[n]; node.op == "MatMul" && node.inputs.size() == 2)
+        if (const auto p = producer_.find(node.inputs[1]); p != producer_.end()) {
+          const Node& t = g_.nodes[p->second];
+          if (t.op == "Transpose" && t.integers("perm", {1, 0}) == std::vector<std::int64_t>{1, 0} &&
+              is_parameter(t.inputs.at(0)) && g_.constants.at(t.inputs[0]).dims.size() == 2 &&
+              readers_of(node.inputs[1]) == 1)
+            read_transposed_[node.inputs[1]] = t.inputs[0];
+        }
+    for (const std::size_t n : region->nodes)
+      if (const Node& node = g_.nodes[n]; !(node.op == "Transpose" && read_transposed_.count(node.outputs.at(0))))
+        translate(node);
     if (last_output_ != region->end) {
       const Node& last = g_.nodes[region->nodes.back()];
       add(op(Kind::identity, {use(region->end, last)}, last), region->end);
@@ -225,20 +245,16 @@ class PieceBuilder {
     const Kind kind = kinds().at(n.op);
     const std::string& out = n.outputs.at(0);
     SubgraphOp o = op(kind, {use(n.inputs.at(0), n)}, n);
-    if (kind == Kind::add || kind == Kind::sub || kind == Kind::mul || kind == Kind::div ||
-        (kind == Kind::matmul && n.op == "MatMul")) {
+    if (n.op == "MatMul" && read_transposed_.count(n.inputs.at(1))) {
+      o.inputs.push_back(use(read_transposed_.at(n.inputs[1]), n));
+      o.transpose_b = true;
+    } else if (kind == Kind::add || kind == Kind::sub || kind == Kind::mul || kind == Kind::div || n.op == "MatMul") {
       o.inputs.push_back(use(n.inputs.at(1), n));
-    } else if (kind == Kind::matmul) {  // Gemm: a times b (transposed where transB), plus c
+    } else if (kind == Kind::matmul) {  // Gemm: a times b (read transposed where transB), plus c
       if (n.integer("transA", 0) != 0 || n.real("alpha", 1) != 1 || n.real("beta", 1) != 1)
         refuse(n, "ddl takes a Gemm with transA = 0 and alpha = beta = 1");
-      int b = use(n.inputs.at(1), n);
-      if (n.integer("transB", 0) != 0) {
-        SubgraphOp t = op(Kind::transpose, {b}, n);
-        t.ints = {1, 0};
-        add(std::move(t), out + "#b");
-        b = value_.at(out + "#b");
-      }
-      o.inputs = {use(n.inputs.at(0), n), b};
+      o.inputs.push_back(use(n.inputs.at(1), n));
+      o.transpose_b = n.integer("transB", 0) != 0;
       if (given(n, 2)) {
         add(std::move(o), out + "#ab");
         o = op(Kind::add, {value_.at(out + "#ab"), use(n.inputs[2], n)}, n);
@@ -297,6 +313,7 @@ class PieceBuilder {
   const std::map<std::string, std::vector<std::size_t>>& readers_;
   std::map<std::string, std::size_t> producer_;
   std::map<std::string, bool> from_parameters_;
+  std::map<std::string, std::string> read_transposed_;  // a weight's transpose: the weight, read in place
   std::map<std::string, int> value_;
   std::vector<std::string> params_;
   std::vector<SubgraphConstant> constants_;

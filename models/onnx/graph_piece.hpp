@@ -23,8 +23,9 @@ struct GraphPiece {
 
 // The piece from value `from`; `readers` gives, for each value computed on images, the nodes that read it (a
 // node once per input it reads it as). nullopt where no such piece is found, or where one of its nodes is
-// an operator the Subgraph does not have (the caller's own refusal then stands). Throws InputError naming
-// the node where an operator it has comes with attributes or inputs it cannot take.
+// one of ddl's layers that the Subgraph does not have (a Conv: the caller's own refusal then stands).
+// Throws InputError naming the node where an operator is neither, or comes with attributes or inputs the
+// Subgraph cannot take.
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
                                       const std::map<std::string, std::vector<std::size_t>>& readers);
 

@@ -106,6 +106,19 @@ TEST(SubgraphGradient, ReluOfTheInputTimesAWeight) {
   EXPECT_EQ(check_gradients(piece, {2, 3, 4}, {.step = 1e-3f}), 0u);
 }
 
+TEST(SubgraphGradient, ProductsByAWeightReadTransposedInPlace) {
+  // x [2, 3, 4] by w [5, 4] read as [4, 5] (nn.Linear's weight), then by [2, 5, 3]'s batches.
+  std::vector<SubgraphOp> ops;
+  ops.push_back(op(Kind::matmul, {0, 1}));          // 3: [2, 3, 5]
+  ops.back().transpose_b = true;
+  ops.push_back(op(Kind::transpose, {3}, {0, 2, 1}));  // 4: [2, 5, 3]
+  ops.push_back(op(Kind::matmul, {4, 3}));          // 5: [2, 5, 5]
+  ops.push_back(op(Kind::matmul, {5, 2}));          // 6: [2, 5, 2], v [2, 5] read as [5, 2]
+  ops.back().transpose_b = true;
+  Subgraph piece({param("w", {5, 4}), param("v", {2, 5})}, {}, std::move(ops));
+  EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
+}
+
 TEST(SubgraphOutput, FollowsTheFormulas) {
   // y = softmax(x / 2 - mean(x)) along the last axis, for x [1, 3]: checked against the formula.
   std::vector<SubgraphOp> ops;

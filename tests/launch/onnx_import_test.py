@@ -620,8 +620,18 @@ class OnnxImport(unittest.TestCase):
             def forward(self, x):
                 return self.fc(torch.flatten(torch.cat([self.a(x), self.b(x)], 2), 1))
 
+        class SineAmongTokens(nn.Module):  # an operator ddl lacks inside what would be a Subgraph piece
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(3, 10)
+
+            def forward(self, x):
+                tokens = x.flatten(2).transpose(1, 2)
+                return self.fc((tokens + torch.sin(tokens.softmax(-1))).mean(1))
+
         for module, node, why in (
                 (Cosine(), "Cos node", "ddl does not support this operator (docs/onnx.md lists those it does)"),
+                (SineAmongTokens(), "Sin node", "ddl does not support this operator (docs/onnx.md lists those it does)"),
                 (ConcatOfRows(), "Concat node", "ddl concatenates along the channels (axis 1) only")):
             with self.subTest(module=type(module).__name__):
                 onnx_file = self.path(f"{type(module).__name__}.onnx")
