@@ -29,6 +29,7 @@ const char* kind_name(Kind kind) {
     case Kind::identity: return "identity";
     case Kind::matmul: return "matmul";
     case Kind::softmax: return "softmax";
+    case Kind::layer_norm: return "layer_norm";
     case Kind::reduce_mean: return "reduce_mean";
     case Kind::transpose: return "transpose";
     case Kind::reshape: return "reshape";
@@ -130,6 +131,9 @@ dnnl::primitive_attr adding() {
   return attr;
 }
 
+// Operations whose output is their input's numbers as they are.
+bool aliases_input(const SubgraphOp& op) { return op.kind == Kind::identity || op.kind == Kind::reshape; }
+
 dnnl::memory over(const dnnl::memory::desc& md, Context& ctx, const float* data) {
   return dnnl::memory(md, ctx.engine(), const_cast<float*>(data));
 }
@@ -197,6 +201,12 @@ dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
     case Kind::softmax:
       check_axis(op.axis, in(0).size());
       return in(0);
+    case Kind::layer_norm: {
+      const dims_t& x = in(0);
+      if (x.empty() || product(in(1)) != static_cast<std::size_t>(x.back()) || product(in(2)) != product(in(1)))
+        fail(op, "its scale " + text(in(1)) + " and shift " + text(in(2)) + " do not fit " + text(x));
+      return x;
+    }
     case Kind::matmul: {
       dims_t a = in(0), b = in(1);
       if (op.transpose_b) {
@@ -308,6 +318,8 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
   output_grads_.resize(ops_.size());
   matmuls_.assign(ops_.size(), std::nullopt);
   softmaxes_.assign(ops_.size(), std::nullopt);
+  norms_.clear();
+  norms_.resize(ops_.size());
 
   const auto flat = [](const dims_t& dims) { return plain_desc({static_cast<dim>(std::max<std::size_t>(product(dims), 1))}); };
   input_ = Tensor(plain_desc(in), ctx.engine());
@@ -331,9 +343,13 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
     if (product(out) == 0) fail(op, "gives an empty tensor " + to_string(out));
     const bool last = k + 1 == ops_.size();
     if (last && (out.empty() || out.size() > 5)) fail(op, "ends the piece with a tensor of rank " + std::to_string(out.size()));
-    outputs_[k] = Tensor(last ? plain_desc(out) : flat(out), ctx.engine());
     Value& v = values_[first_op + k];
-    v = {out, outputs_[k].data(), nullptr};
+    if (aliases_input(op) && !last) {  // the same numbers: its input's storage, no copy
+      v = {out, values_[op.inputs[0]].data, nullptr};
+    } else {
+      outputs_[k] = Tensor(last ? plain_desc(out) : flat(out), ctx.engine());
+      v = {out, outputs_[k].data(), nullptr};
+    }
     needs_grad_[first_op + k] = std::any_of(op.inputs.begin(), op.inputs.end(), [&](int i) { return needs_grad_[i]; });
     largest = std::max(largest, product(out));
     const auto& engine = ctx.engine();
@@ -378,6 +394,26 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
       SoftmaxPrimitives s{dnnl::softmax_forward(fwd), std::nullopt};
       if (train_) s.backward = dnnl::softmax_backward(make_softmax_backward_pd(engine, md, md, axis, fwd));
       softmaxes_[k] = std::move(s);
+    } else if (op.kind == Kind::layer_norm) {
+      using flags = dnnl::normalization_flags;
+      LayerNormPrimitives n;
+      const dim features = out.back(), rows = static_cast<dim>(product(out)) / features;
+      n.data = strided({rows, features}, {features, 1});
+      n.vector = strided({features}, {1});
+      const auto prop = train_ ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+      const auto f = flags::use_scale | flags::use_shift;
+      const auto fwd = make_normalization_forward_pd<dnnl::layer_normalization_forward>(engine, prop, n.data,
+                                                                                        op.epsilon, f);
+      n.forward = dnnl::layer_normalization_forward(fwd);
+      n.mean = Tensor(fwd.mean_desc(), engine);
+      n.variance = Tensor(fwd.variance_desc(), engine);
+      if (train_) {
+        n.backward = dnnl::layer_normalization_backward(make_normalization_backward_pd<dnnl::layer_normalization_backward>(
+            engine, dnnl::prop_kind::backward, n.data, n.data, op.epsilon, f, fwd));
+        n.diff_scale = Tensor(n.vector, engine);
+        n.diff_shift = Tensor(n.vector, engine);
+      }
+      norms_[k] = std::move(n);
     }
   }
   scratch_.assign(train_ ? largest : 0, 0.0f);
@@ -395,14 +431,14 @@ const Tensor& Subgraph::backward(Context& ctx, const Tensor& diff_dst) {
   if (!accumulate_)
     for (const ParamView& view : views_) std::fill(view.grad.begin(), view.grad.end(), 0.0f);
   const std::size_t first_op = 1 + params_.size() + constants_.size();
-  const auto lease = [&](Tensor& grad, Value& value, const Tensor& like) {
-    grad = ctx.lease(like.desc());
+  const auto lease = [&](Tensor& grad, Value& value, const dnnl::memory::desc& md) {
+    grad = ctx.lease(md);
     std::memset(grad.data(), 0, grad.bytes());
     value.grad = grad.data();
   };
-  if (need_diff_src_) lease(input_grad_, values_[0], input_);
+  if (need_diff_src_) lease(input_grad_, values_[0], input_.desc());
   for (std::size_t k = 0; k < ops_.size(); ++k)
-    if (needs_grad_[first_op + k]) lease(output_grads_[k], values_[first_op + k], outputs_[k]);
+    if (needs_grad_[first_op + k]) lease(output_grads_[k], values_[first_op + k], plain_desc({dim(product(values_[first_op + k].dims))}));
   if (!output_grads_.back().empty())
     std::memcpy(output_grads_.back().data(), diff_dst.data(), product(values_.back().dims) * sizeof(float));
   for (std::size_t k = ops_.size(); k-- > 0;)
@@ -448,6 +484,7 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
     case Kind::tanh:
     case Kind::identity:
     case Kind::reshape: {
+      if (y.data == a.data) return;  // an alias of its input
       const std::size_t n = product(y.dims);
       const float p = op.exponent;
       for (std::size_t i = 0; i < n; ++i) {
@@ -472,6 +509,16 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
     case Kind::softmax: {
       const auto md = strided(y.dims, strides_of(y.dims));
       softmaxes_[k]->forward.execute(ctx.stream(), {{DNNL_ARG_SRC, over(md, ctx, a.data)}, {DNNL_ARG_DST, over(md, ctx, y.data)}});
+      return;
+    }
+    case Kind::layer_norm: {
+      LayerNormPrimitives& n = *norms_[k];
+      n.forward.execute(ctx.stream(), {{DNNL_ARG_SRC, over(n.data, ctx, a.data)},
+                                       {DNNL_ARG_SCALE, over(n.vector, ctx, values_[op.inputs[1]].data)},
+                                       {DNNL_ARG_SHIFT, over(n.vector, ctx, values_[op.inputs[2]].data)},
+                                       {DNNL_ARG_MEAN, n.mean.memory()},
+                                       {DNNL_ARG_VARIANCE, n.variance.memory()},
+                                       {DNNL_ARG_DST, over(n.data, ctx, y.data)}});
       return;
     }
     case Kind::reduce_mean: {
@@ -604,6 +651,28 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
                                                       {DNNL_ARG_DIFF_DST, over(md, ctx, gy)},
                                                       {DNNL_ARG_DIFF_SRC, over(md, ctx, scratch_.data())}});
       for (std::size_t i = 0; i < product(y.dims); ++i) a.grad[i] += scratch_[i];
+      return;
+    }
+    case Kind::layer_norm: {
+      // oneDNN writes the three gradients; they are added where other operations' are.
+      LayerNormPrimitives& n = *norms_[k];
+      Value &scale = values_[op.inputs[1]], &shift = values_[op.inputs[2]];
+      n.backward->execute(ctx.stream(), {{DNNL_ARG_SRC, over(n.data, ctx, a.data)},
+                                         {DNNL_ARG_DIFF_DST, over(n.data, ctx, gy)},
+                                         {DNNL_ARG_SCALE, over(n.vector, ctx, scale.data)},
+                                         {DNNL_ARG_SHIFT, over(n.vector, ctx, shift.data)},
+                                         {DNNL_ARG_MEAN, n.mean.memory()},
+                                         {DNNL_ARG_VARIANCE, n.variance.memory()},
+                                         {DNNL_ARG_DIFF_SRC, over(n.data, ctx, scratch_.data())},
+                                         {DNNL_ARG_DIFF_SCALE, n.diff_scale.memory()},
+                                         {DNNL_ARG_DIFF_SHIFT, n.diff_shift.memory()}});
+      const auto add_to = [](float* to, const float* from, std::size_t count) {
+        if (to)
+          for (std::size_t i = 0; i < count; ++i) to[i] += from[i];
+      };
+      add_to(a.grad, scratch_.data(), product(y.dims));
+      add_to(scale.grad, n.diff_scale.data(), product(scale.dims));
+      add_to(shift.grad, n.diff_shift.data(), product(shift.dims));
       return;
     }
     case Kind::reduce_mean: {

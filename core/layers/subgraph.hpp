@@ -32,6 +32,7 @@ struct SubgraphOp {
     matmul,              // numpy's: the last two axes, the others batch (broadcast where the second operand's are 1);
                          // transpose_b: the second operand is a matrix [cols, inner] read transposed in place
     softmax,             // along `axis`
+    layer_norm,          // over the last axis, inputs x, scale and shift (oneDNN's), with `epsilon`
     reduce_mean,         // over `ints` (axes), keeping them where keep_dims
     transpose,           // ints: the permutation
     reshape,             // ints: the shape, 0 for the input's dimension, -1 for what is left, batch multiples
@@ -45,6 +46,7 @@ struct SubgraphOp {
   std::vector<std::int64_t> ints, starts, ends, steps, indices;
   std::int64_t axis = 0;
   float exponent = 1;
+  float epsilon = 1e-5f;
   bool keep_dims = true;
   bool scalar_index = false;
   bool transpose_b = false;
@@ -90,6 +92,12 @@ class Subgraph : public Layer {
     dnnl::softmax_forward forward;
     std::optional<dnnl::softmax_backward> backward;
   };
+  struct LayerNormPrimitives {
+    dnnl::memory::desc data, vector;  // x as [rows, features]; scale and shift
+    dnnl::layer_normalization_forward forward;
+    std::optional<dnnl::layer_normalization_backward> backward;
+    Tensor mean, variance, diff_scale, diff_shift;
+  };
 
   void forward_op(Context& ctx, std::size_t k);
   void backward_op(Context& ctx, std::size_t k);
@@ -106,6 +114,7 @@ class Subgraph : public Layer {
   std::vector<bool> needs_grad_;                // by value
   std::vector<std::optional<MatMul>> matmuls_;                 // by operation
   std::vector<std::optional<SoftmaxPrimitives>> softmaxes_;    // by operation
+  std::vector<std::optional<LayerNormPrimitives>> norms_;      // by operation
   std::vector<float> scratch_;
   dnnl::memory::desc src_md_;
   std::optional<Copy> to_plain_, to_src_layout_;

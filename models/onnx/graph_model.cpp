@@ -523,6 +523,7 @@ GraphModel define_graph_model(const std::string& name, const ModelConfig& config
                                        config.graph->weights_elsewhere);
   onnx::fold_constants(graph);
   chain_concats(graph);
+  onnx::fuse_layer_norms(graph);
   return Builder(graph, config).build();
 }
 

@@ -13,6 +13,7 @@ namespace {
 static_assert(kBatch == kBatchTimes, "folded shapes and the Subgraph name the batch alike");
 
 using Kind = SubgraphOp::Kind;
+using dim = dnnl::memory::dim;
 
 const std::map<std::string, Kind>& kinds() {
   static const std::map<std::string, Kind> table = {
@@ -24,7 +25,7 @@ const std::map<std::string, Kind>& kinds() {
       {"Softmax", Kind::softmax},   {"ReduceMean", Kind::reduce_mean}, {"Transpose", Kind::transpose},
       {"Reshape", Kind::reshape},   {"Flatten", Kind::reshape}, {"Expand", Kind::expand},
       {"Concat", Kind::concat},     {"Slice", Kind::slice},     {"Gather", Kind::gather},
-      {"LayerNormalization", Kind::div}};  // written out: mean, centre, variance, divide, scale and shift
+      {"LayerNormalization", Kind::layer_norm}};
   return table;
 }
 
@@ -70,10 +71,12 @@ class PieceBuilder {
           else
             constants_.push_back({dims_t(c.dims.begin(), c.dims.end()), c.floats});
         }
+    // A LayerNormalization without a shift shifts by zeros.
     for (const std::size_t n : region->nodes)
-      if (const Node& node = g_.nodes[n]; node.op == "LayerNormalization") {
-        value_[node.outputs.at(0) + "#epsilon"] = static_cast<int>(1 + params_.size() + constants_.size());
-        constants_.push_back({{}, {node.real("epsilon", 1e-5f)}});
+      if (const Node& node = g_.nodes[n]; node.op == "LayerNormalization" && !given(node, 2)) {
+        value_[node.outputs.at(0) + "#shift"] = static_cast<int>(1 + params_.size() + constants_.size());
+        constants_.push_back({{}, std::vector<float>(constant(node, 1).size(), 0.0f)});
+        constants_.back().dims = {static_cast<dim>(constants_.back().values.size())};
       }
     // A weight's Transpose that only a MatMul reads (nn.Linear at opset 13: x @ W^T) is read in place.
     for (const std::size_t n : region->nodes)
@@ -217,31 +220,7 @@ class PieceBuilder {
     last_output_ = output;
   }
 
-  // LayerNormalization over the last axes, as the operations PyTorch writes it out in at opset 13.
-  void layer_norm(const Node& n) {
-    const std::string& out = n.outputs.at(0);
-    const std::int64_t axis = n.integer("axis", -1);
-    if (axis >= 0) refuse(n, "ddl normalizes over axes counted from the last (axis < 0)");
-    std::vector<std::int64_t> axes;
-    for (std::int64_t a = axis; a < 0; ++a) axes.push_back(a);
-    const auto step = [&](Kind kind, std::vector<int> inputs, const std::string& name) {
-      SubgraphOp o = op(kind, std::move(inputs), n);
-      if (kind == Kind::reduce_mean) o.ints = axes;
-      if (kind == Kind::pow) o.exponent = 2;
-      add(std::move(o), out + name);
-      return value_.at(out + name);
-    };
-    const int x = use(n.inputs.at(0), n);
-    const int centred = step(Kind::sub, {x, step(Kind::reduce_mean, {x}, "#mean")}, "#centred");
-    const int variance = step(Kind::reduce_mean, {step(Kind::pow, {centred}, "#square")}, "#variance");
-    const int deviation = step(Kind::sqrt, {step(Kind::add, {variance, use(out + "#epsilon", n)}, "#sum")}, "#deviation");
-    int y = step(Kind::mul, {step(Kind::div, {centred, deviation}, "#normal"), use(n.inputs.at(1), n)}, "#scaled");
-    if (given(n, 2)) y = step(Kind::add, {y, use(n.inputs[2], n)}, "#shifted");
-    add(op(Kind::identity, {y}, n), out);
-  }
-
   void translate(const Node& n) {
-    if (n.op == "LayerNormalization") return layer_norm(n);
     const Kind kind = kinds().at(n.op);
     const std::string& out = n.outputs.at(0);
     SubgraphOp o = op(kind, {use(n.inputs.at(0), n)}, n);
@@ -270,6 +249,11 @@ class PieceBuilder {
       if (n.integer("to", 1) != 1) refuse(n, "ddl casts to float only here");
     } else if (kind == Kind::softmax) {
       o.axis = n.integer("axis", -1);
+    } else if (kind == Kind::layer_norm) {
+      if (n.integer("axis", -1) != -1) refuse(n, "ddl normalizes over the last axis only (axis -1)");
+      o.epsilon = n.real("epsilon", 1e-5f);
+      o.inputs.push_back(use(n.inputs.at(1), n));
+      o.inputs.push_back(use(given(n, 2) ? n.inputs[2] : out + "#shift", n));
     } else if (kind == Kind::reduce_mean) {
       o.ints = given(n, 1) ? ints(n, 1) : n.integers("axes", {});
       if (o.ints.empty()) refuse(n, "ddl takes a ReduceMean over given axes");
@@ -321,7 +305,87 @@ class PieceBuilder {
   std::string last_output_;
 };
 
+// The node that alone reads `value` (nullptr where none or several do) and, where `op` is given, is one.
+const Node* only_reader(const Graph& g, const std::map<std::string, std::vector<std::size_t>>& readers,
+                        const std::string& value, const std::string& op) {
+  const auto it = readers.find(value);
+  if (it == readers.end() || it->second.size() != 1 || value == g.output) return nullptr;
+  const Node* n = &g.nodes[it->second[0]];
+  return n->op == op ? n : nullptr;
+}
+
+// The one number of a constant scalar input, if it is one.
+std::optional<float> scalar(const Graph& g, const std::string& value) {
+  const auto it = g.constants.find(value);
+  if (it == g.constants.end() || it->second.size() != 1) return std::nullopt;
+  return it->second.integer ? static_cast<float>(it->second.ints[0]) : it->second.floats[0];
+}
+
 }  // namespace
+
+void fuse_layer_norms(Graph& g) {
+  std::map<std::string, std::vector<std::size_t>> readers;
+  std::map<std::string, std::size_t> position;
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    for (const std::string& in : g.nodes[n].inputs)
+      if (!in.empty()) readers[in].push_back(n);
+    if (!g.nodes[n].outputs.empty()) position[g.nodes[n].outputs[0]] = n;
+  }
+  const auto last_axis_mean = [](const Node& n) {
+    return n.inputs.size() == 1 && n.integers("axes", {}) == std::vector<std::int64_t>{-1} && n.integer("keepdims", 1) == 1;
+  };
+  const auto other = [](const Node& n, const std::string& one) { return n.inputs.at(n.inputs.at(0) == one ? 1 : 0); };
+  const auto vector_parameter = [&](const std::string& v) {
+    return g.initializers.count(v) && !g.constants.at(v).integer && g.constants.at(v).dims.size() == 1;
+  };
+  std::set<std::size_t> gone;
+  std::map<std::size_t, Node> fused;  // by the position of the pattern's last node
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& mean = g.nodes[n];
+    if (mean.op != "ReduceMean" || !last_axis_mean(mean) || mean.outputs.size() != 1) continue;
+    const std::string& x = mean.inputs[0];
+    const Node* sub = only_reader(g, readers, mean.outputs[0], "Sub");
+    if (!sub || sub->inputs != std::vector<std::string>{x, mean.outputs[0]}) continue;
+    const std::string& centred = sub->outputs.at(0);
+    const auto& both = readers[centred];
+    if (both.size() != 2 || centred == g.output) continue;
+    const Node *pow = &g.nodes[both[0]], *div = &g.nodes[both[1]];
+    if (pow->op == "Div") std::swap(pow, div);
+    if (pow->op != "Pow" || div->op != "Div" || pow->inputs.size() != 2 || pow->inputs[0] != centred ||
+        scalar(g, pow->inputs[1]) != 2.0f || div->inputs.size() != 2 || div->inputs[0] != centred)
+      continue;
+    const Node* variance = only_reader(g, readers, pow->outputs.at(0), "ReduceMean");
+    if (!variance || !last_axis_mean(*variance)) continue;
+    const Node* plus = only_reader(g, readers, variance->outputs.at(0), "Add");
+    if (!plus || plus->inputs.size() != 2) continue;
+    const auto epsilon = scalar(g, other(*plus, variance->outputs[0]));
+    const Node* root = only_reader(g, readers, plus->outputs.at(0), "Sqrt");
+    if (!epsilon || !root || div->inputs[1] != root->outputs.at(0) || readers[root->outputs[0]].size() != 1) continue;
+    const Node* scale = only_reader(g, readers, div->outputs.at(0), "Mul");
+    if (!scale || scale->inputs.size() != 2 || !vector_parameter(other(*scale, div->outputs[0]))) continue;
+    const Node* shift = only_reader(g, readers, scale->outputs.at(0), "Add");
+    if (!shift || shift->inputs.size() != 2 || !vector_parameter(other(*shift, scale->outputs[0]))) continue;
+    Node ln;
+    ln.op = "LayerNormalization";
+    ln.name = shift->name;
+    ln.inputs = {x, other(*scale, div->outputs[0]), other(*shift, scale->outputs[0])};
+    ln.outputs = {shift->outputs.at(0)};
+    ln.attributes["axis"].i = -1;
+    ln.attributes["epsilon"].kind = Attribute::Kind::real;
+    ln.attributes["epsilon"].f = *epsilon;
+    for (const Node* part : {&mean, sub, pow, div, variance, plus, root, scale, shift})
+      gone.insert(position.at(part->outputs.at(0)));
+    fused[position.at(shift->outputs[0])] = std::move(ln);
+  }
+  if (fused.empty()) return;
+  std::vector<Node> kept;
+  for (std::size_t n = 0; n < g.nodes.size(); ++n)
+    if (const auto it = fused.find(n); it != fused.end())
+      kept.push_back(std::move(it->second));
+    else if (!gone.count(n))
+      kept.push_back(std::move(g.nodes[n]));
+  g.nodes = std::move(kept);
+}
 
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
                                       const std::map<std::string, std::vector<std::size_t>>& readers) {

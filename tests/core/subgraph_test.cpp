@@ -119,6 +119,18 @@ TEST(SubgraphGradient, ProductsByAWeightReadTransposedInPlace) {
   EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
 }
 
+TEST(SubgraphGradient, LayerNormOnOneDnnThenAProduct) {
+  // x [2, 3, 4] normalized over its last axis, scaled and shifted, then by w [4, 3]; x also added after, so
+  // that its gradient comes from two operations.
+  std::vector<SubgraphOp> ops;
+  ops.push_back(op(Kind::layer_norm, {0, 1, 2}));  // 4
+  ops.back().epsilon = 1e-3f;
+  ops.push_back(op(Kind::add, {4, 0}));            // 5
+  ops.push_back(op(Kind::matmul, {5, 3}));         // 6: [2, 3, 3]
+  Subgraph piece({param("gamma", {4}), param("beta", {4}), param("w", {4, 3})}, {}, std::move(ops));
+  EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
+}
+
 TEST(SubgraphOutput, FollowsTheFormulas) {
   // y = softmax(x / 2 - mean(x)) along the last axis, for x [1, 3]: checked against the formula.
   std::vector<SubgraphOp> ops;
