@@ -26,6 +26,7 @@ const char* kind_name(Kind kind) {
     case Kind::relu: return "relu";
     case Kind::sigmoid: return "sigmoid";
     case Kind::tanh: return "tanh";
+    case Kind::gelu: return "gelu";
     case Kind::identity: return "identity";
     case Kind::matmul: return "matmul";
     case Kind::softmax: return "softmax";
@@ -196,6 +197,7 @@ dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
     case Kind::relu:
     case Kind::sigmoid:
     case Kind::tanh:
+    case Kind::gelu:
     case Kind::identity:
       return in(0);
     case Kind::softmax:
@@ -320,6 +322,8 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
   softmaxes_.assign(ops_.size(), std::nullopt);
   norms_.clear();
   norms_.resize(ops_.size());
+  gelus_.clear();
+  gelus_.resize(ops_.size());
 
   const auto flat = [](const dims_t& dims) { return plain_desc({static_cast<dim>(std::max<std::size_t>(product(dims), 1))}); };
   input_ = Tensor(plain_desc(in), ctx.engine());
@@ -394,6 +398,15 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
       SoftmaxPrimitives s{dnnl::softmax_forward(fwd), std::nullopt};
       if (train_) s.backward = dnnl::softmax_backward(make_softmax_backward_pd(engine, md, md, axis, fwd));
       softmaxes_[k] = std::move(s);
+    } else if (op.kind == Kind::gelu) {
+      const auto md = strided({static_cast<dim>(product(out))}, {1});
+      const auto prop = train_ ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+      const auto fwd = make_eltwise_forward_pd(engine, prop, dnnl::algorithm::eltwise_gelu_erf, md);
+      GeluPrimitives g{md, dnnl::eltwise_forward(fwd), std::nullopt};
+      if (train_)
+        g.backward = dnnl::eltwise_backward(
+            make_eltwise_backward_pd(engine, dnnl::algorithm::eltwise_gelu_erf, md, md, 0.0f, 0.0f, fwd));
+      gelus_[k] = std::move(g);
     } else if (op.kind == Kind::layer_norm) {
       using flags = dnnl::normalization_flags;
       LayerNormPrimitives n;
@@ -509,6 +522,11 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
     case Kind::softmax: {
       const auto md = strided(y.dims, strides_of(y.dims));
       softmaxes_[k]->forward.execute(ctx.stream(), {{DNNL_ARG_SRC, over(md, ctx, a.data)}, {DNNL_ARG_DST, over(md, ctx, y.data)}});
+      return;
+    }
+    case Kind::gelu: {
+      const GeluPrimitives& g = *gelus_[k];
+      g.forward.execute(ctx.stream(), {{DNNL_ARG_SRC, over(g.data, ctx, a.data)}, {DNNL_ARG_DST, over(g.data, ctx, y.data)}});
       return;
     }
     case Kind::layer_norm: {
@@ -650,6 +668,15 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
       softmaxes_[k]->backward->execute(ctx.stream(), {{DNNL_ARG_DST, over(md, ctx, y.data)},
                                                       {DNNL_ARG_DIFF_DST, over(md, ctx, gy)},
                                                       {DNNL_ARG_DIFF_SRC, over(md, ctx, scratch_.data())}});
+      for (std::size_t i = 0; i < product(y.dims); ++i) a.grad[i] += scratch_[i];
+      return;
+    }
+    case Kind::gelu: {
+      if (!a.grad) return;
+      const GeluPrimitives& g = *gelus_[k];
+      g.backward->execute(ctx.stream(), {{DNNL_ARG_SRC, over(g.data, ctx, a.data)},
+                                         {DNNL_ARG_DIFF_DST, over(g.data, ctx, gy)},
+                                         {DNNL_ARG_DIFF_SRC, over(g.data, ctx, scratch_.data())}});
       for (std::size_t i = 0; i < product(y.dims); ++i) a.grad[i] += scratch_[i];
       return;
     }

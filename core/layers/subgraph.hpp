@@ -29,6 +29,7 @@ struct SubgraphOp {
     add, sub, mul, div,  // numpy broadcasting
     pow,                 // by the constant `exponent`
     sqrt, erf, relu, sigmoid, tanh, identity,
+    gelu,                // the exact, erf-based one (oneDNN's eltwise)
     matmul,              // numpy's: the last two axes, the others batch (broadcast where the second operand's are 1);
                          // transpose_b: the second operand is a matrix [cols, inner] read transposed in place
     softmax,             // along `axis`
@@ -92,6 +93,11 @@ class Subgraph : public Layer {
     dnnl::softmax_forward forward;
     std::optional<dnnl::softmax_backward> backward;
   };
+  struct GeluPrimitives {
+    dnnl::memory::desc data;
+    dnnl::eltwise_forward forward;
+    std::optional<dnnl::eltwise_backward> backward;
+  };
   struct LayerNormPrimitives {
     dnnl::memory::desc data, vector;  // x as [rows, features]; scale and shift
     dnnl::layer_normalization_forward forward;
@@ -115,6 +121,7 @@ class Subgraph : public Layer {
   std::vector<std::optional<MatMul>> matmuls_;                 // by operation
   std::vector<std::optional<SoftmaxPrimitives>> softmaxes_;    // by operation
   std::vector<std::optional<LayerNormPrimitives>> norms_;      // by operation
+  std::vector<std::optional<GeluPrimitives>> gelus_;           // by operation
   std::vector<float> scratch_;
   dnnl::memory::desc src_md_;
   std::optional<Copy> to_plain_, to_src_layout_;

@@ -523,7 +523,7 @@ GraphModel define_graph_model(const std::string& name, const ModelConfig& config
                                        config.graph->weights_elsewhere);
   onnx::fold_constants(graph);
   chain_concats(graph);
-  onnx::fuse_layer_norms(graph);
+  onnx::fuse_norms_and_gelus(graph);
   return Builder(graph, config).build();
 }
 

@@ -1,6 +1,7 @@
 #include "models/onnx/graph_piece.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "core/error.hpp"
@@ -25,7 +26,7 @@ const std::map<std::string, Kind>& kinds() {
       {"Softmax", Kind::softmax},   {"ReduceMean", Kind::reduce_mean}, {"Transpose", Kind::transpose},
       {"Reshape", Kind::reshape},   {"Flatten", Kind::reshape}, {"Expand", Kind::expand},
       {"Concat", Kind::concat},     {"Slice", Kind::slice},     {"Gather", Kind::gather},
-      {"LayerNormalization", Kind::layer_norm}};
+      {"LayerNormalization", Kind::layer_norm}, {"Gelu", Kind::gelu}};
   return table;
 }
 
@@ -323,7 +324,7 @@ std::optional<float> scalar(const Graph& g, const std::string& value) {
 
 }  // namespace
 
-void fuse_layer_norms(Graph& g) {
+void fuse_norms_and_gelus(Graph& g) {
   std::map<std::string, std::vector<std::size_t>> readers;
   std::map<std::string, std::size_t> position;
   for (std::size_t n = 0; n < g.nodes.size(); ++n) {
@@ -376,6 +377,28 @@ void fuse_layer_norms(Graph& g) {
     for (const Node* part : {&mean, sub, pow, div, variance, plus, root, scale, shift})
       gone.insert(position.at(part->outputs.at(0)));
     fused[position.at(shift->outputs[0])] = std::move(ln);
+  }
+  // GELU as nn.GELU exports it: x * (erf(x / sqrt(2)) + 1) * 0.5.
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& div = g.nodes[n];
+    if (div.op != "Div" || div.inputs.size() != 2 || gone.count(n)) continue;
+    const auto root_two = scalar(g, div.inputs[1]);
+    if (!root_two || std::abs(*root_two - std::sqrt(2.0f)) > 1e-6f) continue;
+    const std::string& x = div.inputs[0];
+    const Node* erf = only_reader(g, readers, div.outputs.at(0), "Erf");
+    const Node* plus = erf ? only_reader(g, readers, erf->outputs.at(0), "Add") : nullptr;
+    if (!plus || plus->inputs.size() != 2 || scalar(g, other(*plus, erf->outputs[0])) != 1.0f) continue;
+    const Node* times = only_reader(g, readers, plus->outputs.at(0), "Mul");
+    if (!times || times->inputs.size() != 2 || other(*times, plus->outputs[0]) != x) continue;
+    const Node* half = only_reader(g, readers, times->outputs.at(0), "Mul");
+    if (!half || half->inputs.size() != 2 || scalar(g, other(*half, times->outputs[0])) != 0.5f) continue;
+    Node gelu;
+    gelu.op = "Gelu";
+    gelu.name = half->name;
+    gelu.inputs = {x};
+    gelu.outputs = {half->outputs.at(0)};
+    for (const Node* part : {&div, erf, plus, times, half}) gone.insert(position.at(part->outputs.at(0)));
+    fused[position.at(half->outputs[0])] = std::move(gelu);
   }
   if (fused.empty()) return;
   std::vector<Node> kept;

@@ -119,14 +119,15 @@ TEST(SubgraphGradient, ProductsByAWeightReadTransposedInPlace) {
   EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
 }
 
-TEST(SubgraphGradient, LayerNormOnOneDnnThenAProduct) {
-  // x [2, 3, 4] normalized over its last axis, scaled and shifted, then by w [4, 3]; x also added after, so
-  // that its gradient comes from two operations.
+TEST(SubgraphGradient, LayerNormAndGeluOnOneDnnThenAProduct) {
+  // x [2, 3, 4] normalized over its last axis, scaled and shifted, x added (its gradient comes from two
+  // operations), GELU, then by w [4, 3].
   std::vector<SubgraphOp> ops;
   ops.push_back(op(Kind::layer_norm, {0, 1, 2}));  // 4
   ops.back().epsilon = 1e-3f;
   ops.push_back(op(Kind::add, {4, 0}));            // 5
-  ops.push_back(op(Kind::matmul, {5, 3}));         // 6: [2, 3, 3]
+  ops.push_back(op(Kind::gelu, {5}));              // 6
+  ops.push_back(op(Kind::matmul, {6, 3}));         // 7: [2, 3, 3]
   Subgraph piece({param("gamma", {4}), param("beta", {4}), param("w", {4, 3})}, {}, std::move(ops));
   EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
 }
