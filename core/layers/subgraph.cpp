@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <numbers>
+#include <unordered_map>
 
 #include "core/error.hpp"
 
@@ -220,6 +221,8 @@ dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
       a.insert(a.begin(), r - a.size(), 1);
       b.insert(b.begin(), r - b.size(), 1);
       if (a[r - 1] != b[r - 2]) fail(op, "cannot multiply " + text(in(0)) + " by " + text(in(1)));
+      if (op.inputs.size() > 2 && (in(1).size() != 2 || product(in(2)) != static_cast<std::size_t>(b[r - 1])))
+        fail(op, "its bias " + text(in(2)) + " does not fit a product by one matrix " + text(in(1)));
       const dims_t a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
       const dims_t batch_dims = broadcast(a_batch, b_batch);
       if (batch_dims != a_batch) fail(op, "ddl does not broadcast a product's first operand " + text(in(0)) + " over " + text(in(1)));
@@ -378,7 +381,8 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
       // b is kept as [cols, inner] where transpose_b: seen as [inner, cols] it is the transposed view.
       m.b = op.transpose_b ? transposed({b[1], b[0]}) : strided(b, strides_of(b));
       m.b_t = op.transpose_b ? strided({b[1], b[0]}, strides_of({b[1], b[0]})) : transposed(b);
-      m.forward = dnnl::matmul(make_matmul_pd(engine, m.a, m.b, dnnl::memory::desc(), m.c));
+      if (op.inputs.size() > 2) m.bias = strided({1, c.back()}, {c.back(), 1});
+      m.forward = dnnl::matmul(make_matmul_pd(engine, m.a, m.b, m.bias, m.c));
       if (train_) {
         m.grad_a = dnnl::matmul(make_matmul_pd(engine, m.c, m.b_t, dnnl::memory::desc(), m.a, adding()));
         if (op.transpose_b) {  // b's gradient in its stored form: c's gradient transposed, by a
@@ -514,9 +518,11 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
     }
     case Kind::matmul: {
       const MatMul& m = *matmuls_[k];
-      m.forward.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.a, ctx, a.data)},
-                                       {DNNL_ARG_WEIGHTS, over(m.b, ctx, values_[op.inputs[1]].data)},
-                                       {DNNL_ARG_DST, over(m.c, ctx, y.data)}});
+      std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, over(m.a, ctx, a.data)},
+                                                    {DNNL_ARG_WEIGHTS, over(m.b, ctx, values_[op.inputs[1]].data)},
+                                                    {DNNL_ARG_DST, over(m.c, ctx, y.data)}};
+      if (op.inputs.size() > 2) args[DNNL_ARG_BIAS] = over(m.bias, ctx, values_[op.inputs[2]].data);
+      m.forward.execute(ctx.stream(), args);
       return;
     }
     case Kind::softmax: {
@@ -652,6 +658,12 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
         m.grad_a.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.c, ctx, gy)},
                                         {DNNL_ARG_WEIGHTS, over(m.b_t, ctx, b.data)},
                                         {DNNL_ARG_DST, over(m.a, ctx, a.grad)}});
+      if (op.inputs.size() > 2)
+        if (float* bias = values_[op.inputs[2]].grad) {  // the sum of every row's gradient
+          const std::size_t cols = product(values_[op.inputs[2]].dims), rows = product(y.dims) / cols;
+          for (std::size_t i = 0; i < rows; ++i)
+            for (std::size_t j = 0; j < cols; ++j) bias[j] += gy[i * cols + j];
+        }
       if (b.grad && m.transpose_b)
         m.grad_b.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.c_t, ctx, gy)},
                                         {DNNL_ARG_WEIGHTS, over(m.a, ctx, a.data)},

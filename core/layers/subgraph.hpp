@@ -31,7 +31,8 @@ struct SubgraphOp {
     sqrt, erf, relu, sigmoid, tanh, identity,
     gelu,                // the exact, erf-based one (oneDNN's eltwise)
     matmul,              // numpy's: the last two axes, the others batch (broadcast where the second operand's are 1);
-                         // transpose_b: the second operand is a matrix [cols, inner] read transposed in place
+                         // transpose_b: the second operand is a matrix [cols, inner] read transposed in place;
+                         // a third input, [cols], is a bias added to every row
     softmax,             // along `axis`
     layer_norm,          // over the last axis, inputs x, scale and shift (oneDNN's), with `epsilon`
     reduce_mean,         // over `ints` (axes), keeping them where keep_dims
@@ -85,7 +86,7 @@ class Subgraph : public Layer {
   };
   // A matrix product's primitives, built at set-up: forward, and the two gradients (adding to them).
   struct MatMul {
-    dnnl::memory::desc a, b, c, a_t, b_t, c_t;  // the operands, and seen transposed
+    dnnl::memory::desc a, b, c, a_t, b_t, c_t, bias;  // the operands, and seen transposed; the bias as [1, cols]
     dnnl::matmul forward, grad_a, grad_b;
     bool transpose_b = false;  // b's gradient is c_t by a, in b's stored [cols, inner] form
   };

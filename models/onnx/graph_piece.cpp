@@ -79,19 +79,34 @@ class PieceBuilder {
         constants_.push_back({{}, std::vector<float>(constant(node, 1).size(), 0.0f)});
         constants_.back().dims = {static_cast<dim>(constants_.back().values.size())};
       }
-    // A weight's Transpose that only a MatMul reads (nn.Linear at opset 13: x @ W^T) is read in place.
+    // nn.Linear at opset 13, x @ W^T + b: the weight's Transpose that only the MatMul reads is read in
+    // place, and the bias that an Add alone gives the product is the product's own (oneDNN's matmul bias).
+    std::set<std::size_t> taken_in;
+    std::map<std::string, std::size_t> position;
+    for (const std::size_t n : region->nodes) position[g_.nodes[n].outputs.at(0)] = n;
+    for (const std::size_t n : region->nodes) {
+      const Node& node = g_.nodes[n];
+      if (node.op != "MatMul" || node.inputs.size() != 2 || !position.count(node.inputs[1])) continue;
+      const Node& t = g_.nodes[position.at(node.inputs[1])];
+      if (t.op != "Transpose" || t.integers("perm", {1, 0}) != std::vector<std::int64_t>{1, 0} ||
+          !is_parameter(t.inputs.at(0)) || g_.constants.at(t.inputs[0]).dims.size() != 2 ||
+          readers_of(node.inputs[1]) != 1)
+        continue;
+      read_transposed_[node.inputs[1]] = t.inputs[0];
+      taken_in.insert(position.at(node.inputs[1]));
+      const auto r = readers_.find(node.outputs.at(0));
+      if (r == readers_.end() || r->second.size() != 1 || node.outputs[0] == g_.output) continue;
+      const Node& plus = g_.nodes[r->second[0]];
+      const std::string& bias = plus.inputs.at(plus.inputs.at(0) == node.outputs[0] ? 1 : 0);
+      if (plus.op == "Add" && plus.inputs.size() == 2 && is_parameter(bias) &&
+          g_.constants.at(bias).size() == static_cast<std::size_t>(g_.constants.at(t.inputs[0]).dims[0]) &&
+          position.count(plus.outputs.at(0))) {
+        with_bias_[node.outputs[0]] = {bias, plus.outputs[0]};
+        taken_in.insert(position.at(plus.outputs[0]));
+      }
+    }
     for (const std::size_t n : region->nodes)
-      if (const Node& node = g_.nodes[n]; node.op == "MatMul" && node.inputs.size() == 2)
-        if (const auto p = producer_.find(node.inputs[1]); p != producer_.end()) {
-          const Node& t = g_.nodes[p->second];
-          if (t.op == "Transpose" && t.integers("perm", {1, 0}) == std::vector<std::int64_t>{1, 0} &&
-              is_parameter(t.inputs.at(0)) && g_.constants.at(t.inputs[0]).dims.size() == 2 &&
-              readers_of(node.inputs[1]) == 1)
-            read_transposed_[node.inputs[1]] = t.inputs[0];
-        }
-    for (const std::size_t n : region->nodes)
-      if (const Node& node = g_.nodes[n]; !(node.op == "Transpose" && read_transposed_.count(node.outputs.at(0))))
-        translate(node);
+      if (!taken_in.count(n)) translate(g_.nodes[n]);
     if (last_output_ != region->end) {
       const Node& last = g_.nodes[region->nodes.back()];
       add(op(Kind::identity, {use(region->end, last)}, last), region->end);
@@ -228,6 +243,10 @@ class PieceBuilder {
     if (n.op == "MatMul" && read_transposed_.count(n.inputs.at(1))) {
       o.inputs.push_back(use(read_transposed_.at(n.inputs[1]), n));
       o.transpose_b = true;
+      if (const auto b = with_bias_.find(out); b != with_bias_.end()) {
+        o.inputs.push_back(use(b->second.first, n));
+        return add(std::move(o), b->second.second);
+      }
     } else if (kind == Kind::add || kind == Kind::sub || kind == Kind::mul || kind == Kind::div || n.op == "MatMul") {
       o.inputs.push_back(use(n.inputs.at(1), n));
     } else if (kind == Kind::matmul) {  // Gemm: a times b (read transposed where transB), plus c
@@ -299,6 +318,7 @@ class PieceBuilder {
   std::map<std::string, std::size_t> producer_;
   std::map<std::string, bool> from_parameters_;
   std::map<std::string, std::string> read_transposed_;  // a weight's transpose: the weight, read in place
+  std::map<std::string, std::pair<std::string, std::string>> with_bias_;  // a product: its bias, the sum's value
   std::map<std::string, int> value_;
   std::vector<std::string> params_;
   std::vector<SubgraphConstant> constants_;

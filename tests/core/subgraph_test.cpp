@@ -107,15 +107,16 @@ TEST(SubgraphGradient, ReluOfTheInputTimesAWeight) {
 }
 
 TEST(SubgraphGradient, ProductsByAWeightReadTransposedInPlace) {
-  // x [2, 3, 4] by w [5, 4] read as [4, 5] (nn.Linear's weight), then by [2, 5, 3]'s batches.
+  // x [2, 3, 4] by w [5, 4] read as [4, 5] (nn.Linear's weight), then by [2, 5, 3]'s batches, then by
+  // another weight read so, with a bias.
   std::vector<SubgraphOp> ops;
-  ops.push_back(op(Kind::matmul, {0, 1}));          // 3: [2, 3, 5]
+  ops.push_back(op(Kind::matmul, {0, 1}));          // 4: [2, 3, 5]
   ops.back().transpose_b = true;
-  ops.push_back(op(Kind::transpose, {3}, {0, 2, 1}));  // 4: [2, 5, 3]
-  ops.push_back(op(Kind::matmul, {4, 3}));          // 5: [2, 5, 5]
-  ops.push_back(op(Kind::matmul, {5, 2}));          // 6: [2, 5, 2], v [2, 5] read as [5, 2]
+  ops.push_back(op(Kind::transpose, {4}, {0, 2, 1}));  // 5: [2, 5, 3]
+  ops.push_back(op(Kind::matmul, {5, 4}));          // 6: [2, 5, 5]
+  ops.push_back(op(Kind::matmul, {6, 2, 3}));       // 7: [2, 5, 2], v [2, 5] read as [5, 2], plus c [2]
   ops.back().transpose_b = true;
-  Subgraph piece({param("w", {5, 4}), param("v", {2, 5})}, {}, std::move(ops));
+  Subgraph piece({param("w", {5, 4}), param("v", {2, 5}), param("c", {2})}, {}, std::move(ops));
   EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
 }
 
