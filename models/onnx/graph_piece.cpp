@@ -254,7 +254,14 @@ class PieceBuilder {
         refuse(n, "ddl takes a Gemm with transA = 0 and alpha = beta = 1");
       o.inputs.push_back(use(n.inputs.at(1), n));
       o.transpose_b = n.integer("transB", 0) != 0;
-      if (given(n, 2)) {
+      const auto& w = g_.constants.find(n.inputs[1]);
+      const bool bias_of_rows = given(n, 2) && w != g_.constants.end() && w->second.dims.size() == 2 &&
+                                is_parameter(n.inputs[2]) &&
+                                g_.constants.at(n.inputs[2]).size() ==
+                                    static_cast<std::size_t>(w->second.dims[o.transpose_b ? 0 : 1]);
+      if (bias_of_rows) {  // nn.Linear's: the product's own bias
+        o.inputs.push_back(use(n.inputs[2], n));
+      } else if (given(n, 2)) {
         add(std::move(o), out + "#ab");
         o = op(Kind::add, {value_.at(out + "#ab"), use(n.inputs[2], n)}, n);
       }
