@@ -47,16 +47,27 @@ class PieceBuilder {
   std::optional<GraphPiece> build(const std::string& from) {
     const auto region = find_region(from);
     if (!region) return std::nullopt;
-    // An operator neither the layers nor a piece have is named; one the layers have (a Conv among the
-    // operations) leaves the layers' own refusal standing.
+    // An operator neither the layers nor a piece have is named. One that only the layers have (a Conv) in
+    // a piece that needs a piece's operators (a Transpose) is named with them; among the layers' operators
+    // alone the layers' own refusal stands.
     static const std::set<std::string> layers = {"Conv", "BatchNormalization", "MaxPool", "AveragePool",
                                                  "GlobalAveragePool", "LeakyRelu", "Clip", "HardSigmoid",
                                                  "HardSwish", "Pad"};
-    for (const std::size_t n : region->nodes)
-      if (const Node& node = g_.nodes[n]; !kinds().count(node.op) && !layers.count(node.op))
+    static const std::set<std::string> layers_too = {"Identity", "Dropout", "Relu", "Sigmoid", "Tanh", "Gemm",
+                                                     "ReduceMean", "Flatten", "Reshape", "Add", "Mul", "Concat"};
+    const Node *layer_only = nullptr, *piece_only = nullptr;
+    for (const std::size_t n : region->nodes) {
+      const Node& node = g_.nodes[n];
+      if (!kinds().count(node.op) && !layers.count(node.op))
         refuse(node, "ddl does not support this operator (docs/onnx.md lists those it does)");
-    for (const std::size_t n : region->nodes)
-      if (!kinds().count(g_.nodes[n].op)) return std::nullopt;
+      if (!layer_only && layers.count(node.op)) layer_only = &node;
+      if (!piece_only && kinds().count(node.op) && !layers_too.count(node.op)) piece_only = &node;
+    }
+    if (layer_only && piece_only)
+      refuse(*piece_only, "ddl runs this operator in a piece of N-d operations (docs/onnx.md, \"Pieces\"), and the "
+                          "piece it would be in, from '" + from + "' to '" + region->end + "', also holds " +
+                          layer_only->describe() + ", which a piece cannot");
+    if (layer_only) return std::nullopt;
     value_[from] = 0;
     // Parameters first, then constants, then the operations' outputs: the Subgraph's numbering.
     for (const bool parameters : {true, false})
