@@ -629,9 +629,20 @@ class OnnxImport(unittest.TestCase):
                 tokens = x.flatten(2).transpose(1, 2)
                 return self.fc((tokens + torch.sin(tokens.softmax(-1))).mean(1))
 
+        class HalfTheChannelsConvolved(nn.Module):  # shufflenet's split: a Slice that a piece would take, a Conv
+            def __init__(self):
+                super().__init__()
+                self.stem, self.conv = nn.Conv2d(3, 4, 1), nn.Conv2d(2, 2, 1)
+                self.fc = nn.Linear(4 * 32 * 32, 10)
+
+            def forward(self, x):
+                x = self.stem(x)
+                return self.fc(torch.flatten(torch.cat([x[:, :2], self.conv(x[:, 2:])], 1), 1))
+
         for module, node, why in (
                 (Cosine(), "Cos node", "ddl does not support this operator (docs/onnx.md lists those it does)"),
                 (SineAmongTokens(), "Sin node", "ddl does not support this operator (docs/onnx.md lists those it does)"),
+                (HalfTheChannelsConvolved(), "Slice node", "also holds Conv node"),
                 (ConcatOfRows(), "Concat node", "ddl concatenates along the channels (axis 1) only")):
             with self.subTest(module=type(module).__name__):
                 onnx_file = self.path(f"{type(module).__name__}.onnx")
