@@ -133,6 +133,31 @@ dnnl::primitive_attr adding() {
   return attr;
 }
 
+// The parts of a gather (one an index) or a concat (one an input) along the axis: fn(x, part, from, into, to)
+// for each, where the part's `part` dims of x, from x's offset `from`, go to the output's offset `to` with
+// the output's strides `into`.
+template <class Values, class F>
+void for_each_part(const SubgraphOp& op, Values& values, const dims_t& out, F&& fn) {
+  auto& a = values[op.inputs[0]];
+  const dim axis = axis_in(op.axis, a.dims.size());
+  dims_t full = a.dims;  // the output with a gather's dropped axis kept
+  full[axis] = op.kind == Kind::gather ? static_cast<dim>(op.indices.size()) : out[axis];
+  const dims_t into = strides_of(full);
+  dim at = 0;
+  const std::size_t parts = op.kind == Kind::gather ? op.indices.size() : op.inputs.size();
+  for (std::size_t q = 0; q < parts; ++q) {
+    auto& x = op.kind == Kind::gather ? a : values[op.inputs[q]];
+    dims_t part = x.dims;
+    dim from = 0;
+    if (op.kind == Kind::gather) {
+      part[axis] = 1;
+      from = (op.indices[q] < 0 ? op.indices[q] + a.dims[axis] : op.indices[q]) * strides_of(a.dims)[axis];
+    }
+    fn(x, part, from, into, at * into[axis]);
+    at += part[axis];
+  }
+}
+
 // Operations whose output is their input's numbers as they are.
 bool aliases_input(const SubgraphOp& op) { return op.kind == Kind::identity || op.kind == Kind::reshape; }
 
@@ -570,27 +595,11 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
       return;
     }
     case Kind::gather:
-    case Kind::concat: {
-      // Each piece (a gathered index, a joined input) is copied to its place along the axis.
-      const dim axis = axis_in(op.axis, a.dims.size());
-      dims_t full = a.dims;
-      full[axis] = op.kind == Kind::gather ? static_cast<dim>(op.indices.size()) : y.dims[axis];
-      const dims_t into = strides_of(full);
-      dim at = 0;
-      const std::size_t pieces = op.kind == Kind::gather ? op.indices.size() : op.inputs.size();
-      for (std::size_t q = 0; q < pieces; ++q) {
-        const Value& x = op.kind == Kind::gather ? a : values_[op.inputs[q]];
-        dims_t part = x.dims;
-        dim from = 0;
-        if (op.kind == Kind::gather) {
-          part[axis] = 1;
-          from = (op.indices[q] < 0 ? op.indices[q] + a.dims[axis] : op.indices[q]) * strides_of(a.dims)[axis];
-        }
-        walk(part, strides_of(x.dims), into, [&](std::size_t, dim i, dim j) { y.data[at * into[axis] + j] = x.data[from + i]; });
-        at += part[axis];
-      }
+    case Kind::concat:
+      for_each_part(op, values_, y.dims, [&](const Value& x, const dims_t& part, dim from, const dims_t& into, dim to) {
+        walk(part, strides_of(x.dims), into, [&](std::size_t, dim i, dim j) { y.data[to + j] = x.data[from + i]; });
+      });
       return;
-    }
   }
 }
 
@@ -741,27 +750,12 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
       return;
     }
     case Kind::gather:
-    case Kind::concat: {
-      const dim axis = axis_in(op.axis, a.dims.size());
-      dims_t full = a.dims;
-      full[axis] = op.kind == Kind::gather ? static_cast<dim>(op.indices.size()) : y.dims[axis];
-      const dims_t into = strides_of(full);
-      dim at = 0;
-      const std::size_t pieces = op.kind == Kind::gather ? op.indices.size() : op.inputs.size();
-      for (std::size_t q = 0; q < pieces; ++q) {
-        Value& x = op.kind == Kind::gather ? a : values_[op.inputs[q]];
-        dims_t part = x.dims;
-        dim from = 0;
-        if (op.kind == Kind::gather) {
-          part[axis] = 1;
-          from = (op.indices[q] < 0 ? op.indices[q] + a.dims[axis] : op.indices[q]) * strides_of(a.dims)[axis];
-        }
+    case Kind::concat:
+      for_each_part(op, values_, y.dims, [&](Value& x, const dims_t& part, dim from, const dims_t& into, dim to) {
         if (x.grad)
-          walk(part, strides_of(x.dims), into, [&](std::size_t, dim i, dim j) { x.grad[from + i] += gy[at * into[axis] + j]; });
-        at += part[axis];
-      }
+          walk(part, strides_of(x.dims), into, [&](std::size_t, dim i, dim j) { x.grad[from + i] += gy[to + j]; });
+      });
       return;
-    }
   }
 }
 
