@@ -1,7 +1,7 @@
 #include "models/onnx/value_shapes.hpp"
 
 #include <algorithm>
-#include <numeric>
+#include <limits>
 #include <set>
 
 namespace ddl::onnx {
@@ -23,16 +23,24 @@ std::optional<std::int64_t> axis_in(std::int64_t axis, std::size_t rank) {
   return axis < 0 ? axis + r : axis;
 }
 
-std::int64_t count(const Dims& dims) {
-  return std::accumulate(dims.begin(), dims.end(), std::int64_t{1}, std::multiplies<>());
+// A corrupt file's numbers can be anything: every product and sum here is checked, and a result that
+// overflows, or a negative dimension, leaves the dims unknown (nullopt) for the builder to refuse.
+std::optional<std::int64_t> count(const Dims& dims) {
+  std::int64_t n = 1;
+  for (const std::int64_t d : dims)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  return n;
 }
 
 // A window's output size: convolution and pooling, floor or ceiling.
-std::int64_t windows(std::int64_t in, std::int64_t kernel, std::int64_t stride, std::int64_t dilation, std::int64_t pads,
-                     bool ceil) {
-  const std::int64_t span = in + pads - dilation * (kernel - 1) - 1;
-  if (span < 0 || stride <= 0) return 0;
-  return (ceil ? (span + stride - 1) / stride : span / stride) + 1;
+std::optional<std::int64_t> windows(std::int64_t in, std::int64_t kernel, std::int64_t stride, std::int64_t dilation,
+                                    std::int64_t pads, bool ceil) {
+  if (kernel < 1 || stride < 1 || dilation < 1 || pads < 0) return std::nullopt;
+  const __int128 span = static_cast<__int128>(in) + pads - static_cast<__int128>(dilation) * (kernel - 1) - 1;
+  if (span < 0) return 0;
+  const __int128 out = (ceil ? (span + stride - 1) / stride : span / stride) + 1;
+  if (out > std::numeric_limits<std::int64_t>::max()) return std::nullopt;
+  return static_cast<std::int64_t>(out);
 }
 
 }  // namespace
@@ -98,31 +106,33 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
       if (d == 0 && node.integer("allowzero", 0) == 0) d = i < x.size() ? x[i] : -3;
       if (d == -1 && free < 0)
         free = static_cast<std::int64_t>(i);
-      else if (d < 0)
+      else if (d < 0 || __builtin_mul_overflow(known, d, &known))
         return std::nullopt;
-      else
-        known *= d;
       out.push_back(d);
     }
+    const auto all = count(x);
+    if (!all) return std::nullopt;
     if (free >= 0) {
-      if (known == 0 || count(x) % known != 0) return std::nullopt;
-      out[free] = count(x) / known;
+      if (known == 0 || *all % known != 0) return std::nullopt;
+      out[free] = *all / known;
     }
-    if (count(out) != count(x)) return std::nullopt;
+    if (count(out) != all) return std::nullopt;
     return out;
   }
   if (op == "Flatten") {
     const auto axis = node.integer("axis", 1);
     if (axis < 0 || axis > static_cast<std::int64_t>(x.size())) return std::nullopt;
-    return Dims{count(Dims(x.begin(), x.begin() + axis)), count(Dims(x.begin() + axis, x.end()))};
+    const auto outer = count(Dims(x.begin(), x.begin() + axis)), inner = count(Dims(x.begin() + axis, x.end()));
+    if (!outer || !inner) return std::nullopt;
+    return Dims{*outer, *inner};
   }
   if (op == "Concat") {
     const auto axis = axis_in(node.integer("axis", 0), x.size());
     if (!axis) return std::nullopt;
     Dims out = x;
     for (std::size_t i = 1; i < dims.size(); ++i) {
-      if (!has(i) || dims[i]->size() != x.size()) return std::nullopt;
-      out[*axis] += (*dims[i])[*axis];
+      if (!has(i) || dims[i]->size() != x.size() || __builtin_add_overflow(out[*axis], (*dims[i])[*axis], &out[*axis]))
+        return std::nullopt;
     }
     return out;
   }
@@ -140,7 +150,7 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
       const std::int64_t n = x[*axis];
       const auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + n : v, 0, n); };
       const std::int64_t start = clamp((*starts)[i]), end = clamp((*ends)[i]);
-      out[*axis] = end > start ? (end - start + steps[i] - 1) / steps[i] : 0;
+      out[*axis] = end > start ? (end - start - 1) / steps[i] + 1 : 0;
     }
     return out;
   }
@@ -220,15 +230,23 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
     if (kernel.size() != spatial || strides.size() != spatial || dilations.size() != spatial || pads.size() != 2 * spatial)
       return std::nullopt;
     const bool ceil = node.integer("ceil_mode", 0) != 0;
-    for (std::size_t d = 0; d < spatial; ++d)
-      out.push_back(windows(x[2 + d], kernel[d], strides[d], dilations[d], pads[d] + pads[d + spatial], ceil));
+    for (std::size_t d = 0; d < spatial; ++d) {
+      std::int64_t both = 0;
+      if (__builtin_add_overflow(pads[d], pads[d + spatial], &both)) return std::nullopt;
+      const auto size = windows(x[2 + d], kernel[d], strides[d], dilations[d], both, ceil);
+      if (!size) return std::nullopt;
+      out.push_back(*size);
+    }
     return out;
   }
   if (op == "Pad") {
     const Dims* pads = ints(1);
     if (!pads || pads->size() != 2 * x.size()) return std::nullopt;
     Dims out = x;
-    for (std::size_t d = 0; d < x.size(); ++d) out[d] += (*pads)[d] + (*pads)[d + x.size()];
+    for (std::size_t d = 0; d < x.size(); ++d)
+      if (__builtin_add_overflow(out[d], (*pads)[d], &out[d]) ||
+          __builtin_add_overflow(out[d], (*pads)[d + x.size()], &out[d]) || out[d] < 0)
+        return std::nullopt;
     return out;
   }
   return std::nullopt;
