@@ -99,7 +99,7 @@ SlicePlan plan_slice(const SubgraphOp& op, const dims_t& in) {
     const dim axis = axis_in(op.ints[i], in.size()), n = in[axis], step = op.steps.empty() ? 1 : op.steps[i];
     const auto clamp = [&](dim v) { return std::clamp<dim>(v < 0 ? v + n : v, 0, n); };
     const dim start = clamp(op.starts[i]), end = clamp(op.ends[i]);
-    plan.dims[axis] = end > start ? (end - start + step - 1) / step : 0;
+    plan.dims[axis] = end > start ? (end - start - 1) / step + 1 : 0;
     plan.offset += start * plan.strides[axis];
     plan.strides[axis] *= step;
   }
@@ -172,6 +172,17 @@ Subgraph::Subgraph(std::vector<ParamSpec> params, std::vector<SubgraphConstant> 
   if (ops_.empty()) throw Error("subgraph: no operation");
   std::size_t known = 1 + params_.size() + constants_.size();
   for (const SubgraphOp& op : ops_) {
+    const std::size_t n = op.inputs.size();
+    const bool binary = op.kind == Kind::add || op.kind == Kind::sub || op.kind == Kind::mul || op.kind == Kind::div;
+    const bool arity = binary                           ? n == 2
+                       : op.kind == Kind::matmul        ? n == 2 || n == 3
+                       : op.kind == Kind::layer_norm    ? n == 3
+                       : op.kind == Kind::concat        ? n >= 1
+                                                        : n == 1;
+    if (!arity) throw Error("subgraph: " + op.name + " has " + std::to_string(n) + " inputs");
+    if (op.kind == Kind::slice && (op.starts.size() != op.ints.size() || op.ends.size() != op.ints.size() ||
+                                   (!op.steps.empty() && op.steps.size() != op.ints.size())))
+      throw Error("subgraph: " + op.name + ": its axes, starts, ends and steps differ in length");
     for (const int in : op.inputs)
       if (in < 0 || static_cast<std::size_t>(in) >= known) throw Error("subgraph: " + op.name + " reads a later value");
     ++known;
@@ -249,9 +260,9 @@ dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
       if (op.inputs.size() > 2 && (in(1).size() != 2 || product(in(2)) != static_cast<std::size_t>(b[r - 1])))
         fail(op, "its bias " + text(in(2)) + " does not fit a product by one matrix " + text(in(1)));
       const dims_t a_batch(a.begin(), a.end() - 2), b_batch(b.begin(), b.end() - 2);
-      const dims_t batch_dims = broadcast(a_batch, b_batch);
-      if (batch_dims != a_batch) fail(op, "ddl does not broadcast a product's first operand " + text(in(0)) + " over " + text(in(1)));
-      dims_t out = batch_dims;
+      if (b_batch != a_batch && product(b_batch) != 1)
+        fail(op, "ddl multiplies by one matrix or by one a batch, not " + text(in(0)) + " by " + text(in(1)));
+      dims_t out = a_batch;
       out.push_back(a[r - 2]);
       out.push_back(b[r - 1]);
       return out;
@@ -372,7 +383,11 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
   for (std::size_t k = 0; k < ops_.size(); ++k) {
     const SubgraphOp& op = ops_[k];
     const dims_t out = output_dims(op, in.at(0));
-    if (product(out) == 0) fail(op, "gives an empty tensor " + to_string(out));
+    // A damaged file's shape can be anything: each dimension positive, and the whole within 2^40 values.
+    dim count = 1;
+    for (const dim d : out)
+      if (d < 1 || __builtin_mul_overflow(count, d, &count) || count > (dim{1} << 40))
+        fail(op, "gives a tensor of dims " + to_string(out));
     const bool last = k + 1 == ops_.size();
     if (last && (out.empty() || out.size() > 5)) fail(op, "ends the piece with a tensor of rank " + std::to_string(out.size()));
     Value& v = values_[first_op + k];
@@ -483,17 +498,23 @@ const Tensor& Subgraph::backward(Context& ctx, const Tensor& diff_dst) {
     if (needs_grad_[first_op + k]) lease(output_grads_[k], values_[first_op + k], plain_desc({dim(product(values_[first_op + k].dims))}));
   if (!output_grads_.back().empty())
     std::memcpy(output_grads_.back().data(), diff_dst.data(), product(values_.back().dims) * sizeof(float));
+  // The gradients go back to the pool for the layers whose backward comes next, also when a step throws.
+  struct GiveBack {
+    Subgraph& layer;
+    Context& ctx;
+    ~GiveBack() {
+      const std::size_t first = layer.values_.size() - layer.ops_.size();
+      const auto give = [&](Tensor& grad, Value& value) {
+        if (!grad.empty()) ctx.give_back(grad);
+        value.grad = nullptr;
+      };
+      give(layer.input_grad_, layer.values_[0]);
+      for (std::size_t k = 0; k < layer.ops_.size(); ++k) give(layer.output_grads_[k], layer.values_[first + k]);
+    }
+  } give_back{*this, ctx};
   for (std::size_t k = ops_.size(); k-- > 0;)
     if (!output_grads_[k].empty()) backward_op(ctx, k);
   if (need_diff_src_) (*to_src_layout_)(ctx, input_grad_.memory(), diff_src_.get(ctx).memory());
-  // The gradients go back to the pool for the layers whose backward comes next.
-  const auto give_back = [&](Tensor& grad, Value& value) {
-    if (grad.empty()) return;
-    ctx.give_back(grad);
-    value.grad = nullptr;
-  };
-  give_back(input_grad_, values_[0]);
-  for (std::size_t k = 0; k < ops_.size(); ++k) give_back(output_grads_[k], values_[first_op + k]);
   return diff_src_.current();
 }
 

@@ -20,6 +20,7 @@
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
 #include "core/layers/residual.hpp"
+#include "models/onnx/fuse_patterns.hpp"
 #include "models/onnx/graph_piece.hpp"
 #include "models/onnx/message_text.hpp"
 
@@ -108,6 +109,7 @@ class Builder {
     } catch (const InputError&) {
       auto piece = onnx::graph_piece(g_, from, readers_);
       if (!piece) throw;
+      if (piece->end == from) throw InputError(onnx::one_line(g_.source + ": the piece from '" + from + "' computes nothing"));
       v = piece->end;
       return {std::move(piece->layer), std::move(piece->params), {}};
     }

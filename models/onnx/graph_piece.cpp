@@ -58,6 +58,7 @@ class PieceBuilder {
     const Node *layer_only = nullptr, *piece_only = nullptr;
     for (const std::size_t n : region->nodes) {
       const Node& node = g_.nodes[n];
+      if (node.outputs.empty() || node.outputs[0].empty()) refuse(node, "it has no output");
       if (!kinds().count(node.op) && !layers.count(node.op))
         refuse(node, "ddl does not support this operator (docs/onnx.md lists those it does)");
       if (!layer_only && layers.count(node.op)) layer_only = &node;
@@ -108,10 +109,10 @@ class PieceBuilder {
       const auto r = readers_.find(node.outputs.at(0));
       if (r == readers_.end() || r->second.size() != 1 || node.outputs[0] == g_.output) continue;
       const Node& plus = g_.nodes[r->second[0]];
-      const std::string& bias = plus.inputs.at(plus.inputs.at(0) == node.outputs[0] ? 1 : 0);
-      if (plus.op == "Add" && plus.inputs.size() == 2 && is_parameter(bias) &&
-          g_.constants.at(bias).size() == static_cast<std::size_t>(g_.constants.at(t.inputs[0]).dims[0]) &&
-          position.count(plus.outputs.at(0))) {
+      if (plus.op != "Add" || plus.inputs.size() != 2 || plus.outputs.empty()) continue;
+      const std::string& bias = plus.inputs[plus.inputs[0] == node.outputs[0] ? 1 : 0];
+      if (is_parameter(bias) && is_row(g_.constants.at(bias).dims, g_.constants.at(t.inputs[0]).dims[0]) &&
+          position.count(plus.outputs[0])) {
         with_bias_[node.outputs[0]] = {bias, plus.outputs[0]};
         taken_in.insert(position.at(plus.outputs[0]));
       }
@@ -139,6 +140,10 @@ class PieceBuilder {
   bool is_constant(const std::string& v) const { return v.empty() || g_.constants.count(v); }
   bool is_parameter(const std::string& v) const {
     return g_.initializers.count(v) && g_.constants.count(v) && !g_.constants.at(v).integer;
+  }
+  // Dims of a bias added to every row of `cols` columns: [cols] or [1, cols].
+  static bool is_row(const std::vector<std::int64_t>& dims, std::int64_t cols) {
+    return dims == std::vector<std::int64_t>{cols} || dims == std::vector<std::int64_t>{1, cols};
   }
   std::size_t readers_of(const std::string& v) const {
     const auto it = readers_.find(v);
@@ -169,6 +174,7 @@ class PieceBuilder {
         if (count > 0) live.push_back(value);
       if (live.empty()) return std::nullopt;
       if (live.size() == 1) {
+        if (live[0] == from) return std::nullopt;  // only a node whose output nothing reads was taken
         region.nodes.assign(taken.begin(), taken.end());
         region.end = live[0];
         return region;
@@ -223,6 +229,16 @@ class PieceBuilder {
     return c.ints;
   }
   bool given(const Node& n, std::size_t input) const { return input < n.inputs.size() && !n.inputs[input].empty(); }
+  const std::string& input(const Node& n, std::size_t i) const {
+    if (!given(n, i)) refuse(n, "input " + std::to_string(i + 1) + " is missing");
+    return n.inputs[i];
+  }
+  // Integers that must be the file's own, not folded from the batch (kBatch * k): axes, indices, bounds.
+  const std::vector<std::int64_t>& fixed(const Node& n, const std::vector<std::int64_t>& values) const {
+    for (const std::int64_t v : values)
+      if (v <= kBatch) refuse(n, "ddl takes its axes, indices and bounds as numbers that do not follow the batch");
+    return values;
+  }
 
   // The inputs that are tensors the operation computes on, not shapes, axes or indices.
   static std::vector<std::size_t> data_inputs(const Node& n) {
@@ -250,8 +266,8 @@ class PieceBuilder {
   void translate(const Node& n) {
     const Kind kind = kinds().at(n.op);
     const std::string& out = n.outputs.at(0);
-    SubgraphOp o = op(kind, {use(n.inputs.at(0), n)}, n);
-    if (n.op == "MatMul" && read_transposed_.count(n.inputs.at(1))) {
+    SubgraphOp o = op(kind, {use(input(n, 0), n)}, n);
+    if (n.op == "MatMul" && read_transposed_.count(input(n, 1))) {
       o.inputs.push_back(use(read_transposed_.at(n.inputs[1]), n));
       o.transpose_b = true;
       if (const auto b = with_bias_.find(out); b != with_bias_.end()) {
@@ -259,17 +275,16 @@ class PieceBuilder {
         return add(std::move(o), b->second.second);
       }
     } else if (kind == Kind::add || kind == Kind::sub || kind == Kind::mul || kind == Kind::div || n.op == "MatMul") {
-      o.inputs.push_back(use(n.inputs.at(1), n));
+      o.inputs.push_back(use(input(n, 1), n));
     } else if (kind == Kind::matmul) {  // Gemm: a times b (read transposed where transB), plus c
       if (n.integer("transA", 0) != 0 || n.real("alpha", 1) != 1 || n.real("beta", 1) != 1)
         refuse(n, "ddl takes a Gemm with transA = 0 and alpha = beta = 1");
-      o.inputs.push_back(use(n.inputs.at(1), n));
+      o.inputs.push_back(use(input(n, 1), n));
       o.transpose_b = n.integer("transB", 0) != 0;
       const auto& w = g_.constants.find(n.inputs[1]);
       const bool bias_of_rows = given(n, 2) && w != g_.constants.end() && w->second.dims.size() == 2 &&
                                 is_parameter(n.inputs[2]) &&
-                                g_.constants.at(n.inputs[2]).size() ==
-                                    static_cast<std::size_t>(w->second.dims[o.transpose_b ? 0 : 1]);
+                                is_row(g_.constants.at(n.inputs[2]).dims, w->second.dims[o.transpose_b ? 0 : 1]);
       if (bias_of_rows) {  // nn.Linear's: the product's own bias
         o.inputs.push_back(use(n.inputs[2], n));
       } else if (given(n, 2)) {
@@ -281,7 +296,8 @@ class PieceBuilder {
       if (e.size() != 1) refuse(n, "ddl raises to one constant power");
       o.exponent = e.integer ? static_cast<float>(e.ints[0]) : e.floats[0];
     } else if (n.op == "Dropout") {
-      const float ratio = given(n, 1) ? constant(n, 1).floats.at(0) : n.real("ratio", 0.5f);
+      if (given(n, 1) && (constant(n, 1).integer || constant(n, 1).size() != 1)) refuse(n, "its ratio is not one number");
+      const float ratio = given(n, 1) ? constant(n, 1).floats[0] : n.real("ratio", 0.5f);
       if (ratio != 0.0f) refuse(n, "ddl takes a Dropout among these operators at ratio 0 only");
     } else if (n.op == "Cast") {
       if (n.integer("to", 1) != 1) refuse(n, "ddl casts to float only here");
@@ -290,14 +306,14 @@ class PieceBuilder {
     } else if (kind == Kind::layer_norm) {
       if (n.integer("axis", -1) != -1) refuse(n, "ddl normalizes over the last axis only (axis -1)");
       o.epsilon = n.real("epsilon", 1e-5f);
-      o.inputs.push_back(use(n.inputs.at(1), n));
+      o.inputs.push_back(use(input(n, 1), n));
       o.inputs.push_back(use(given(n, 2) ? n.inputs[2] : out + "#shift", n));
     } else if (kind == Kind::reduce_mean) {
-      o.ints = given(n, 1) ? ints(n, 1) : n.integers("axes", {});
+      o.ints = fixed(n, given(n, 1) ? ints(n, 1) : n.integers("axes", {}));
       if (o.ints.empty()) refuse(n, "ddl takes a ReduceMean over given axes");
       o.keep_dims = n.integer("keepdims", 1) != 0;
     } else if (kind == Kind::transpose) {
-      o.ints = n.integers("perm", {});
+      o.ints = fixed(n, n.integers("perm", {}));
     } else if (n.op == "Reshape") {
       o.ints = ints(n, 1);
       if (n.integer("allowzero", 0) != 0) refuse(n, "ddl takes a Reshape without allowzero");
@@ -310,14 +326,14 @@ class PieceBuilder {
       o.axis = n.integer("axis", 0);
       for (std::size_t i = 1; i < n.inputs.size(); ++i) o.inputs.push_back(use(n.inputs[i], n));
     } else if (kind == Kind::slice) {
-      o.starts = ints(n, 1);
-      o.ends = ints(n, 2);
+      o.starts = fixed(n, ints(n, 1));
+      o.ends = fixed(n, ints(n, 2));
       if (given(n, 3)) {
-        o.ints = ints(n, 3);
+        o.ints = fixed(n, ints(n, 3));
       } else {
         for (std::size_t i = 0; i < o.starts.size(); ++i) o.ints.push_back(static_cast<std::int64_t>(i));
       }
-      if (given(n, 4)) o.steps = ints(n, 4);
+      if (given(n, 4)) o.steps = fixed(n, ints(n, 4));
       if (o.ends.size() != o.starts.size() || o.ints.size() != o.starts.size() ||
           (!o.steps.empty() && o.steps.size() != o.starts.size()))
         refuse(n, "its starts, ends, axes and steps differ in length");
@@ -325,7 +341,7 @@ class PieceBuilder {
       const Constant& indices = constant(n, 1);
       if (!indices.integer || indices.dims.size() > 1) refuse(n, "ddl gathers at one index or a list of them");
       o.axis = n.integer("axis", 0);
-      o.indices = indices.ints;
+      o.indices = fixed(n, indices.ints);
       o.scalar_index = indices.dims.empty();
     }
     add(std::move(o), out);
@@ -344,109 +360,7 @@ class PieceBuilder {
   std::string last_output_;
 };
 
-// The node that alone reads `value` (nullptr where none or several do) and, where `op` is given, is one.
-const Node* only_reader(const Graph& g, const std::map<std::string, std::vector<std::size_t>>& readers,
-                        const std::string& value, const std::string& op) {
-  const auto it = readers.find(value);
-  if (it == readers.end() || it->second.size() != 1 || value == g.output) return nullptr;
-  const Node* n = &g.nodes[it->second[0]];
-  return n->op == op ? n : nullptr;
-}
-
-// The one number of a constant scalar input, if it is one.
-std::optional<float> scalar(const Graph& g, const std::string& value) {
-  const auto it = g.constants.find(value);
-  if (it == g.constants.end() || it->second.size() != 1) return std::nullopt;
-  return it->second.integer ? static_cast<float>(it->second.ints[0]) : it->second.floats[0];
-}
-
 }  // namespace
-
-void fuse_norms_and_gelus(Graph& g) {
-  std::map<std::string, std::vector<std::size_t>> readers;
-  std::map<std::string, std::size_t> position;
-  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
-    for (const std::string& in : g.nodes[n].inputs)
-      if (!in.empty()) readers[in].push_back(n);
-    if (!g.nodes[n].outputs.empty()) position[g.nodes[n].outputs[0]] = n;
-  }
-  const auto last_axis_mean = [](const Node& n) {
-    return n.inputs.size() == 1 && n.integers("axes", {}) == std::vector<std::int64_t>{-1} && n.integer("keepdims", 1) == 1;
-  };
-  const auto other = [](const Node& n, const std::string& one) { return n.inputs.at(n.inputs.at(0) == one ? 1 : 0); };
-  const auto vector_parameter = [&](const std::string& v) {
-    return g.initializers.count(v) && !g.constants.at(v).integer && g.constants.at(v).dims.size() == 1;
-  };
-  std::set<std::size_t> gone;
-  std::map<std::size_t, Node> fused;  // by the position of the pattern's last node
-  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
-    const Node& mean = g.nodes[n];
-    if (mean.op != "ReduceMean" || !last_axis_mean(mean) || mean.outputs.size() != 1) continue;
-    const std::string& x = mean.inputs[0];
-    const Node* sub = only_reader(g, readers, mean.outputs[0], "Sub");
-    if (!sub || sub->inputs != std::vector<std::string>{x, mean.outputs[0]}) continue;
-    const std::string& centred = sub->outputs.at(0);
-    const auto& both = readers[centred];
-    if (both.size() != 2 || centred == g.output) continue;
-    const Node *pow = &g.nodes[both[0]], *div = &g.nodes[both[1]];
-    if (pow->op == "Div") std::swap(pow, div);
-    if (pow->op != "Pow" || div->op != "Div" || pow->inputs.size() != 2 || pow->inputs[0] != centred ||
-        scalar(g, pow->inputs[1]) != 2.0f || div->inputs.size() != 2 || div->inputs[0] != centred)
-      continue;
-    const Node* variance = only_reader(g, readers, pow->outputs.at(0), "ReduceMean");
-    if (!variance || !last_axis_mean(*variance)) continue;
-    const Node* plus = only_reader(g, readers, variance->outputs.at(0), "Add");
-    if (!plus || plus->inputs.size() != 2) continue;
-    const auto epsilon = scalar(g, other(*plus, variance->outputs[0]));
-    const Node* root = only_reader(g, readers, plus->outputs.at(0), "Sqrt");
-    if (!epsilon || !root || div->inputs[1] != root->outputs.at(0) || readers[root->outputs[0]].size() != 1) continue;
-    const Node* scale = only_reader(g, readers, div->outputs.at(0), "Mul");
-    if (!scale || scale->inputs.size() != 2 || !vector_parameter(other(*scale, div->outputs[0]))) continue;
-    const Node* shift = only_reader(g, readers, scale->outputs.at(0), "Add");
-    if (!shift || shift->inputs.size() != 2 || !vector_parameter(other(*shift, scale->outputs[0]))) continue;
-    Node ln;
-    ln.op = "LayerNormalization";
-    ln.name = shift->name;
-    ln.inputs = {x, other(*scale, div->outputs[0]), other(*shift, scale->outputs[0])};
-    ln.outputs = {shift->outputs.at(0)};
-    ln.attributes["axis"].i = -1;
-    ln.attributes["epsilon"].kind = Attribute::Kind::real;
-    ln.attributes["epsilon"].f = *epsilon;
-    for (const Node* part : {&mean, sub, pow, div, variance, plus, root, scale, shift})
-      gone.insert(position.at(part->outputs.at(0)));
-    fused[position.at(shift->outputs[0])] = std::move(ln);
-  }
-  // GELU as nn.GELU exports it: x * (erf(x / sqrt(2)) + 1) * 0.5.
-  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
-    const Node& div = g.nodes[n];
-    if (div.op != "Div" || div.inputs.size() != 2 || gone.count(n)) continue;
-    const auto root_two = scalar(g, div.inputs[1]);
-    if (!root_two || std::abs(*root_two - std::sqrt(2.0f)) > 1e-6f) continue;
-    const std::string& x = div.inputs[0];
-    const Node* erf = only_reader(g, readers, div.outputs.at(0), "Erf");
-    const Node* plus = erf ? only_reader(g, readers, erf->outputs.at(0), "Add") : nullptr;
-    if (!plus || plus->inputs.size() != 2 || scalar(g, other(*plus, erf->outputs[0])) != 1.0f) continue;
-    const Node* times = only_reader(g, readers, plus->outputs.at(0), "Mul");
-    if (!times || times->inputs.size() != 2 || other(*times, plus->outputs[0]) != x) continue;
-    const Node* half = only_reader(g, readers, times->outputs.at(0), "Mul");
-    if (!half || half->inputs.size() != 2 || scalar(g, other(*half, times->outputs[0])) != 0.5f) continue;
-    Node gelu;
-    gelu.op = "Gelu";
-    gelu.name = half->name;
-    gelu.inputs = {x};
-    gelu.outputs = {half->outputs.at(0)};
-    for (const Node* part : {&div, erf, plus, times, half}) gone.insert(position.at(part->outputs.at(0)));
-    fused[position.at(half->outputs[0])] = std::move(gelu);
-  }
-  if (fused.empty()) return;
-  std::vector<Node> kept;
-  for (std::size_t n = 0; n < g.nodes.size(); ++n)
-    if (const auto it = fused.find(n); it != fused.end())
-      kept.push_back(std::move(it->second));
-    else if (!gone.count(n))
-      kept.push_back(std::move(g.nodes[n]));
-  g.nodes = std::move(kept);
-}
 
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
                                       const std::map<std::string, std::vector<std::size_t>>& readers) {

@@ -26,12 +26,6 @@ struct GraphPiece {
 // one of ddl's layers that the Subgraph does not have (a Conv: the caller's own refusal then stands).
 // Throws InputError naming the node where an operator is neither, or comes with attributes or inputs the
 // Subgraph cannot take.
-// Rewrites each layer norm that PyTorch writes out before opset 17 (ReduceMean, Sub, Pow by 2, ReduceMean,
-// Add epsilon, Sqrt, Div, Mul by a weight, Add a bias; over the last axis) as one LayerNormalization node,
-// and each GELU (Div by sqrt 2, Erf, Add 1, Mul by x, Mul by 0.5) as one Gelu node, which a piece runs on
-// oneDNN's layer normalization and eltwise: one pass and one kept value each instead of five to nine.
-void fuse_norms_and_gelus(Graph& graph);
-
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
                                       const std::map<std::string, std::vector<std::size_t>>& readers);
 

@@ -72,7 +72,7 @@ struct Graph {
   std::string input, output;  // value names
   std::vector<std::int64_t> image_shape;  // the input's [C, H, W]
   std::int64_t classes = 0;  // the output's second dimension, 0 where the file leaves it free
-  std::vector<Node> nodes;   // topological order; after folding, only those that compute on images
+  std::vector<Node> nodes;   // topological order; after folding, only those that compute on images or parameters
   std::map<std::string, Constant> constants;
   std::set<std::string> initializers;  // the names of constants that were initializers in the file
 };
