@@ -106,6 +106,14 @@ SlicePlan plan_slice(const SubgraphOp& op, const dims_t& in) {
   return plan;
 }
 
+// The strides that read a transpose's input at each element of its output: the input's, permuted.
+dims_t permuted_strides(const SubgraphOp& op, const dims_t& in) {
+  const dims_t own = strides_of(in);
+  dims_t strides;
+  for (std::size_t d = 0; d < in.size(); ++d) strides.push_back(own[op.ints.empty() ? in.size() - 1 - d : op.ints[d]]);
+  return strides;
+}
+
 // A reduction's dims with the reduced axes kept, as 1.
 dims_t kept_dims(const SubgraphOp& op, dims_t dims) {
   for (const dim axis : op.ints) dims[axis_in(axis, dims.size())] = 1;
@@ -351,8 +359,7 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
   src_md_ = src;
   train_ = mode == Mode::train;
   need_diff_src_ = train_ && need_diff_src;
-  const std::size_t first_op = 1 + params_.size() + constants_.size();
-  values_.assign(first_op + ops_.size(), Value{});
+  values_.assign(first_op() + ops_.size(), Value{});
   outputs_.clear();
   outputs_.resize(ops_.size());
   output_grads_.clear();
@@ -390,14 +397,14 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
         fail(op, "gives a tensor of dims " + to_string(out));
     const bool last = k + 1 == ops_.size();
     if (last && (out.empty() || out.size() > 5)) fail(op, "ends the piece with a tensor of rank " + std::to_string(out.size()));
-    Value& v = values_[first_op + k];
+    Value& v = values_[first_op() + k];
     if (aliases_input(op) && !last) {  // the same numbers: its input's storage, no copy
       v = {out, values_[op.inputs[0]].data, nullptr};
     } else {
       outputs_[k] = Tensor(last ? plain_desc(out) : flat(out), ctx.engine());
       v = {out, outputs_[k].data(), nullptr};
     }
-    needs_grad_[first_op + k] = std::any_of(op.inputs.begin(), op.inputs.end(), [&](int i) { return needs_grad_[i]; });
+    needs_grad_[first_op() + k] = std::any_of(op.inputs.begin(), op.inputs.end(), [&](int i) { return needs_grad_[i]; });
     largest = std::max(largest, product(out));
     const auto& engine = ctx.engine();
     if (op.kind == Kind::matmul) {
@@ -439,7 +446,7 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
       const int axis = static_cast<int>(axis_in(op.axis, out.size()));
       const auto fwd = make_softmax_forward_pd(engine, train_ ? dnnl::prop_kind::forward_training
                                                               : dnnl::prop_kind::forward_inference, md, axis);
-      SoftmaxPrimitives s{dnnl::softmax_forward(fwd), std::nullopt};
+      SoftmaxPrimitives s{md, dnnl::softmax_forward(fwd), std::nullopt};
       if (train_) s.backward = dnnl::softmax_backward(make_softmax_backward_pd(engine, md, md, axis, fwd));
       softmaxes_[k] = std::move(s);
     } else if (op.kind == Kind::gelu) {
@@ -487,7 +494,6 @@ const Tensor& Subgraph::backward(Context& ctx, const Tensor& diff_dst) {
   if (!train_) throw Error("subgraph: backward after a set-up for inference");
   if (!accumulate_)
     for (const ParamView& view : views_) std::fill(view.grad.begin(), view.grad.end(), 0.0f);
-  const std::size_t first_op = 1 + params_.size() + constants_.size();
   const auto lease = [&](Tensor& grad, Value& value, const dnnl::memory::desc& md) {
     grad = ctx.lease(md);
     std::memset(grad.data(), 0, grad.bytes());
@@ -495,7 +501,8 @@ const Tensor& Subgraph::backward(Context& ctx, const Tensor& diff_dst) {
   };
   if (need_diff_src_) lease(input_grad_, values_[0], input_.desc());
   for (std::size_t k = 0; k < ops_.size(); ++k)
-    if (needs_grad_[first_op + k]) lease(output_grads_[k], values_[first_op + k], plain_desc({dim(product(values_[first_op + k].dims))}));
+    if (Value& value = values_[first_op() + k]; needs_grad_[first_op() + k])
+      lease(output_grads_[k], value, plain_desc({dim(product(value.dims))}));
   if (!output_grads_.back().empty())
     std::memcpy(output_grads_.back().data(), diff_dst.data(), product(values_.back().dims) * sizeof(float));
   // The gradients go back to the pool for the layers whose backward comes next, also when a step throws.
@@ -503,7 +510,7 @@ const Tensor& Subgraph::backward(Context& ctx, const Tensor& diff_dst) {
     Subgraph& layer;
     Context& ctx;
     ~GiveBack() {
-      const std::size_t first = layer.values_.size() - layer.ops_.size();
+      const std::size_t first = layer.first_op();
       const auto give = [&](Tensor& grad, Value& value) {
         if (!grad.empty()) ctx.give_back(grad);
         value.grad = nullptr;
@@ -520,8 +527,7 @@ const Tensor& Subgraph::backward(Context& ctx, const Tensor& diff_dst) {
 
 void Subgraph::forward_op(Context& ctx, std::size_t k) {
   const SubgraphOp& op = ops_[k];
-  const std::size_t first_op = 1 + params_.size() + constants_.size();
-  Value& y = values_[first_op + k];
+  Value& y = values_[first_op() + k];
   const Value& a = values_[op.inputs[0]];
   const dims_t none(y.dims.size(), 0);
   switch (op.kind) {
@@ -572,8 +578,8 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
       return;
     }
     case Kind::softmax: {
-      const auto md = strided(y.dims, strides_of(y.dims));
-      softmaxes_[k]->forward.execute(ctx.stream(), {{DNNL_ARG_SRC, over(md, ctx, a.data)}, {DNNL_ARG_DST, over(md, ctx, y.data)}});
+      const SoftmaxPrimitives& m = *softmaxes_[k];
+      m.forward.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.data, ctx, a.data)}, {DNNL_ARG_DST, over(m.data, ctx, y.data)}});
       return;
     }
     case Kind::gelu: {
@@ -601,10 +607,7 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
       return;
     }
     case Kind::transpose: {
-      const dims_t own = strides_of(a.dims);
-      dims_t sa;
-      for (std::size_t d = 0; d < y.dims.size(); ++d) sa.push_back(own[op.ints.empty() ? y.dims.size() - 1 - d : op.ints[d]]);
-      walk(y.dims, sa, none, [&](std::size_t o, dim i, dim) { y.data[o] = a.data[i]; });
+      walk(y.dims, permuted_strides(op, a.dims), none, [&](std::size_t o, dim i, dim) { y.data[o] = a.data[i]; });
       return;
     }
     case Kind::expand:
@@ -626,8 +629,7 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
 
 void Subgraph::backward_op(Context& ctx, std::size_t k) {
   const SubgraphOp& op = ops_[k];
-  const std::size_t first_op = 1 + params_.size() + constants_.size();
-  const Value& y = values_[first_op + k];
+  const Value& y = values_[first_op() + k];
   const float* gy = y.grad;
   Value& a = values_[op.inputs[0]];
   const dims_t none(y.dims.size(), 0);
@@ -706,10 +708,10 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
     }
     case Kind::softmax: {
       if (!a.grad) return;
-      const auto md = strided(y.dims, strides_of(y.dims));
-      softmaxes_[k]->backward->execute(ctx.stream(), {{DNNL_ARG_DST, over(md, ctx, y.data)},
-                                                      {DNNL_ARG_DIFF_DST, over(md, ctx, gy)},
-                                                      {DNNL_ARG_DIFF_SRC, over(md, ctx, scratch_.data())}});
+      const SoftmaxPrimitives& m = *softmaxes_[k];
+      m.backward->execute(ctx.stream(), {{DNNL_ARG_DST, over(m.data, ctx, y.data)},
+                                         {DNNL_ARG_DIFF_DST, over(m.data, ctx, gy)},
+                                         {DNNL_ARG_DIFF_SRC, over(m.data, ctx, scratch_.data())}});
       for (std::size_t i = 0; i < product(y.dims); ++i) a.grad[i] += scratch_[i];
       return;
     }
@@ -754,10 +756,7 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
     }
     case Kind::transpose: {
       if (!a.grad) return;
-      const dims_t own = strides_of(a.dims);
-      dims_t sa;
-      for (std::size_t d = 0; d < y.dims.size(); ++d) sa.push_back(own[op.ints.empty() ? y.dims.size() - 1 - d : op.ints[d]]);
-      walk(y.dims, sa, none, [&](std::size_t o, dim i, dim) { a.grad[i] += gy[o]; });
+      walk(y.dims, permuted_strides(op, a.dims), none, [&](std::size_t o, dim i, dim) { a.grad[i] += gy[o]; });
       return;
     }
     case Kind::expand:

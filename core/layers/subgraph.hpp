@@ -91,6 +91,7 @@ class Subgraph : public Layer {
     bool transpose_b = false;  // b's gradient is c_t by a, in b's stored [cols, inner] form
   };
   struct SoftmaxPrimitives {
+    dnnl::memory::desc data;
     dnnl::softmax_forward forward;
     std::optional<dnnl::softmax_backward> backward;
   };
@@ -106,6 +107,8 @@ class Subgraph : public Layer {
     Tensor mean, variance, diff_scale, diff_shift;
   };
 
+  // Where the operations' outputs start among the values: after the input, parameters and constants.
+  std::size_t first_op() const { return 1 + params_.size() + constants_.size(); }
   void forward_op(Context& ctx, std::size_t k);
   void backward_op(Context& ctx, std::size_t k);
   dims_t output_dims(const SubgraphOp& op, std::int64_t batch) const;

@@ -1,7 +1,6 @@
 #include "models/onnx/graph_piece.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <set>
 
 #include "core/error.hpp"
