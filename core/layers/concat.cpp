@@ -1,9 +1,42 @@
 #include "core/layers/concat.hpp"
 
+#include <optional>
+
 #include "core/error.hpp"
 #include "core/onednn_api.hpp"
 
 namespace ddl {
+namespace {
+
+// The concatenation's layout. DenseNet's concatenations feed a batch normalisation and a 1x1 convolution:
+// in the plain layout oneDNN normalises with its slow plain-layout kernel and reorders for the
+// convolution, which then dominates the step. Where a branch's output came in oneDNN's channel-blocked
+// layout (nChw16c, or nChw8c on AVX2) and every part's channels fill whole blocks, the concatenation keeps
+// that layout: its parts still start at block boundaries, so each branch's slice of the gradient is a
+// sub-tensor of it. Else plain.
+dnnl::memory::desc concat_layout(const dims_t& dims, const std::vector<dnnl::memory::desc>& parts) {
+  using tag = dnnl::memory::format_tag;
+  const auto blocked = [](const dims_t& d, dt type, int block) -> std::optional<dnnl::memory::desc> {
+    const bool by16 = block == 16;
+    if (d.size() == 3) return dnnl::memory::desc(d, type, by16 ? tag::aBc16b : tag::aBc8b);
+    if (d.size() == 4) return dnnl::memory::desc(d, type, by16 ? tag::aBcd16b : tag::aBcd8b);
+    if (d.size() == 5) return dnnl::memory::desc(d, type, by16 ? tag::aBcde16b : tag::aBcde8b);
+    return std::nullopt;
+  };
+  for (const int block : {16, 8}) {
+    bool whole_blocks = true, one_blocked = false;
+    for (const auto& part : parts) {
+      const dims_t d = dims_of(part);
+      whole_blocks &= d[1] % block == 0;
+      const auto as_blocked = blocked(d, data_type_of(part), block);
+      one_blocked |= as_blocked && *as_blocked == part;
+    }
+    if (whole_blocks && one_blocked) return *blocked(dims, dt::f32, block);
+  }
+  return plain_desc(dims);
+}
+
+}  // namespace
 
 Concat::Concat(std::string name, std::vector<Sequential> branches)
     : name_(std::move(name)), branches_(std::move(branches)) {
@@ -35,7 +68,7 @@ dnnl::memory::desc Concat::setup(Context& ctx, const dnnl::memory::desc& src, Mo
                   to_string(dims_of(md)));
   }
   for (const auto& md : outs) dst_dims[1] += dims_of(md)[1];
-  const dnnl::memory::desc dst_md = plain_desc(dst_dims);
+  const dnnl::memory::desc dst_md = concat_layout(dst_dims, outs);
   concat_ = dnnl::concat(make_concat_pd(ctx.engine(), dst_md, 1, outs));
   dst_ = Tensor(dst_md, ctx.engine());
   if (mode == Mode::infer) return dst_md;

@@ -1,7 +1,8 @@
 // Parallel branches over the same input, their outputs concatenated along the channel axis (axis 1), as in
 // Inception and DenseNet blocks: dst = [branch_0(src), branch_1(src), ...]. The output is plain (nchw or
-// nc...), so each branch's slice of the gradient is a plain sub-tensor of it. An empty branch is the
-// identity: src itself goes into the concatenation (DenseNet's [x, f(x)]).
+// nc...), or channel-blocked where the branches' outputs are and every part fills whole blocks, so each
+// branch's slice of the gradient is a sub-tensor of it. An empty branch is the identity: src itself goes
+// into the concatenation (DenseNet's [x, f(x)]).
 #pragma once
 
 #include <optional>

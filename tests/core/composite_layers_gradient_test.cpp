@@ -153,6 +153,30 @@ TEST(ConcatGradient, IdentityBranchAsInDenseNet) {  // [x, f(x)]: the input itse
   check_gradients(concat, {2, 3, 5, 5});
 }
 
+TEST(ConcatGradient, DenseLayersInTheConvolutionsBlockedLayout) {
+  // Channels in whole blocks: where the convolution's output is channel-blocked, so is the concatenation,
+  // and the next dense layer's identity part and convolution read it so.
+  Sequential block;
+  for (const int in : {16, 32}) {
+    std::vector<Sequential> branches(1);
+    branches.push_back(conv_body(in, 16, 1, false));
+    block.emplace<Concat>("dense layer", std::move(branches));
+  }
+  check_gradients(block, {2, 16, 4, 4});
+
+  const auto output_is_plain = [](Layer& layer, const dims_t& out) {
+    Context ctx;
+    test::BoundParams bound(layer, std::vector<float>(test::param_count(layer)), ctx);
+    return layer.setup(ctx, plain_desc({2, 16, 4, 4}), Mode::train, true) == plain_desc(out);
+  };
+  Sequential conv = conv_body(16, 16, 1, true);
+  std::vector<Sequential> branches(1);
+  branches.push_back(conv_body(16, 16, 1, true));
+  Concat concat("dense layer", std::move(branches));
+  EXPECT_EQ(output_is_plain(concat, {2, 32, 4, 4}), output_is_plain(conv, {2, 16, 4, 4}));
+  EXPECT_FALSE(output_is_plain(conv, {2, 16, 4, 4})) << "oneDNN chose the plain layout: nothing blocked to test";
+}
+
 TEST(LinearGradient, TokensWithBias) {
   Linear linear({.in_features = 6, .out_features = 5});
   check_gradients(linear, {2, 4, 6});

@@ -26,26 +26,38 @@ struct GradientCheckOptions {
   bool report = true;  // add a test failure for each mismatch
 };
 
+// A layer's parameters, with the given values, and their gradients, held here and bound to the layer.
+struct BoundParams {
+  AlignedBuffer<float> params, grads;
+  BoundParams(Layer& layer, const std::vector<float>& values, Context& ctx)
+      : params(values.size()), grads(values.size()) {
+    std::copy(values.begin(), values.end(), params.data());
+    std::vector<ParamView> views;
+    std::size_t offset = 0;
+    for (const auto& spec : layer.param_specs()) {
+      const std::size_t n = product(spec.dims);
+      views.push_back({params.span().subspan(offset, n), grads.span().subspan(offset, n)});
+      offset += n;
+    }
+    EXPECT_EQ(offset, values.size());
+    layer.bind(views, ctx);
+  }
+  std::vector<float> gradients() const { return {grads.data(), grads.data() + grads.span().size()}; }
+};
+
+// The number of a layer's parameter values.
+inline std::size_t param_count(const Layer& layer) {
+  std::size_t total = 0;
+  for (const auto& s : layer.param_specs()) total += product(s.dims);
+  return total;
+}
+
 // Returns the number of mismatching elements.
 inline std::size_t check_gradients(Layer& layer, const dims_t& input_dims, const GradientCheckOptions& opt = {},
                                    std::uint64_t seed = 7) {
   Context ctx;
-  std::size_t total = 0;
-  const auto specs = layer.param_specs();
-  for (const auto& s : specs) total += product(s.dims);
-  AlignedBuffer<float> params(total), grads(total);
-  {
-    auto init = random_values(total, seed + 1, -opt.param_scale, opt.param_scale);
-    std::copy(init.begin(), init.end(), params.data());
-  }
-  std::vector<ParamView> views;
-  std::size_t offset = 0;
-  for (const auto& s : specs) {
-    const std::size_t n = product(s.dims);
-    views.push_back({params.span().subspan(offset, n), grads.span().subspan(offset, n)});
-    offset += n;
-  }
-  layer.bind(views, ctx);
+  const std::size_t total = param_count(layer);
+  BoundParams bound(layer, random_values(total, seed + 1, -opt.param_scale, opt.param_scale), ctx);
 
   const auto in_md = plain_desc(input_dims);
   const auto out_md = layer.setup(ctx, in_md, Mode::train, true);
@@ -82,7 +94,7 @@ inline std::size_t check_gradients(Layer& layer, const dims_t& input_dims, const
   const Tensor& diff_src = layer.backward(ctx, diff_dst);
   const std::vector<float> analytic_input = opt.check_input ? to_plain(ctx, diff_src) : std::vector<float>();
   layer.release_gradient(ctx);  // as a caller must before the next forward
-  const std::vector<float> analytic_params(grads.data(), grads.data() + total);
+  const std::vector<float> analytic_params = bound.gradients();
 
   std::size_t mismatches = 0;
   auto compare = [&](std::vector<float>& values, float* live, const std::vector<float>& analytic,
@@ -108,7 +120,7 @@ inline std::size_t check_gradients(Layer& layer, const dims_t& input_dims, const
   };
   if (opt.check_input) compare(x, nullptr, analytic_input, "input");
   std::vector<float> unused(total);
-  if (total) compare(unused, params.data(), analytic_params, "params");
+  if (total) compare(unused, bound.params.data(), analytic_params, "params");
   return mismatches;
 }
 

@@ -16,6 +16,7 @@
 #include "core/layers/dense.hpp"
 #include "core/layers/split_dense.hpp"
 #include "models/registry.hpp"
+#include "tests/core/gradient_check.hpp"
 #include "tests/core/tensor_util.hpp"
 
 namespace ddl {
@@ -145,23 +146,6 @@ void expect_close(const std::vector<float>& actual, const std::vector<float>& ex
 }
 
 // A layer bound to its own parameter and gradient buffers, filled with `values`.
-struct Bound {
-  AlignedBuffer<float> params, grads;
-  Bound(Layer& layer, const std::vector<float>& values, Context& ctx) : params(values.size()), grads(values.size()) {
-    std::copy(values.begin(), values.end(), params.data());
-    std::vector<ParamView> views;
-    std::size_t offset = 0;
-    for (const auto& spec : layer.param_specs()) {
-      const std::size_t n = product(spec.dims);
-      views.push_back({params.span().subspan(offset, n), grads.span().subspan(offset, n)});
-      offset += n;
-    }
-    EXPECT_EQ(offset, values.size());
-    layer.bind(views, ctx);
-  }
-  std::vector<float> gradients() const { return {grads.data(), grads.data() + grads.span().size()}; }
-};
-
 // This rank's rows of each whole parameter (weight, then bias), as its ParamSpec places them.
 std::vector<float> rows_of(const std::vector<float>& whole, const std::vector<ParamSpec>& specs) {
   std::vector<float> mine;
@@ -185,7 +169,7 @@ struct Pass {
 // One forward (and in training one backward with output gradient g) of `layer` bound to `params`.
 Pass run(Layer& layer, Context& ctx, const std::vector<float>& params, const std::vector<float>& x, const dims_t& x_dims,
          Mode mode, const std::vector<float>& g) {
-  Bound bound(layer, params, ctx);
+  test::BoundParams bound(layer, params, ctx);
   layer.setup(ctx, plain_desc(x_dims), mode, mode == Mode::train);
   const Tensor input = from_plain(ctx, x, plain_desc(x_dims));
   const Tensor& y = layer.forward(ctx, input);
