@@ -33,7 +33,7 @@ struct ModelConfig {
   int width = 0;  // hidden size D (the MLP is 4 D wide)
   int heads = 0;
   // Set for a model imported from ONNX (--model FILE.onnx), which every copy and stage builds from.
-  std::shared_ptr<const GraphBytes> graph;
+  std::shared_ptr<const GraphBytes> graph = nullptr;
 };
 
 // The value a model uses: the user's when given, the model's own otherwise.

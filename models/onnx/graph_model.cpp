@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -436,7 +434,10 @@ class Builder {
   }
   static std::string list(const std::vector<std::int64_t>& v) {
     std::string s;
-    for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+    for (auto x : v) {
+      if (!s.empty()) s += ',';
+      s += std::to_string(x);
+    }
     return s;
   }
 
@@ -534,11 +535,12 @@ bool is_graph_file(const std::string& model) {
 }
 
 std::shared_ptr<const GraphBytes> read_graph_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("--model " + path + ": no such file, or it cannot be read");
   auto graph = std::make_shared<GraphBytes>();
-  graph->bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError("--model " + path + ": cannot be read");
+  try {
+    graph->bytes = onnx::read_onnx_bytes(path);
+  } catch (const InputError& e) {
+    throw InputError(std::string("--model ") + e.what());
+  }
   return graph;
 }
 

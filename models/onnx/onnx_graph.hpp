@@ -84,7 +84,9 @@ struct Graph {
 // [batch, classes], a node whose input nothing produces, a graph that is not in topological order.
 Graph parse_onnx(std::string_view bytes, const std::string& source,
                  const std::set<std::string>& weights_elsewhere = {});
-// Reads `path` and parses it (a missing or unreadable file is an InputError naming it).
+// The bytes of the file at `path` (a folder, a missing or an unreadable file is an InputError naming it).
+std::string read_onnx_bytes(const std::string& path);
+// Reads `path` and parses it.
 Graph read_onnx(const std::string& path);
 // Folds the shape arithmetic into constants for images of graph.image_shape (see the top of this file);
 // an operation on constants that it cannot fold is an InputError naming the node.

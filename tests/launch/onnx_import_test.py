@@ -604,8 +604,11 @@ class OnnxImport(unittest.TestCase):
             f.write(data[:len(data) // 2])
         with open(garbage, "wb") as f:
             f.write(b"not a model at all")
+        folder = self.path("folder.onnx")
+        os.makedirs(folder, exist_ok=True)
         for path, message in ((truncated, "truncated.onnx: "), (garbage, "garbage.onnx: "),
-                              (self.path("missing.onnx"), "missing.onnx: no such file")):
+                              (self.path("missing.onnx"), "missing.onnx: cannot open: No such file or directory"),
+                              (folder, "folder.onnx: a folder, not an ONNX file")):
             with self.subTest(path=os.path.basename(path)):
                 result = run("mpirun", "--oversubscribe", "-np", 2, os.path.join(BIN, "ddl_train"), "--model", path,
                              "--train", self.data, "--epochs", 1, expect=None)
