@@ -228,22 +228,34 @@ class OnnxImport(unittest.TestCase):
         return os.path.join(self.dir, name)
 
     def assert_trains_as_in_pytorch(self, model, name, steps, lr=0.05, opset=13, against_float64=False,
-                                    optimizer=SGD):
+                                    optimizer=SGD, size=32):
         """Exports `model` as NAME.onnx, trains it `steps` full-batch steps (of SGD unless `optimizer` says
         otherwise) in ddl and in PyTorch from the same weights and compares every tensor (assert_same_tensors;
-        against_float64: also against a float64 copy trained alike)."""
+        against_float64: also against a float64 copy trained alike). The images are SIZE x SIZE."""
         onnx_file = self.path(f"{name}.onnx")
-        export(model, onnx_file, opset)
+        export(model, onnx_file, opset, size)
         exact = copy.deepcopy(model).double() if against_float64 else None
         checkpoints = self.path(f"{name}.ck")
-        run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--val",
-            self.data.replace(".h5", "_val.h5"), "--epochs", steps, "--steps-per-epoch", 1, "--batch-size", 64,
+        data = self.data_of_size(size)
+        run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", data, "--val",
+            data.replace(".h5", "_val.h5"), "--epochs", steps, "--steps-per-epoch", 1, "--batch-size", 64,
             *optimizer[0], "--lr", lr, "--threads", 1, "--progress", "never", "--checkpoint-dir", checkpoints)
-        self.assert_same_tensors(os.path.join(checkpoints, "last.h5"), self.train_torch(model, steps, lr, optimizer),
-                                 exact=None if exact is None else self.train_torch(exact, steps, lr, optimizer))
+        self.assert_same_tensors(os.path.join(checkpoints, "last.h5"),
+                                 self.train_torch(model, steps, lr, optimizer, data),
+                                 exact=None if exact is None else self.train_torch(exact, steps, lr, optimizer, data))
 
-    def train_torch(self, model, steps, lr, optimizer):
-        with h5py.File(self.data, "r") as f:
+    def data_of_size(self, size):
+        """The 64 training images at SIZE x SIZE (32: as imported; else scaled, made once)."""
+        if size == 32:
+            return self.data
+        data = self.path(f"few_{size}.h5")
+        if not os.path.exists(data):
+            run(os.path.join(BIN, "ddl_data"), "import", "--from", self.path("few"), "--output", data,
+                "--val-fraction", "0.2", "--seed", "1", "--resize", size)
+        return data
+
+    def train_torch(self, model, steps, lr, optimizer, data=None):
+        with h5py.File(data or self.data, "r") as f:
             images = torch.from_numpy(numpy.asarray(f["images"], dtype=numpy.float32) / 255).permute(0, 3, 1, 2).contiguous()
             labels = torch.from_numpy(numpy.asarray(f["labels"], dtype=numpy.int64))
         stepper = optimizer[1](model.parameters(), lr)
@@ -325,6 +337,19 @@ class OnnxImport(unittest.TestCase):
         model.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
         self.assert_trains_as_in_pytorch(randomize_batch_norms(model), "resnet18_cifar", steps=2,
                                          against_float64=True)
+
+    def test_torchvisions_alexnet_trains_as_in_pytorch(self):
+        # alexnet's features (an 11x11 convolution of stride 4, three max pools, five ReLU convolutions) at
+        # 64x64, where they end at 1x1 pixel: its adaptive pool to 6x6 would copy that pixel 36 times, which
+        # PyTorch cannot export, so the classifier reads the 256 features, and is narrower.
+        import torchvision
+        torch.manual_seed(12)
+        model = torchvision.models.alexnet(num_classes=10)
+        model.avgpool = nn.Identity()
+        model.classifier = nn.Sequential(nn.Dropout(0.0), nn.Linear(256, 128), nn.ReLU(inplace=True),
+                                         nn.Dropout(0.0), nn.Linear(128, 128), nn.ReLU(inplace=True),
+                                         nn.Linear(128, 10))
+        self.assert_trains_as_in_pytorch(model, "alexnet", steps=3, size=64)
 
     def test_torchvisions_mobilenet_v2_trains_as_in_pytorch(self):
         # Depthwise convolutions (one group a channel), ReLU6 exported as Clip, inverted residual blocks.
