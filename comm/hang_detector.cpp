@@ -57,11 +57,12 @@ void HangDetector::watch() {
   auto last_tick = clock::now();
   while (!cv_.wait_for(lock, tick, [this] { return stopping_; })) {
     // A tick that came late means this process was not running (SIGSTOP, a paused VM): its peers did not
-    // keep it waiting then, so that time is not counted against them. The bar sits well below the shortest
-    // limit: a peer that times out on a stopped rank ends the job after that limit or less (its wait may
-    // have begun before the stop), and the rank, woken to be ended, must not count that pause as a wait of
-    // its own and blame the peer before mpirun's SIGTERM arrives. A thread merely scheduled late (a loaded
-    // node) is late by milliseconds, and counting its lateness as a pause only delays an error.
+    // keep it waiting then, so that time is not counted against them. The bar sits below the limits jobs
+    // use (30 s at least with --timeout auto; the fault tests use 2 s): a peer that times out on a stopped
+    // rank ends the job after its limit or less (its wait may have begun before the stop), and the rank,
+    // woken to be ended, must not count that pause as a wait of its own and blame the peer before mpirun's
+    // SIGTERM arrives. A thread merely scheduled late (a loaded node) is late by milliseconds, and a late
+    // tick still counts its own 100 ms, so lateness taken for a pause only delays an error.
     const auto now = clock::now();
     if (now - last_tick > std::chrono::milliseconds(500)) {
       const auto paused = now - last_tick - tick;

@@ -34,7 +34,7 @@ class Concat : public Layer {
 
   dnnl::concat concat_;
   Tensor dst_;
-  std::vector<dnnl::memory::desc> slice_mds_;  // each branch's part of the (plain) output
+  std::vector<dnnl::memory::desc> slice_mds_;  // each branch's part of the output
   std::vector<Copy> slice_to_branch_;
   std::vector<Tensor> branch_grads_;
   std::optional<dnnl::sum> sum_diffs_;

