@@ -16,7 +16,6 @@
 #include <string>
 #include <memory>
 
-#include "core/aligned_buffer.hpp"
 #include "core/bf16.hpp"
 #include "core/cpu_bf16.hpp"
 #include "core/layers/attention.hpp"
@@ -34,6 +33,7 @@
 #include "core/layers/softmax_cross_entropy.hpp"
 #include "core/layers/tokens.hpp"
 #include "core/model.hpp"
+#include "tests/core/gradient_check.hpp"
 #include "tests/core/tensor_util.hpp"
 
 namespace ddl {
@@ -58,19 +58,7 @@ Results run(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& i
   ctx.set_compute_type(compute);
   auto layer = make();
   layer->set_output_type(ctx, sides.output);
-  std::size_t total = 0;
-  for (const auto& s : layer->param_specs()) total += product(s.dims);
-  AlignedBuffer<float> params(total), grads(total);
-  const auto init = test::random_values(total, 11, -0.5f, 0.5f);
-  std::copy(init.begin(), init.end(), params.data());
-  std::vector<ParamView> views;
-  std::size_t offset = 0;
-  for (const auto& s : layer->param_specs()) {
-    const std::size_t n = product(s.dims);
-    views.push_back({params.span().subspan(offset, n), grads.span().subspan(offset, n)});
-    offset += n;
-  }
-  layer->bind(views, ctx);
+  const test::BoundParams bound(*layer, test::random_values(test::param_count(*layer), 11, -0.5f, 0.5f), ctx);
   const auto in_md = plain_desc(input_dims, sides.input);
   const auto out_md = layer->setup(ctx, in_md, Mode::train, true);
   EXPECT_EQ(data_type_of(out_md), sides.output) << layer->describe();
@@ -84,7 +72,7 @@ Results run(const std::function<std::unique_ptr<Layer>()>& make, const dims_t& i
   const Tensor& input_gradient = layer->backward(ctx, diff_dst);
   EXPECT_EQ(data_type_of(input_gradient.desc()), data_type_of(in_md)) << layer->describe();
   r.input_gradient = test::to_plain(ctx, input_gradient);
-  r.weight_gradients.assign(grads.data(), grads.data() + total);
+  r.weight_gradients = bound.gradients();
   return r;
 }
 
