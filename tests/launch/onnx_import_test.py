@@ -254,8 +254,8 @@ class OnnxImport(unittest.TestCase):
                 "--val-fraction", "0.2", "--seed", "1", "--resize", size)
         return data
 
-    def train_torch(self, model, steps, lr, optimizer, data=None):
-        with h5py.File(data or self.data, "r") as f:
+    def train_torch(self, model, steps, lr, optimizer, data):
+        with h5py.File(data, "r") as f:
             images = torch.from_numpy(numpy.asarray(f["images"], dtype=numpy.float32) / 255).permute(0, 3, 1, 2).contiguous()
             labels = torch.from_numpy(numpy.asarray(f["labels"], dtype=numpy.int64))
         stepper = optimizer[1](model.parameters(), lr)
