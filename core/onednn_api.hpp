@@ -210,6 +210,27 @@ inline dnnl::softmax_backward::primitive_desc make_softmax_backward_pd(
 #endif
 }
 
+// A shuffle along `axis` of `data` (the output has its layout), by oneDNN's group_size: the axis seen as
+// [size / group_size, group_size] and transposed.
+inline dnnl::shuffle_forward::primitive_desc make_shuffle_forward_pd(const dnnl::engine& eng, dnnl::prop_kind prop,
+                                                                     const md_t& data, int axis, int group_size) {
+#if DNNL_VERSION_MAJOR >= 3
+  return {eng, prop, data, data, axis, group_size};
+#else
+  return {dnnl::shuffle_forward::desc(prop, data, axis, group_size), eng};
+#endif
+}
+
+inline dnnl::shuffle_backward::primitive_desc make_shuffle_backward_pd(
+    const dnnl::engine& eng, const md_t& diff, int axis, int group_size,
+    const dnnl::shuffle_forward::primitive_desc& hint) {
+#if DNNL_VERSION_MAJOR >= 3
+  return {eng, diff, diff, axis, group_size, hint};
+#else
+  return {dnnl::shuffle_backward::desc(diff, axis, group_size), eng, hint};
+#endif
+}
+
 // Batch and layer normalization take the same arguments on either version: `Forward` is
 // dnnl::batch_normalization_forward or dnnl::layer_normalization_forward.
 template <class Forward>

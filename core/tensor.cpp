@@ -46,4 +46,19 @@ dnnl::memory::desc plain_desc(const dims_t& dims, dt type) {
   return dnnl::memory::desc(dims, type, tags[dims.size() - 1]);
 }
 
+std::optional<dnnl::memory::desc> channel_blocked_desc(const dims_t& dims, dt type, int block) {
+  const bool by16 = block == 16;
+  if (dims.size() == 3) return dnnl::memory::desc(dims, type, by16 ? tag::aBc16b : tag::aBc8b);
+  if (dims.size() == 4) return dnnl::memory::desc(dims, type, by16 ? tag::aBcd16b : tag::aBcd8b);
+  if (dims.size() == 5) return dnnl::memory::desc(dims, type, by16 ? tag::aBcde16b : tag::aBcde8b);
+  return std::nullopt;
+}
+
+int channel_block(const dnnl::memory::desc& md) {
+  for (const int block : {16, 8})
+    if (const auto blocked = channel_blocked_desc(dims_of(md), data_type_of(md), block); blocked && *blocked == md)
+      return block;
+  return 0;
+}
+
 }  // namespace ddl

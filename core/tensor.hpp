@@ -5,6 +5,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -55,5 +56,11 @@ std::string to_string(const dims_t& dims);
 
 // A plain row-major descriptor (nc, nchw, ...) for the given dims.
 dnnl::memory::desc plain_desc(const dims_t& dims, dt type = dt::f32);
+
+// oneDNN's channel-blocked layout (nChw16c, nChw8c, and their 3-d and 5-d forms) for dims, by `block` (16
+// or 8) channels; nullopt for another rank.
+std::optional<dnnl::memory::desc> channel_blocked_desc(const dims_t& dims, dt type, int block);
+// The channels that a channel-blocked descriptor groups (16 or 8), or 0 for any other layout.
+int channel_block(const dnnl::memory::desc& md);
 
 }  // namespace ddl

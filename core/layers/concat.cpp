@@ -1,7 +1,5 @@
 #include "core/layers/concat.hpp"
 
-#include <optional>
-
 #include "core/error.hpp"
 #include "core/onednn_api.hpp"
 
@@ -15,23 +13,13 @@ namespace {
 // that layout: its parts still start at block boundaries, so each branch's slice of the gradient is a
 // sub-tensor of it. Else plain.
 dnnl::memory::desc concat_layout(const dims_t& dims, const std::vector<dnnl::memory::desc>& parts) {
-  using tag = dnnl::memory::format_tag;
-  const auto blocked = [](const dims_t& d, dt type, int block) -> std::optional<dnnl::memory::desc> {
-    const bool by16 = block == 16;
-    if (d.size() == 3) return dnnl::memory::desc(d, type, by16 ? tag::aBc16b : tag::aBc8b);
-    if (d.size() == 4) return dnnl::memory::desc(d, type, by16 ? tag::aBcd16b : tag::aBcd8b);
-    if (d.size() == 5) return dnnl::memory::desc(d, type, by16 ? tag::aBcde16b : tag::aBcde8b);
-    return std::nullopt;
-  };
   for (const int block : {16, 8}) {
     bool whole_blocks = true, one_blocked = false;
     for (const auto& part : parts) {
-      const dims_t d = dims_of(part);
-      whole_blocks &= d[1] % block == 0;
-      const auto as_blocked = blocked(d, data_type_of(part), block);
-      one_blocked |= as_blocked && *as_blocked == part;
+      whole_blocks &= dims_of(part)[1] % block == 0;
+      one_blocked |= channel_block(part) == block;
     }
-    if (whole_blocks && one_blocked) return *blocked(dims, dt::f32, block);
+    if (whole_blocks && one_blocked) return *channel_blocked_desc(dims, dt::f32, block);
   }
   return plain_desc(dims);
 }

@@ -9,6 +9,8 @@
 #include "core/error.hpp"
 #include "core/layers/attention.hpp"
 #include "core/layers/batch_norm2d.hpp"
+#include "core/layers/channel_shuffle.hpp"
+#include "core/layers/channel_slice.hpp"
 #include "core/layers/concat.hpp"
 #include "core/layers/conv2d.hpp"
 #include "core/layers/dense.hpp"
@@ -175,6 +177,53 @@ TEST(ConcatGradient, DenseLayersInTheConvolutionsBlockedLayout) {
   Concat concat("dense layer", std::move(branches));
   if (output_is_plain(conv, {2, 16, 4, 4})) GTEST_SKIP() << "oneDNN chose the plain layout here: nothing blocked";
   EXPECT_FALSE(output_is_plain(concat, {2, 32, 4, 4}));
+}
+
+// ShuffleNet's block: a channel split, one half through a convolution, the halves concatenated and shuffled.
+// Plain, and after a convolution whose output oneDNN may block by 16 or 8 channels: halves of 16 channels
+// are sub-tensors of a block of 16, halves of 12 are not (read through a plain copy).
+TEST(ChannelSliceGradient, ShuffleNetsSplitAndShuffle) {
+  for (const int channels : {6, 24, 32}) {
+    const int half = channels / 2;
+    Sequential block = conv_body(3, channels, 1, false);
+    std::vector<Sequential> branches(2);
+    branches[0].emplace<ChannelSlice>(0, half);
+    branches[1].emplace<ChannelSlice>(half, channels);
+    branches[1].emplace<Conv2d>(Conv2dOptions{.in_channels = half, .out_channels = half, .kernel = 1});
+    block.emplace<Concat>("shufflenet block", std::move(branches));
+    block.emplace<ChannelShuffle>(2);
+    SCOPED_TRACE(std::to_string(channels) + " channels");
+    check_gradients(block, {2, 3, 4, 4});
+  }
+  ChannelSlice alone(1, 4);
+  check_gradients(alone, {2, 5, 3, 3});
+}
+
+// The values, against PyTorch's definitions: x[:, 1:4] and
+// x.view(N, g, C / g, H, W).transpose(1, 2).reshape(N, C, H, W).
+TEST(ChannelSliceGradient, ValuesAsPyTorchDefinesThem) {
+  Context ctx;
+  const dims_t dims = {2, 6, 2, 1};
+  const std::vector<float> x = test::random_values(product(dims), 5);
+  const auto md = plain_desc(dims);
+  const Tensor src = test::from_plain(ctx, x, md);
+  ChannelSlice slice(1, 4);
+  slice.setup(ctx, md, Mode::infer, false);
+  const std::vector<float> sliced = test::to_plain(ctx, slice.forward(ctx, src));
+  ChannelShuffle shuffle(3);
+  shuffle.setup(ctx, md, Mode::infer, false);
+  const std::vector<float> shuffled = test::to_plain(ctx, shuffle.forward(ctx, src));
+  const std::int64_t plane = 2, groups = 3, per_group = 2;
+  for (std::int64_t n = 0; n < 2; ++n)
+    for (std::int64_t p = 0; p < plane; ++p) {
+      for (std::int64_t c = 0; c < 3; ++c)
+        EXPECT_EQ(sliced[(n * 3 + c) * plane + p], x[(n * 6 + c + 1) * plane + p]);
+      for (std::int64_t g = 0; g < groups; ++g)
+        for (std::int64_t k = 0; k < per_group; ++k)
+          EXPECT_EQ(shuffled[(n * 6 + k * groups + g) * plane + p], x[(n * 6 + g * per_group + k) * plane + p]);
+    }
+  EXPECT_THROW(ChannelShuffle(4).setup(ctx, md, Mode::infer, false), InputError);
+  EXPECT_THROW(ChannelSlice(4, 7).setup(ctx, md, Mode::infer, false), InputError);
 }
 
 TEST(LinearGradient, TokensWithBias) {
