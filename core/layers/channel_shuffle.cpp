@@ -2,7 +2,7 @@
 
 namespace ddl {
 
-ChannelShuffle::ChannelShuffle(int groups) : groups_(groups) {
+ChannelShuffle::ChannelShuffle(int groups, dims_t image) : groups_(groups), image_(std::move(image)) {
   if (groups < 1) throw InputError("channel shuffle: " + std::to_string(groups) + " groups");
 }
 
@@ -10,6 +10,8 @@ dnnl::memory::desc ChannelShuffle::setup(Context& ctx, const dnnl::memory::desc&
   const dims_t in = dims_of(src);
   if (in.size() < 2 || in[1] % groups_ != 0)
     throw InputError(describe() + ": the groups do not divide the input " + to_string(in) + "'s channels");
+  if (!image_.empty() && dims_t(in.begin() + 1, in.end()) != image_)
+    throw InputError(describe() + ": the input is " + to_string(in) + ", its images not " + to_string(image_));
   // oneDNN's group_size is the other side of the transpose: the channels a group holds.
   const int group_size = int(in[1] / groups_);
   const auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;

@@ -12,7 +12,8 @@ namespace ddl {
 
 class ChannelShuffle : public Layer {
  public:
-  explicit ChannelShuffle(int groups);
+  // `image`, where given, is the [C, H, W] the input must have (an imported graph's reshapes name it).
+  explicit ChannelShuffle(int groups, dims_t image = {});
   std::string describe() const override { return "channel shuffle in " + std::to_string(groups_) + " groups"; }
   // Throws InputError where the groups do not divide the input's channels.
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
@@ -24,6 +25,7 @@ class ChannelShuffle : public Layer {
 
  private:
   int groups_;
+  dims_t image_;
   std::optional<dnnl::shuffle_forward> forward_;
   std::optional<dnnl::shuffle_backward> backward_;
 };

@@ -4,21 +4,20 @@
 
 namespace ddl {
 
-ChannelSlice::ChannelSlice(dnnl::memory::dim begin, dnnl::memory::dim end) : begin_(begin), end_(end) {
-  if (begin < 0 || end <= begin)
-    throw InputError("channel slice: channels " + std::to_string(begin) + ".." + std::to_string(end) + " are empty");
+ChannelSlice::ChannelSlice(dnnl::memory::dim begin, std::optional<dnnl::memory::dim> end) : begin_(begin), end_(end) {
+  if (begin < 0 || (end && *end <= begin)) throw InputError(describe() + ": no channels");
 }
 
 std::string ChannelSlice::describe() const {
-  return "channels " + std::to_string(begin_) + ".." + std::to_string(end_);
+  return "channels " + std::to_string(begin_) + ".." + (end_ ? std::to_string(*end_) : "");
 }
 
 dnnl::memory::desc ChannelSlice::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   const dims_t in = dims_of(src);
-  if (in.size() < 2 || end_ > in[1])
+  if (in.size() < 2 || begin_ >= in[1] || (end_ && *end_ > in[1]))
     throw InputError(describe() + ": the input " + to_string(in) + " has no such channels");
   dims_t out = in, offsets(in.size(), 0);
-  out[1] = end_ - begin_;
+  out[1] = end_.value_or(in[1]) - begin_;
   offsets[1] = begin_;
   const dt type = data_type_of(src);
   const int block = channel_block(src);

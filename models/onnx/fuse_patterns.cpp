@@ -1,11 +1,15 @@
 #include "models/onnx/fuse_patterns.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "core/error.hpp"
+#include "models/onnx/message_text.hpp"
 
 namespace ddl::onnx {
 namespace {
@@ -27,16 +31,37 @@ std::optional<float> scalar(const Graph& g, const std::string& value) {
   return it->second.integer ? static_cast<float>(it->second.ints[0]) : it->second.floats[0];
 }
 
+// The nodes that read each value, and the node that computes each first output.
+struct Index {
+  std::map<std::string, std::vector<std::size_t>> readers;
+  std::map<std::string, std::size_t> position;
+  explicit Index(const Graph& g) {
+    for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+      for (const std::string& in : g.nodes[n].inputs)
+        if (!in.empty()) readers[in].push_back(n);
+      if (!g.nodes[n].outputs.empty()) position[g.nodes[n].outputs[0]] = n;
+    }
+  }
+};
+
+// The graph's nodes with those at the positions in `gone` left out and each of `fused` put at its position.
+void rewrite(Graph& g, std::map<std::size_t, Node> fused, const std::set<std::size_t>& gone) {
+  if (fused.empty()) return;
+  std::vector<Node> kept;
+  for (std::size_t n = 0; n < g.nodes.size(); ++n)
+    if (const auto it = fused.find(n); it != fused.end())
+      kept.push_back(std::move(it->second));
+    else if (!gone.count(n))
+      kept.push_back(std::move(g.nodes[n]));
+  g.nodes = std::move(kept);
+}
+
 }  // namespace
 
 void fuse_norms_and_gelus(Graph& g) {
-  std::map<std::string, std::vector<std::size_t>> readers;
-  std::map<std::string, std::size_t> position;
-  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
-    for (const std::string& in : g.nodes[n].inputs)
-      if (!in.empty()) readers[in].push_back(n);
-    if (!g.nodes[n].outputs.empty()) position[g.nodes[n].outputs[0]] = n;
-  }
+  const Index index(g);
+  const auto& position = index.position;
+  auto readers = index.readers;
   const auto last_axis_mean = [](const Node& n) {
     return n.inputs.size() == 1 && n.integers("axes", {}) == std::vector<std::int64_t>{-1} && n.integer("keepdims", 1) == 1;
   };
@@ -105,14 +130,80 @@ void fuse_norms_and_gelus(Graph& g) {
     for (const Node* part : {&div, erf, plus, times, half}) gone.insert(position.at(part->outputs.at(0)));
     fused[position.at(half->outputs[0])] = std::move(gelu);
   }
-  if (fused.empty()) return;
-  std::vector<Node> kept;
-  for (std::size_t n = 0; n < g.nodes.size(); ++n)
-    if (const auto it = fused.find(n); it != fused.end())
-      kept.push_back(std::move(it->second));
-    else if (!gone.count(n))
-      kept.push_back(std::move(g.nodes[n]));
-  g.nodes = std::move(kept);
+  rewrite(g, std::move(fused), gone);
+}
+
+void fuse_channel_shuffles(Graph& g) {
+  const Index index(g);
+  const auto shape = [&](const Node& reshape) -> const std::vector<std::int64_t>* {
+    if (reshape.inputs.size() != 2 || reshape.integer("allowzero", 0) != 0) return nullptr;
+    const auto it = g.constants.find(reshape.inputs[1]);
+    return it != g.constants.end() && it->second.integer ? &it->second.ints : nullptr;
+  };
+  const auto is_batch = [](std::int64_t d) { return d == kBatch || d == 0; };
+  std::set<std::size_t> gone;
+  std::map<std::size_t, Node> fused;
+  for (std::size_t n = 0; n < g.nodes.size(); ++n) {
+    const Node& split = g.nodes[n];  // [N, C, H, W] to [N, g, C / g, H, W]
+    const auto* s = split.op == "Reshape" ? shape(split) : nullptr;
+    if (!s || s->size() != 5 || !is_batch((*s)[0]) ||
+        std::any_of(s->begin() + 1, s->end(), [](std::int64_t d) { return d < 1 || d > (1 << 24); }))
+      continue;
+    const Node* swap = only_reader(g, index.readers, split.outputs.at(0), "Transpose");
+    if (!swap || swap->integers("perm", {}) != std::vector<std::int64_t>{0, 2, 1, 3, 4}) continue;
+    const Node* merge = only_reader(g, index.readers, swap->outputs.at(0), "Reshape");
+    const auto* m = merge ? shape(*merge) : nullptr;
+    const std::int64_t channels = (*s)[1] * (*s)[2];
+    if (!m || m->size() != 4 || !is_batch((*m)[0]) || ((*m)[1] != -1 && (*m)[1] != channels) ||
+        (*m)[2] != (*s)[3] || (*m)[3] != (*s)[4])
+      continue;
+    Node shuffle;
+    shuffle.op = "ChannelShuffle";
+    shuffle.name = split.name;
+    shuffle.inputs = {split.inputs[0]};
+    shuffle.outputs = {merge->outputs.at(0)};
+    shuffle.attributes["group"].i = (*s)[1];
+    shuffle.attributes["image"].kind = Attribute::Kind::integers;
+    shuffle.attributes["image"].ints = {channels, (*s)[3], (*s)[4]};
+    gone.insert({n, index.position.at(swap->outputs[0])});
+    fused[index.position.at(merge->outputs[0])] = std::move(shuffle);
+  }
+  rewrite(g, std::move(fused), gone);
+}
+
+void split_into_slices(Graph& g) {
+  std::vector<Node> nodes;
+  for (Node& n : g.nodes) {
+    if (n.op != "Split") {
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    const auto sizes = n.inputs.size() > 1 ? g.constants.find(n.inputs[1]) : g.constants.end();
+    if (n.inputs.empty() || sizes == g.constants.end() || !sizes->second.integer ||
+        sizes->second.ints.size() != n.outputs.size())
+      throw InputError(one_line(g.source + ": " + n.describe() +
+                                ": ddl takes a Split whose sizes are given, one for each output, as PyTorch exports them"));
+    const auto scalar = [](std::int64_t v) { return Constant{{1}, true, {}, {v}}; };
+    std::int64_t start = 0;
+    for (std::size_t k = 0; k < n.outputs.size(); ++k) {
+      const std::int64_t size = sizes->second.ints[k];
+      if (size < 0 || size > (1 << 24)) throw InputError(one_line(g.source + ": " + n.describe() + ": a size of " + std::to_string(size)));
+      const std::string& out = n.outputs[k];
+      if (!out.empty()) {
+        Node slice;
+        slice.op = "Slice";
+        slice.name = n.name + "#" + std::to_string(k);
+        slice.inputs = {n.inputs[0], out + "#starts", out + "#ends", out + "#axes"};
+        slice.outputs = {out};
+        g.constants[slice.inputs[1]] = scalar(start);
+        g.constants[slice.inputs[2]] = scalar(start + size);
+        g.constants[slice.inputs[3]] = scalar(n.integer("axis", 0));
+        nodes.push_back(std::move(slice));
+      }
+      start += size;
+    }
+  }
+  g.nodes = std::move(nodes);
 }
 
 }  // namespace ddl::onnx

@@ -8,6 +8,8 @@
 #include <set>
 
 #include "core/layers/batch_norm2d.hpp"
+#include "core/layers/channel_shuffle.hpp"
+#include "core/layers/channel_slice.hpp"
 #include "core/layers/concat.hpp"
 #include "core/layers/conv2d.hpp"
 #include "core/layers/dense.hpp"
@@ -140,6 +142,11 @@ class Builder {
     if (n.op == "Reshape") return reshape(n);
     if (n.op == "Dropout") return dropout(n);
     if (n.op == "Pad") return pad(n);
+    if (n.op == "Slice") return channel_slice(n);
+    if (n.op == "ChannelShuffle") {
+      const auto image = n.integers("image", {});
+      return {std::make_unique<ChannelShuffle>(int(n.integer("group", 1)), dims_t(image.begin(), image.end())), {}, {}};
+    }
     refuse(n, "ddl does not support this operator (docs/onnx.md lists those it does)");
   }
 
@@ -364,6 +371,24 @@ class Builder {
     return {std::make_unique<Flatten>(), {}, {}};
   }
 
+  // Channels from a start to an end (ShuffleNet's x.chunk(2, dim=1), or a Split's part): axis 1, step 1,
+  // bounds counted from the front. Other slices are a piece's (graph_piece.hpp).
+  Built channel_slice(const Node& n) {
+    const auto one = [&](std::size_t input, std::int64_t otherwise) {
+      if (input >= n.inputs.size() || n.inputs[input].empty()) return otherwise;
+      const onnx::Constant& c = constant(n, input);
+      return c.integer && c.ints.size() == 1 ? c.ints[0] : std::int64_t{-1};
+    };
+    const std::int64_t begin = one(1, -1), end = one(2, -1);
+    if (one(3, 0) != 1 || one(4, 1) != 1 || begin < 0 || begin > kLargestSize || end <= begin)
+      refuse(n, "ddl takes a Slice here of channels (axis 1, step 1, bounds from the front); other slices in a piece "
+                "of N-d operations (docs/onnx.md)");
+    // ONNX clamps an end past the channels: x[:, 12:] exports as the largest int64.
+    return {std::make_unique<ChannelSlice>(begin, end < kLargestSize ? std::optional<dnnl::memory::dim>(end) : std::nullopt),
+            {},
+            {}};
+  }
+
   // PyTorch exports avg_pool2d as a Pad before the pooling, one that pads nothing where the pooling has no
   // padding.
   Built pad(const Node& n) {
@@ -527,6 +552,8 @@ GraphModel define_graph_model(const std::string& name, const ModelConfig& config
   onnx::fold_constants(graph);
   chain_concats(graph);
   onnx::fuse_norms_and_gelus(graph);
+  onnx::fuse_channel_shuffles(graph);
+  onnx::split_into_slices(graph);
   return Builder(graph, config).build();
 }
 
