@@ -35,6 +35,8 @@ const char* kind_name(Kind kind) {
     case Kind::reduce_mean: return "reduce_mean";
     case Kind::transpose: return "transpose";
     case Kind::reshape: return "reshape";
+    case Kind::squeeze: return "squeeze";
+    case Kind::unsqueeze: return "unsqueeze";
     case Kind::expand: return "expand";
     case Kind::concat: return "concat";
     case Kind::slice: return "slice";
@@ -167,7 +169,9 @@ void for_each_part(const SubgraphOp& op, Values& values, const dims_t& out, F&& 
 }
 
 // Operations whose output is their input's numbers as they are.
-bool aliases_input(const SubgraphOp& op) { return op.kind == Kind::identity || op.kind == Kind::reshape; }
+bool aliases_input(const SubgraphOp& op) {
+  return op.kind == Kind::identity || op.kind == Kind::reshape || op.kind == Kind::squeeze || op.kind == Kind::unsqueeze;
+}
 
 dnnl::memory over(const dnnl::memory::desc& md, Context& ctx, const float* data) {
   return dnnl::memory(md, ctx.engine(), const_cast<float*>(data));
@@ -312,6 +316,31 @@ dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
       }
       if (free < out.size() && known > 0) out[free] = static_cast<dim>(product(x) / known);
       if (product(out) != product(x)) fail(op, "cannot reshape " + text(x) + " to " + text(out));
+      return out;
+    }
+    case Kind::squeeze: {
+      const dims_t& x = in(0);
+      std::vector<bool> dropped(x.size(), false);
+      for (const std::int64_t axis : op.ints) {
+        const dim a = check_axis(axis, x.size());
+        if (x[a] != 1) fail(op, "cannot squeeze axis " + std::to_string(axis) + " of " + text(x));
+        dropped[a] = true;
+      }
+      dims_t out;
+      for (std::size_t d = 0; d < x.size(); ++d)
+        if (op.ints.empty() ? x[d] != 1 : !dropped[d]) out.push_back(x[d]);
+      return out;
+    }
+    case Kind::unsqueeze: {
+      const std::size_t rank = in(0).size() + op.ints.size();
+      std::vector<bool> inserted(rank, false);
+      for (const std::int64_t axis : op.ints) {
+        const dim a = check_axis(axis, rank);
+        if (inserted[a]) fail(op, "inserts axis " + std::to_string(axis) + " twice");
+        inserted[a] = true;
+      }
+      dims_t out;
+      for (std::size_t d = 0, next = 0; d < rank; ++d) out.push_back(inserted[d] ? 1 : in(0)[next++]);
       return out;
     }
     case Kind::expand: {
@@ -552,7 +581,9 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
     case Kind::sigmoid:
     case Kind::tanh:
     case Kind::identity:
-    case Kind::reshape: {
+    case Kind::reshape:
+    case Kind::squeeze:
+    case Kind::unsqueeze: {
       if (y.data == a.data) return;  // an alias of its input
       const std::size_t n = product(y.dims);
       const float p = op.exponent;
@@ -664,7 +695,9 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
     case Kind::sigmoid:
     case Kind::tanh:
     case Kind::identity:
-    case Kind::reshape: {
+    case Kind::reshape:
+    case Kind::squeeze:
+    case Kind::unsqueeze: {
       if (!a.grad) return;
       const std::size_t n = product(y.dims);
       const float p = op.exponent;

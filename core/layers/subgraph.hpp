@@ -38,6 +38,8 @@ struct SubgraphOp {
     reduce_mean,         // over `ints` (axes), keeping them where keep_dims
     transpose,           // ints: the permutation
     reshape,             // ints: the shape, 0 for the input's dimension, -1 for what is left, batch multiples
+    squeeze,             // ints: the axes of size 1 it drops (every such axis where none are given)
+    unsqueeze,           // ints: the axes of size 1 it inserts, as numbered in the output
     expand,              // ints: the shape it broadcasts to
     concat,              // along `axis`
     slice,               // ints: the axes, with starts, ends and steps (positive), clamped as ONNX does

@@ -322,6 +322,28 @@ Constant slice(const Op& op) {
   return take(data, n == 0 ? std::vector<std::size_t>{} : indices(count, stepped, offset, n), count);
 }
 
+// F.pad's pads are exported as a transpose of the pairs (begin, end) per axis.
+Constant transpose(const Op& op) {
+  const Constant& data = op.input(0);
+  const std::size_t rank = data.dims.size();
+  Dims perm = op.node.integers("perm", {});
+  if (perm.empty())
+    for (std::size_t d = rank; d-- > 0;) perm.push_back(static_cast<std::int64_t>(d));
+  if (perm.size() != rank) op.fail("its permutation does not fit " + dims_text(data.dims));
+  const Dims strides = strides_of(data.dims);
+  Dims dims, stepped;
+  std::vector<bool> seen(rank);
+  for (const std::int64_t p : perm) {
+    const std::int64_t a = op.axis(p, rank);
+    if (seen[a]) op.fail("its permutation takes axis " + std::to_string(p) + " twice");
+    seen[a] = true;
+    dims.push_back(data.dims[a]);
+    stepped.push_back(strides[a]);
+  }
+  const std::size_t n = op.size(dims);
+  return take(data, n == 0 ? std::vector<std::size_t>{} : indices(dims, stepped, 0, n), dims);
+}
+
 Constant equal(const Op& op) {
   const Constant &a = op.input(0), &b = op.input(1);
   same_kind(op, a, b);
@@ -433,7 +455,7 @@ const std::map<std::string, Fold>& operations() {
                                                     {"Expand", expand},     {"Range", range},
                                                     {"Add", arithmetic},    {"Sub", arithmetic},
                                                     {"Mul", arithmetic},    {"Div", arithmetic},
-                                                    {"Reshape", reshape}};
+                                                    {"Reshape", reshape},   {"Transpose", transpose}};
   return table;
 }
 

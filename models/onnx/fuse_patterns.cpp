@@ -172,6 +172,9 @@ void fuse_channel_shuffles(Graph& g) {
 }
 
 void split_into_slices(Graph& g) {
+  // A part that nothing reads gets no Slice: it would be a path from the split value that never joins.
+  std::set<std::string> read = {g.output};
+  for (const Node& n : g.nodes) read.insert(n.inputs.begin(), n.inputs.end());
   std::vector<Node> nodes;
   for (Node& n : g.nodes) {
     if (n.op != "Split") {
@@ -189,7 +192,7 @@ void split_into_slices(Graph& g) {
       const std::int64_t size = sizes->second.ints[k];
       if (size < 0 || size > (1 << 24)) throw InputError(one_line(g.source + ": " + n.describe() + ": a size of " + std::to_string(size)));
       const std::string& out = n.outputs[k];
-      if (!out.empty()) {
+      if (read.count(out)) {
         Node slice;
         slice.op = "Slice";
         slice.name = n.name + "#" + std::to_string(k);

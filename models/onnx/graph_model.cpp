@@ -17,6 +17,7 @@
 #include "core/layers/elementwise.hpp"
 #include "core/layers/flatten.hpp"
 #include "core/layers/gate.hpp"
+#include "core/layers/pad2d.hpp"
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
 #include "core/layers/residual.hpp"
@@ -240,7 +241,6 @@ class Builder {
   Built conv(const Node& n, std::string& v) {
     const onnx::Constant& w = weights(n, 1, 0);
     if (w.dims.size() != 4) refuse(n, "its weight is not [out, in, kh, kw]");
-    if (n.text("auto_pad", "NOTSET") != "NOTSET") refuse(n, "auto_pad is not supported yet; give explicit pads");
     const auto kernel = square(n, w.dims[2], w.dims[3], "kernel");
     const auto d = n.integers("dilations", {1, 1});
     if (d.size() != 2) refuse(n, "its dilations are not two values");
@@ -255,14 +255,41 @@ class Builder {
                     .out_channels = int(w.dims[0]),
                     .kernel = kernel,
                     .stride = stride(n),
-                    .padding = padding(n),
                     .dilation = square(n, d[0], d[1], "dilation"),
                     .groups = int(groups),
                     .bias = bias};
+    // Padding that differs between sides, or auto_pad SAME, is a padding layer before the convolution.
+    const auto pad_first = conv_padding(n, o);
     o.relu = fuse_relu(v);
     Built b{std::make_unique<Conv2d>(o), {n.inputs[1]}, {}};
     if (bias) b.params.push_back(n.inputs[2]);
+    if (pad_first) {
+      auto padded = std::make_unique<Sequential>("padded convolution");
+      padded->emplace<Pad2d>(*pad_first);
+      padded->add(std::move(b.layer));
+      b.layer = std::move(padded);
+    }
     return b;
+  }
+
+  // The convolution's own padding (o.padding) where every side has the same, else the padding layer to put
+  // before it.
+  std::optional<Pad2dOptions> conv_padding(const Node& n, Conv2dOptions& o) const {
+    const std::string auto_pad = n.text("auto_pad", "NOTSET");
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+      return Pad2dOptions{.same_kernel = o.kernel, .same_stride = o.stride, .same_dilation = o.dilation,
+                          .same_lower = auto_pad == "SAME_LOWER"};
+    if (auto_pad == "VALID") return std::nullopt;
+    if (auto_pad != "NOTSET") refuse(n, "its auto_pad " + auto_pad + " is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID");
+    const auto p = n.integers("pads", {0, 0, 0, 0});
+    if (p.size() != 4) refuse(n, "its pads are not four values");
+    for (const auto side : p)
+      if (side < 0 || side > kLargestSize) refuse(n, "its padding " + std::to_string(side) + " is out of range");
+    if (p[0] == p[1] && p[0] == p[2] && p[0] == p[3]) {
+      o.padding = int(p[0]);
+      return std::nullopt;
+    }
+    return Pad2dOptions{.top = int(p[0]), .left = int(p[1]), .bottom = int(p[2]), .right = int(p[3])};
   }
 
   Built batch_norm(const Node& n, std::string& v) {
@@ -341,8 +368,8 @@ class Builder {
     if (n.op == "LeakyRelu")
       return std::make_unique<Eltwise>("leaky relu", algorithm::eltwise_relu, n.real("alpha", 0.01f));
     if (n.op == "Clip") {  // since opset 11 its bounds are inputs
-      const float low = bound(n, 1, -std::numeric_limits<float>::max());
-      const float high = bound(n, 2, std::numeric_limits<float>::max());
+      const float low = number(n, 1, -std::numeric_limits<float>::max(), "bound");
+      const float high = number(n, 2, std::numeric_limits<float>::max(), "bound");
       char name[64];
       std::snprintf(name, sizeof name, "clip %g..%g", low, high);
       return std::make_unique<Eltwise>(name, algorithm::eltwise_clip_v2, low, high);
@@ -355,10 +382,11 @@ class Builder {
     }
     return nullptr;
   }
-  float bound(const Node& n, std::size_t input, float otherwise) const {
+  // The one real number given as input `input` (a Clip's bound, a Pad's value), `otherwise` where none is.
+  float number(const Node& n, std::size_t input, float otherwise, const std::string& what) const {
     if (input >= n.inputs.size() || n.inputs[input].empty()) return otherwise;
     const onnx::Constant& c = constant(n, input);
-    if (c.integer || c.size() != 1) refuse(n, "its bound is not one number");
+    if (c.integer || c.size() != 1) refuse(n, "its " + what + " is not one number");
     return c.floats[0];
   }
 
@@ -389,14 +417,24 @@ class Builder {
             {}};
   }
 
-  // PyTorch exports avg_pool2d as a Pad before the pooling, one that pads nothing where the pooling has no
-  // padding.
+  // ONNX's Pad in constant mode of the rows and columns of [N, C, H, W] images (F.pad, nn.ZeroPad2d,
+  // nn.ConstantPad2d); nothing where it pads nothing, as PyTorch exports one before avg_pool2d.
   Built pad(const Node& n) {
     const onnx::Constant& pads = constant(n, 1);
-    if (n.text("mode", "constant") != "constant" || !pads.integer ||
-        std::any_of(pads.ints.begin(), pads.ints.end(), [](std::int64_t p) { return p != 0; }))
-      refuse(n, "ddl takes a Pad that pads nothing only; give the padding to the convolution or pooling");
-    return {};
+    const std::string mode = n.text("mode", "constant");
+    if (mode != "constant") refuse(n, "ddl pads with a constant, not in " + mode + " mode");
+    if (n.inputs.size() > 3 && !n.inputs[3].empty()) refuse(n, "ddl takes a Pad of every axis, without axes");
+    const auto& p = pads.ints;
+    if (!pads.integer || p.size() != 8 || p[0] != 0 || p[1] != 0 || p[4] != 0 || p[5] != 0)
+      refuse(n, "ddl pads the rows and columns of [N, C, H, W] images only");
+    for (const auto side : p)
+      if (side < 0 || side > kLargestSize) refuse(n, "its padding " + std::to_string(side) + " is out of range");
+    const float value = number(n, 2, 0.0f, "value");
+    if (std::all_of(p.begin(), p.end(), [](std::int64_t side) { return side == 0; })) return {};
+    return {std::make_unique<Pad2d>(Pad2dOptions{
+                .top = int(p[2]), .left = int(p[3]), .bottom = int(p[6]), .right = int(p[7]), .value = value}),
+            {},
+            {}};
   }
 
   Built dropout(const Node& n) {

@@ -25,7 +25,8 @@ const std::map<std::string, Kind>& kinds() {
       {"Softmax", Kind::softmax},   {"ReduceMean", Kind::reduce_mean}, {"Transpose", Kind::transpose},
       {"Reshape", Kind::reshape},   {"Flatten", Kind::reshape}, {"Expand", Kind::expand},
       {"Concat", Kind::concat},     {"Slice", Kind::slice},     {"Gather", Kind::gather},
-      {"LayerNormalization", Kind::layer_norm}, {"Gelu", Kind::gelu}};
+      {"LayerNormalization", Kind::layer_norm}, {"Gelu", Kind::gelu},
+      {"Squeeze", Kind::squeeze},   {"Unsqueeze", Kind::unsqueeze}};
   return table;
 }
 
@@ -319,6 +320,9 @@ class PieceBuilder {
     } else if (n.op == "Flatten") {
       if (n.integer("axis", 1) != 1) refuse(n, "ddl flattens from axis 1 only");
       o.ints = {0, -1};
+    } else if (kind == Kind::squeeze || kind == Kind::unsqueeze) {  // since opset 13 the axes are an input
+      if (given(n, 1)) o.ints = fixed(n, ints(n, 1));
+      if (kind == Kind::unsqueeze && o.ints.empty()) refuse(n, "it names no axes");
     } else if (kind == Kind::expand) {
       o.ints = ints(n, 1);
     } else if (kind == Kind::concat) {

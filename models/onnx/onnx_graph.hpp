@@ -7,10 +7,11 @@
 // W fixed, and exactly one output, [batch, classes]. What a node means is for the layer builder to check.
 //
 // Shape arithmetic (Shape, Constant, ConstantOfShape, Gather, Unsqueeze, Squeeze, Concat, Cast, Slice,
-// Equal, Where, Expand, Range, Add/Sub/Mul/Div on integers, Reshape of a constant) is folded into constants
-// once the input's [C, H, W] is known, so that the graph left computes only on images. The batch is free:
-// folding runs for two batch sizes, and an integer that differs between them is a multiple k of the batch,
-// kept as kBatch * k (a Reshape to [kBatch, -1] keeps the batch and flattens the rest).
+// Equal, Where, Expand, Range, Add/Sub/Mul/Div on integers, Reshape and Transpose of a constant: F.pad's
+// pads) is folded into constants once the input's [C, H, W] is known, so that the graph left computes only
+// on images. The batch is free: folding runs for two batch sizes, and an integer that differs between them
+// is a multiple k of the batch, kept as kBatch * k (a Reshape to [kBatch, -1] keeps the batch and flattens
+// the rest).
 #pragma once
 
 #include <cstdint>

@@ -19,6 +19,7 @@
 #include "core/layers/gate.hpp"
 #include "core/layers/layer_norm.hpp"
 #include "core/layers/linear.hpp"
+#include "core/layers/pad2d.hpp"
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
 #include "core/layers/residual.hpp"
@@ -224,6 +225,33 @@ TEST(ChannelSliceGradient, ValuesAsPyTorchDefinesThem) {
     }
   EXPECT_THROW(ChannelShuffle(4).setup(ctx, md, Mode::infer, false), InputError);
   EXPECT_THROW(ChannelSlice(4, 7).setup(ctx, md, Mode::infer, false), InputError);
+}
+
+// Uneven padding with a value, on a plain input; zeros around a convolution's (maybe blocked) output, then
+// a convolution that reads the padded image.
+TEST(Pad2dGradient, UnevenSidesPlainAndAfterAConvolution) {
+  Pad2d uneven({.top = 1, .left = 0, .bottom = 2, .right = 3, .value = 0.5f});
+  check_gradients(uneven, {2, 3, 4, 5});
+  Sequential chain = conv_body(3, 16, 1, false);
+  chain.emplace<Pad2d>(Pad2dOptions{.top = 0, .left = 1, .bottom = 1, .right = 0});
+  chain.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 4, .kernel = 2});
+  check_gradients(chain, {2, 3, 4, 4});
+}
+
+// auto_pad SAME: ceil(size / stride) outputs. A 3-wide window of stride 2 over 6 needs 1 more column: at the
+// end (upper) or at the start (lower); over 5, one on each side.
+TEST(Pad2dGradient, SameUpperAndLower) {
+  Context ctx;
+  for (const bool lower : {false, true}) {
+    Pad2d same({.same_kernel = 3, .same_stride = 2, .same_lower = lower});
+    EXPECT_EQ(dims_of(same.setup(ctx, plain_desc({1, 2, 5, 6}), Mode::infer, false)), (dims_t{1, 2, 7, 7}));
+    const std::vector<float> x = test::random_values(60, 3);
+    const std::vector<float> y = test::to_plain(ctx, same.forward(ctx, test::from_plain(ctx, x, plain_desc({1, 2, 5, 6}))));
+    // Row 1 of channel 1 holds input row 0; its first column is padding where lower.
+    EXPECT_EQ(y[49 + 7 + (lower ? 1 : 0)], x[30]);
+    EXPECT_EQ(y[49 + 7 + (lower ? 0 : 6)], 0.0f);
+    check_gradients(same, {2, 2, 5, 6});
+  }
 }
 
 TEST(LinearGradient, TokensWithBias) {

@@ -133,6 +133,26 @@ TEST(SubgraphGradient, LayerNormAndGeluOnOneDnnThenAProduct) {
   EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
 }
 
+TEST(SubgraphGradient, SqueezesAndUnsqueezes) {
+  // x [2, 3, 1, 4] (an unbind's part): its axis 2 dropped, the rest seen as [2, 1, 3, 4, 1], multiplied by a
+  // parameter broadcast along the inserted axes, all axes of size 1 dropped again, and by a weight.
+  std::vector<SubgraphOp> ops;
+  ops.push_back(op(Kind::squeeze, {0}, {2}));         // 3: [2, 3, 4]
+  ops.push_back(op(Kind::unsqueeze, {3}, {1, -1}));   // 4: [2, 1, 3, 4, 1]
+  ops.push_back(op(Kind::mul, {4, 1}));               // 5
+  ops.push_back(op(Kind::squeeze, {5}));              // 6: [2, 3, 4]
+  ops.push_back(op(Kind::matmul, {6, 2}));            // 7: [2, 3, 2]
+  Subgraph piece({param("scale", {3, 4, 1}), param("w", {4, 2})}, {}, std::move(ops));
+  EXPECT_EQ(check_gradients(piece, {2, 3, 1, 4}), 0u);
+
+  std::vector<SubgraphOp> wrong;
+  wrong.push_back(op(Kind::squeeze, {0}, {1}));
+  Subgraph not_one({}, {}, std::move(wrong));
+  Context ctx;
+  not_one.bind({}, ctx);
+  EXPECT_THROW(not_one.setup(ctx, plain_desc({2, 3, 1, 4}), Mode::infer, false), InputError);
+}
+
 TEST(SubgraphOutput, FollowsTheFormulas) {
   // y = softmax(x / 2 - mean(x)) along the last axis, for x [1, 3]: checked against the formula.
   std::vector<SubgraphOp> ops;

@@ -127,6 +127,65 @@ class InceptionLike(nn.Module):
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
+class SplitsAndSqueezes(nn.Module):
+    """x.split between convolutions (a Split into channel slices, not whole blocks of 16), then rows.unbind(2)
+    (a Split and Squeezes), an Unsqueeze and a Squeeze in a piece."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.left, self.right = nn.Conv2d(6, 6, 3, padding=1), nn.Conv2d(10, 10, 1)
+        self.pool = nn.MaxPool2d(4)
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        left, right = torch.relu(self.conv(x)).split([6, 10], dim=1)
+        rows = self.pool(torch.cat([self.left(left), self.right(right)], 1)).mean(3)  # [N, 16, 8]
+        parts = rows.unbind(2)
+        return self.fc(parts[0] * parts[7] + parts[3].unsqueeze(2).squeeze(2))
+
+
+class Paddings(nn.Module):
+    """F.pad before each convolution, on one side or unevenly, then F.pad with a value and nn.ZeroPad2d."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv1, self.conv2, self.conv3 = nn.Conv2d(3, 16, 3, stride=2), nn.Conv2d(16, 16, 4), nn.Conv2d(16, 16, 2)
+        self.pad4, self.conv4 = nn.ZeroPad2d((2, 0, 1, 1)), nn.Conv2d(16, 8, 3)
+        self.fc = nn.Linear(8 * 4 * 4, classes)  # pooled, not averaged: a shifted image gives other values
+
+    def forward(self, x):
+        x = torch.relu(self.conv1(nn.functional.pad(x, (0, 1, 0, 1))))
+        x = torch.relu(self.conv2(nn.functional.pad(x, (1, 2, 1, 2))))
+        x = torch.relu(self.conv3(nn.functional.pad(x, (1, 0, 1, 0))))
+        x = self.conv4(self.pad4(nn.functional.pad(x, (1, 1, 0, 0), value=0.25)))  # [N, 8, 16, 18]
+        return self.fc(nn.functional.max_pool2d(x, 4).flatten(1))
+
+
+def pads_into_convs(path, paddings):
+    """Rewrites the graph at PATH: the first Pads that feed a Conv go into it, in turn as `paddings` gives
+    them: a list of [top, left, bottom, right] (the Conv's pads, uneven) or an auto_pad ("SAME_UPPER", ...).
+    The padding must be what the Pad gave, so that the module still computes the same."""
+    import onnx
+    model = onnx.load(path)
+    nodes = list(model.graph.node)
+    for padding in paddings:
+        pad = next(n for n in nodes if n.op_type == "Pad" and
+                   [m.op_type for m in nodes if n.output[0] in m.input] == ["Conv"])
+        conv = next(m for m in nodes if pad.output[0] in m.input)
+        conv.input[0] = pad.input[0]
+        kept = [a for a in conv.attribute if a.name != "pads"]
+        del conv.attribute[:]
+        conv.attribute.extend(kept)
+        if isinstance(padding, str):
+            conv.attribute.append(onnx.helper.make_attribute("auto_pad", padding))
+        else:
+            conv.attribute.append(onnx.helper.make_attribute("pads", padding))
+        nodes.remove(pad)
+        model.graph.node.remove(pad)
+    onnx.save(model, path)
+
+
 class SmallCnn(nn.Module):
     """seed_cnn's shape, without BatchNorm: ranks then sum exactly what one rank sums over the global batch."""
 
@@ -235,12 +294,15 @@ class OnnxImport(unittest.TestCase):
         return os.path.join(self.dir, name)
 
     def assert_trains_as_in_pytorch(self, model, name, steps, lr=0.05, opset=13, against_float64=False,
-                                    optimizer=SGD, size=32):
+                                    optimizer=SGD, size=32, edit=None):
         """Exports `model` as NAME.onnx, trains it `steps` full-batch steps (of SGD unless `optimizer` says
         otherwise) in ddl and in PyTorch from the same weights and compares every tensor (assert_same_tensors;
-        against_float64: also against a float64 copy trained alike). The images are SIZE x SIZE."""
+        against_float64: also against a float64 copy trained alike). The images are SIZE x SIZE. `edit`, where
+        given, rewrites the exported file (its path) before ddl reads it."""
         onnx_file = self.path(f"{name}.onnx")
         export(model, onnx_file, opset, size)
+        if edit:
+            edit(onnx_file)
         exact = copy.deepcopy(model).double() if against_float64 else None
         checkpoints = self.path(f"{name}.ck")
         data = self.data_of_size(size)
@@ -327,6 +389,19 @@ class OnnxImport(unittest.TestCase):
         torch.manual_seed(17)
         model = randomize_batch_norms(EfficientNetLike())
         self.assert_trains_as_in_pytorch(model, "efficient", steps=3)
+
+    def test_splits_and_squeezes_train_as_in_pytorch(self):
+        torch.manual_seed(18)
+        self.assert_trains_as_in_pytorch(SplitsAndSqueezes(), "splits", steps=3)
+
+    def test_pads_uneven_and_same_train_as_in_pytorch(self):
+        # As exported: every F.pad a Pad node (a padding layer). Then the first three in their Convs: uneven
+        # pads, auto_pad SAME_UPPER (a 4-wide window pads 1 before and 2 after) and SAME_LOWER (a 2-wide one,
+        # 1 before), as other exporters write them.
+        for edit in (None, lambda path: pads_into_convs(path, [[0, 0, 1, 1], "SAME_UPPER", "SAME_LOWER"])):
+            with self.subTest(pads_in_convs=edit is not None):
+                torch.manual_seed(19)
+                self.assert_trains_as_in_pytorch(Paddings(), "paddings", steps=3, edit=edit)
 
     def test_an_inception_module_trains_as_in_pytorch(self):
         torch.manual_seed(19)
@@ -693,20 +768,20 @@ class OnnxImport(unittest.TestCase):
                 tokens = x.flatten(2).transpose(1, 2)
                 return self.fc((tokens + torch.sin(tokens.softmax(-1))).mean(1))
 
-        class HalfTheChannelsConvolved(nn.Module):  # shufflenet's split: a Slice that a piece would take, a Conv
+        class HalfTheRowsConvolved(nn.Module):  # a Slice of rows, which a piece would take, and a Conv
             def __init__(self):
                 super().__init__()
-                self.stem, self.conv = nn.Conv2d(3, 4, 1), nn.Conv2d(2, 2, 1)
-                self.fc = nn.Linear(4 * 32 * 32, 10)
+                self.stem, self.conv = nn.Conv2d(3, 4, 1), nn.Conv2d(4, 4, 1)
+                self.fc = nn.Linear(8 * 16 * 32, 10)
 
             def forward(self, x):
                 x = self.stem(x)
-                return self.fc(torch.flatten(torch.cat([x[:, :2], self.conv(x[:, 2:])], 1), 1))
+                return self.fc(torch.flatten(torch.cat([x[:, :, :16], self.conv(x[:, :, 16:])], 1), 1))
 
         for module, node, why in (
                 (Cosine(), "Cos node", "ddl does not support this operator (docs/onnx.md lists those it does)"),
                 (SineAmongTokens(), "Sin node", "ddl does not support this operator (docs/onnx.md lists those it does)"),
-                (HalfTheChannelsConvolved(), "Slice node", "also holds Conv node"),
+                (HalfTheRowsConvolved(), "Slice node", "also holds Conv node"),
                 (ConcatOfRows(), "Concat node", "ddl concatenates along the channels (axis 1) only")):
             with self.subTest(module=type(module).__name__):
                 onnx_file = self.path(f"{type(module).__name__}.onnx")
