@@ -135,14 +135,6 @@ dnnl::memory::desc transposed(const dims_t& dims) {
   return strided(d, s);
 }
 
-dnnl::primitive_attr adding() {
-  dnnl::post_ops ops;
-  ops.append_sum(1.0f);
-  dnnl::primitive_attr attr;
-  attr.set_post_ops(ops);
-  return attr;
-}
-
 // The parts of a gather (one an index) or a concat (one an input) along the axis: fn(x, part, from, into, to)
 // for each, where the part's `part` dims of x, from x's offset `from`, go to the output's offset `to` with
 // the output's strides `into`.
@@ -393,7 +385,8 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
   outputs_.resize(ops_.size());
   output_grads_.clear();
   output_grads_.resize(ops_.size());
-  matmuls_.assign(ops_.size(), std::nullopt);
+  matmuls_.clear();
+  matmuls_.resize(ops_.size());
   softmaxes_.assign(ops_.size(), std::nullopt);
   norms_.clear();
   norms_.resize(ops_.size());
@@ -458,15 +451,15 @@ dnnl::memory::desc Subgraph::setup(Context& ctx, const dnnl::memory::desc& src, 
       m.b = op.transpose_b ? transposed({b[1], b[0]}) : strided(b, strides_of(b));
       m.b_t = op.transpose_b ? strided({b[1], b[0]}, strides_of({b[1], b[0]})) : transposed(b);
       if (op.inputs.size() > 2) m.bias = strided({1, c.back()}, {c.back(), 1});
-      m.forward = dnnl::matmul(make_matmul_pd(engine, m.a, m.b, m.bias, m.c));
+      m.forward = MatmulProduct(ctx, m.a, m.b, m.c, 1.0f, m.bias);
       if (train_) {
-        m.grad_a = dnnl::matmul(make_matmul_pd(engine, m.c, m.b_t, dnnl::memory::desc(), m.a, adding()));
+        m.grad_a = MatmulProduct(ctx, m.c, m.b_t, m.a, 1.0f, {}, true);
         if (op.transpose_b) {  // b's gradient in its stored form: c's gradient transposed, by a
           m.c_t = transposed(c);
-          m.grad_b = dnnl::matmul(make_matmul_pd(engine, m.c_t, m.a, dnnl::memory::desc(), m.b_t, adding()));
+          m.grad_b = MatmulProduct(ctx, m.c_t, m.a, m.b_t, 1.0f, {}, true);
         } else {
           m.a_t = transposed(a);
-          m.grad_b = dnnl::matmul(make_matmul_pd(engine, m.a_t, m.c, dnnl::memory::desc(), m.b, adding()));
+          m.grad_b = MatmulProduct(ctx, m.a_t, m.c, m.b, 1.0f, {}, true);
         }
       }
       matmuls_[k] = std::move(m);
@@ -600,12 +593,9 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
       return;
     }
     case Kind::matmul: {
-      const MatMul& m = *matmuls_[k];
-      std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, over(m.a, ctx, a.data)},
-                                                    {DNNL_ARG_WEIGHTS, over(m.b, ctx, values_[op.inputs[1]].data)},
-                                                    {DNNL_ARG_DST, over(m.c, ctx, y.data)}};
-      if (op.inputs.size() > 2) args[DNNL_ARG_BIAS] = over(m.bias, ctx, values_[op.inputs[2]].data);
-      m.forward.execute(ctx.stream(), args);
+      MatMul& m = *matmuls_[k];
+      m.forward(ctx, over(m.a, ctx, a.data), over(m.b, ctx, values_[op.inputs[1]].data), over(m.c, ctx, y.data),
+                op.inputs.size() > 2 ? over(m.bias, ctx, values_[op.inputs[2]].data) : dnnl::memory());
       return;
     }
     case Kind::softmax: {
@@ -717,12 +707,9 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
       return;
     }
     case Kind::matmul: {
-      const MatMul& m = *matmuls_[k];
+      MatMul& m = *matmuls_[k];
       const Value& b = values_[op.inputs[1]];
-      if (a.grad)
-        m.grad_a.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.c, ctx, gy)},
-                                        {DNNL_ARG_WEIGHTS, over(m.b_t, ctx, b.data)},
-                                        {DNNL_ARG_DST, over(m.a, ctx, a.grad)}});
+      if (a.grad) m.grad_a(ctx, over(m.c, ctx, gy), over(m.b_t, ctx, b.data), over(m.a, ctx, a.grad));
       if (op.inputs.size() > 2)
         if (float* bias = values_[op.inputs[2]].grad) {  // the sum of every row's gradient
           const std::size_t cols = product(values_[op.inputs[2]].dims), rows = product(y.dims) / cols;
@@ -730,13 +717,9 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
             for (std::size_t j = 0; j < cols; ++j) bias[j] += gy[i * cols + j];
         }
       if (b.grad && m.transpose_b)
-        m.grad_b.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.c_t, ctx, gy)},
-                                        {DNNL_ARG_WEIGHTS, over(m.a, ctx, a.data)},
-                                        {DNNL_ARG_DST, over(m.b_t, ctx, b.grad)}});
+        m.grad_b(ctx, over(m.c_t, ctx, gy), over(m.a, ctx, a.data), over(m.b_t, ctx, b.grad));
       else if (b.grad)
-        m.grad_b.execute(ctx.stream(), {{DNNL_ARG_SRC, over(m.a_t, ctx, a.data)},
-                                        {DNNL_ARG_WEIGHTS, over(m.c, ctx, gy)},
-                                        {DNNL_ARG_DST, over(m.b, ctx, b.grad)}});
+        m.grad_b(ctx, over(m.a_t, ctx, a.data), over(m.c, ctx, gy), over(m.b, ctx, b.grad));
       return;
     }
     case Kind::softmax: {

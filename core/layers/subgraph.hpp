@@ -5,9 +5,10 @@
 //
 // Values are numbered: 0 the input, then the parameters (param_specs), then the constants, then each
 // operation's output in order; the last operation's output is the layer's. Every value is plain row-major
-// f32 and kept from forward to backward (a simple first form: no bf16); their gradients are leased from the
-// pool for the layer's backward only. Matrix products and softmax run on oneDNN; the element-wise arithmetic
-// with broadcasting and the data movement are loops here.
+// f32 and kept from forward to backward; their gradients are leased from the pool for the layer's backward
+// only. Matrix products, softmax, layer norms and GELU run on oneDNN, the products in bf16 where the context
+// computes in bf16 (their operands converted for the call, the results f32); the element-wise arithmetic with
+// broadcasting and the data movement are loops here, in f32.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/layers/batched_matmul.hpp"
 #include "core/layers/layer.hpp"
 #include "core/layers/relayout.hpp"
 
@@ -89,7 +91,7 @@ class Subgraph : public Layer {
   // A matrix product's primitives, built at set-up: forward, and the two gradients (adding to them).
   struct MatMul {
     dnnl::memory::desc a, b, c, a_t, b_t, c_t, bias;  // the operands, and seen transposed; the bias as [1, cols]
-    dnnl::matmul forward, grad_a, grad_b;
+    MatmulProduct forward, grad_a, grad_b;
     bool transpose_b = false;  // b's gradient is c_t by a, in b's stored [cols, inner] form
   };
   struct SoftmaxPrimitives {

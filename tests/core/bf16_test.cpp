@@ -31,6 +31,7 @@
 #include "core/layers/relu.hpp"
 #include "core/layers/residual.hpp"
 #include "core/layers/softmax_cross_entropy.hpp"
+#include "core/layers/subgraph.hpp"
 #include "core/layers/tokens.hpp"
 #include "core/model.hpp"
 #include "tests/core/gradient_check.hpp"
@@ -143,6 +144,35 @@ TEST(Bf16, LargeDenseWithPlainWeightsMatchesF32) {
 TEST(Bf16, LinearOverTokensMatchesF32) {
   expect_bf16_matches_f32(
       [] { return std::make_unique<Linear>(LinearOptions{.in_features = 64, .out_features = 48}); }, {4, 10, 64});
+}
+
+// An imported graph's piece: nn.Linear's product by a weight read transposed with its bias, attention's
+// products of two values and a softmax between them. Its products run in bf16, the rest in f32.
+TEST(Bf16, SubgraphProductsMatchF32) {
+  expect_bf16_matches_f32(
+      [] {
+        const auto op = [](SubgraphOp::Kind kind, std::vector<int> inputs) {
+          SubgraphOp o;
+          o.kind = kind;
+          o.inputs = std::move(inputs);
+          o.name = "op";
+          return o;
+        };
+        using Kind = SubgraphOp::Kind;
+        std::vector<SubgraphOp> ops;  // x [2, 5, 16], w [24, 16], b [24], then the operations from 3
+        ops.push_back(op(Kind::matmul, {0, 1, 2}));  // 3: [2, 5, 24]
+        ops.back().transpose_b = true;
+        ops.push_back(op(Kind::transpose, {3}));  // 4: [2, 24, 5]
+        ops.back().ints = {0, 2, 1};
+        ops.push_back(op(Kind::matmul, {3, 4}));  // 5: [2, 5, 5]
+        ops.push_back(op(Kind::softmax, {5}));    // 6
+        ops.back().axis = -1;
+        ops.push_back(op(Kind::matmul, {6, 3}));  // 7: [2, 5, 24]
+        return std::make_unique<Subgraph>(
+            std::vector<ParamSpec>{{"w", {24, 16}, Init::zeros}, {"b", {24}, Init::zeros}},
+            std::vector<SubgraphConstant>{}, std::move(ops));
+      },
+      {2, 5, 16});
 }
 
 // Between two layers that take bf16 the activation and its gradient stay bf16: each such layer, given a

@@ -646,19 +646,30 @@ class OnnxImport(unittest.TestCase):
         self.assertLessEqual(numpy.abs(params - one).max(), 1e-3 * numpy.abs(one).max(), out)
 
     def test_a_graph_trains_in_bf16_near_f32_and_its_checkpoint_resumes_in_f32(self):
-        # The sample's graph (residual and squeeze-excitation blocks); --precision auto: bf16 where the CPU
-        # multiplies in it, else f32 (the comparison then holds trivially, and the note says so).
-        common = [os.path.join(BIN, "ddl_train"), "--model", SAMPLE, "--train", self.data, "--optimizer", "sgd",
-                  "--momentum", 0.9, "--lr", 0.02, "--batch-size", 16, "--threads", 1, "--progress", "never"]
-        f32 = run(*common, "--epochs", 3, "--checkpoint-dir", self.path("f32.ck")).stdout
-        bf16 = run(*common, "--epochs", 3, "--precision", "auto", "--checkpoint-dir", self.path("bf16.ck")).stdout
+        # The sample's graph (residual and squeeze-excitation blocks), and a vision transformer, whose pieces
+        # multiply in bf16; --precision auto: bf16 where the CPU multiplies in it, else f32 (the comparison
+        # then holds trivially, and the note says so).
+        from torchvision.models.vision_transformer import VisionTransformer
+        torch.manual_seed(15)
+        vit = self.path("vit_bf16.onnx")
+        export(VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                                 num_classes=10), vit, 13)
+        for model, name in ((SAMPLE, "sample"), (vit, "vit")):
+            with self.subTest(model=name):
+                common = [os.path.join(BIN, "ddl_train"), "--model", model, "--train", self.data, "--optimizer",
+                          "sgd", "--momentum", 0.9, "--lr", 0.02, "--batch-size", 16, "--threads", 1, "--progress",
+                          "never"]
+                f32 = run(*common, "--epochs", 3, "--checkpoint-dir", self.path(f"{name}_f32.ck")).stdout
+                bf16 = run(*common, "--epochs", 3, "--precision", "auto", "--checkpoint-dir",
+                           self.path(f"{name}_bf16.ck")).stdout
 
-        def loss(out):
-            return float(re.findall(r"train loss ([0-9.]+)", out)[-1])
-        self.assertLess(abs(loss(bf16) - loss(f32)), 0.05 * loss(f32), f"{f32}\n{bf16}")
-        resumed = run(*common, "--epochs", 4, "--resume", "auto", "--checkpoint-dir", self.path("bf16.ck")).stdout
-        self.assertIn("resumed from", resumed)
-        self.assertNotIn("precision bf16", resumed)  # resumed in f32
+                def loss(out):
+                    return float(re.findall(r"train loss ([0-9.]+)", out)[-1])
+                self.assertLess(abs(loss(bf16) - loss(f32)), 0.05 * loss(f32), f"{f32}\n{bf16}")
+                resumed = run(*common, "--epochs", 4, "--resume", "auto", "--checkpoint-dir",
+                              self.path(f"{name}_bf16.ck")).stdout
+                self.assertIn("resumed from", resumed)
+                self.assertNotIn("precision bf16", resumed)  # resumed in f32
 
     def test_lars_and_lamb_on_two_ranks_and_two_stages_train_as_one_rank(self):
         torch.manual_seed(4)
