@@ -87,6 +87,38 @@ void walk(const dims_t& dims, const dims_t& sa, const dims_t& sb, F&& fn) {
   }
 }
 
+// Tensors from this many elements are walked by every OpenMP thread, each taking whole rows.
+constexpr std::size_t kParallelFrom = std::size_t{1} << 14;
+
+// walk, with the rows (the elements along the last axis) shared among the OpenMP threads: for an fn that
+// writes only at o, or at an offset that no other element writes (a transpose's, a slice's).
+template <class F>
+void walk_in_parallel(const dims_t& dims, const dims_t& sa, const dims_t& sb, F&& fn) {
+  const std::size_t n = product(dims);
+  if (n < kParallelFrom || dims.empty()) return walk(dims, sa, sb, fn);
+  const std::size_t last = dims.size() - 1;
+  const dim cols = dims[last], rows = static_cast<dim>(n) / cols;
+#pragma omp parallel for
+  for (dim r = 0; r < rows; ++r) {
+    dim a = 0, b = 0, rest = r;
+    for (std::size_t d = last; d-- > 0;) {
+      const dim at = rest % dims[d];
+      rest /= dims[d];
+      a += at * sa[d];
+      b += at * sb[d];
+    }
+    const std::size_t o = static_cast<std::size_t>(r * cols);
+    for (dim k = 0; k < cols; ++k) fn(o + k, a + k * sa[last], b + k * sb[last]);
+  }
+}
+
+// to[i] += from[i], by every OpenMP thread where there are many.
+void add_into(float* to, const float* from, std::size_t n) {
+  if (!to) return;
+#pragma omp parallel for if (n >= kParallelFrom)
+  for (std::size_t i = 0; i < n; ++i) to[i] += from[i];
+}
+
 dim axis_in(dim axis, std::size_t rank) { return axis < 0 ? axis + static_cast<dim>(rank) : axis; }
 
 // Where a slice starts reading and the strides it reads with, and its dims.
@@ -561,10 +593,11 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
       const dims_t sa = broadcast_strides(a.dims, y.dims), sb = broadcast_strides(b.dims, y.dims);
       const float *x0 = a.data, *x1 = b.data;
       float* out = y.data;
-      if (op.kind == Kind::add) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { out[o] = x0[i] + x1[j]; });
-      if (op.kind == Kind::sub) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { out[o] = x0[i] - x1[j]; });
-      if (op.kind == Kind::mul) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { out[o] = x0[i] * x1[j]; });
-      if (op.kind == Kind::div) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { out[o] = x0[i] / x1[j]; });
+      const auto each = [&](auto&& fn) { walk_in_parallel(y.dims, sa, sb, fn); };
+      if (op.kind == Kind::add) each([&](std::size_t o, dim i, dim j) { out[o] = x0[i] + x1[j]; });
+      if (op.kind == Kind::sub) each([&](std::size_t o, dim i, dim j) { out[o] = x0[i] - x1[j]; });
+      if (op.kind == Kind::mul) each([&](std::size_t o, dim i, dim j) { out[o] = x0[i] * x1[j]; });
+      if (op.kind == Kind::div) each([&](std::size_t o, dim i, dim j) { out[o] = x0[i] / x1[j]; });
       return;
     }
     case Kind::pow:
@@ -580,6 +613,7 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
       if (y.data == a.data) return;  // an alias of its input
       const std::size_t n = product(y.dims);
       const float p = op.exponent;
+#pragma omp parallel for if (n >= kParallelFrom)
       for (std::size_t i = 0; i < n; ++i) {
         const float x = a.data[i];
         y.data[i] = op.kind == Kind::pow       ? (p == 2.0f ? x * x : std::pow(x, p))
@@ -623,26 +657,30 @@ void Subgraph::forward_op(Context& ctx, std::size_t k) {
       const dims_t kept = kept_dims(op, a.dims);
       walk(a.dims, broadcast_strides(kept, a.dims), dims_t(a.dims.size(), 0),
            [&](std::size_t o, dim i, dim) { y.data[i] += a.data[o]; });
-      const float scale = static_cast<float>(product(y.dims)) / static_cast<float>(product(a.dims));
-      for (std::size_t i = 0; i < product(y.dims); ++i) y.data[i] *= scale;
+      const std::size_t n = product(y.dims);
+      const float scale = static_cast<float>(n) / static_cast<float>(product(a.dims));
+      for (std::size_t i = 0; i < n; ++i) y.data[i] *= scale;
       return;
     }
     case Kind::transpose: {
-      walk(y.dims, permuted_strides(op, a.dims), none, [&](std::size_t o, dim i, dim) { y.data[o] = a.data[i]; });
+      walk_in_parallel(y.dims, permuted_strides(op, a.dims), none, [&](std::size_t o, dim i, dim) { y.data[o] = a.data[i]; });
       return;
     }
     case Kind::expand:
-      walk(y.dims, broadcast_strides(a.dims, y.dims), none, [&](std::size_t o, dim i, dim) { y.data[o] = a.data[i]; });
+      walk_in_parallel(y.dims, broadcast_strides(a.dims, y.dims), none,
+                       [&](std::size_t o, dim i, dim) { y.data[o] = a.data[i]; });
       return;
     case Kind::slice: {
       const SlicePlan plan = plan_slice(op, a.dims);
-      walk(plan.dims, plan.strides, none, [&](std::size_t o, dim i, dim) { y.data[o] = a.data[plan.offset + i]; });
+      walk_in_parallel(plan.dims, plan.strides, none,
+                       [&](std::size_t o, dim i, dim) { y.data[o] = a.data[plan.offset + i]; });
       return;
     }
     case Kind::gather:
     case Kind::concat:
       for_each_part(op, values_, y.dims, [&](const Value& x, const dims_t& part, dim from, const dims_t& into, dim to) {
-        walk(part, strides_of(x.dims), into, [&](std::size_t, dim i, dim j) { y.data[to + j] = x.data[from + i]; });
+        walk_in_parallel(part, strides_of(x.dims), into,
+                         [&](std::size_t, dim i, dim j) { y.data[to + j] = x.data[from + i]; });
       });
       return;
   }
@@ -663,18 +701,23 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
       const dims_t sa = broadcast_strides(a.dims, y.dims), sb = broadcast_strides(b.dims, y.dims);
       const float *x0 = a.data, *x1 = b.data;
       float *g0 = a.grad, *g1 = b.grad;
+      // An operand of the output's dims takes each element's gradient once: its rows can be shared among the
+      // threads. A broadcast one sums many into each element.
+      const auto each_for = [&](const Value& x, auto&& fn) {
+        x.dims == y.dims ? walk_in_parallel(y.dims, sa, sb, fn) : walk(y.dims, sa, sb, fn);
+      };
       if (g0) {
-        if (op.kind == Kind::add || op.kind == Kind::sub)
-          walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim) { g0[i] += gy[o]; });
-        if (op.kind == Kind::mul) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { g0[i] += gy[o] * x1[j]; });
-        if (op.kind == Kind::div) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { g0[i] += gy[o] / x1[j]; });
+        const auto each = [&](auto&& fn) { each_for(a, fn); };
+        if (op.kind == Kind::add || op.kind == Kind::sub) each([&](std::size_t o, dim i, dim) { g0[i] += gy[o]; });
+        if (op.kind == Kind::mul) each([&](std::size_t o, dim i, dim j) { g0[i] += gy[o] * x1[j]; });
+        if (op.kind == Kind::div) each([&](std::size_t o, dim i, dim j) { g0[i] += gy[o] / x1[j]; });
       }
       if (g1) {
-        if (op.kind == Kind::add) walk(y.dims, sa, sb, [&](std::size_t o, dim, dim j) { g1[j] += gy[o]; });
-        if (op.kind == Kind::sub) walk(y.dims, sa, sb, [&](std::size_t o, dim, dim j) { g1[j] -= gy[o]; });
-        if (op.kind == Kind::mul) walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { g1[j] += gy[o] * x0[i]; });
-        if (op.kind == Kind::div)
-          walk(y.dims, sa, sb, [&](std::size_t o, dim i, dim j) { g1[j] -= gy[o] * x0[i] / (x1[j] * x1[j]); });
+        const auto each = [&](auto&& fn) { each_for(b, fn); };
+        if (op.kind == Kind::add) each([&](std::size_t o, dim, dim j) { g1[j] += gy[o]; });
+        if (op.kind == Kind::sub) each([&](std::size_t o, dim, dim j) { g1[j] -= gy[o]; });
+        if (op.kind == Kind::mul) each([&](std::size_t o, dim i, dim j) { g1[j] += gy[o] * x0[i]; });
+        if (op.kind == Kind::div) each([&](std::size_t o, dim i, dim j) { g1[j] -= gy[o] * x0[i] / (x1[j] * x1[j]); });
       }
       return;
     }
@@ -692,6 +735,7 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
       const std::size_t n = product(y.dims);
       const float p = op.exponent;
       const float two_over_root_pi = 2.0f / std::sqrt(std::numbers::pi_v<float>);
+#pragma omp parallel for if (n >= kParallelFrom)
       for (std::size_t i = 0; i < n; ++i) {
         const float x = a.data[i];
         const float out = y.data[i];
@@ -728,7 +772,7 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
       m.backward->execute(ctx.stream(), {{DNNL_ARG_DST, over(m.data, ctx, y.data)},
                                          {DNNL_ARG_DIFF_DST, over(m.data, ctx, gy)},
                                          {DNNL_ARG_DIFF_SRC, over(m.data, ctx, scratch_.data())}});
-      for (std::size_t i = 0; i < product(y.dims); ++i) a.grad[i] += scratch_[i];
+      add_into(a.grad, scratch_.data(), product(y.dims));
       return;
     }
     case Kind::gelu: {
@@ -737,7 +781,7 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
       g.backward->execute(ctx.stream(), {{DNNL_ARG_SRC, over(g.data, ctx, a.data)},
                                          {DNNL_ARG_DIFF_DST, over(g.data, ctx, gy)},
                                          {DNNL_ARG_DIFF_SRC, over(g.data, ctx, scratch_.data())}});
-      for (std::size_t i = 0; i < product(y.dims); ++i) a.grad[i] += scratch_[i];
+      add_into(a.grad, scratch_.data(), product(y.dims));
       return;
     }
     case Kind::layer_norm: {
@@ -753,26 +797,22 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
                                          {DNNL_ARG_DIFF_SRC, over(n.data, ctx, scratch_.data())},
                                          {DNNL_ARG_DIFF_SCALE, n.diff_scale.memory()},
                                          {DNNL_ARG_DIFF_SHIFT, n.diff_shift.memory()}});
-      const auto add_to = [](float* to, const float* from, std::size_t count) {
-        if (to)
-          for (std::size_t i = 0; i < count; ++i) to[i] += from[i];
-      };
-      add_to(a.grad, scratch_.data(), product(y.dims));
-      add_to(scale.grad, n.diff_scale.data(), product(scale.dims));
-      add_to(shift.grad, n.diff_shift.data(), product(shift.dims));
+      add_into(a.grad, scratch_.data(), product(y.dims));
+      add_into(scale.grad, n.diff_scale.data(), product(scale.dims));
+      add_into(shift.grad, n.diff_shift.data(), product(shift.dims));
       return;
     }
     case Kind::reduce_mean: {
       if (!a.grad) return;
       const float scale = static_cast<float>(product(y.dims)) / static_cast<float>(product(a.dims));
       const dims_t kept = kept_dims(op, a.dims);
-      walk(a.dims, broadcast_strides(kept, a.dims), dims_t(a.dims.size(), 0),
-           [&](std::size_t o, dim i, dim) { a.grad[o] += gy[i] * scale; });
+      walk_in_parallel(a.dims, broadcast_strides(kept, a.dims), dims_t(a.dims.size(), 0),
+                       [&](std::size_t o, dim i, dim) { a.grad[o] += gy[i] * scale; });
       return;
     }
     case Kind::transpose: {
       if (!a.grad) return;
-      walk(y.dims, permuted_strides(op, a.dims), none, [&](std::size_t o, dim i, dim) { a.grad[i] += gy[o]; });
+      walk_in_parallel(y.dims, permuted_strides(op, a.dims), none, [&](std::size_t o, dim i, dim) { a.grad[i] += gy[o]; });
       return;
     }
     case Kind::expand:
@@ -782,14 +822,17 @@ void Subgraph::backward_op(Context& ctx, std::size_t k) {
     case Kind::slice: {
       if (!a.grad) return;
       const SlicePlan plan = plan_slice(op, a.dims);
-      walk(plan.dims, plan.strides, none, [&](std::size_t o, dim i, dim) { a.grad[plan.offset + i] += gy[o]; });
+      walk_in_parallel(plan.dims, plan.strides, none, [&](std::size_t o, dim i, dim) { a.grad[plan.offset + i] += gy[o]; });
       return;
     }
     case Kind::gather:
     case Kind::concat:
+      // A gather may take an index twice; a concatenation's parts are apart.
       for_each_part(op, values_, y.dims, [&](Value& x, const dims_t& part, dim from, const dims_t& into, dim to) {
-        if (x.grad)
-          walk(part, strides_of(x.dims), into, [&](std::size_t, dim i, dim j) { x.grad[from + i] += gy[to + j]; });
+        const auto fn = [&](std::size_t, dim i, dim j) { x.grad[from + i] += gy[to + j]; };
+        if (!x.grad) return;
+        op.kind == Kind::concat ? walk_in_parallel(part, strides_of(x.dims), into, fn)
+                                : walk(part, strides_of(x.dims), into, fn);
       });
       return;
   }

@@ -52,7 +52,7 @@ class PieceBuilder {
     // alone the layers' own refusal stands.
     static const std::set<std::string> layers = {"Conv", "BatchNormalization", "MaxPool", "AveragePool",
                                                  "GlobalAveragePool", "LeakyRelu", "Clip", "HardSigmoid",
-                                                 "HardSwish", "Pad"};
+                                                 "HardSwish", "Pad", "ChannelShuffle"};
     static const std::set<std::string> layers_too = {"Identity", "Dropout", "Relu", "Sigmoid", "Tanh", "Gemm",
                                                      "ReduceMean", "Flatten", "Reshape", "Add", "Mul", "Concat"};
     const Node *layer_only = nullptr, *piece_only = nullptr;

@@ -86,6 +86,12 @@ TEST(SubgraphGradient, TransformerLikePiece) {
   EXPECT_EQ(check_gradients(piece, {2, 3, 4}, options), 0u);
 }
 
+// The same on tensors of 18,000 and more elements, which the OpenMP threads share by rows.
+TEST(SubgraphGradient, TransformerLikePieceOnTensorsTheThreadsShare) {
+  Subgraph piece = transformer_like_piece();
+  EXPECT_EQ(check_gradients(piece, {1500, 3, 4}, {.samples = 200}), 0u);
+}
+
 TEST(SubgraphGradient, BatchedProductOfAValueByAParameterWithBatchAxes) {
   // [2, 3, 4] x [2, 4, 3]: the parameter's gradient per batch; then a reversing transpose and a mean whose axis goes.
   std::vector<SubgraphOp> ops;
