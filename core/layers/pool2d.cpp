@@ -9,15 +9,19 @@ namespace ddl {
 
 using memory = dnnl::memory;
 
+namespace {
+bool global(PoolKind kind) { return kind == PoolKind::global_avg || kind == PoolKind::global_max; }
+}  // namespace
+
 Pool2d::Pool2d(const Pool2dOptions& options) : opt_(options) {
-  if (opt_.kind != PoolKind::global_avg && (opt_.kernel <= 0 || opt_.stride <= 0 || opt_.padding < 0))
+  if (!global(opt_.kind) && (opt_.kernel <= 0 || opt_.stride <= 0 || opt_.padding < 0))
     throw InputError("pool2d: kernel and stride must be positive and padding non-negative");
-  if (opt_.kind != PoolKind::global_avg && 2 * opt_.padding > opt_.kernel)
+  if (!global(opt_.kind) && 2 * opt_.padding > opt_.kernel)
     throw InputError("pool2d: padding must be at most half the kernel");
 }
 
 std::string Pool2d::describe() const {
-  if (opt_.kind == PoolKind::global_avg) return "global_avg_pool";
+  if (global(opt_.kind)) return opt_.kind == PoolKind::global_avg ? "global_avg_pool" : "global_max_pool";
   std::string name = opt_.kind == PoolKind::max ? "max_pool" : "avg_pool";
   return name + " k" + std::to_string(opt_.kernel) + " s" + std::to_string(opt_.stride) + " p" +
          std::to_string(opt_.padding) + (opt_.ceil_mode ? " ceil" : "");
@@ -28,7 +32,7 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
   if (in.size() != 4) throw InputError(describe() + ": expects input [N, C, H, W], got " + to_string(in));
   dims_t kernel = {opt_.kernel, opt_.kernel}, strides = {opt_.stride, opt_.stride};
   dims_t padding = {opt_.padding, opt_.padding};
-  if (opt_.kind == PoolKind::global_avg) {
+  if (global(opt_.kind)) {
     kernel = {in[2], in[3]};
     strides = {1, 1};
     padding = {0, 0};
@@ -46,7 +50,7 @@ memory::desc Pool2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, 
       throw InputError(describe() + ": ceil_mode's last window on input " + to_string(in) +
                        " reaches past the padding, which an average that counts padding does not count");
   }
-  auto alg = opt_.kind == PoolKind::max                   ? dnnl::algorithm::pooling_max
+  auto alg = opt_.kind == PoolKind::max || opt_.kind == PoolKind::global_max ? dnnl::algorithm::pooling_max
              : opt_.kind == PoolKind::avg_include_padding ? dnnl::algorithm::pooling_avg_include_padding
                                                           : dnnl::algorithm::pooling_avg_exclude_padding;
   auto prop = mode == Mode::train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;

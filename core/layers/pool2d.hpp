@@ -1,5 +1,5 @@
-// 2-D pooling on oneDNN: max, average (padding counted or not), and global average (the kernel covers the
-// whole input plane, output [N, C, 1, 1]). Output size floor((H + 2 * padding - kernel) / stride) + 1, or
+// 2-D pooling on oneDNN: max, average (padding counted or not), and global average or maximum (the kernel
+// covers the whole input plane, output [N, C, 1, 1]). Output size floor((H + 2 * padding - kernel) / stride) + 1, or
 // with ceil_mode the ceiling, as PyTorch has it: a last window that starts inside the input or its left
 // padding is kept (the padding on the right grows for it; average pooling that counts padding then refuses,
 // since PyTorch does not count that growth).
@@ -13,7 +13,7 @@
 
 namespace ddl {
 
-enum class PoolKind { max, avg_include_padding, avg_exclude_padding, global_avg };
+enum class PoolKind { max, avg_include_padding, avg_exclude_padding, global_avg, global_max };
 
 struct Pool2dOptions {
   PoolKind kind = PoolKind::max;

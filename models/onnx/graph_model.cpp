@@ -133,8 +133,11 @@ class Builder {
     if (n.op == "Relu") return {std::make_unique<Relu>(), {}, {}};
     if (auto f = eltwise(n)) return {std::move(f), {}, {}};
     if (n.op == "MaxPool" || n.op == "AveragePool") return pool(n);
-    if (n.op == "GlobalAveragePool")
-      return {std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::global_avg}), {}, {}};
+    if (n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool")
+      return {std::make_unique<Pool2d>(Pool2dOptions{
+                  .kind = n.op == "GlobalMaxPool" ? PoolKind::global_max : PoolKind::global_avg}),
+              {},
+              {}};
     if (n.op == "ReduceMean") return reduce_mean(n);
     if (n.op == "Flatten") {
       if (n.integer("axis", 1) != 1) refuse(n, "ddl flattens from axis 1 only");

@@ -50,9 +50,10 @@ class PieceBuilder {
     // An operator neither the layers nor a piece have is named. One that only the layers have (a Conv) in
     // a piece that needs a piece's operators (a Transpose) is named with them; among the layers' operators
     // alone the layers' own refusal stands.
-    static const std::set<std::string> layers = {"Conv", "BatchNormalization", "MaxPool", "AveragePool",
-                                                 "GlobalAveragePool", "LeakyRelu", "Clip", "HardSigmoid",
-                                                 "HardSwish", "Pad", "ChannelShuffle"};
+    static const std::set<std::string> layers = {"Conv",          "BatchNormalization", "MaxPool",
+                                                 "AveragePool",   "GlobalAveragePool",  "GlobalMaxPool",
+                                                 "LeakyRelu",     "Clip",               "HardSigmoid",
+                                                 "HardSwish",     "Pad",                "ChannelShuffle"};
     static const std::set<std::string> layers_too = {"Identity", "Dropout", "Relu", "Sigmoid", "Tanh", "Gemm",
                                                      "ReduceMean", "Flatten", "Reshape", "Add", "Mul", "Concat"};
     const Node *layer_only = nullptr, *piece_only = nullptr;

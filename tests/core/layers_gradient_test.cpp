@@ -174,6 +174,19 @@ TEST(GlobalAvgPoolGradient, WholePlane) {
   check_gradients(pool, {2, 5, 3, 4});
 }
 
+// The maximum of each plane (PyTorch's AdaptiveMaxPool2d(1), exported as GlobalMaxPool): its gradient
+// reaches the maximum only.
+TEST(GlobalMaxPoolGradient, WholePlane) {
+  Pool2d pool({.kind = PoolKind::global_max});
+  check_gradients(pool, {2, 5, 3, 4});
+  Context ctx;
+  const auto md = plain_desc({1, 2, 2, 2});
+  pool.setup(ctx, md, Mode::infer, false);
+  const std::vector<float> y =
+      test::to_plain(ctx, pool.forward(ctx, test::from_plain(ctx, {1, 5, -2, 3, -1, -4, -3, -2}, md)));
+  EXPECT_EQ(y, (std::vector<float>{5, -1}));
+}
+
 TEST(FlattenGradient, FromPlain) {
   Flatten flatten;
   check_gradients(flatten, {2, 3, 4, 5});

@@ -394,6 +394,22 @@ class OnnxImport(unittest.TestCase):
         torch.manual_seed(18)
         self.assert_trains_as_in_pytorch(SplitsAndSqueezes(), "splits", steps=3)
 
+    def test_a_global_max_pool_trains_as_in_pytorch(self):
+        # PyTorch 1.13 exports nn.AdaptiveMaxPool2d(1) as a MaxPool of the whole plane; other exporters write
+        # GlobalMaxPool, as the test rewrites it.
+        def global_max_pool(path):
+            import onnx
+            model = onnx.load(path)
+            pool = next(n for n in model.graph.node if n.op_type == "MaxPool")
+            pool.op_type = "GlobalMaxPool"
+            del pool.attribute[:]
+            onnx.save(model, path)
+
+        torch.manual_seed(20)
+        model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveMaxPool2d(1), nn.Flatten(),
+                              nn.Linear(16, 10))
+        self.assert_trains_as_in_pytorch(model, "global_max", steps=3, edit=global_max_pool)
+
     def test_pads_uneven_and_same_train_as_in_pytorch(self):
         # As exported: every F.pad a Pad node (a padding layer). Then the first three in their Convs: uneven
         # pads, auto_pad SAME_UPPER (a 4-wide window pads 1 before and 2 after) and SAME_LOWER (a 2-wide one,
