@@ -1,5 +1,6 @@
 #include "core/layers/channel_slice.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ddl {
@@ -14,15 +15,18 @@ std::string ChannelSlice::describe() const {
 
 dnnl::memory::desc ChannelSlice::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   const dims_t in = dims_of(src);
-  if (in.size() < 2 || begin_ >= in[1] || (end_ && *end_ > in[1]))
+  // As ONNX's Slice: an end past the channels is the last.
+  if (in.size() < 2 || begin_ >= in[1])
     throw InputError(describe() + ": the input " + to_string(in) + " has no such channels");
   dims_t out = in, offsets(in.size(), 0);
-  out[1] = end_.value_or(in[1]) - begin_;
+  out[1] = std::min(end_.value_or(in[1]), in[1]) - begin_;
   offsets[1] = begin_;
   const dt type = data_type_of(src);
   const int block = channel_block(src);
-  // A blocked layout's sub-tensors start and end on block boundaries only.
-  const bool in_place = block == 0 || (begin_ % block == 0 && out[1] % block == 0);
+  // A sub-tensor of the plain layout, or of a channel-blocked one on block boundaries; any other layout is
+  // read through a plain copy.
+  const bool in_place =
+      block ? begin_ % block == 0 && out[1] % block == 0 : src == plain_desc(in, type);
   whole_md_ = in_place ? src : plain_desc(in, type);
   part_md_ = whole_md_.submemory_desc(out, offsets);
   const dnnl::memory::desc dst = block && in_place ? *channel_blocked_desc(out, type, block) : plain_desc(out, type);

@@ -1,7 +1,8 @@
-// Channels [begin, end) of [N, C, ...] (to the last where no end is given): ShuffleNet's channel split (x.chunk(2, dim=1)), which PyTorch
-// exports as a Slice or a Split along axis 1. Its gradient is diff_dst in those channels and zero in the
-// others. The output keeps the input's channel-blocked layout where the slice starts and ends on block
-// boundaries, so it is a sub-tensor read in place; else the input is read as plain and the output is plain.
+// Channels [begin, end) of [N, C, ...], to the last where no end is given or it is past them: ShuffleNet's
+// channel split (x.chunk(2, dim=1)), which PyTorch exports as a Slice or a Split along axis 1. Its gradient
+// is diff_dst in those channels and zero in the others. The output keeps the input's channel-blocked layout
+// where the slice starts and ends on block boundaries, so it is a sub-tensor read in place; else the input
+// is read as plain and the output is plain.
 #pragma once
 
 #include <optional>

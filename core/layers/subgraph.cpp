@@ -350,9 +350,11 @@ dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
         if (x[a] != 1) fail(op, "cannot squeeze axis " + std::to_string(axis) + " of " + text(x));
         dropped[a] = true;
       }
+      // Without axes every axis of size 1 goes but the batch (axis 0), which is 1 where a model is set up for
+      // one image.
       dims_t out;
       for (std::size_t d = 0; d < x.size(); ++d)
-        if (op.ints.empty() ? x[d] != 1 : !dropped[d]) out.push_back(x[d]);
+        if (op.ints.empty() ? d == 0 || x[d] != 1 : !dropped[d]) out.push_back(x[d]);
       return out;
     }
     case Kind::unsqueeze: {
@@ -387,7 +389,9 @@ dims_t Subgraph::output_dims(const SubgraphOp& op, std::int64_t batch) const {
     }
     case Kind::slice:
       for (std::size_t i = 0; i < op.ints.size(); ++i) {
-        check_axis(op.ints[i], in(0).size());
+        const dim axis = check_axis(op.ints[i], in(0).size());
+        for (std::size_t j = 0; j < i; ++j)
+          if (axis_in(op.ints[j], in(0).size()) == axis) fail(op, "slices axis " + std::to_string(axis) + " twice");
         if (!op.steps.empty() && op.steps[i] < 1) fail(op, "ddl slices with positive steps only");
       }
       return plan_slice(op, in(0)).dims;

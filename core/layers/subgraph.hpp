@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/layers/batched_matmul.hpp"
 #include "core/layers/layer.hpp"
+#include "core/layers/matmul_product.hpp"
 #include "core/layers/relayout.hpp"
 
 namespace ddl {
@@ -40,7 +40,7 @@ struct SubgraphOp {
     reduce_mean,         // over `ints` (axes), keeping them where keep_dims
     transpose,           // ints: the permutation
     reshape,             // ints: the shape, 0 for the input's dimension, -1 for what is left, batch multiples
-    squeeze,             // ints: the axes of size 1 it drops (every such axis where none are given)
+    squeeze,             // ints: the axes of size 1 it drops (every such axis but the batch's where none are given)
     unsqueeze,           // ints: the axes of size 1 it inserts, as numbered in the output
     expand,              // ints: the shape it broadcasts to
     concat,              // along `axis`

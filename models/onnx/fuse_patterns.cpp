@@ -61,7 +61,8 @@ void rewrite(Graph& g, std::map<std::size_t, Node> fused, const std::set<std::si
 void fuse_norms_and_gelus(Graph& g) {
   const Index index(g);
   const auto& position = index.position;
-  auto readers = index.readers;
+  const auto& readers = index.readers;
+  const auto count = [&](const std::string& v) { return readers.count(v) ? readers.at(v).size() : 0; };
   const auto last_axis_mean = [](const Node& n) {
     return n.inputs.size() == 1 && n.integers("axes", {}) == std::vector<std::int64_t>{-1} && n.integer("keepdims", 1) == 1;
   };
@@ -78,8 +79,8 @@ void fuse_norms_and_gelus(Graph& g) {
     const Node* sub = only_reader(g, readers, mean.outputs[0], "Sub");
     if (!sub || sub->inputs != std::vector<std::string>{x, mean.outputs[0]}) continue;
     const std::string& centred = sub->outputs.at(0);
-    const auto& both = readers[centred];
-    if (both.size() != 2 || centred == g.output) continue;
+    if (count(centred) != 2 || centred == g.output) continue;
+    const auto& both = readers.at(centred);
     const Node *pow = &g.nodes[both[0]], *div = &g.nodes[both[1]];
     if (pow->op == "Div") std::swap(pow, div);
     if (pow->op != "Pow" || div->op != "Div" || pow->inputs.size() != 2 || pow->inputs[0] != centred ||
@@ -91,7 +92,7 @@ void fuse_norms_and_gelus(Graph& g) {
     if (!plus || plus->inputs.size() != 2) continue;
     const auto epsilon = scalar(g, other(*plus, variance->outputs[0]));
     const Node* root = only_reader(g, readers, plus->outputs.at(0), "Sqrt");
-    if (!epsilon || !root || div->inputs[1] != root->outputs.at(0) || readers[root->outputs[0]].size() != 1) continue;
+    if (!epsilon || !root || div->inputs[1] != root->outputs.at(0) || count(root->outputs[0]) != 1) continue;
     const Node* scale = only_reader(g, readers, div->outputs.at(0), "Mul");
     if (!scale || scale->inputs.size() != 2 || !vector_parameter(other(*scale, div->outputs[0]))) continue;
     const Node* shift = only_reader(g, readers, scale->outputs.at(0), "Add");

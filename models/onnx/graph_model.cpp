@@ -431,7 +431,8 @@ class Builder {
     if (!pads.integer || p.size() != 8 || p[0] != 0 || p[1] != 0 || p[4] != 0 || p[5] != 0)
       refuse(n, "ddl pads the rows and columns of [N, C, H, W] images only");
     for (const auto side : p)
-      if (side < 0 || side > kLargestSize) refuse(n, "its padding " + std::to_string(side) + " is out of range");
+      if (side < 0 || side > kLargestSize)
+        refuse(n, "its padding " + std::to_string(side) + (side < 0 ? ": ddl pads, it does not crop" : " is out of range"));
     const float value = number(n, 2, 0.0f, "value");
     if (std::all_of(p.begin(), p.end(), [](std::int64_t side) { return side == 0; })) return {};
     return {std::make_unique<Pad2d>(Pad2dOptions{

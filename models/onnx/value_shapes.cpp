@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <set>
+#include <string>
 
 namespace ddl::onnx {
 namespace {
@@ -216,7 +217,11 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
     return out;
   }
   if (op == "Conv" || op == "MaxPool" || op == "AveragePool") {
-    if (x.size() < 3 || node.text("auto_pad", "NOTSET") != "NOTSET") return std::nullopt;
+    const std::string auto_pad = node.text("auto_pad", "NOTSET");
+    // A convolution's auto_pad SAME gives ceil(size / stride) outputs, VALID pads nothing (graph_model.cpp).
+    const bool same = auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER";
+    if (x.size() < 3 || (auto_pad != "NOTSET" && !(op == "Conv" && (same || auto_pad == "VALID"))))
+      return std::nullopt;
     const std::size_t spatial = x.size() - 2;
     Dims kernel = node.integers("kernel_shape", {});
     Dims out = {x[0], x[1]};
@@ -226,9 +231,16 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
       if (kernel.empty()) kernel.assign(dims[1]->begin() + 2, dims[1]->end());
     }
     const Dims strides = node.integers("strides", Dims(spatial, 1)), dilations = node.integers("dilations", Dims(spatial, 1)),
-               pads = node.integers("pads", Dims(2 * spatial, 0));
+               pads = auto_pad == "NOTSET" ? node.integers("pads", Dims(2 * spatial, 0)) : Dims(2 * spatial, 0);
     if (kernel.size() != spatial || strides.size() != spatial || dilations.size() != spatial || pads.size() != 2 * spatial)
       return std::nullopt;
+    if (same) {
+      for (std::size_t d = 0; d < spatial; ++d) {
+        if (strides[d] < 1) return std::nullopt;
+        out.push_back((x[2 + d] + strides[d] - 1) / strides[d]);
+      }
+      return out;
+    }
     const bool ceil = node.integer("ceil_mode", 0) != 0;
     for (std::size_t d = 0; d < spatial; ++d) {
       std::int64_t both = 0;

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "core/layers/attention.hpp"
+#include "core/cpu_bf16.hpp"
 #include "core/layers/batch_norm2d.hpp"
 #include "core/layers/channel_shuffle.hpp"
 #include "core/layers/channel_slice.hpp"
@@ -19,6 +20,7 @@
 #include "core/layers/gate.hpp"
 #include "core/layers/layer_norm.hpp"
 #include "core/layers/linear.hpp"
+#include "core/layers/matmul_product.hpp"
 #include "core/layers/pad2d.hpp"
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
@@ -224,7 +226,8 @@ TEST(ChannelSliceGradient, ValuesAsPyTorchDefinesThem) {
           EXPECT_EQ(shuffled[(n * 6 + k * groups + g) * plane + p], x[(n * 6 + g * per_group + k) * plane + p]);
     }
   EXPECT_THROW(ChannelShuffle(4).setup(ctx, md, Mode::infer, false), InputError);
-  EXPECT_THROW(ChannelSlice(4, 7).setup(ctx, md, Mode::infer, false), InputError);
+  EXPECT_THROW(ChannelSlice(6, 8).setup(ctx, md, Mode::infer, false), InputError);
+  EXPECT_EQ(dims_of(ChannelSlice(4, 7).setup(ctx, md, Mode::infer, false)), (dims_t{2, 2, 2, 1}));  // as ONNX clamps
 }
 
 // Uneven padding with a value, on a plain input; zeros around a convolution's (maybe blocked) output, then
@@ -232,10 +235,18 @@ TEST(ChannelSliceGradient, ValuesAsPyTorchDefinesThem) {
 TEST(Pad2dGradient, UnevenSidesPlainAndAfterAConvolution) {
   Pad2d uneven({.top = 1, .left = 0, .bottom = 2, .right = 3, .value = 0.5f});
   check_gradients(uneven, {2, 3, 4, 5});
-  Sequential chain = conv_body(3, 16, 1, false);
-  chain.emplace<Pad2d>(Pad2dOptions{.top = 0, .left = 1, .bottom = 1, .right = 0});
-  chain.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 4, .kernel = 2});
-  check_gradients(chain, {2, 3, 4, 4});
+  for (const int channels : {16, 12}) {  // 12: a blocked layout's last block half padding, which stays zero
+    Sequential chain = conv_body(3, channels, 1, false);
+    chain.emplace<Pad2d>(Pad2dOptions{.top = 0, .left = 1, .bottom = 1, .right = 0});
+    chain.emplace<Conv2d>(Conv2dOptions{.in_channels = channels, .out_channels = 4, .kernel = 2});
+    SCOPED_TRACE(std::to_string(channels) + " channels");
+    check_gradients(chain, {2, 3, 4, 4});
+  }
+  Context ctx;
+  Pad2d huge({.top = 1 << 25});
+  EXPECT_THROW(huge.setup(ctx, plain_desc({1, 3, 4, 4}), Mode::infer, false), InputError);
+  Pad2d wide_window({.same_kernel = 1 << 24, .same_dilation = 1 << 24});
+  EXPECT_THROW(wide_window.setup(ctx, plain_desc({1, 3, 4, 4}), Mode::infer, false), InputError);
 }
 
 // auto_pad SAME: ceil(size / stride) outputs. A 3-wide window of stride 2 over 6 needs 1 more column: at the
@@ -409,6 +420,35 @@ class MatmulProbe : public Layer {
 TEST(BatchedMatmulGradient, BothOperandsScaled) {
   MatmulProbe probe;
   check_gradients(probe, {3, 2, 4});
+}
+
+// C += 0.5 A B, twice, from a C that is not zero: written in place (plain C) and through a plain buffer (C
+// stored transposed, which oneDNN's fast kernels refuse to write), in f32 and, where the CPU has it, bf16.
+TEST(MatmulProduct, AddsIntoItsResultInEveryLayout) {
+  const std::vector<float> a = test::random_values(12, 1), b = test::random_values(20, 2), c0 = test::random_values(15, 3);
+  const auto a_md = plain_desc({3, 4}), b_md = plain_desc({4, 5});
+  for (const dt compute : {dt::f32, dt::bf16}) {
+    if (compute == dt::bf16 && !cpu_computes_bf16()) continue;
+    for (const bool transposed : {false, true}) {
+      SCOPED_TRACE(std::string(compute == dt::bf16 ? "bf16" : "f32") + (transposed ? ", C transposed" : ""));
+      Context ctx;
+      ctx.set_compute_type(compute);
+      const auto c_md = transposed ? dnnl::memory::desc({3, 5}, dt::f32, dims_t{1, 3}) : plain_desc({3, 5});
+      MatmulProduct product(ctx, a_md, b_md, c_md, 0.5f, {}, true);
+      std::vector<float> av = a, bv = b, c(15);
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 5; ++j) c[transposed ? j * 3 + i : i * 5 + j] = c0[i * 5 + j];
+      for (int call = 0; call < 2; ++call)
+        product(ctx, dnnl::memory(a_md, ctx.engine(), av.data()), dnnl::memory(b_md, ctx.engine(), bv.data()),
+                dnnl::memory(c_md, ctx.engine(), c.data()));
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 5; ++j) {
+          double ab = 0;
+          for (int k = 0; k < 4; ++k) ab += double(a[i * 4 + k]) * b[k * 5 + j];
+          EXPECT_NEAR(c[transposed ? j * 3 + i : i * 5 + j], c0[i * 5 + j] + ab, compute == dt::bf16 ? 3e-2 : 1e-5);
+        }
+    }
+  }
 }
 
 TEST(AttentionGradient, TwoHeadsNoDropout) {

@@ -86,10 +86,11 @@ TEST(SubgraphGradient, TransformerLikePiece) {
   EXPECT_EQ(check_gradients(piece, {2, 3, 4}, options), 0u);
 }
 
-// The same on tensors of 18,000 and more elements, which the OpenMP threads share by rows.
+// The same on tensors of 18,000 and more elements (the slice's, the concatenations', the products'), which
+// the OpenMP threads share by rows.
 TEST(SubgraphGradient, TransformerLikePieceOnTensorsTheThreadsShare) {
   Subgraph piece = transformer_like_piece();
-  EXPECT_EQ(check_gradients(piece, {1500, 3, 4}, {.samples = 200}), 0u);
+  EXPECT_EQ(check_gradients(piece, {3000, 3, 4}, {.samples = 200}), 0u);
 }
 
 TEST(SubgraphGradient, BatchedProductOfAValueByAParameterWithBatchAxes) {
@@ -157,6 +158,12 @@ TEST(SubgraphGradient, SqueezesAndUnsqueezes) {
   Context ctx;
   not_one.bind({}, ctx);
   EXPECT_THROW(not_one.setup(ctx, plain_desc({2, 3, 1, 4}), Mode::infer, false), InputError);
+  // x.squeeze() keeps the batch, also where it is 1 (a model set up for one image).
+  std::vector<SubgraphOp> all;
+  all.push_back(op(Kind::squeeze, {0}));
+  Subgraph every({}, {}, std::move(all));
+  every.bind({}, ctx);
+  EXPECT_EQ(dims_of(every.setup(ctx, plain_desc({1, 3, 1, 1}), Mode::infer, false)), (dims_t{1, 3}));
 }
 
 TEST(SubgraphOutput, FollowsTheFormulas) {
