@@ -6,14 +6,15 @@
 # alternating, ROUNDS rounds; prints the medians of images/s and of peak memory (each run its own process)
 # and the graph's ratios to the built-in model.
 #   bash bench/onnx_vs_builtin.sh [THREADS=2] [ROUNDS=3] [BATCH=32]
-#   DDL_ONNX=FILE uses that export instead of writing build/resnet18_cifar.onnx (needs python3-torch).
+#   DDL_ONNX=FILE uses that export instead of writing build/resnet18_cifar.onnx (needs PyTorch: DDL_PYTHON,
+#   /usr/bin/python3 without it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-2} rounds=${2:-3} batch=${3:-32}
 onnx=${DDL_ONNX:-build/resnet18_cifar.onnx}
 step=${DDL_MODEL_STEP:-build/bench/model_step}
 if [ ! -f "$onnx" ]; then
-  /usr/bin/python3 - "$onnx" <<'EXPORT'
+  "${DDL_PYTHON:-/usr/bin/python3}" - "$onnx" <<'EXPORT'
 import sys
 import torch
 sys.path.insert(0, "launch")
@@ -22,7 +23,8 @@ model = ddl_torch.torch_model("resnet18_cifar", 1000).train()
 torch.onnx.export(model, torch.zeros(2, 3, 32, 32), sys.argv[1], opset_version=13,
                   training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                   input_names=["images"], output_names=["logits"],
-                  dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+                  dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+                  **ddl_torch.torchscript_exporter())
 EXPORT
 fi
 lscpu | grep "Model name" | sed 's/  */ /g'

@@ -20,6 +20,8 @@ for m in $models; do
 import sys
 import torch
 import torchvision
+sys.path.insert(0, "launch")
+import ddl_torch
 name, size, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 kwargs = {"image_size": size} if name.startswith("vit_") else {}  # position embeddings: one per patch
 model = getattr(torchvision.models, name)(num_classes=1000, **kwargs).train()
@@ -29,7 +31,8 @@ for module in model.modules():
 torch.onnx.export(model, torch.zeros(2, 3, size, size), path, opset_version=13,
                   training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                   input_names=["images"], output_names=["logits"],
-                  dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+                  dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+                  **ddl_torch.torchscript_exporter())
 EXPORT
   d=$(build/bench/model_step "$onnx" 32 "$steps" "$threads")
   echo "$d"

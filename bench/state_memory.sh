@@ -7,6 +7,7 @@
 # against measured. The images are resampled to the model's
 # size from whatever the file holds.
 #   bash bench/state_memory.sh [model] [ranks] [batch a rank] [data.h5] [steps] [extra ddl_train options...]
+#   DDL_LIMITS="GB GB ..." runs only the planner's rows, under those limits (from an earlier run's peaks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-vgg16}
@@ -42,6 +43,16 @@ run() {
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model, $ranks ranks, batch $batch a rank, Adam, $steps steps"
 echo "| options | peak RSS MB (largest rank) | img/s | MB all-reduced a step |"
 echo "| --- | ---: | ---: | ---: |"
+planner_rows() {  # --strategy auto under each limit (GB)
+  for limit in "$@"; do
+    echo "--strategy auto --memory-limit $limit (GB; plan lines on stderr):"
+    run --allreduce ring --strategy auto --memory-limit "$limit"
+  done
+}
+if [ -n "${DDL_LIMITS:-}" ]; then
+  planner_rows $DDL_LIMITS
+  exit
+fi
 plain=$(run --allreduce ring)
 echo "$plain"
 sharded=$(run --shard-state 1)
@@ -56,9 +67,5 @@ run --allreduce ring --pipeline-stages 2 --micro-batches 2
 # The planner under a limit halfway between the sharded and the plain peak, then between stage 2's and
 # stage 1's, then between stage 3's and stage 2's.
 peak() { echo "$1" | cut -d'|' -f3; }
-for pair in "$(peak "$plain") $(peak "$sharded")" "$(peak "$sharded") $(peak "$gradients")" \
-  "$(peak "$gradients") $(peak "$parameters")"; do
-  limit=$(echo "$pair" | awk '{printf "%.3f", ($1 + $2) / 2 / 1000}')
-  echo "--strategy auto --memory-limit $limit (GB; plan lines on stderr):"
-  run --allreduce ring --strategy auto --memory-limit "$limit"
-done
+midway() { echo "$(peak "$1") $(peak "$2")" | awk '{printf "%.3f", ($1 + $2) / 2 / 1000}'; }
+planner_rows "$(midway "$plain" "$sharded")" "$(midway "$sharded" "$gradients")" "$(midway "$gradients" "$parameters")"

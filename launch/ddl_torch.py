@@ -14,6 +14,7 @@ running statistics go with the BatchNorm's parameters.
     torch_model("resnet18_cifar", num_classes=10)   # the module a ddl checkpoint exports to
 """
 import importlib
+import inspect
 import os
 import sys
 
@@ -62,6 +63,14 @@ def run_tool(action, args):
         fail(str(e))
     except OSError as e:
         fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
+
+
+def torchscript_exporter():
+    """torch.onnx.export's options that keep its TorchScript exporter. PyTorch 2.9 and later export through
+    dynamo by default: at opset 18 and up, a graph made for inference (BatchNorms folded away in training
+    mode, equal initializers merged into one, weights transposed into unnamed constants), its weights in a
+    second file beside it."""
+    return {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
 
 
 def save_atomically(write, path):

@@ -106,7 +106,8 @@ def export(args):
         # (aten::_native_multi_head_attention) that ONNX has no operator for.
         ddl_torch.save_atomically(lambda path: torch.onnx.export(
             model, images, path, input_names=["images"], output_names=["logits"], opset_version=14,
-            dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}), args.onnx)
+            dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, **ddl_torch.torchscript_exporter()),
+            args.onnx)
         try:
             onnx.checker.check_model(onnx.load(args.onnx))
         except Exception as e:  # onnx.checker.ValidationError, or a file onnx cannot parse

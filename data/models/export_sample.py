@@ -3,6 +3,7 @@
 export it for ddl_train --model (torch.onnx.export in training mode, opset 13, its batch free).
     /usr/bin/python3 data/models/export_sample.py [OUTPUT.onnx]
 """
+import inspect
 import os
 import sys
 
@@ -59,7 +60,9 @@ def main():
     torch.onnx.export(model, torch.zeros(2, 3, 32, 32), output, opset_version=13,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["images"], output_names=["logits"],
-                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+                      # PyTorch 2.9 and later export through dynamo by default, at opsets ddl does not read
+                      **({"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}))
     print(f"wrote {output}: {sum(p.numel() for p in model.parameters())} parameters")
 
 

@@ -274,9 +274,14 @@ Graph parse_onnx(std::string_view bytes, const std::string& source, const std::s
   for (const auto& o : model.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") g.opset = o.version();
   if (g.opset == 0) fail(source, "imports no opset of ONNX's default domain");
+  // PyTorch 2.9 and later export through dynamo by default, at opset 18 and up, a graph made for inference
+  // (BatchNorms folded away in training mode, equal initializers merged): its TorchScript exporter is the one
+  // that keeps the module's parameters apart.
   if (g.opset < kMinOpset || g.opset > kMaxOpset)
     fail(source, "opset " + std::to_string(g.opset) + " outside " + std::to_string(kMinOpset) + "-" +
-                     std::to_string(kMaxOpset) + ", the opsets ddl reads (torch.onnx.export(..., opset_version=17))");
+                     std::to_string(kMaxOpset) +
+                     ", the opsets ddl reads (torch.onnx.export(..., opset_version=17), and dynamo=False from "
+                     "PyTorch 2.9 on)");
   g.producer = model.producer_name() + (model.producer_version().empty() ? "" : " " + model.producer_version());
 
   const pb::GraphProto& graph = model.graph();

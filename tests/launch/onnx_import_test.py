@@ -29,10 +29,13 @@ try:
     import h5py
     import numpy
     import torch
+    import torchvision  # noqa: F401 (ddl_torch's, which would end the test rather than skip it)
     from torch import nn
 except ImportError as e:
     print(f"onnx_import_test: {e}: skipped", file=sys.stderr)
     sys.exit(1 if os.environ.get("DDL_TESTS_REQUIRE_ALL") == "1" else 77)
+sys.path.insert(0, os.path.join(ROOT, "launch"))
+import ddl_torch  # noqa: E402 (after the check above)
 
 
 def run(*command, expect=0):
@@ -254,7 +257,7 @@ def export(model, path, opset, size=32):
     torch.onnx.export(model, torch.zeros(2, 3, size, size), path, opset_version=opset,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["images"], output_names=["logits"],
-                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}})
+                      dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, **ddl_torch.torchscript_exporter())
 
 
 def ddl_tensors(checkpoint):
