@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Imported graphs against PyTorch: each torchvision model, exported to ONNX at SIZE x SIZE in training
-# mode (dropout off in both), trained step by step by ddl from the graph (build/bench/model_step FILE.onnx)
+# mode (dropout and stochastic depth off in both), trained step by step by ddl from the graph (build/bench/model_step FILE.onnx)
 # and by PyTorch eager from the same module definition (bench/torch_model_step.py --size), batch 32, the
 # same threads, one after the other in one run; prints images/s, peak memory and the ratios.
 #   bash bench/onnx_vs_pytorch.sh [threads=2] [steps=3] [models="mobilenet_v2 densenet121"] [size=64]
@@ -26,8 +26,10 @@ name, size, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 kwargs = {"image_size": size} if name.startswith("vit_") else {}  # position embeddings: one per patch
 model = getattr(torchvision.models, name)(num_classes=1000, **kwargs).train()
 for module in model.modules():
-    if isinstance(module, torch.nn.Dropout):
-        module.p = 0.0  # a mask PyTorch draws in the graph: the export would keep it fixed
+    # A mask PyTorch draws in the graph: the export would keep it fixed (dropout), or PyTorch 1.13 cannot
+    # export it in training mode (stochastic depth's Bernoulli). At 0 both are the identity.
+    if isinstance(module, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
+        module.p = 0.0
 torch.onnx.export(model, torch.zeros(2, 3, size, size), path, opset_version=13,
                   training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                   input_names=["images"], output_names=["logits"],
@@ -36,7 +38,7 @@ torch.onnx.export(model, torch.zeros(2, 3, size, size), path, opset_version=13,
 EXPORT
   d=$(build/bench/model_step "$onnx" 32 "$steps" "$threads")
   echo "$d"
-  t=$("$python" bench/torch_model_step.py "$m" 32 "$steps" "$threads" --size="$size")
+  t=$("$python" bench/torch_model_step.py "$m" 32 "$steps" "$threads" --size="$size" --no-dropout)
   echo "$t"
   table+=$(printf "| %s | %s | %s | %.2f | %s | %s |" "$m" "$(rate "$d")" "$(rate "$t")" \
     "$(awk -v a="$(rate "$d")" -v b="$(rate "$t")" 'BEGIN { print a / b }')" "$(mem "$d")" "$(mem "$t")")"\n"

@@ -2,8 +2,8 @@
 forward, cross-entropy, backward, SGD with momentum) on `threads` threads; prints seconds per step,
 images/s and peak memory in the same form as build/bench/model_step. --bf16: the forward and the loss
 under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision. --size=N: images of
-NxN (224 without it).
-    /usr/bin/python3 bench/torch_model_step.py MODEL [batch=32] [steps=5] [threads=2] [--bf16] [--size=N]
+NxN (224 without it). --no-dropout: dropout and stochastic depth at p = 0.
+    /usr/bin/python3 bench/torch_model_step.py MODEL [batch=32] [steps=5] [threads=2] [--bf16] [--size=N] [--no-dropout]
 """
 import resource
 import sys
@@ -13,6 +13,7 @@ import torch
 import torchvision
 
 bf16 = "--bf16" in sys.argv
+no_dropout = "--no-dropout" in sys.argv
 size = int(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--size=")), 224))
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 name = args[0]
@@ -24,6 +25,10 @@ torch.manual_seed(1)
 # A vision transformer is built for the image size (its position embeddings are one per patch).
 model = getattr(torchvision.models, name)(num_classes=1000, **({"image_size": size} if name.startswith("vit_") else {}))
 model.train()
+if no_dropout:  # as bench/onnx_vs_pytorch.sh exports the graphs ddl trains
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
+            module.p = 0.0
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 x = torch.randn(batch, 3, size, size)
 y = torch.randint(0, 1000, (batch,))

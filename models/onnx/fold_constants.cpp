@@ -253,6 +253,8 @@ Constant concat(const Op& op) {
   return out;
 }
 
+Constant identity(const Op& op) { return op.input(0); }
+
 Constant cast(const Op& op) {
   Constant out = op.input(0);
   const std::int64_t to = op.node.integer("to", 0);
@@ -455,7 +457,8 @@ const std::map<std::string, Fold>& operations() {
                                                     {"Expand", expand},     {"Range", range},
                                                     {"Add", arithmetic},    {"Sub", arithmetic},
                                                     {"Mul", arithmetic},    {"Div", arithmetic},
-                                                    {"Reshape", reshape},   {"Transpose", transpose}};
+                                                    {"Reshape", reshape},   {"Transpose", transpose},
+                                                    {"Identity", identity}};
   return table;
 }
 
@@ -525,6 +528,13 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
     const bool on_parameters = std::any_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& in) {
       return graph.initializers.count(in) && !graph.constants.at(in).integer;
     });
+    // PyTorch's export in eval mode merges equal initializers (BatchNorm's shifts, zero biases) and hands
+    // the one left to each user through an Identity: trained, they would be one parameter.
+    if (on_parameters && node.op == "Identity")
+      op.fail("passes on initializer '" + node.inputs.at(0) +
+              "' under another name, as PyTorch's export in eval mode does with initializers of equal values; "
+              "trained, they would be one parameter: export in training mode "
+              "(training=torch.onnx.TrainingMode.TRAINING)");
     if (on_images || on_parameters) {
       std::vector<std::optional<Dims>> dims;
       for (std::size_t k = 0; k < node.inputs.size(); ++k) {

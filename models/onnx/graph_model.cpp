@@ -55,9 +55,15 @@ class Builder {
  public:
   // The graph's weights move into the model's starting values (build): it is built once.
   Builder(onnx::Graph& graph, const ModelConfig& config) : g_(graph), config_(config) {
-    for (std::size_t n = 0; n < g_.nodes.size(); ++n)
+    for (std::size_t n = 0; n < g_.nodes.size(); ++n) {
+      bool constant = true;
       for (const std::string& input : g_.nodes[n].inputs)
-        if (!input.empty() && !g_.constants.count(input)) readers_[input].push_back(n);
+        if (!input.empty() && !g_.constants.count(input)) {
+          readers_[input].push_back(n);
+          constant = constant && from_constants_.count(input);
+        }
+      if (constant) from_constants_.insert(g_.nodes[n].outputs.begin(), g_.nodes[n].outputs.end());
+    }
   }
 
   GraphModel build() {
@@ -535,9 +541,11 @@ class Builder {
              "its input '" + n.inputs[input] + "' is computed; ddl takes weights, shapes and ratios as initializers");
     return it->second;
   }
+  // A value computed from constants and parameters alone (nn.Linear's weight transposed, at opset 13) is no
+  // path: the MatMul that reads it continues its input's path.
   std::size_t data_inputs(const Node& n) const {
     std::size_t count = 0;
-    for (const auto& input : n.inputs) count += !input.empty() && !g_.constants.count(input);
+    for (const auto& input : n.inputs) count += !input.empty() && !g_.constants.count(input) && !from_constants_.count(input);
     return count;
   }
   bool reads(const Node& n, const std::string& v) const {
@@ -555,6 +563,7 @@ class Builder {
   onnx::Graph& g_;
   const ModelConfig& config_;
   std::map<std::string, std::vector<std::size_t>> readers_;  // a value: the nodes that read it
+  std::set<std::string> from_constants_;                     // values computed from constants alone
   std::set<std::string> refitted_;  // the initializers of a classifier built for another class count
   std::uint64_t random_layers_ = 0;
 };

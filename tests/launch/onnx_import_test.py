@@ -506,6 +506,26 @@ class OnnxImport(unittest.TestCase):
                                                                   num_init_features=32, bn_size=1, num_classes=10))
         self.assert_trains_as_in_pytorch(model, "densenet", steps=3)
 
+    def test_torchvisions_convnext_and_efficientnet_train_as_in_pytorch(self):
+        # ConvNeXt: a depthwise 7x7 convolution, then channels last (Transpose), a layer norm, two linear
+        # layers with GELU and a layer scale in a piece, back to channels first and a residual sum; the linear
+        # layers' transposed weights are no path of their own. Its layer scale at 0.5, not 1e-6, so that the
+        # blocks' gradients count. EfficientNet: MBConv blocks of SiLU (x * sigmoid(x)), depthwise convolutions
+        # and squeeze-and-excitation gates, without its BatchNorms (3 steps). Stochastic depth off (p = 0), as
+        # PyTorch 1.13 exports no Bernoulli in training mode; it is the identity then.
+        import torchvision
+        from torchvision.models.convnext import CNBlockConfig
+        from torchvision.models.efficientnet import MBConvConfig
+        torch.manual_seed(15)
+        convnext = torchvision.models.ConvNeXt([CNBlockConfig(16, 32, 2), CNBlockConfig(32, None, 1)],
+                                               layer_scale=0.5, num_classes=10)
+        efficientnet = without_batch_norms(torchvision.models.EfficientNet(
+            [MBConvConfig(1, 3, 1, 16, 16, 1), MBConvConfig(4, 5, 2, 16, 24, 2)], dropout=0.0,
+            stochastic_depth_prob=0.0, num_classes=10))
+        for name, model in (("convnext", convnext), ("efficientnet", efficientnet)):
+            with self.subTest(model=name):
+                self.assert_trains_as_in_pytorch(model, name, steps=3, lr=0.01)
+
     def test_a_vision_transformer_trains_as_in_pytorch(self):
         # torchvision's own: patches, a class token, attention and GELU as PyTorch 1.13 exports them (MatMul,
         # Transpose, Reshape, Slice, Softmax, Erf; layer norms written out at opset 13, LayerNormalization at

@@ -334,9 +334,23 @@ TEST(OnnxGraph, FoldsEachOperationOfShapeArithmetic) {
     add_constant(g, "index", {2}, {-1, 0});
     add_node(g, "Gather", {"flat", "index"}, {"picked"});
     add_constant(g, "three", {}, {3});
-    add_node(g, "Sub", {"picked", "three"}, {"value"});
+    add_node(g, "Sub", {"picked", "three"}, {"picked_less_three"});
+    add_node(g, "Identity", {"picked_less_three"}, {"value"});
   });
   EXPECT_EQ(c.ints, (std::vector<std::int64_t>{5, 2}));
+}
+
+TEST(OnnxGraph, RefusesAnInitializerPassedOnThroughAnIdentity) {
+  // PyTorch's export in eval mode merges equal initializers and hands the one left to each user so.
+  auto m = tiny_cnn();
+  auto& g = *m.mutable_graph();
+  add_node(g, "Identity", {"fc.bias"}, {"fc.bias.again"}, "Identity_0");
+  g.mutable_node()->SwapElements(g.node_size() - 1, g.node_size() - 2);  // before the Gemm that reads it
+  g.mutable_node(g.node_size() - 1)->set_input(2, "fc.bias.again");
+  EXPECT_EQ(fold_error(m),
+            "m.onnx: Identity node 'Identity_0': passes on initializer 'fc.bias' under another name, as PyTorch's "
+            "export in eval mode does with initializers of equal values; trained, they would be one parameter: "
+            "export in training mode (training=torch.onnx.TrainingMode.TRAINING)");
 }
 
 pb::ModelProto view_cnn_with(const std::function<void(pb::GraphProto&)>& change) {
