@@ -4,6 +4,7 @@
 # and by PyTorch eager from the same module definition (bench/torch_model_step.py --size), batch 32, the
 # same threads, one after the other in one run; prints images/s, peak memory and the ratios.
 #   bash bench/onnx_vs_pytorch.sh [threads=2] [steps=3] [models="mobilenet_v2 densenet121"] [size=64]
+# An export is kept as build/MODEL_SIZE.onnx and used again: delete it to export afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 threads=${1:-2} steps=${2:-3} models=${3:-"mobilenet_v2 densenet121"} size=${4:-64}

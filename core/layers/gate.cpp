@@ -41,14 +41,22 @@ dnnl::memory::desc Gate::setup(Context& ctx, const dnnl::memory::desc& src, Mode
   scale_diff_.reset();
   times_src_.reset();
   add_diffs_.reset();
-  sum_plane_.reset();
+  mean_plane_.reset();
   to_factors_layout_.reset();
   if (mode == Mode::infer) return src;
   times_src_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, src, src));
-  if (per_channel)
-    sum_plane_ = dnnl::reduction(make_reduction_pd(ctx.engine(), algorithm::reduction_sum, src, factors_md_));
-  else if (factors_md_ != src)
+  if (per_channel) {
+    const dnnl::memory::desc any(factors, dt::f32, dnnl::memory::format_tag::any);
+    const auto pd = make_pooling_forward_pd(ctx.engine(), dnnl::prop_kind::forward_inference,
+                                            algorithm::pooling_avg_exclude_padding, src, any, {1, 1},
+                                            {in[2], in[3]}, {0, 0}, {0, 0});
+    mean_plane_ = dnnl::pooling_forward(pd);
+    plane_mean_md_ = pd.dst_desc();
+    plane_size_ = static_cast<float>(in[2] * in[3]);
+    if (plane_mean_md_ != factors_md_) to_factors_layout_.emplace(ctx, plane_mean_md_, factors_md_);
+  } else if (factors_md_ != src) {
     to_factors_layout_.emplace(ctx, src, factors_md_);
+  }
   if (need_diff_src) {
     scale_diff_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, factors_md_, src));
     add_diffs_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_add, src, src, src));
@@ -71,16 +79,21 @@ const Tensor& Gate::backward(Context& ctx, const Tensor& diff_dst) {
   times_src_->execute(
       ctx.stream(),
       {{DNNL_ARG_SRC_0, diff_dst.memory()}, {DNNL_ARG_SRC_1, src_->memory()}, {DNNL_ARG_DST, product.memory()}});
+  if (mean_plane_) {
+    Tensor mean = ctx.lease(plane_mean_md_);
+    mean_plane_->execute(ctx.stream(), {{DNNL_ARG_SRC, product.memory()}, {DNNL_ARG_DST, mean.memory()}});
+    ctx.give_back(product);
+    float* sum = mean.data();  // [N, C]: the padding of a blocked layout stays 0
+    for (std::size_t i = 0; i < plane_mean_md_.get_size() / sizeof(float); ++i) sum[i] *= plane_size_;
+    product = std::move(mean);
+  }
   Tensor diff_factors;
-  if (sum_plane_ || to_factors_layout_) {
+  if (to_factors_layout_) {
     diff_factors = ctx.lease(factors_md_);
-    if (sum_plane_)
-      sum_plane_->execute(ctx.stream(), {{DNNL_ARG_SRC, product.memory()}, {DNNL_ARG_DST, diff_factors.memory()}});
-    else
-      (*to_factors_layout_)(ctx, product.memory(), diff_factors.memory());
+    (*to_factors_layout_)(ctx, product.memory(), diff_factors.memory());
     ctx.give_back(product);
   } else {
-    diff_factors = std::move(product);  // element factors in src's layout: the product is their gradient
+    diff_factors = std::move(product);  // in the factors' layout already: the gradient of the factors
   }
   // Before the path's backward, which may overwrite the factors (its output) with its gradient.
   if (scale_diff_)

@@ -1,7 +1,7 @@
 // A gate, dst = src * gate(src): over channels, as squeeze-and-excitation blocks have it (Hu et al., 2018),
 // where the gate's path (global pooling, two 1x1 convolutions, a sigmoid) gives one factor an image and a
 // channel, [N, C, 1, 1], broadcast over the plane; or element by element, where the path gives src's shape
-// (SiLU's x * sigmoid(x), and hard swish as PyTorch exports it, x * hard_sigmoid(x)). Backward: the
+// (an imported graph's SiLU and hard swish are one eltwise instead: models/onnx). Backward: the
 // gradient reaches src directly (diff_dst times the factors) and through the path, from the factors'
 // gradient, diff_dst times src (summed over the plane for channel factors). One layer, like a residual
 // block: a pipeline never separates the two uses of src.
@@ -39,9 +39,12 @@ class Gate : public Layer {
   dnnl::binary scale_;  // src times the factors
   // Backward: diff_dst times the factors, and times src; the plane's sum of the latter; the two gradients' sum.
   std::optional<dnnl::binary> scale_diff_, times_src_, add_diffs_;
-  std::optional<dnnl::reduction> sum_plane_;  // channel factors
-  std::optional<Copy> to_factors_layout_;      // factors of src's shape in another layout
-  dnnl::memory::desc src_md_, factors_md_;
+  // Channel factors: the plane's mean by oneDNN's pooling, times the plane's size (its reduction runs a
+  // reference kernel on channel-blocked layouts, 10 times slower).
+  std::optional<dnnl::pooling_forward> mean_plane_;
+  float plane_size_ = 1.0f;
+  std::optional<Copy> to_factors_layout_;  // the factors' gradient from the mean's or the product's layout
+  dnnl::memory::desc src_md_, factors_md_, plane_mean_md_;
   const Tensor* src_ = nullptr;
   const Tensor* factors_ = nullptr;
 };

@@ -528,13 +528,14 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
     const bool on_parameters = std::any_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& in) {
       return graph.initializers.count(in) && !graph.constants.at(in).integer;
     });
-    // PyTorch's export in eval mode merges equal initializers (BatchNorm's shifts, zero biases) and hands
-    // the one left to each user through an Identity: trained, they would be one parameter.
+    // PyTorch's export merges initializers that share storage and, in eval mode, those of equal values (zero
+    // biases) too, and hands the one left to each user through an Identity: trained, they would be one
+    // parameter where the module has several, and ddl keeps one parameter under one name.
     if (on_parameters && node.op == "Identity")
       op.fail("passes on initializer '" + node.inputs.at(0) +
-              "' under another name, as PyTorch's export in eval mode does with initializers of equal values; "
-              "trained, they would be one parameter: export in training mode "
-              "(training=torch.onnx.TrainingMode.TRAINING)");
+              "' under another name, as PyTorch's export does with initializers of equal values in eval mode "
+              "(export in training mode: training=torch.onnx.TrainingMode.TRAINING) and with tied ones, "
+              "which ddl does not train");
     if (on_images || on_parameters) {
       std::vector<std::optional<Dims>> dims;
       for (std::size_t k = 0; k < node.inputs.size(); ++k) {

@@ -1,6 +1,7 @@
 #include "models/onnx/graph_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -211,6 +212,7 @@ class Builder {
     if (join.op == "Mul") {
       if (!chains[1 - body].empty())
         refuse(join, "ddl multiplies a value by factors computed from it (a gate), not two computed values");
+      if (auto f = swish(g_.nodes[r[body]], join)) return {std::move(f), {}, {}};
       Built gate = std::move(paths[body]);
       gate.layer = std::make_unique<Gate>("gate", std::move(chains[body]));
       return gate;
@@ -391,6 +393,17 @@ class Builder {
     }
     return nullptr;
   }
+  // SiLU and hard swish as PyTorch 1.13 exports them, x * Sigmoid(x) and x * HardSigmoid(x) (alpha 1/6, beta
+  // 1/2): one oneDNN eltwise, which keeps x alone for backward where the gate keeps x and the factors.
+  std::unique_ptr<Layer> swish(const Node& factor, const Node& join) const {
+    using dnnl::algorithm;
+    if (!reads(join, output(factor))) return nullptr;
+    if (factor.op == "Sigmoid") return std::make_unique<Eltwise>("silu", algorithm::eltwise_swish, 1.0f);
+    if (factor.op == "HardSigmoid" && std::abs(factor.real("alpha", 0.2f) - 1.0f / 6) < 1e-7f &&
+        factor.real("beta", 0.5f) == 0.5f)
+      return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f);
+    return nullptr;
+  }
   // The one real number given as input `input` (a Clip's bound, a Pad's value), `otherwise` where none is.
   float number(const Node& n, std::size_t input, float otherwise, const std::string& what) const {
     if (input >= n.inputs.size() || n.inputs[input].empty()) return otherwise;
@@ -545,7 +558,8 @@ class Builder {
   // path: the MatMul that reads it continues its input's path.
   std::size_t data_inputs(const Node& n) const {
     std::size_t count = 0;
-    for (const auto& input : n.inputs) count += !input.empty() && !g_.constants.count(input) && !from_constants_.count(input);
+    for (const auto& input : n.inputs)
+      count += !input.empty() && !g_.constants.count(input) && !from_constants_.count(input);
     return count;
   }
   bool reads(const Node& n, const std::string& v) const {
@@ -563,7 +577,7 @@ class Builder {
   onnx::Graph& g_;
   const ModelConfig& config_;
   std::map<std::string, std::vector<std::size_t>> readers_;  // a value: the nodes that read it
-  std::set<std::string> from_constants_;                     // values computed from constants alone
+  std::set<std::string> from_constants_;  // values computed from constants and parameters alone
   std::set<std::string> refitted_;  // the initializers of a classifier built for another class count
   std::uint64_t random_layers_ = 0;
 };

@@ -331,7 +331,7 @@ TEST(GateGradient, PathOfAnotherShapeIsAnError) {
 }
 
 // The functions imported graphs use, each at points away from its kinks.
-TEST(EltwiseGradient, SigmoidTanhLeakyReluClipHardSwish) {
+TEST(EltwiseGradient, SigmoidTanhLeakyReluClipHardSwishSiLU) {
   using dnnl::algorithm;
   const std::pair<const char*, std::function<std::unique_ptr<Layer>()>> functions[] = {
       {"sigmoid", [] { return std::make_unique<Eltwise>("sigmoid", algorithm::eltwise_logistic); }},
@@ -340,6 +340,7 @@ TEST(EltwiseGradient, SigmoidTanhLeakyReluClipHardSwish) {
       {"clip", [] { return std::make_unique<Eltwise>("clip", algorithm::eltwise_clip_v2, -0.5f, 0.5f); }},
       {"hard swish",
        [] { return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f); }},
+      {"silu", [] { return std::make_unique<Eltwise>("silu", algorithm::eltwise_swish, 1.0f); }},
   };
   for (const auto& [name, make] : functions) {
     SCOPED_TRACE(name);
@@ -359,6 +360,7 @@ TEST(EltwiseOutput, MatchesTheFormulas) {
       {Eltwise("sigmoid", algorithm::eltwise_logistic), [](float x) { return 1 / (1 + std::exp(-x)); }},
       {Eltwise("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f),
        [](float x) { return x * std::min(std::max(x / 6 + 0.5f, 0.0f), 1.0f); }},
+      {Eltwise("silu", algorithm::eltwise_swish, 1.0f), [](float x) { return x / (1 + std::exp(-x)); }},
       {Eltwise("leaky relu", algorithm::eltwise_relu, 0.1f), [](float x) { return x > 0 ? x : 0.1f * x; }},
       {Eltwise("relu6", algorithm::eltwise_clip_v2, 0.0f, 6.0f),
        [](float x) { return std::min(std::max(x, 0.0f), 6.0f); }},

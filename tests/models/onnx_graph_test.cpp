@@ -349,8 +349,8 @@ TEST(OnnxGraph, RefusesAnInitializerPassedOnThroughAnIdentity) {
   g.mutable_node(g.node_size() - 1)->set_input(2, "fc.bias.again");
   EXPECT_EQ(fold_error(m),
             "m.onnx: Identity node 'Identity_0': passes on initializer 'fc.bias' under another name, as PyTorch's "
-            "export in eval mode does with initializers of equal values; trained, they would be one parameter: "
-            "export in training mode (training=torch.onnx.TrainingMode.TRAINING)");
+            "export does with initializers of equal values in eval mode (export in training mode: "
+            "training=torch.onnx.TrainingMode.TRAINING) and with tied ones, which ddl does not train");
 }
 
 pb::ModelProto view_cnn_with(const std::function<void(pb::GraphProto&)>& change) {
