@@ -32,7 +32,8 @@ dnnl::memory::desc Pad2d::setup(Context& ctx, const dnnl::memory::desc& src, Mod
       const dim outputs = (size + opt_.same_stride - 1) / opt_.same_stride;
       const dim window = dim(opt_.same_kernel - 1) * opt_.same_dilation + 1;
       const dim total = std::max<dim>((outputs - 1) * opt_.same_stride + window - size, 0);
-      if (total > 2 * kLargestSide) throw InputError(describe() + ": pads " + std::to_string(total) + " on input " + to_string(in));
+      if (total > 2 * kLargestSide)
+        throw InputError(describe() + ": pads " + std::to_string(total) + " on input " + to_string(in));
       begin = int(opt_.same_lower ? total - total / 2 : total / 2);
       end = int(total - begin);
     };

@@ -115,7 +115,7 @@ class Builder {
     try {
       return layer_or_block(v);
     } catch (const InputError&) {
-      auto piece = onnx::graph_piece(g_, from, readers_);
+      auto piece = onnx::graph_piece(g_, from, readers_, from_constants_);
       if (!piece) throw;
       if (piece->end == from) throw InputError(onnx::one_line(g_.source + ": the piece from '" + from + "' computes nothing"));
       v = piece->end;
@@ -451,7 +451,8 @@ class Builder {
       refuse(n, "ddl pads the rows and columns of [N, C, H, W] images only");
     for (const auto side : p)
       if (side < 0 || side > kLargestSize)
-        refuse(n, "its padding " + std::to_string(side) + (side < 0 ? ": ddl pads, it does not crop" : " is out of range"));
+        refuse(n, "its padding " + std::to_string(side) +
+                      (side < 0 ? ": ddl pads, it does not crop" : " is out of range"));
     const float value = number(n, 2, 0.0f, "value");
     if (std::all_of(p.begin(), p.end(), [](std::int64_t side) { return side == 0; })) return {};
     return {std::make_unique<Pad2d>(Pad2dOptions{

@@ -38,8 +38,9 @@ struct Region {
 
 class PieceBuilder {
  public:
-  PieceBuilder(const Graph& g, const std::map<std::string, std::vector<std::size_t>>& readers)
-      : g_(g), readers_(readers) {
+  PieceBuilder(const Graph& g, const std::map<std::string, std::vector<std::size_t>>& readers,
+               const std::set<std::string>& from_parameters)
+      : g_(g), readers_(readers), from_parameters_(from_parameters) {
     for (std::size_t n = 0; n < g_.nodes.size(); ++n)
       for (const std::string& out : g_.nodes[n].outputs) producer_[out] = n;
   }
@@ -166,7 +167,7 @@ class PieceBuilder {
         continue;
       for (const std::string& in : node.inputs)
         if (!is_constant(in) && !unread.count(in)) {
-          if (!from_parameters(in)) return std::nullopt;
+          if (!from_parameters_.count(in)) return std::nullopt;
           take_from_parameters(in, unread, taken);
         }
       take(n, unread, taken);
@@ -190,15 +191,6 @@ class PieceBuilder {
     for (const std::string& out : node.outputs)
       if (!out.empty()) unread[out] = readers_of(out);
     taken.insert(n);
-  }
-  // Whether v is computed from parameters and constants only (a weight's Transpose before its MatMul).
-  bool from_parameters(const std::string& v) {
-    if (const auto known = from_parameters_.find(v); known != from_parameters_.end()) return known->second;
-    const auto p = producer_.find(v);
-    bool only = p != producer_.end();
-    if (only)
-      for (const std::string& in : g_.nodes[p->second].inputs) only = only && (is_constant(in) || from_parameters(in));
-    return from_parameters_[v] = only;
   }
   // Takes in the nodes that compute v from parameters.
   void take_from_parameters(const std::string& v, std::map<std::string, std::size_t>& unread, std::set<std::size_t>& taken) {
@@ -354,7 +346,7 @@ class PieceBuilder {
   const Graph& g_;
   const std::map<std::string, std::vector<std::size_t>>& readers_;
   std::map<std::string, std::size_t> producer_;
-  std::map<std::string, bool> from_parameters_;
+  const std::set<std::string>& from_parameters_;
   std::map<std::string, std::string> read_transposed_;  // a weight's transpose: the weight, read in place
   std::map<std::string, std::pair<std::string, std::string>> with_bias_;  // a product: its bias, the sum's value
   std::map<std::string, int> value_;
@@ -367,8 +359,9 @@ class PieceBuilder {
 }  // namespace
 
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
-                                      const std::map<std::string, std::vector<std::size_t>>& readers) {
-  return PieceBuilder(graph, readers).build(from);
+                                      const std::map<std::string, std::vector<std::size_t>>& readers,
+                                      const std::set<std::string>& from_parameters) {
+  return PieceBuilder(graph, readers, from_parameters).build(from);
 }
 
 }  // namespace ddl::onnx

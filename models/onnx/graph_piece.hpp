@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,11 +23,13 @@ struct GraphPiece {
 };
 
 // The piece from value `from`; `readers` gives, for each value computed on images, the nodes that read it (a
-// node once per input it reads it as). nullopt where no such piece is found, or where one of its nodes is
-// one of ddl's layers that the Subgraph does not have (a Conv: the caller's own refusal then stands).
-// Throws InputError naming the node where an operator is neither, or comes with attributes or inputs the
-// Subgraph cannot take.
+// node once per input it reads it as), and `from_parameters` the values computed from constants and
+// parameters alone (a weight's Transpose before its MatMul). nullopt where no such piece is found, or where
+// one of its nodes is one of ddl's layers that the Subgraph does not have (a Conv: the caller's own refusal
+// then stands). Throws InputError naming the node where an operator is neither, or comes with attributes or
+// inputs the Subgraph cannot take.
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
-                                      const std::map<std::string, std::vector<std::size_t>>& readers);
+                                      const std::map<std::string, std::vector<std::size_t>>& readers,
+                                      const std::set<std::string>& from_parameters);
 
 }  // namespace ddl::onnx
