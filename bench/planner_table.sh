@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Baligodugula and Amsaad's Table I (2025) on our machines (issue 14): one model with 100 classes trained for a fixed number of
 # steps as one rank, data parallel (--strategy data), pipeline (--strategy pipeline), every grid D x S x T
-# of the ranks set by hand (the best of them is the "best static layout"), and --strategy auto. Global batch
+# of the ranks held fixed (the best of them is the "best static layout"), and --strategy auto. Global batch
 # 32, SGD with momentum, one thread per rank; each row is the second epoch (the first builds the
 # primitives; an auto run may re-plan at its end). Columns: images/s, the largest rank's peak memory, the
 # communication share (all-reduce wait, or a pipeline's wait), the step measured and planned, the final
-# training loss.
+# training loss, and how far the measured step is off the planned one. DDL_ROUNDS=N runs every layout N times, in turn, and gives each figure's median and the
+# measured step's range: a step of a few milliseconds moves by more than 10% between runs.
 #   bash bench/planner_table.sh MODEL [RANKS] [STEPS] [DATA.h5]        ranks on this machine
 #   DDL_HOSTS=3 bash bench/planner_table.sh MODEL 3 [STEPS] [DATA.h5]  3 network-namespace hosts over TCP,
 #                                                                     one rank each (root)
@@ -16,11 +17,10 @@ ranks=${2:-2}
 steps=${3:-4}
 data=${4:-runs/sample/train.h5}
 hosts=${DDL_HOSTS:-0}
+rounds=${DDL_ROUNDS:-1}
 [ -x build/launch/ddl_train ] || bash launch/setup.sh
 [ -f "$data" ] || bash launch/run_sample.sh --epochs 1 --steps-per-epoch 1 > /dev/null
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-split=classifier
-case "$model" in vit*) split=blocks ;; esac
 common=(--model "$model" --num-classes 100 --train "$(realpath "$data")" --epochs 2 --steps-per-epoch "$steps"
         --optimizer sgd --momentum 0.9 --lr 0.01 --progress never --seed 1)
 work=$(mktemp -d)
@@ -36,43 +36,90 @@ launch() {  # ddl_train ARGS on the ranks: its stdout
 }
 
 field() { echo "$1" | sed -n "s|.*$2.*|\1|p"; }
-row() {  # LABEL, then the output of a run
-  local label=$1 out line
-  out=$(cat)
-  line=$(echo "$out" | grep '^epoch 2/2' | tail -1 || true)
-  if [ -z "$line" ]; then
-    printf '%-34s %s\n' "$label" "failed: $(echo "$out" | grep -m1 -i error || true)"
-    return
-  fi
-  local wait
+# One run's figures on a line: img/s, peak MB, communication %, step measured, step planned, loss (- where
+# absent, "failed" where the run printed no second epoch).
+figures() {
+  local line wait
+  line=$(grep '^epoch 2/2' "$1" | tail -1 || true)
+  if [ -z "$line" ]; then echo failed; return; fi
   wait=$(field "$line" 'comm wait \([0-9.]*\)%')
   [ -n "$wait" ] || wait=$(field "$line" 'pipeline wait \([0-9.]*\)%')
-  printf '%-34s %8s %9s %7s %9s %9s %8s\n' "$label" "$(field "$line" ' \([0-9]*\) img/s')" \
-    "$(field "$line" 'peak RSS \([0-9]*\) MB')" "${wait:--}" "$(field "$line" 'step \([0-9.]*\) s')" \
-    "$(field "$line" 'planned \([0-9.]*\) s')" "$(field "$line" 'train loss \([0-9.]*\)')"
-  local switched
-  switched=$(echo "$out" | grep -m1 '^re-plan' | sed 's/.*: \(.*\) is predicted.*/\1/' || true)
-  [ -z "$switched" ] || printf '    (re-planned at the end of epoch 1: %s)\n' "$switched"
-  echo "$out" | grep -m1 '^  chosen ' | sed 's/^  chosen */    layout: /' || true
+  for value in "$(field "$line" ' \([0-9]*\) img/s')" "$(field "$line" 'peak RSS \([0-9]*\) MB')" "$wait" \
+      "$(field "$line" 'step \([0-9.]*\) s')" "$(field "$line" 'planned \([0-9.]*\) s')" \
+      "$(field "$line" 'train loss \([0-9.]*\)')"; do
+    printf '%s ' "${value:--}"
+  done
+  echo
+}
+row() {  # LABEL, then the outputs of its rounds: the median of each figure, and the measured step's range
+  local label=$1 out
+  shift
+  if for out in "$@"; do figures "$out"; done | grep -q failed; then
+    printf '%-34s %s\n' "$label" "failed: $(grep -h -m1 -i error "$@" | head -1 || true)"
+    return
+  fi
+  for out in "$@"; do figures "$out"; done | awk -v label="$label" -v rounds=$# '
+    { for (c = 1; c <= NF; c++) v[c, NR] = $c }
+    function median(c,   i, j, n, t, a) {
+      if (v[c, 1] == "-") return "-"
+      for (i = 1; i <= rounds; i++) a[i] = v[c, i] + 0
+      for (i = 2; i <= rounds; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      n = int((rounds + 1) / 2)
+      return rounds % 2 ? a[n] : (a[n] + a[n + 1]) / 2
+    }
+    END {
+      off = "-"
+      if (v[4, 1] != "-" && v[5, 1] != "-") {  # the median of the rounds measured / planned
+        for (i = 1; i <= rounds; i++) v[7, i] = v[4, i] / v[5, i]
+        off = sprintf("%+.0f%%", 100 * (median(7) - 1))
+      }
+      printf "%-34s %8s %9s %7s %9s %9s %7s %8s", label, median(1), median(2), median(3), median(4), median(5), off,
+        median(6)
+      if (rounds > 1 && v[4, 1] != "-") {
+        lo = hi = v[4, 1] + 0
+        for (i = 2; i <= rounds; i++) { x = v[4, i] + 0; if (x < lo) lo = x; if (x > hi) hi = x }
+        printf "   step %s-%s s", lo, hi
+      }
+      printf "\n"
+    }'
+  grep -h '^re-plan' "$@" | sed 's/.*: \(.*\) is predicted.*/    (re-planned at the end of epoch 1: \1)/' | sort -u || true
+  grep -h '^  chosen ' "$@" | sed 's/^  chosen */    layout: /' | sort -u || true
 }
 
 where=$([ "$hosts" -gt 0 ] && echo "$hosts network-namespace hosts over TCP, 1 rank each" || echo "$ranks ranks on one machine")
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model, 100 classes, global batch 32, $where, $steps steps an epoch"
-printf '%-34s %8s %9s %7s %9s %9s %8s\n' layout img/s "peak MB" "comm %" "step s" "planned" loss
 threads=$((ranks < $(nproc) ? ranks : $(nproc)))
-build/launch/ddl_train "${common[@]}" --batch-size 32 --threads "$threads" 2>&1 | row "one rank ($threads threads)"
-launch "${common[@]}" --batch-size $((32 / ranks)) --strategy data | row "--strategy data"
-launch "${common[@]}" --batch-size $((32 / ranks)) --strategy pipeline | row "--strategy pipeline"
+# The layouts, each a label and its options; "one" runs as one rank with $threads threads, the rest on the ranks.
+labels=("one rank ($threads threads)" "--strategy data" "--strategy pipeline")
+options=("one --batch-size 32" "--batch-size $((32 / ranks)) --strategy data" "--batch-size $((32 / ranks)) --strategy pipeline")
+# Every grid D x S x T held fixed for the whole run: the planner picks only its cuts and split layers, and
+# says what step it predicts.
 for s in $(seq 1 "$ranks"); do
   for t in $(seq 1 "$ranks"); do
     [ $((ranks % (s * t))) -eq 0 ] || continue
     d=$((ranks / (s * t)))
     m=$([ "$s" -gt 1 ] && echo 4 || echo 1)
-    # A classifier split deals the batch among D x T ranks, a blocks split among the D replicas' groups.
-    per=$([ "$t" -gt 1 ] && [ "$split" = classifier ] && echo $((d * t)) || echo "$d")
-    [ $((32 % per)) -eq 0 ] && [ $((32 / per % m)) -eq 0 ] || continue
-    launch "${common[@]}" --batch-size $((32 / per)) --pipeline-stages "$s" --micro-batches "$m" \
-      --tensor-parallel "$t" --tensor-split "$split" | row "static ${d} x ${s} x ${t}, M=$m"
+    [ $((32 % (d * m))) -eq 0 ] || continue
+    labels+=("static ${d} x ${s} x ${t}, M=$m")
+    options+=("--batch-size $((32 / ranks)) --strategy auto --shard-state 0 --replan-every never"\
+" --pipeline-stages $s --micro-batches $m --tensor-parallel $t")
   done
 done
-launch "${common[@]}" --batch-size $((32 / ranks)) --strategy auto | row "--strategy auto"
+labels+=("--strategy auto")
+options+=("--batch-size $((32 / ranks)) --strategy auto")
+
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model, 100 classes, global batch 32, $where, $steps steps an epoch, $rounds round(s)"
+# Rounds run every layout in turn, so that what drifts on the machine meets every layout alike.
+for r in $(seq 1 "$rounds"); do
+  for i in "${!options[@]}"; do
+    read -ra opts <<< "${options[$i]}"
+    if [ "${opts[0]}" = one ]; then
+      build/launch/ddl_train "${common[@]}" "${opts[@]:1}" --threads "$threads" > "$work/$i.$r" 2>&1 || true
+    else
+      launch "${common[@]}" "${opts[@]}" > "$work/$i.$r" || true
+    fi
+  done
+done
+printf '%-34s %8s %9s %7s %9s %9s %7s %8s\n' layout img/s "peak MB" "comm %" "step s" "planned" "off" loss
+for i in "${!labels[@]}"; do
+  row "${labels[$i]}" $(for r in $(seq 1 "$rounds"); do echo "$work/$i.$r"; done)
+done

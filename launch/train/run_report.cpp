@@ -123,7 +123,8 @@ void report_epoch(Job& job, const Session& session, const EpochFigures& f) {
                 f.reduced_bytes / steps / (1 << 20));
   if (l.stages > 1) std::printf("  pipeline wait %.1f%%", 100.0 * f.pipeline_wait_s / tr.seconds);
   if (l.tensor > 1) std::printf("  tensor group %.0f bytes/step sent per rank", f.tensor_bytes / steps);
-  if (predicted > 0) std::printf("  step %.3f s (planned %.3f s)", step_seconds, predicted);
+  // Three significant digits: a small model's step of a few milliseconds is compared within 10%.
+  if (predicted > 0) std::printf("  step %.3g s (planned %.3g s)", step_seconds, predicted);
   std::printf("\n");
   std::fflush(stdout);
   if (job.metrics)
