@@ -158,22 +158,34 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     auto probe = make_model(o.model, config, ctx);
     probe->initialize(o.seed);
     const dims_t& in = probe->input_shape();
-    // Each layer's seconds per call at `batch` images: a warm-up step, then the mean of two.
+    // Each layer's seconds per call at `batch` images: a warm-up step, then the mean of the steps timed, at
+    // least two and as many as fill kProbeSeconds. A small model's step of a few milliseconds moves by 10-20%
+    // from one step to the next on a shared core; two of them planned ViT-tiny's step 11% apart between runs.
     auto time_layers = [&](dnnl::memory::dim batch) {
       Tensor input(plain_desc({batch, in[0], in[1], in[2]}), ctx.engine());
       std::fill(input.data(), input.data() + input.elements(), 0.5f);
       Profiler profiler;
-      constexpr int kWarmup = 1, kTimed = 2;
-      for (int step = 0; step < kWarmup + kTimed; ++step) {
-        if (step == kWarmup) probe->attach_profiler(&profiler);
+      constexpr int kLeastTimed = 2, kMostTimed = 64;
+      constexpr double kProbeSeconds = 0.3;
+      bool warm = false;
+      int timed = 0;
+      auto began = clock::now();
+      while (!warm || timed < kLeastTimed || (timed < kMostTimed && since(began) < kProbeSeconds)) {
         const Tensor& out = probe->forward(ctx, input, Mode::train);
         Tensor diff(out.desc(), ctx.engine());
         std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
         probe->backward(ctx, diff);
+        if (warm) {
+          ++timed;
+        } else {  // the warm-up step done: timing starts
+          warm = true;
+          probe->attach_profiler(&profiler);
+          began = clock::now();
+        }
       }
       probe->attach_profiler(nullptr);
       std::vector<double> seconds;
-      for (const auto& e : profiler.entries()) seconds.push_back((e.forward_s + e.backward_s) / kTimed);
+      for (const auto& e : profiler.entries()) seconds.push_back((e.forward_s + e.backward_s) / timed);
       return seconds;
     };
     const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
