@@ -2,7 +2,7 @@
 # Baligodugula and Amsaad's Table I (2025) on our machines (issue 14): one model with 100 classes trained for a fixed number of
 # steps as one rank, data parallel (--strategy data), pipeline (--strategy pipeline), every grid D x S x T
 # of the ranks held fixed (the best of them is the "best static layout"), and --strategy auto. Global batch
-# 32, SGD with momentum, one thread per rank; each row is the second epoch (the first builds the
+# 32 (30 on 3 ranks), SGD with momentum, one thread per rank; each row is the second epoch (the first builds the
 # primitives; an auto run may re-plan at its end). Columns: images/s, the largest rank's peak memory, the
 # communication share (all-reduce wait, or a pipeline's wait), the step measured and planned, the final
 # training loss, and how far the measured step is off the planned one. DDL_ROUNDS=N runs every layout N times, in turn, and gives each figure's median and the
@@ -88,6 +88,7 @@ row() {  # LABEL, then the outputs of its rounds: the median of each figure, and
 
 where=$([ "$hosts" -gt 0 ] && echo "$hosts network-namespace hosts over TCP, 1 rank each" || echo "$ranks ranks on one machine")
 threads=$((ranks < $(nproc) ? ranks : $(nproc)))
+global=$((32 / ranks * ranks))
 # The layouts, each a label and its options; "one" runs as one rank with $threads threads, the rest on the ranks.
 labels=("one rank ($threads threads)" "--strategy data" "--strategy pipeline")
 options=("one --batch-size 32" "--batch-size $((32 / ranks)) --strategy data" "--batch-size $((32 / ranks)) --strategy pipeline")
@@ -98,7 +99,7 @@ for s in $(seq 1 "$ranks"); do
     [ $((ranks % (s * t))) -eq 0 ] || continue
     d=$((ranks / (s * t)))
     m=$([ "$s" -gt 1 ] && echo 4 || echo 1)
-    [ $((32 % (d * m))) -eq 0 ] || continue
+    while [ $((global / d % m)) -ne 0 ]; do m=$((m / 2)); done  # 3 ranks train 30 images: 2 micro-batches
     labels+=("static ${d} x ${s} x ${t}, M=$m")
     options+=("--batch-size $((32 / ranks)) --strategy auto --shard-state 0 --replan-every never"\
 " --pipeline-stages $s --micro-batches $m --tensor-parallel $t")
@@ -107,7 +108,7 @@ done
 labels+=("--strategy auto")
 options+=("--batch-size $((32 / ranks)) --strategy auto")
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model, 100 classes, global batch 32, $where, $steps steps an epoch, $rounds round(s)"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model, 100 classes, global batch $global, $where, $steps steps an epoch, $rounds round(s)"
 # Rounds run every layout in turn, so that what drifts on the machine meets every layout alike.
 for r in $(seq 1 "$rounds"); do
   for i in "${!options[@]}"; do
