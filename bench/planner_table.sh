@@ -52,13 +52,14 @@ figures() {
   echo
 }
 row() {  # LABEL, then the outputs of its rounds: the median of each figure, and the measured step's range
-  local label=$1 out
+  local label=$1 out all
   shift
-  if for out in "$@"; do figures "$out"; done | grep -q failed; then
+  all=$(for out in "$@"; do figures "$out"; done)
+  if [[ $all == *failed* ]]; then
     printf '%-34s %s\n' "$label" "failed: $(grep -h -m1 -i error "$@" | head -1 || true)"
     return
   fi
-  for out in "$@"; do figures "$out"; done | awk -v label="$label" -v rounds=$# '
+  echo "$all" | awk -v label="$label" -v rounds=$# '
     { for (c = 1; c <= NF; c++) v[c, NR] = $c }
     function median(c,   i, j, n, t, a) {
       if (v[c, 1] == "-") return "-"
