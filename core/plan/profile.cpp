@@ -106,6 +106,23 @@ std::string Link::describe() const {
   return text + timings_text("ring step", ring_steps) + timings_text("message", messages);
 }
 
+double layers_seconds(const Profile& profile) {
+  double seconds = 0;
+  for (const LayerCost& l : profile.layers) seconds += l.fixed_seconds + profile.batch * l.seconds;
+  return seconds;
+}
+
+Profile at_pace(const Profile& profile, double seconds) {
+  const double now = layers_seconds(profile);
+  if (now <= 0) return profile;
+  Profile paced = profile;
+  for (LayerCost& l : paced.layers) {
+    l.seconds *= seconds / now;
+    l.fixed_seconds *= seconds / now;
+  }
+  return paced;
+}
+
 std::string to_text(const Profile& p) {
   std::ostringstream s;
   s << std::setprecision(9);

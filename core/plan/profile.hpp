@@ -70,6 +70,13 @@ struct Profile {
   Link within_node, between_nodes;
 };
 
+// One rank's forward and backward of every layer at the profile's batch.
+double layers_seconds(const Profile& profile);
+// The profile with every layer's times scaled so that layers_seconds() gives `seconds` (a profile of no
+// time is returned as it is): the ranks' averaged figures at the pace of the slowest rank, which every
+// synchronous step waits for.
+Profile at_pace(const Profile& profile, double seconds);
+
 // A text form ("key value" lines, one "layer" line per layer), to keep a profile and plan from it later.
 std::string to_text(const Profile& profile);
 // Throws InputError naming `source` and the line for anything it cannot read.

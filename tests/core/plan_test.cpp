@@ -697,6 +697,27 @@ TEST(Planner, ALinkTimedUpToASizeTakesTheLargerOnesTimedBeforeScaled) {
       << "nothing larger to take";
 }
 
+TEST(Planner, AProfileAtTheSlowestRanksPaceScalesEveryLayerAlikeAndPredictsItsStep) {
+  Profile p = alexnet_profile(kFast, kFast);
+  p.layers[0].fixed_seconds = 1e-3;
+  const double mean = layers_seconds(p);
+  EXPECT_DOUBLE_EQ(mean, 32 * (20e-3 + 1.5e-3 + 0.7e-3 + 0.2e-3) + 1e-3);
+  const Profile slowest = at_pace(p, 1.5 * mean);  // one rank 1.5x slower than the ranks' mean
+  EXPECT_DOUBLE_EQ(layers_seconds(slowest), 1.5 * mean);
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    EXPECT_DOUBLE_EQ(slowest.layers[i].seconds, 1.5 * p.layers[i].seconds) << i;
+    EXPECT_DOUBLE_EQ(slowest.layers[i].fixed_seconds, 1.5 * p.layers[i].fixed_seconds) << i;
+  }
+  // Data parallelism's compute is one rank's: the step follows the slowest rank's.
+  const Layout data{2, 1, 1, 1, {4}, {}, 32};
+  const Prediction at_mean = predict(p, {2, 2}, data, 64), at_slowest = predict(slowest, {2, 2}, data, 64);
+  EXPECT_NEAR(at_slowest.compute_s, 1.5 * at_mean.compute_s, 1e-12);
+  EXPECT_NEAR(at_slowest.step_s - at_mean.step_s, 0.5 * at_mean.compute_s, 1e-12);
+  Profile idle = p;
+  for (auto& l : idle.layers) l.seconds = l.fixed_seconds = 0;
+  EXPECT_EQ(to_text(at_pace(idle, 1.0)), to_text(idle)) << "no time to scale";
+}
+
 TEST(Planner, AProfileSurvivesItsTextForm) {
   Profile p = alexnet_profile(kFast, kSlow);
   p.between_nodes.ring_steps = {{1024, 2e-3}, {65536, 7e-3}};
