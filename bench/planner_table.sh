@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Baligodugula and Amsaad's Table I (2025) on our machines (issue 14): one model with 100 classes trained for a fixed number of
-# steps as one rank, data parallel (--strategy data), pipeline (--strategy pipeline), every grid D x S x T
-# of the ranks held fixed (the best of them is the "best static layout"), and --strategy auto. Global batch
-# 32 (30 on 3 ranks), SGD with momentum, one thread per rank; each row is the second epoch (the first builds the
-# primitives; an auto run may re-plan at its end). Columns: images/s, the largest rank's peak memory, the
-# communication share (all-reduce wait, or a pipeline's wait), the step measured and planned, the final
-# training loss, and how far the measured step is off the planned one. DDL_ROUNDS=N runs every layout N times, in turn, and gives each figure's median and the
-# measured step's range: a step of a few milliseconds moves by more than 10% between runs.
+# Baligodugula and Amsaad's Table I (2025) on our machines (issue 14): one model with 100 classes trained for
+# a fixed number of steps as one rank, data parallel (--strategy data), pipeline (--strategy pipeline), every
+# grid D x S x T of the ranks held fixed (the best of them is the "best static layout"), and --strategy auto.
+# Global batch 32 (30 on 3 ranks), SGD with momentum, one thread per rank; each row is the second epoch (the
+# first builds the primitives; an auto run may re-plan at its end). Columns: images/s, the largest rank's peak
+# memory, the communication share (all-reduce wait, or a pipeline's wait), the step measured and planned, how
+# far the measured step is off the planned one, the final training loss. DDL_ROUNDS=N runs every layout N
+# times, in turn, and gives each figure's median and the measured step's range: a step of a few milliseconds
+# moves by more than 10% between runs.
 #   bash bench/planner_table.sh MODEL [RANKS] [STEPS] [DATA.h5]        ranks on this machine
 #   DDL_HOSTS=3 bash bench/planner_table.sh MODEL 3 [STEPS] [DATA.h5]  3 network-namespace hosts over TCP,
 #                                                                     one rank each (root)
@@ -17,6 +18,7 @@ ranks=${2:-2}
 steps=${3:-4}
 data=${4:-runs/sample/train.h5}
 hosts=${DDL_HOSTS:-0}
+[ "$hosts" -eq 0 ] || ranks=$hosts
 rounds=${DDL_ROUNDS:-1}
 [ -x build/launch/ddl_train ] || bash launch/setup.sh
 [ -f "$data" ] || bash launch/run_sample.sh --epochs 1 --steps-per-epoch 1 > /dev/null
@@ -28,6 +30,7 @@ trap 'rm -rf "$work"' EXIT
 
 launch() {  # ddl_train ARGS on the ranks: its stdout
   if [ "$hosts" -gt 0 ]; then
+    rm -rf "$work/job"  # a run that fails early must not show the last one's output
     bash tests/launch/three_hosts.sh run "$work/job" --threads 1 "$@" > /dev/null
     cat "$work/job/out.txt" "$work/job/err.txt"
   else
@@ -52,47 +55,53 @@ figures() {
   echo
 }
 row() {  # LABEL, then the outputs of its rounds: the median of each figure, and the measured step's range
-  local label=$1 out all
+  local label=$1 out all failed
   shift
   all=$(for out in "$@"; do figures "$out"; done)
-  if [[ $all == *failed* ]]; then
-    printf '%-34s %s\n' "$label" "failed: $(grep -h -m1 -i error "$@" | head -1 || true)"
+  failed=$(grep -c failed <<< "$all" || true)
+  if [ "$failed" -gt 0 ]; then
+    printf '%-34s %s\n' "$label" "failed in $failed of $# rounds: $(grep -h -m1 -i error "$@" | head -1 || true)"
     return
   fi
   echo "$all" | awk -v label="$label" -v rounds=$# '
     { for (c = 1; c <= NF; c++) v[c, NR] = $c }
     function median(c,   i, j, n, t, a) {
-      if (v[c, 1] == "-") return "-"
+      for (i = 1; i <= rounds; i++) if (v[c, i] == "-") return "-"
       for (i = 1; i <= rounds; i++) a[i] = v[c, i] + 0
-      for (i = 2; i <= rounds; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      for (i = 2; i <= rounds; i++)  # insertion sort
+        for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
       n = int((rounds + 1) / 2)
       return rounds % 2 ? a[n] : (a[n] + a[n + 1]) / 2
     }
     END {
       off = "-"
-      if (v[4, 1] != "-" && v[5, 1] != "-") {  # the median of the rounds measured / planned
-        for (i = 1; i <= rounds; i++) v[7, i] = v[4, i] / v[5, i]
-        off = sprintf("%+.0f%%", 100 * (median(7) - 1))
+      if (median(4) != "-" && median(5) != "-") {  # the median of the rounds measured / planned
+        for (i = 1; i <= rounds; i++) v[7, i] = v[5, i] > 0 ? v[4, i] / v[5, i] : "-"
+        if (median(7) != "-") off = sprintf("%+.0f%%", 100 * (median(7) - 1))
       }
       printf "%-34s %8s %9s %7s %9s %9s %7s %8s", label, median(1), median(2), median(3), median(4), median(5), off,
         median(6)
-      if (rounds > 1 && v[4, 1] != "-") {
+      if (rounds > 1 && median(4) != "-") {
         lo = hi = v[4, 1] + 0
         for (i = 2; i <= rounds; i++) { x = v[4, i] + 0; if (x < lo) lo = x; if (x > hi) hi = x }
         printf "   step %s-%s s", lo, hi
       }
       printf "\n"
     }'
-  grep -h '^re-plan' "$@" | sed 's/.*: \(.*\) is predicted.*/    (re-planned at the end of epoch 1: \1)/' | sort -u || true
+  grep -h '^re-plan' "$@" |
+    sed 's/.*: \(.*\) is predicted.*/    (re-planned at the end of epoch 1: \1)/' | sort -u || true
   grep -h '^  chosen ' "$@" | sed 's/^  chosen */    layout: /' | sort -u || true
 }
 
-where=$([ "$hosts" -gt 0 ] && echo "$hosts network-namespace hosts over TCP, 1 rank each" || echo "$ranks ranks on one machine")
+where="$ranks ranks on one machine"
+[ "$hosts" -eq 0 ] || where="$hosts network-namespace hosts over TCP, 1 rank each"
 threads=$((ranks < $(nproc) ? ranks : $(nproc)))
 global=$((32 / ranks * ranks))
-# The layouts, each a label and its options; "one" runs as one rank with $threads threads, the rest on the ranks.
+# The layouts, each a label and its options; "one" runs as one rank with $threads threads, the rest on the
+# ranks.
 labels=("one rank ($threads threads)" "--strategy data" "--strategy pipeline")
-options=("one --batch-size 32" "--batch-size $((32 / ranks)) --strategy data" "--batch-size $((32 / ranks)) --strategy pipeline")
+batch="--batch-size $((global / ranks))"
+options=("one --batch-size $global" "$batch --strategy data" "$batch --strategy pipeline")
 # Every grid D x S x T held fixed for the whole run: the planner picks only its cuts and split layers, and
 # says what step it predicts.
 for s in $(seq 1 "$ranks"); do
@@ -102,14 +111,15 @@ for s in $(seq 1 "$ranks"); do
     m=$([ "$s" -gt 1 ] && echo 4 || echo 1)
     while [ $((global / d % m)) -ne 0 ]; do m=$((m / 2)); done  # 3 ranks train 30 images: 2 micro-batches
     labels+=("static ${d} x ${s} x ${t}, M=$m")
-    options+=("--batch-size $((32 / ranks)) --strategy auto --shard-state 0 --replan-every never"\
-" --pipeline-stages $s --micro-batches $m --tensor-parallel $t")
+    held="--strategy auto --shard-state 0 --replan-every never"
+    options+=("$batch $held --pipeline-stages $s --micro-batches $m --tensor-parallel $t")
   done
 done
 labels+=("--strategy auto")
-options+=("--batch-size $((32 / ranks)) --strategy auto")
+options+=("$batch --strategy auto")
 
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model, 100 classes, global batch $global, $where, $steps steps an epoch, $rounds round(s)"
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model, 100 classes," \
+  "global batch $global, $where, $steps steps an epoch, $rounds round(s)"
 # Rounds run every layout in turn, so that what drifts on the machine meets every layout alike.
 for r in $(seq 1 "$rounds"); do
   for i in "${!options[@]}"; do
@@ -123,5 +133,7 @@ for r in $(seq 1 "$rounds"); do
 done
 printf '%-34s %8s %9s %7s %9s %9s %7s %8s\n' layout img/s "peak MB" "comm %" "step s" "planned" "off" loss
 for i in "${!labels[@]}"; do
-  row "${labels[$i]}" $(for r in $(seq 1 "$rounds"); do echo "$work/$i.$r"; done)
+  outputs=()
+  for r in $(seq 1 "$rounds"); do outputs+=("$work/$i.$r"); done
+  row "${labels[$i]}" "${outputs[@]}"
 done

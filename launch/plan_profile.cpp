@@ -124,9 +124,9 @@ MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, st
 
 namespace {
 
-// Every rank's figures, averaged, so that the ranks plan alike; the layers at the slowest rank's pace. A
-// step ends when its slowest rank's does, and ranks differ: two on this project's 2-core machine timed
-// ViT-tiny's layers at 13 and 20 ms, and the step took 20, planned at their mean.
+// Every rank's figures, averaged, so that the ranks plan alike; the layers at the slowest rank's pace, since
+// a step ends when its slowest rank's does (two ranks timed ViT-tiny's layers at 13 and 20 ms and trained at
+// 20: docs/performance.md). The optimizer's time, from one call, stays the ranks' mean.
 void average_over_ranks(Profile& p, const Communicator& world) {
   std::vector<double> slowest{layers_seconds(p)};
   world.allreduce_max(slowest);
@@ -164,8 +164,8 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     probe->initialize(o.seed);
     const dims_t& in = probe->input_shape();
     // Each layer's seconds per call at `batch` images: a warm-up step, then the mean of the steps timed, at
-    // least two and as many as fill kProbeSeconds. A small model's step of a few milliseconds moves by 10-20%
-    // from one step to the next on a shared core; two of them planned ViT-tiny's step 11% apart between runs.
+    // least two and as many as fill kProbeSeconds: a small model's step of a few milliseconds moves by 10-20%
+    // from one step to the next on a shared core.
     auto time_layers = [&](dnnl::memory::dim batch) {
       Tensor input(plain_desc({batch, in[0], in[1], in[2]}), ctx.engine());
       std::fill(input.data(), input.data() + input.elements(), 0.5f);

@@ -701,9 +701,9 @@ TEST(Planner, AProfileAtTheSlowestRanksPaceScalesEveryLayerAlikeAndPredictsItsSt
   Profile p = alexnet_profile(kFast, kFast);
   p.layers[0].fixed_seconds = 1e-3;
   const double mean = layers_seconds(p);
-  EXPECT_DOUBLE_EQ(mean, 32 * (20e-3 + 1.5e-3 + 0.7e-3 + 0.2e-3) + 1e-3);
+  EXPECT_NEAR(mean, 32 * (20e-3 + 1.5e-3 + 0.7e-3 + 0.2e-3) + 1e-3, 1e-15);
   const Profile slowest = at_pace(p, 1.5 * mean);  // one rank 1.5x slower than the ranks' mean
-  EXPECT_DOUBLE_EQ(layers_seconds(slowest), 1.5 * mean);
+  EXPECT_NEAR(layers_seconds(slowest), 1.5 * mean, 1e-15);
   for (std::size_t i = 0; i < p.layers.size(); ++i) {
     EXPECT_DOUBLE_EQ(slowest.layers[i].seconds, 1.5 * p.layers[i].seconds) << i;
     EXPECT_DOUBLE_EQ(slowest.layers[i].fixed_seconds, 1.5 * p.layers[i].fixed_seconds) << i;
