@@ -23,8 +23,10 @@ descendants() {  # of process $1: the ranks, in the session of a launcher that m
 rank_pid() {
   for p in $(descendants "$job"); do
     [ "$(cat "/proc/$p/comm" 2>/dev/null)" = ddl_train ] || continue
-    # A rank ending as the scan runs takes its /proc entry with it.
-    if [ "$rank" = any ] || { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+    # A rank ending as the scan runs takes its /proc entry with it. grep reads the file itself: after a pipe,
+    # grep -q's early exit could end its writer with SIGPIPE, which pipefail made a miss (a rank's
+    # environment can be larger than one write: the ThreadSanitizer runs missed rank 1 so).
+    if [ "$rank" = any ] || grep -qxz "OMPI_COMM_WORLD_RANK=$rank" "/proc/$p/environ" 2>/dev/null; then
       echo "$p"
       return
     fi
