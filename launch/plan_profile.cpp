@@ -169,25 +169,21 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     auto time_layers = [&](dnnl::memory::dim batch) {
       Tensor input(plain_desc({batch, in[0], in[1], in[2]}), ctx.engine());
       std::fill(input.data(), input.data() + input.elements(), 0.5f);
-      Profiler profiler;
-      constexpr int kLeastTimed = 2, kMostTimed = 64;
-      constexpr double kProbeSeconds = 0.3;
-      bool warm = false;
-      int timed = 0;
-      auto began = clock::now();
-      while (!warm || timed < kLeastTimed || (timed < kMostTimed && since(began) < kProbeSeconds)) {
+      auto step = [&] {
         const Tensor& out = probe->forward(ctx, input, Mode::train);
         Tensor diff(out.desc(), ctx.engine());
         std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
         probe->backward(ctx, diff);
-        if (warm) {
-          ++timed;
-        } else {  // the warm-up step done: timing starts
-          warm = true;
-          probe->attach_profiler(&profiler);
-          began = clock::now();
-        }
-      }
+      };
+      step();  // the warm-up: it builds the primitives
+      Profiler profiler;
+      probe->attach_profiler(&profiler);
+      constexpr int kLeastTimed = 2, kMostTimed = 64;
+      constexpr double kProbeSeconds = 0.3;
+      int timed = 0;
+      for (const auto began = clock::now();
+           timed < kLeastTimed || (timed < kMostTimed && since(began) < kProbeSeconds); ++timed)
+        step();
       probe->attach_profiler(nullptr);
       std::vector<double> seconds;
       for (const auto& e : profiler.entries()) seconds.push_back((e.forward_s + e.backward_s) / timed);
