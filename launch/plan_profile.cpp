@@ -8,6 +8,7 @@
 #include "comm/allreduce.hpp"
 #include "core/optim/optimizer.hpp"
 #include "core/profiler.hpp"
+#include "core/tensor_group.hpp"
 #include "core/train/resources.hpp"
 #include "launch/tensor_split.hpp"
 
@@ -96,6 +97,112 @@ std::optional<Link> unpack(const std::vector<double>& from, std::size_t& at) {
   return link;
 }
 
+// Each layer's seconds per call of `model` at `batch` images: a warm-up step, then the mean of the steps timed,
+// at least two and as many as fill kProbeSeconds: a small model's step of a few milliseconds moves by 10-20%
+// from one step to the next on a shared core.
+std::vector<double> time_layers(Model& model, Context& ctx, dnnl::memory::dim batch) {
+  const dims_t& in = model.input_shape();
+  Tensor input(plain_desc({batch, in[0], in[1], in[2]}), ctx.engine());
+  std::fill(input.data(), input.data() + input.elements(), 0.5f);
+  auto step = [&] {
+    const Tensor& out = model.forward(ctx, input, Mode::train);
+    Tensor diff(out.desc(), ctx.engine());
+    std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
+    model.backward(ctx, diff);
+  };
+  step();  // the warm-up: it builds the primitives
+  Profiler profiler;
+  model.attach_profiler(&profiler);
+  constexpr int kLeastTimed = 2, kMostTimed = 64;
+  constexpr double kProbeSeconds = 0.3;
+  int timed = 0;
+  for (const auto began = clock::now(); timed < kLeastTimed || (timed < kMostTimed && since(began) < kProbeSeconds);
+       ++timed)
+    step();
+  model.attach_profiler(nullptr);
+  std::vector<double> seconds;
+  for (const auto& e : profiler.entries()) seconds.push_back((e.forward_s + e.backward_s) / timed);
+  return seconds;
+}
+
+// A tensor group of two that moves nothing: this rank's piece stands where the other's would arrive, and
+// sums stay partial. With it the probe times a split layer's own work; the cost model adds its collectives
+// from the links' figures.
+class TimingGroup : public TensorGroup {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void all_gather(std::span<const float> mine, std::span<float> all) override { repeat(mine, all); }
+  void all_gather(std::span<const std::int32_t> mine, std::span<std::int32_t> all) override { repeat(mine, all); }
+  void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) override {
+    std::copy_n(all.begin(), mine.size(), mine.begin());
+  }
+  void all_reduce_sum(std::span<float>) override {}
+  double take_bytes_sent() override { return 0; }
+
+ private:
+  template <class T>
+  static void repeat(std::span<const T> mine, std::span<T> all) {
+    for (std::size_t at = 0; at + mine.size() <= all.size(); at += mine.size())
+      std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+};
+
+// The layers the planner may split that two ranks divide: every transformer block, or else every dense
+// layer (the planner splits blocks all together, dense layers in any subset).
+std::vector<std::size_t> split_in_two(const Profile& p) {
+  std::vector<std::size_t> blocks, dense;
+  bool all_blocks = true;
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    const LayerCost& l = p.layers[i];
+    const bool halves = l.divisor > 0 && l.divisor % 2 == 0;
+    if (l.split == SplitKind::block) {
+      blocks.push_back(i);
+      all_blocks = all_blocks && halves;
+    }
+    if (l.split == SplitKind::dense && halves) dense.push_back(i);
+  }
+  return !blocks.empty() && all_blocks ? blocks : dense;
+}
+
+// Each layer of `splits` timed split two ways (TimingGroup), as the share of its time that splitting does
+// not divide: a call's time on T ranks is taken as fixed + images x seconds x (whole + (1 - whole) / T).
+// The rest of a block, LayerNorms and residual additions, stays whole on every rank; so does a split dense
+// layer's reordering of its gathered outputs.
+void measure_whole_shares(Profile& p, const std::vector<std::size_t>& splits, const TrainOptions& o,
+                          const ModelConfig& config, Context& ctx) {
+  TimingGroup group;
+  auto model = make_model(o.model, config, ctx, {}, nullptr, {splits, &group});
+  model->initialize(o.seed);
+  const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
+  const std::vector<double> at_batch = time_layers(*model, ctx, b);
+  // Split dense layers gather the group's images at the first of them and keep them to the end.
+  const std::size_t gather = p.layers[splits.front()].split == SplitKind::dense ? splits.front() : p.layers.size();
+  for (const std::size_t i : splits) {
+    LayerCost& l = p.layers[i];
+    const double whole_time = l.seconds * static_cast<double>(i >= gather ? 2 * b : b);
+    if (whole_time <= 0) continue;
+    l.whole_share = std::clamp(2 * (at_batch[i] - l.fixed_seconds) / whole_time - 1, 0.0, 1.0);
+  }
+}
+
+// "  4 layers that split (1 to 4), timed split in two: 12-17% of their time stays whole on every rank\n", or
+// nothing.
+std::string split_report(const Profile& p, const std::vector<std::size_t>& splits) {
+  if (splits.empty()) return "";
+  double least = 1, most = 0;
+  for (const std::size_t i : splits) {
+    least = std::min(least, p.layers[i].whole_share);
+    most = std::max(most, p.layers[i].whole_share);
+  }
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "  %zu layers that split (%zu to %zu), timed split in two: %.0f-%.0f%% of their time stays whole on "
+                "every rank\n",
+                splits.size(), splits.front(), splits.back(), 100 * least, 100 * most);
+  return text;
+}
+
 }  // namespace
 
 MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, std::size_t probe_bytes) {
@@ -134,6 +241,7 @@ void average_over_ranks(Profile& p, const Communicator& world) {
   for (const auto& l : p.layers) {
     figures.push_back(l.seconds);
     figures.push_back(l.fixed_seconds);
+    figures.push_back(l.whole_share);
   }
   world.allreduce_sum(figures);  // averaged below
   for (double& f : figures) f /= world.size();
@@ -141,8 +249,9 @@ void average_over_ranks(Profile& p, const Communicator& world) {
   p.optimizer_s_per_param = figures[1];
   p.measured_bytes = figures[2];
   for (std::size_t i = 0; i < p.layers.size(); ++i) {
-    p.layers[i].seconds = figures[3 + 2 * i];
-    p.layers[i].fixed_seconds = figures[4 + 2 * i];
+    p.layers[i].seconds = figures[3 + 3 * i];
+    p.layers[i].fixed_seconds = figures[4 + 3 * i];
+    p.layers[i].whole_share = figures[5 + 3 * i];
   }
   p = at_pace(p, slowest[0]);
 }
@@ -156,6 +265,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   p.model = o.model;
   p.batch = o.batch_size;
   p.base_bytes = static_cast<double>(resident_bytes());
+  std::vector<std::size_t> splits;  // the layers timed split, if any
   {
     // A context of its own, whose pooled buffers go with the probe.
     Context ctx;
@@ -163,34 +273,8 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     auto probe = make_model(o.model, config, ctx);
     probe->initialize(o.seed);
     const dims_t& in = probe->input_shape();
-    // Each layer's seconds per call at `batch` images: a warm-up step, then the mean of the steps timed, at
-    // least two and as many as fill kProbeSeconds: a small model's step of a few milliseconds moves by 10-20%
-    // from one step to the next on a shared core.
-    auto time_layers = [&](dnnl::memory::dim batch) {
-      Tensor input(plain_desc({batch, in[0], in[1], in[2]}), ctx.engine());
-      std::fill(input.data(), input.data() + input.elements(), 0.5f);
-      auto step = [&] {
-        const Tensor& out = probe->forward(ctx, input, Mode::train);
-        Tensor diff(out.desc(), ctx.engine());
-        std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
-        probe->backward(ctx, diff);
-      };
-      step();  // the warm-up: it builds the primitives
-      Profiler profiler;
-      probe->attach_profiler(&profiler);
-      constexpr int kLeastTimed = 2, kMostTimed = 64;
-      constexpr double kProbeSeconds = 0.3;
-      int timed = 0;
-      for (const auto began = clock::now();
-           timed < kLeastTimed || (timed < kMostTimed && since(began) < kProbeSeconds); ++timed)
-        step();
-      probe->attach_profiler(nullptr);
-      std::vector<double> seconds;
-      for (const auto& e : profiler.entries()) seconds.push_back((e.forward_s + e.backward_s) / timed);
-      return seconds;
-    };
     const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
-    const std::vector<double> at_batch = time_layers(b);
+    const std::vector<double> at_batch = time_layers(*probe, ctx, b);
     std::vector<double> output_bytes;
     for (const auto& md : probe->output_descs())
       // In f32 whatever the precision: the messages between stages and the split layers' collectives
@@ -209,7 +293,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     p.measured_bytes = static_cast<double>(peak_resident_bytes()) - p.base_bytes;
     // A quarter of the batch too: a call's time = fixed + images x per image, fitted through both.
     const dnnl::memory::dim quarter = std::max<dnnl::memory::dim>(1, b / 4);
-    const std::vector<double> at_quarter = quarter < b ? time_layers(quarter) : at_batch;
+    const std::vector<double> at_quarter = quarter < b ? time_layers(*probe, ctx, quarter) : at_batch;
     double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
     for (std::size_t i = 0; i < probe->num_layers(); ++i) {
       LayerCost l;
@@ -224,6 +308,15 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       input_bytes = l.output_bytes;
       p.layers.push_back(l);
     }
+    // The planner's split layers timed split, after the whole model is given back: --strategy auto where
+    // tensor groups may form.
+    splits = split_in_two(p);
+    if (o.strategy != "auto" || o.fixed_tensor == 1 || std::max(world.size(), o.plan_for_ranks) <= 1) splits.clear();
+    if (!splits.empty()) {
+      optimizer.reset();
+      probe.reset();
+      measure_whole_shares(p, splits, o, config, ctx);
+    }
   }
   average_over_ranks(p, world);
   // The all-reduce of the model's gradients itself where it is not too large to time a few times.
@@ -234,7 +327,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       measure_links(o, world, std::clamp(gradient_bytes, kProbeBytesWhileTraining, kLargestProbeBytes));
   p.within_node = links.within;
   p.between_nodes = links.between;
-  measured.links = links.text;
+  measured.report = "  " + links.text + "\n" + split_report(p, splits);
   // The probes' memory is freed: the peaks reported during training leave it out.
   restart_peak_resident();
   return measured;

@@ -19,7 +19,9 @@ namespace ddl {
 
 struct MeasuredProfile {
   Profile profile;
-  std::string links;  // one line: what was measured and what was assumed
+  // For the plan's report, a line each ("  ...\n"): the links measured or assumed, and where the split layers
+  // were timed split, what of them stays whole.
+  std::string report;
 };
 
 struct MeasuredLinks {

@@ -184,11 +184,12 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       const LayerCost& l = profile.layers[i];
       const double rows = gathers && i >= gather ? T * m : m;
       const double share = split[i] ? 1.0 / T : 1.0;
+      const double work_share = split[i] ? l.whole_share + (1 - l.whole_share) / T : 1.0;
       const double before = comm, sent_before = sent;
-      // A split layer's share of the work, but a whole call's fixed cost; a recomputed layer's forward runs
-      // again: a third of its time (backward taken as two thirds).
+      // A split layer's share of the work (and what stays whole of it), but a whole call's fixed cost; a
+      // recomputed layer's forward runs again: a third of its time (backward taken as two thirds).
       const double compute =
-          (l.fixed_seconds + l.seconds * rows * share) * (recomputation.again(i) ? 1 + kForwardShare : 1);
+          (l.fixed_seconds + l.seconds * rows * work_share) * (recomputation.again(i) ? 1 + kForwardShare : 1);
       slot += compute;
       params += l.params * share;
       largest = std::max(largest, l.params * share);

@@ -142,6 +142,12 @@ std::string to_text(const Profile& p) {
   for (const auto& l : p.layers)
     s << "layer " << l.seconds << " " << l.params << " " << l.input_bytes << " " << l.output_bytes << " "
       << kinds[static_cast<int>(l.split)] << " " << l.divisor << " " << l.fixed_seconds << " " << l.name << "\n";
+  // One figure per layer, where measured: a profile written before they were reads as all 0.
+  if (std::any_of(p.layers.begin(), p.layers.end(), [](const LayerCost& l) { return l.whole_share > 0; })) {
+    s << "whole_share";
+    for (const auto& l : p.layers) s << " " << l.whole_share;
+    s << "\n";
+  }
   return s.str();
 }
 
@@ -151,6 +157,7 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
   std::string line;
   int number = 0;
   bool header = false;
+  std::vector<double> whole_shares;
   while (std::getline(lines, line)) {
     ++number;
     if (line.empty()) continue;
@@ -201,6 +208,9 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
         std::getline(in >> std::ws, l.name);
         p.layers.push_back(l);
       }
+    } else if (key == "whole_share") {
+      for (double x; in >> x;) whole_shares.push_back(x);
+      ok = in.eof() && std::all_of(whole_shares.begin(), whole_shares.end(), [](double x) { return x >= 0 && x <= 1; });
     } else {
       throw InputError(where + ": unknown key '" + key + "'");
     }
@@ -208,6 +218,10 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
   }
   if (!header || p.layers.empty() || p.batch <= 0)
     throw InputError(source + ": a profile needs its 'ddl-profile 1' line, a batch and at least one layer");
+  if (!whole_shares.empty() && whole_shares.size() != p.layers.size())
+    throw InputError(source + ": its whole_share line has " + std::to_string(whole_shares.size()) + " figures for " +
+                     std::to_string(p.layers.size()) + " layers");
+  for (std::size_t i = 0; i < whole_shares.size(); ++i) p.layers[i].whole_share = whole_shares[i];
   return p;
 }
 

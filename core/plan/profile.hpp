@@ -20,6 +20,9 @@ struct LayerCost {
   SplitKind split = SplitKind::none;
   int divisor = 0;            // what a tensor group's size must divide: a dense layer's outputs, a block's heads
   double fixed_seconds = 0;   // per call, whatever its images: a call's time is fixed + images x seconds
+  // The share of `seconds` that splitting across T ranks does not divide (a block's LayerNorms and residual
+  // additions): a split call takes fixed + images x seconds x (whole_share + (1 - whole_share) / T).
+  double whole_share = 0;
 };
 
 // What moving `bytes` between two ranks took once, measured.

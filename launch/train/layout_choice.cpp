@@ -28,7 +28,7 @@ MeasuredProfile load_profile(const TrainOptions& o, const Communicator& world, s
       throw InputError("--load-profile " + o.load_profile + " holds " + std::to_string(measured.profile.layers.size()) +
                        " layers, model " + o.model + " has " + std::to_string(model_layers));
   });
-  measured.links = "profile and links from " + o.load_profile;
+  measured.report = "  profile and links from " + o.load_profile + "\n";
   return measured;
 }
 
@@ -60,7 +60,7 @@ ChosenLayout planner_layout(Job& job) {
   const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit[0]);
   if (o.plan_only) {
     ChosenLayout report_only;
-    report_only.plan_report = plan.text + "  " + measured.links + "\n";
+    report_only.plan_report = plan.text + measured.report;
     return report_only;
   }
   if (o.replan_every != TrainOptions::kNeverReplan && world.size() > 1)
@@ -68,7 +68,7 @@ ChosenLayout planner_layout(Job& job) {
   world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")",
                    Checksum().add(plan.chosen.layout.describe()).value());
   ChosenLayout chosen = planned_layout(plan, *job.whole);
-  chosen.plan_report += "  " + measured.links + "\n";
+  chosen.plan_report += measured.report;
   return chosen;
 }
 

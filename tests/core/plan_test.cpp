@@ -629,6 +629,27 @@ TEST(Planner, TheMeasuredMemoryScalesTheActivationsNotTheParameters) {
   EXPECT_LT(halves.peak_bytes - unscaled.peak_bytes, 1.9 * activations);
 }
 
+TEST(Planner, ASplitLayerDividesOnlyWhatDoesNotStayWholeOnEveryRank) {
+  // ViT-B/16's blocks split across pairs: with a quarter of each block's time whole (its LayerNorms and
+  // residual additions, as the probe measures them split), each rank computes 1/4 + 3/4 / 2 of a block.
+  Profile p = vit_b16_profile();
+  Layout split{1, 1, 2, 1, {static_cast<std::size_t>(p.layers.size())}, {}, 32, SplitKind::block};
+  for (std::size_t i = 1; i <= 24; ++i) split.split.push_back(i);
+  const Prediction divided = predict(p, {2, 2}, split, 32);
+  EXPECT_NEAR(divided.layers[1].compute_s, 32 * 6e-3 / 2, 1e-12);
+  for (std::size_t i = 1; i <= 24; ++i) p.layers[i].whole_share = 0.25;
+  p.layers[0].whole_share = 0.5;  // a layer not split computes all of its images whatever its share
+  const Prediction partly = predict(p, {2, 2}, split, 32);
+  EXPECT_NEAR(partly.layers[1].compute_s, 32 * 6e-3 * 0.625, 1e-12);
+  EXPECT_NEAR(partly.layers[2].compute_s, 32 * 9e-3 * 0.625, 1e-12);
+  EXPECT_DOUBLE_EQ(partly.layers[0].compute_s, divided.layers[0].compute_s);
+  EXPECT_NEAR(partly.step_s - divided.step_s, 12 * 32 * (6e-3 + 9e-3) * 0.125, 1e-9);
+  // Across four, 1/4 + 3/4 / 4 of it.
+  Layout fours = split;
+  fours.tensor = 4;
+  EXPECT_NEAR(predict(p, {4, 4}, fours, 32).layers[1].compute_s, 32 * 6e-3 * 0.4375, 1e-12);
+}
+
 TEST(Planner, PlansAThousandRanksFromASavedProfile) {
   const Profile saved = profile_from_text(to_text(vit_b16_profile()), "saved");
   for (const int ranks : {64, 1024}) {
@@ -722,8 +743,12 @@ TEST(Planner, AProfileSurvivesItsTextForm) {
   Profile p = alexnet_profile(kFast, kSlow);
   p.between_nodes.ring_steps = {{1024, 2e-3}, {65536, 7e-3}};
   p.between_nodes.messages = {{1024, 4e-5}, {65536, 8e-3}};
+  EXPECT_EQ(to_text(p).find("whole_share"), std::string::npos) << "written where measured";
+  p.layers[2].whole_share = 0.125;
   const Profile back = profile_from_text(to_text(p), "text");
   EXPECT_EQ(to_text(back), to_text(p));
+  EXPECT_DOUBLE_EQ(back.layers[2].whole_share, 0.125);
+  EXPECT_DOUBLE_EQ(back.layers[1].whole_share, 0);
   ASSERT_EQ(back.layers.size(), 4u);
   EXPECT_EQ(back.layers[1].name, "dense 9216->4096");
   EXPECT_EQ(back.layers[1].split, SplitKind::dense);
@@ -735,7 +760,8 @@ TEST(Planner, AProfileSurvivesItsTextForm) {
   const std::string bad_timings[] = {"between_nodes_messages 1024 4e-5 512 8e-3\n",  // sizes must grow
                                      "between_nodes_messages 1024 4e-5 2048 1e-5\n",  // times never fall
                                      "between_nodes_messages 1024\n", "between_nodes_messages 1024 4e-5 2048\n",
-                                     "between_nodes_ring 1024 1e-3\n"};
+                                     "between_nodes_ring 1024 1e-3\n", "whole_share 0 0.5\n",
+                                     "whole_share 0 0 1.5 0\n", "whole_share 0 0 x 0\n"};
   for (const std::string& line : bad_timings)
     EXPECT_THROW(profile_from_text(to_text(p) + line, "timings.txt"), InputError) << line;
   EXPECT_THROW(profile_from_text("model x\n", "bad.txt"), InputError);
