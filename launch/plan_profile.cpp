@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <tuple>
 
 #include "comm/allreduce.hpp"
 #include "core/optim/optimizer.hpp"
@@ -242,6 +243,7 @@ void average_over_ranks(Profile& p, const Communicator& world) {
     figures.push_back(l.seconds);
     figures.push_back(l.fixed_seconds);
     figures.push_back(l.whole_share);
+    figures.push_back(l.one_image_seconds);
   }
   world.allreduce_sum(figures);  // averaged below
   for (double& f : figures) f /= world.size();
@@ -249,9 +251,9 @@ void average_over_ranks(Profile& p, const Communicator& world) {
   p.optimizer_s_per_param = figures[1];
   p.measured_bytes = figures[2];
   for (std::size_t i = 0; i < p.layers.size(); ++i) {
-    p.layers[i].seconds = figures[3 + 3 * i];
-    p.layers[i].fixed_seconds = figures[4 + 3 * i];
-    p.layers[i].whole_share = figures[5 + 3 * i];
+    LayerCost& l = p.layers[i];
+    std::tie(l.seconds, l.fixed_seconds, l.whole_share, l.one_image_seconds) =
+        std::tuple{figures[3 + 4 * i], figures[4 + 4 * i], figures[5 + 4 * i], figures[6 + 4 * i]};
   }
   p = at_pace(p, slowest[0]);
 }
@@ -294,6 +296,8 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     // A quarter of the batch too: a call's time = fixed + images x per image, fitted through both.
     const dnnl::memory::dim quarter = std::max<dnnl::memory::dim>(1, b / 4);
     const std::vector<double> at_quarter = quarter < b ? time_layers(*probe, ctx, quarter) : at_batch;
+    // And one image, which micro-batches may hold, where the line would reach it from the quarter.
+    const std::vector<double> at_one = quarter > 1 ? time_layers(*probe, ctx, 1) : std::vector<double>{};
     double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
     for (std::size_t i = 0; i < probe->num_layers(); ++i) {
       LayerCost l;
@@ -301,6 +305,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       l.seconds = quarter < b ? std::max(0.0, (at_batch[i] - at_quarter[i]) / static_cast<double>(b - quarter))
                               : at_batch[i] / static_cast<double>(b);
       l.fixed_seconds = std::max(0.0, at_batch[i] - static_cast<double>(b) * l.seconds);
+      if (!at_one.empty()) l.one_image_seconds = at_one[i];
       l.params = static_cast<double>(probe->layer_param_count(i));
       l.input_bytes = input_bytes;
       l.output_bytes = output_bytes[i];

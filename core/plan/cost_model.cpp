@@ -189,7 +189,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       // A split layer's share of the work (and what stays whole of it), but a whole call's fixed cost; a
       // recomputed layer's forward runs again: a third of its time (backward taken as two thirds).
       const double compute =
-          (l.fixed_seconds + l.seconds * rows * work_share) * (recomputation.again(i) ? 1 + kForwardShare : 1);
+          l.call_seconds(rows * work_share, profile.batch) * (recomputation.again(i) ? 1 + kForwardShare : 1);
       slot += compute;
       params += l.params * share;
       largest = std::max(largest, l.params * share);

@@ -20,7 +20,24 @@ SplitKind kind_named(const std::string& name, const std::string& where) {
   throw InputError(where + ": split kind '" + name + "' is none of none, dense, block");
 }
 
+// The figures a profile's text form gives a line of their own, one per layer, written where measured.
+constexpr std::array<std::pair<const char*, double LayerCost::*>, 2> kPerLayerLines{
+    {{"whole_share", &LayerCost::whole_share}, {"one_image_seconds", &LayerCost::one_image_seconds}}};
+
 }  // namespace
+
+double LayerCost::call_seconds(double images, int batch) const {
+  const double quarter = std::max(1, batch / 4);  // as the probe times it
+  if (one_image_seconds <= 0 || quarter <= 1 || images >= quarter) return fixed_seconds + images * seconds;
+  const double at_quarter = fixed_seconds + quarter * seconds;
+  return one_image_seconds + (std::max(images, 1.0) - 1) * (at_quarter - one_image_seconds) / (quarter - 1);
+}
+
+void LayerCost::scale(double factor) {
+  seconds *= factor;
+  fixed_seconds *= factor;
+  one_image_seconds *= factor;
+}
 
 double Link::interpolated(const std::vector<Timing>& timings, double bytes) const {
   const auto line = [&](const Timing& from) { return from.seconds + (bytes - from.bytes) / bytes_per_s; };
@@ -108,7 +125,7 @@ std::string Link::describe() const {
 
 double layers_seconds(const Profile& profile) {
   double seconds = 0;
-  for (const LayerCost& l : profile.layers) seconds += l.fixed_seconds + profile.batch * l.seconds;
+  for (const LayerCost& l : profile.layers) seconds += l.call_seconds(profile.batch, profile.batch);
   return seconds;
 }
 
@@ -116,10 +133,7 @@ Profile at_pace(const Profile& profile, double seconds) {
   const double now = layers_seconds(profile);
   if (now <= 0) return profile;
   Profile paced = profile;
-  for (LayerCost& l : paced.layers) {
-    l.seconds *= seconds / now;
-    l.fixed_seconds *= seconds / now;
-  }
+  for (LayerCost& l : paced.layers) l.scale(seconds / now);
   return paced;
 }
 
@@ -142,10 +156,11 @@ std::string to_text(const Profile& p) {
   for (const auto& l : p.layers)
     s << "layer " << l.seconds << " " << l.params << " " << l.input_bytes << " " << l.output_bytes << " "
       << kinds[static_cast<int>(l.split)] << " " << l.divisor << " " << l.fixed_seconds << " " << l.name << "\n";
-  // One figure per layer, where measured: a profile written before they were reads as all 0.
-  if (std::any_of(p.layers.begin(), p.layers.end(), [](const LayerCost& l) { return l.whole_share > 0; })) {
-    s << "whole_share";
-    for (const auto& l : p.layers) s << " " << l.whole_share;
+  // Where measured: a profile written before they were reads as all 0.
+  for (const auto [key, figure] : kPerLayerLines) {
+    if (std::none_of(p.layers.begin(), p.layers.end(), [&](const LayerCost& l) { return l.*figure > 0; })) continue;
+    s << key;
+    for (const auto& l : p.layers) s << " " << l.*figure;
     s << "\n";
   }
   return s.str();
@@ -157,7 +172,7 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
   std::string line;
   int number = 0;
   bool header = false;
-  std::vector<double> whole_shares;
+  std::vector<std::vector<double>> per_layer(kPerLayerLines.size());  // read after the layers
   while (std::getline(lines, line)) {
     ++number;
     if (line.empty()) continue;
@@ -208,9 +223,14 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
         std::getline(in >> std::ws, l.name);
         p.layers.push_back(l);
       }
-    } else if (key == "whole_share") {
-      for (double x; in >> x;) whole_shares.push_back(x);
-      ok = in.eof() && std::all_of(whole_shares.begin(), whole_shares.end(), [](double x) { return x >= 0 && x <= 1; });
+    } else if (const auto named = std::find_if(kPerLayerLines.begin(), kPerLayerLines.end(),
+                                               [&](const auto& line) { return key == line.first; });
+               named != kPerLayerLines.end()) {
+      std::vector<double>& figures = per_layer[static_cast<std::size_t>(named - kPerLayerLines.begin())];
+      for (double x; in >> x;) figures.push_back(x);
+      // A share at most 1, seconds any.
+      const double most = named->second == &LayerCost::whole_share ? 1 : 1e30;
+      ok = in.eof() && std::all_of(figures.begin(), figures.end(), [&](double x) { return x >= 0 && x <= most; });
     } else {
       throw InputError(where + ": unknown key '" + key + "'");
     }
@@ -218,10 +238,13 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
   }
   if (!header || p.layers.empty() || p.batch <= 0)
     throw InputError(source + ": a profile needs its 'ddl-profile 1' line, a batch and at least one layer");
-  if (!whole_shares.empty() && whole_shares.size() != p.layers.size())
-    throw InputError(source + ": its whole_share line has " + std::to_string(whole_shares.size()) + " figures for " +
-                     std::to_string(p.layers.size()) + " layers");
-  for (std::size_t i = 0; i < whole_shares.size(); ++i) p.layers[i].whole_share = whole_shares[i];
+  for (std::size_t k = 0; k < kPerLayerLines.size(); ++k) {
+    const auto [key, figure] = kPerLayerLines[k];
+    if (!per_layer[k].empty() && per_layer[k].size() != p.layers.size())
+      throw InputError(source + ": its " + key + " line has " + std::to_string(per_layer[k].size()) +
+                       " figures for " + std::to_string(p.layers.size()) + " layers");
+    for (std::size_t i = 0; i < per_layer[k].size(); ++i) p.layers[i].*figure = per_layer[k][i];
+  }
   return p;
 }
 

@@ -21,8 +21,17 @@ struct LayerCost {
   int divisor = 0;            // what a tensor group's size must divide: a dense layer's outputs, a block's heads
   double fixed_seconds = 0;   // per call, whatever its images: a call's time is fixed + images x seconds
   // The share of `seconds` that splitting across T ranks does not divide (a block's LayerNorms and residual
-  // additions): a split call takes fixed + images x seconds x (whole_share + (1 - whole_share) / T).
+  // additions): a split call takes the time of images x (whole_share + (1 - whole_share) / T).
   double whole_share = 0;
+  // A call of one image, measured where a quarter of the profile's batch is more (0: not measured): one image
+  // uses a core less well than the line says (ViT-tiny's attention: 0.30 ms, 0.23 on the line).
+  double one_image_seconds = 0;
+
+  // One call's seconds on `images` images, `batch` being the profile's: fixed + images x seconds from a
+  // quarter of the batch up; below it, the straight line from the one-image call to that (a split layer's
+  // share of one image taken as one image).
+  double call_seconds(double images, int batch) const;
+  void scale(double factor);  // every time figure
 };
 
 // What moving `bytes` between two ranks took once, measured.

@@ -17,8 +17,7 @@ Profile recalibrated(const Profile& profile, const Prediction& predicted, std::s
     const double collectives = lp.seconds - lp.compute_s;
     const double factor =
         std::clamp((measured_s[i] - collectives) / lp.compute_s, 1 / kMaxRecalibration, kMaxRecalibration);
-    p.layers[i].seconds *= factor;
-    p.layers[i].fixed_seconds *= factor;
+    p.layers[i].scale(factor);
   }
   return p;
 }

@@ -650,6 +650,32 @@ TEST(Planner, ASplitLayerDividesOnlyWhatDoesNotStayWholeOnEveryRank) {
   EXPECT_NEAR(predict(p, {4, 4}, fours, 32).layers[1].compute_s, 32 * 6e-3 * 0.4375, 1e-12);
 }
 
+TEST(Planner, AMicroBatchBelowAQuarterOfTheBatchRunsFromTheOneImageCallToTheLine) {
+  // Profiled at 32 images: the line fixed + images x seconds from 8 images up (1 ms + 0.25 ms an image).
+  LayerCost l = layer("attention", 0.25e-3, 0, 0, 0);
+  l.fixed_seconds = 1e-3;
+  EXPECT_DOUBLE_EQ(l.call_seconds(2, 32), 1.5e-3) << "not measured: the line";
+  l.one_image_seconds = 3e-3;
+  EXPECT_DOUBLE_EQ(l.call_seconds(1, 32), 3e-3);
+  EXPECT_DOUBLE_EQ(l.call_seconds(8, 32), 3e-3) << "the line at the quarter";
+  EXPECT_DOUBLE_EQ(l.call_seconds(16, 32), 5e-3);
+  EXPECT_DOUBLE_EQ(l.call_seconds(4, 32), 3e-3) << "between, on the straight line from one image";
+  l.one_image_seconds = 1e-3;
+  EXPECT_DOUBLE_EQ(l.call_seconds(4, 32), 1e-3 + 3 * 2e-3 / 7);
+  EXPECT_DOUBLE_EQ(l.call_seconds(0.5, 32), 1e-3) << "a split share of one image: one image";
+  EXPECT_DOUBLE_EQ(l.call_seconds(1, 4), 1.25e-3) << "a quarter of one image: the line was fitted through it";
+  l.scale(2);
+  EXPECT_DOUBLE_EQ(l.call_seconds(1, 32), 2e-3);
+  EXPECT_DOUBLE_EQ(l.call_seconds(16, 32), 10e-3);
+  // A pipeline of micro-batches of one image pays for it on every layer: on the path of one micro-batch
+  // through the 7 layers, and on the busiest stage's 4 (the convolutions') for the other 31.
+  Profile p = seed_cnn_profile(kFast);
+  const Layout pipeline{1, 2, 1, 32, {4, 3}, {}, 32};
+  const double lined = predict(p, {2, 2}, pipeline, 32).compute_s;
+  for (LayerCost& c : p.layers) c.one_image_seconds = c.call_seconds(1, 32) + 1e-4;
+  EXPECT_NEAR(predict(p, {2, 2}, pipeline, 32).compute_s - lined, (7 + 31 * 4) * 1e-4, 1e-12);
+}
+
 TEST(Planner, PlansAThousandRanksFromASavedProfile) {
   const Profile saved = profile_from_text(to_text(vit_b16_profile()), "saved");
   for (const int ranks : {64, 1024}) {
@@ -745,10 +771,12 @@ TEST(Planner, AProfileSurvivesItsTextForm) {
   p.between_nodes.messages = {{1024, 4e-5}, {65536, 8e-3}};
   EXPECT_EQ(to_text(p).find("whole_share"), std::string::npos) << "written where measured";
   p.layers[2].whole_share = 0.125;
+  p.layers[3].one_image_seconds = 2.5e-4;
   const Profile back = profile_from_text(to_text(p), "text");
   EXPECT_EQ(to_text(back), to_text(p));
   EXPECT_DOUBLE_EQ(back.layers[2].whole_share, 0.125);
   EXPECT_DOUBLE_EQ(back.layers[1].whole_share, 0);
+  EXPECT_DOUBLE_EQ(back.layers[3].one_image_seconds, 2.5e-4);
   ASSERT_EQ(back.layers.size(), 4u);
   EXPECT_EQ(back.layers[1].name, "dense 9216->4096");
   EXPECT_EQ(back.layers[1].split, SplitKind::dense);
@@ -761,7 +789,8 @@ TEST(Planner, AProfileSurvivesItsTextForm) {
                                      "between_nodes_messages 1024 4e-5 2048 1e-5\n",  // times never fall
                                      "between_nodes_messages 1024\n", "between_nodes_messages 1024 4e-5 2048\n",
                                      "between_nodes_ring 1024 1e-3\n", "whole_share 0 0.5\n",
-                                     "whole_share 0 0 1.5 0\n", "whole_share 0 0 x 0\n"};
+                                     "whole_share 0 0 1.5 0\n", "whole_share 0 0 x 0\n",
+                                     "one_image_seconds 1 2 3\n", "one_image_seconds 1 2 -3 4\n"};
   for (const std::string& line : bad_timings)
     EXPECT_THROW(profile_from_text(to_text(p) + line, "timings.txt"), InputError) << line;
   EXPECT_THROW(profile_from_text("model x\n", "bad.txt"), InputError);
