@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <tuple>
@@ -187,8 +188,8 @@ void measure_whole_shares(Profile& p, const std::vector<std::size_t>& splits, co
   }
 }
 
-// "  4 layers that split (1 to 4), timed split in two: 12-17% of their time stays whole on every rank\n", or
-// nothing.
+// "  the layers that split, 1 to 4 (4), timed split in two: 12-17% of their time stays whole on every rank\n",
+// or nothing.
 std::string split_report(const Profile& p, const std::vector<std::size_t>& splits) {
   if (splits.empty()) return "";
   double least = 1, most = 0;
@@ -196,12 +197,14 @@ std::string split_report(const Profile& p, const std::vector<std::size_t>& split
     least = std::min(least, p.layers[i].whole_share);
     most = std::max(most, p.layers[i].whole_share);
   }
-  char text[200];
-  std::snprintf(text, sizeof text,
-                "  %zu layers that split (%zu to %zu), timed split in two: %.0f-%.0f%% of their time stays whole on "
-                "every rank\n",
-                splits.size(), splits.front(), splits.back(), 100 * least, 100 * most);
-  return text;
+  const auto percent = [](double share) { return std::to_string(static_cast<int>(std::lround(100 * share))); };
+  const std::string which = splits.size() == 1 ? "the layer that splits, " + std::to_string(splits[0]) + ", "
+                                               : "the layers that split, " + std::to_string(splits.front()) + " to " +
+                                                     std::to_string(splits.back()) + " (" +
+                                                     std::to_string(splits.size()) + "), ";
+  const std::string shares = percent(least) == percent(most) ? percent(most) : percent(least) + "-" + percent(most);
+  return "  " + which + "timed split in two: " + shares + "% of " + (splits.size() == 1 ? "its" : "their") +
+         " time stays whole on every rank\n";
 }
 
 }  // namespace
