@@ -5,10 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <tuple>
 
 #include "comm/allreduce.hpp"
 #include "core/optim/optimizer.hpp"
+#include "core/plan/search.hpp"
 #include "core/profiler.hpp"
 #include "core/tensor_group.hpp"
 #include "core/train/resources.hpp"
@@ -150,42 +150,39 @@ class TimingGroup : public TensorGroup {
   }
 };
 
-// The layers the planner may split that two ranks divide: every transformer block, or else every dense
-// layer (the planner splits blocks all together, dense layers in any subset).
+// The layers the planner may split that two ranks divide: every transformer block, or else every dense layer.
 std::vector<std::size_t> split_in_two(const Profile& p) {
-  std::vector<std::size_t> blocks, dense;
-  bool all_blocks = true;
-  for (std::size_t i = 0; i < p.layers.size(); ++i) {
-    const LayerCost& l = p.layers[i];
-    const bool halves = l.divisor > 0 && l.divisor % 2 == 0;
-    if (l.split == SplitKind::block) {
-      blocks.push_back(i);
-      all_blocks = all_blocks && halves;
-    }
-    if (l.split == SplitKind::dense && halves) dense.push_back(i);
-  }
-  return !blocks.empty() && all_blocks ? blocks : dense;
+  Layout pairs;
+  pairs.tensor = 2;
+  SplittableLayers s = splittable_layers(p, pairs);
+  return s.blocks.empty() ? s.dense : s.blocks;
 }
 
-// Each layer of `splits` timed split two ways (TimingGroup), as the share of its time that splitting does
-// not divide: a call's time on T ranks is taken as fixed + images x seconds x (whole + (1 - whole) / T).
-// The rest of a block, LayerNorms and residual additions, stays whole on every rank; so does a split dense
-// layer's reordering of its gathered outputs.
-void measure_whole_shares(Profile& p, const std::vector<std::size_t>& splits, const TrainOptions& o,
-                          const ModelConfig& config, Context& ctx) {
+// Each layer of `splits` timed split two ways (TimingGroup) at the batch, as its whole_share, from the whole
+// model's `at_batch`. The layers that run alike in both models (before the first split dense layer, whose
+// gathering doubles the rows after it; every one beside split blocks) tell how much faster or slower the
+// machine ran the second time: where they hold a tenth of the step, the split times are taken at the first
+// run's pace (on this shared machine a 10% drift moved a share by 11 points).
+void measure_whole_shares(Profile& p, const std::vector<std::size_t>& splits, const std::vector<double>& at_batch,
+                          const TrainOptions& o, const ModelConfig& config, Context& ctx) {
   TimingGroup group;
   auto model = make_model(o.model, config, ctx, {}, nullptr, {splits, &group});
   model->initialize(o.seed);
   const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
-  const std::vector<double> at_batch = time_layers(*model, ctx, b);
-  // Split dense layers gather the group's images at the first of them and keep them to the end.
+  const std::vector<double> split_at_batch = time_layers(*model, ctx, b);
   const std::size_t gather = p.layers[splits.front()].split == SplitKind::dense ? splits.front() : p.layers.size();
-  for (const std::size_t i : splits) {
-    LayerCost& l = p.layers[i];
-    const double whole_time = l.seconds * static_cast<double>(i >= gather ? 2 * b : b);
-    if (whole_time <= 0) continue;
-    l.whole_share = std::clamp(2 * (at_batch[i] - l.fixed_seconds) / whole_time - 1, 0.0, 1.0);
+  double alike_then = 0, alike_now = 0, total = 0;
+  for (std::size_t i = 0; i < p.layers.size(); ++i) {
+    total += at_batch[i];
+    if (i < gather && std::find(splits.begin(), splits.end(), i) == splits.end()) {
+      alike_then += at_batch[i];
+      alike_now += split_at_batch[i];
+    }
   }
+  const double pace = alike_then >= 0.1 * total && alike_now > 0 ? alike_now / alike_then : 1.0;
+  for (const std::size_t i : splits)
+    p.layers[i].whole_share = whole_share_of(p.layers[i], static_cast<double>(i >= gather ? 2 * b : b),
+                                             split_at_batch[i] / pace);
 }
 
 // "  the layers that split, 1 to 4 (4), timed split in two: 12-17% of their time stays whole on every rank\n",
@@ -243,20 +240,18 @@ void average_over_ranks(Profile& p, const Communicator& world) {
   world.allreduce_max(slowest);
   std::vector<double> figures{p.base_bytes, p.optimizer_s_per_param, p.measured_bytes};
   for (const auto& l : p.layers) {
-    figures.push_back(l.seconds);
-    figures.push_back(l.fixed_seconds);
+    for (const auto figure : kLayerTimes) figures.push_back(l.*figure);
     figures.push_back(l.whole_share);
-    figures.push_back(l.one_image_seconds);
   }
   world.allreduce_sum(figures);  // averaged below
   for (double& f : figures) f /= world.size();
   p.base_bytes = figures[0];
   p.optimizer_s_per_param = figures[1];
   p.measured_bytes = figures[2];
-  for (std::size_t i = 0; i < p.layers.size(); ++i) {
-    LayerCost& l = p.layers[i];
-    std::tie(l.seconds, l.fixed_seconds, l.whole_share, l.one_image_seconds) =
-        std::tuple{figures[3 + 4 * i], figures[4 + 4 * i], figures[5 + 4 * i], figures[6 + 4 * i]};
+  std::size_t at = 3;
+  for (LayerCost& l : p.layers) {
+    for (const auto figure : kLayerTimes) l.*figure = figures[at++];
+    l.whole_share = std::clamp(figures[at++], 0.0, 1.0);  // the mean of the ranks' unclamped figures
   }
   p = at_pace(p, slowest[0]);
 }
@@ -308,7 +303,9 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       l.seconds = quarter < b ? std::max(0.0, (at_batch[i] - at_quarter[i]) / static_cast<double>(b - quarter))
                               : at_batch[i] / static_cast<double>(b);
       l.fixed_seconds = std::max(0.0, at_batch[i] - static_cast<double>(b) * l.seconds);
-      if (!at_one.empty()) l.one_image_seconds = at_one[i];
+      // Never above a call of more images (a layer of a few microseconds, timed with noise).
+      if (!at_one.empty())
+        l.one_image_seconds = std::min(at_one[i], l.call_seconds(static_cast<double>(quarter), o.batch_size));
       l.params = static_cast<double>(probe->layer_param_count(i));
       l.input_bytes = input_bytes;
       l.output_bytes = output_bytes[i];
@@ -323,7 +320,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     if (!splits.empty()) {
       optimizer.reset();
       probe.reset();
-      measure_whole_shares(p, splits, o, config, ctx);
+      measure_whole_shares(p, splits, at_batch, o, config, ctx);
     }
   }
   average_over_ranks(p, world);

@@ -186,10 +186,10 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       const double share = split[i] ? 1.0 / T : 1.0;
       const double work_share = split[i] ? l.whole_share + (1 - l.whole_share) / T : 1.0;
       const double before = comm, sent_before = sent;
-      // A split layer's share of the work (and what stays whole of it), but a whole call's fixed cost; a
-      // recomputed layer's forward runs again: a third of its time (backward taken as two thirds).
-      const double compute =
-          l.call_seconds(rows * work_share, profile.batch) * (recomputation.again(i) ? 1 + kForwardShare : 1);
+      // A split layer's share of its images' time (and what stays whole of it), but a whole call's fixed
+      // cost; a recomputed layer's forward runs again: a third of its time (backward taken as two thirds).
+      const double call = l.fixed_seconds + (l.call_seconds(rows, profile.batch) - l.fixed_seconds) * work_share;
+      const double compute = call * (recomputation.again(i) ? 1 + kForwardShare : 1);
       slot += compute;
       params += l.params * share;
       largest = std::max(largest, l.params * share);

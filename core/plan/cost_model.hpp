@@ -1,8 +1,9 @@
 // The planner's cost model: a layout's predicted step time and peak memory per rank from a profile
 // (after Baligodugula and Amsaad, "Optimizing Distributed Training Approaches for Scaling Neural Networks",
 // 2025: compute from the measured layers, communication from activation and gradient sizes).
-//   - Compute: each layer's time per image times the images it sees (a split layer's share of a gathered
-//     batch, or 1/T of a shared one, less what stays whole on every rank: LayerCost::whole_share); a pipeline's step is one micro-batch's path through every stage and
+//   - Compute: each layer's call on the images it sees (LayerCost::call_seconds); a split layer's share of
+//     its images' time, of a gathered batch or of a shared one, 1/T but for what stays whole on every rank
+//     (LayerCost::whole_share); a pipeline's step is one micro-batch's path through every stage and
 //     link, forward and back, and the other M - 1 at the pace of the busiest stage or link (GPipe and 1F1B
 //     alike; with equal stages and free links, (M + S - 1) slots).
 //   - Communication: split layers' collectives inside each slot; after backward, each stage's gradients

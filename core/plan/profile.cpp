@@ -20,9 +20,15 @@ SplitKind kind_named(const std::string& name, const std::string& where) {
   throw InputError(where + ": split kind '" + name + "' is none of none, dense, block");
 }
 
-// The figures a profile's text form gives a line of their own, one per layer, written where measured.
-constexpr std::array<std::pair<const char*, double LayerCost::*>, 2> kPerLayerLines{
-    {{"whole_share", &LayerCost::whole_share}, {"one_image_seconds", &LayerCost::one_image_seconds}}};
+// The figures a profile's text form gives a line of their own, one per layer, written where measured, and
+// the most each may be.
+struct PerLayerLine {
+  const char* key;
+  double LayerCost::*figure;
+  double most;
+};
+constexpr std::array<PerLayerLine, 2> kPerLayerLines{
+    {{"whole_share", &LayerCost::whole_share, 1}, {"one_image_seconds", &LayerCost::one_image_seconds, 1e30}}};
 
 }  // namespace
 
@@ -34,9 +40,12 @@ double LayerCost::call_seconds(double images, int batch) const {
 }
 
 void LayerCost::scale(double factor) {
-  seconds *= factor;
-  fixed_seconds *= factor;
-  one_image_seconds *= factor;
+  for (const auto figure : kLayerTimes) this->*figure *= factor;
+}
+
+double whole_share_of(const LayerCost& whole, double rows, double split_seconds) {
+  const double images_seconds = whole.seconds * rows;  // a call on T ranks: (whole + (1 - whole) / T) of it
+  return images_seconds > 0 ? 2 * (split_seconds - whole.fixed_seconds) / images_seconds - 1 : 0;
 }
 
 double Link::interpolated(const std::vector<Timing>& timings, double bytes) const {
@@ -157,7 +166,7 @@ std::string to_text(const Profile& p) {
     s << "layer " << l.seconds << " " << l.params << " " << l.input_bytes << " " << l.output_bytes << " "
       << kinds[static_cast<int>(l.split)] << " " << l.divisor << " " << l.fixed_seconds << " " << l.name << "\n";
   // Where measured: a profile written before they were reads as all 0.
-  for (const auto [key, figure] : kPerLayerLines) {
+  for (const auto& [key, figure, most] : kPerLayerLines) {
     if (std::none_of(p.layers.begin(), p.layers.end(), [&](const LayerCost& l) { return l.*figure > 0; })) continue;
     s << key;
     for (const auto& l : p.layers) s << " " << l.*figure;
@@ -224,13 +233,12 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
         p.layers.push_back(l);
       }
     } else if (const auto named = std::find_if(kPerLayerLines.begin(), kPerLayerLines.end(),
-                                               [&](const auto& line) { return key == line.first; });
+                                               [&](const PerLayerLine& l) { return key == l.key; });
                named != kPerLayerLines.end()) {
       std::vector<double>& figures = per_layer[static_cast<std::size_t>(named - kPerLayerLines.begin())];
       for (double x; in >> x;) figures.push_back(x);
-      // A share at most 1, seconds any.
-      const double most = named->second == &LayerCost::whole_share ? 1 : 1e30;
-      ok = in.eof() && std::all_of(figures.begin(), figures.end(), [&](double x) { return x >= 0 && x <= most; });
+      ok = in.eof() &&
+           std::all_of(figures.begin(), figures.end(), [&](double x) { return x >= 0 && x <= named->most; });
     } else {
       throw InputError(where + ": unknown key '" + key + "'");
     }
@@ -239,7 +247,7 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
   if (!header || p.layers.empty() || p.batch <= 0)
     throw InputError(source + ": a profile needs its 'ddl-profile 1' line, a batch and at least one layer");
   for (std::size_t k = 0; k < kPerLayerLines.size(); ++k) {
-    const auto [key, figure] = kPerLayerLines[k];
+    const auto& [key, figure, most] = kPerLayerLines[k];
     if (!per_layer[k].empty() && per_layer[k].size() != p.layers.size())
       throw InputError(source + ": its " + key + " line has " + std::to_string(per_layer[k].size()) +
                        " figures for " + std::to_string(p.layers.size()) + " layers");

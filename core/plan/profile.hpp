@@ -4,6 +4,7 @@
 // or read from a file, so that planning needs no MPI and runs on a laptop.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -21,18 +22,25 @@ struct LayerCost {
   int divisor = 0;            // what a tensor group's size must divide: a dense layer's outputs, a block's heads
   double fixed_seconds = 0;   // per call, whatever its images: a call's time is fixed + images x seconds
   // The share of `seconds` that splitting across T ranks does not divide (a block's LayerNorms and residual
-  // additions): a split call takes the time of images x (whole_share + (1 - whole_share) / T).
+  // additions): a split call takes fixed_seconds and its images' time x (whole_share + (1 - whole_share) / T).
   double whole_share = 0;
   // A call of one image, measured where a quarter of the profile's batch is more (0: not measured): one image
   // uses a core less well than the line says (ViT-tiny's attention: 0.30 ms, 0.23 on the line).
   double one_image_seconds = 0;
 
   // One call's seconds on `images` images, `batch` being the profile's: fixed + images x seconds from a
-  // quarter of the batch up; below it, the straight line from the one-image call to that (a split layer's
-  // share of one image taken as one image).
+  // quarter of the batch up; below it, the straight line from the one-image call to that (fewer than one
+  // image: one image's).
   double call_seconds(double images, int batch) const;
-  void scale(double factor);  // every time figure
+  void scale(double factor);  // every time figure (kLayerTimes)
 };
+
+// LayerCost's time figures: they scale together (a slower rank, a recalibration).
+inline constexpr std::array kLayerTimes{&LayerCost::seconds, &LayerCost::fixed_seconds, &LayerCost::one_image_seconds};
+
+// The whole_share of a layer whose call on `rows` images took `split_seconds` split in two (not clamped:
+// noise may take it past 0 or 1).
+double whole_share_of(const LayerCost& whole, double rows, double split_seconds);
 
 // What moving `bytes` between two ranks took once, measured.
 struct Timing {

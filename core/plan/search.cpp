@@ -45,20 +45,30 @@ std::vector<std::vector<std::size_t>> every_cut(std::size_t n, std::size_t s, st
   return cuts;
 }
 
-// The splits a group of T ranks may take: subsets of the dense layers it divides (all of them, or the
-// last k when there are many), and all transformer blocks when T divides every one.
-std::vector<std::vector<std::size_t>> every_split(const Profile& profile, const Layout& grid) {
-  std::vector<std::size_t> dense, blocks;
+}  // namespace
+
+SplittableLayers splittable_layers(const Profile& profile, const Layout& grid) {
+  SplittableLayers s;
   bool all_blocks = true;
   for (std::size_t i = 0; i < profile.layers.size(); ++i) {
     const LayerCost& l = profile.layers[i];
     const bool divides = grid.may_split(l.split, l.divisor);
-    if (l.split == SplitKind::dense && divides) dense.push_back(i);
+    if (l.split == SplitKind::dense && divides) s.dense.push_back(i);
     if (l.split == SplitKind::block) {
-      blocks.push_back(i);
+      s.blocks.push_back(i);
       all_blocks = all_blocks && divides;
     }
   }
+  if (!all_blocks) s.blocks.clear();
+  return s;
+}
+
+namespace {
+
+// The splits a group of T ranks may take: subsets of the dense layers it divides (all of them, or the
+// last k when there are many), and all transformer blocks when T divides every one.
+std::vector<std::vector<std::size_t>> every_split(const Profile& profile, const Layout& grid) {
+  const auto [dense, blocks] = splittable_layers(profile, grid);
   std::vector<std::vector<std::size_t>> splits;
   if ((std::size_t{1} << std::min<std::size_t>(dense.size(), 63)) <= kMostSubsets) {
     for (std::size_t mask = 1; mask < (std::size_t{1} << dense.size()); ++mask) {
@@ -70,7 +80,7 @@ std::vector<std::vector<std::size_t>> every_split(const Profile& profile, const 
   } else {
     for (std::size_t k = 0; k < dense.size(); ++k) splits.emplace_back(dense.begin() + static_cast<std::ptrdiff_t>(k), dense.end());
   }
-  if (!blocks.empty() && all_blocks) splits.push_back(blocks);
+  if (!blocks.empty()) splits.push_back(blocks);
   return splits;
 }
 

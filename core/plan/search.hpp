@@ -38,6 +38,13 @@ struct Plan {
 
 constexpr double kDataParallelMargin = 0.03;
 
+// The layers a group of grid.tensor ranks may split: the dense layers it divides, and the transformer blocks
+// where it divides every one (they split all together), else none.
+struct SplittableLayers {
+  std::vector<std::size_t> dense, blocks;
+};
+SplittableLayers splittable_layers(const Profile& profile, const Layout& grid);
+
 struct SearchResult {  // what the search found
   std::optional<Plan> best;           // the choice
   std::optional<Plan> fastest;        // the least predicted step time

@@ -644,10 +644,42 @@ TEST(Planner, ASplitLayerDividesOnlyWhatDoesNotStayWholeOnEveryRank) {
   EXPECT_NEAR(partly.layers[2].compute_s, 32 * 9e-3 * 0.625, 1e-12);
   EXPECT_DOUBLE_EQ(partly.layers[0].compute_s, divided.layers[0].compute_s);
   EXPECT_NEAR(partly.step_s - divided.step_s, 12 * 32 * (6e-3 + 9e-3) * 0.125, 1e-9);
+  // A call of one image split: the one-image call's time shared alike (the fixed cost, 0 here, whole).
+  p.layers[1].one_image_seconds = 10e-3;
+  Layout one_image = split;
+  one_image.batch = 1;
+  EXPECT_NEAR(predict(p, {2, 2}, one_image, 1).layers[1].compute_s, 10e-3 * 0.625, 1e-12);
   // Across four, 1/4 + 3/4 / 4 of it.
   Layout fours = split;
   fours.tensor = 4;
   EXPECT_NEAR(predict(p, {4, 4}, fours, 32).layers[1].compute_s, 32 * 6e-3 * 0.4375, 1e-12);
+  // The probe's figure: a block's call of 32 images split in two took 0.625 of its whole time, plus the
+  // fixed cost; a split dense layer's, on the group's 64 gathered images, 0.625 of 64 images' time.
+  LayerCost block = p.layers[1];
+  block.fixed_seconds = 1e-3;
+  EXPECT_NEAR(whole_share_of(block, 32, 1e-3 + 0.625 * 32 * 6e-3), 0.25, 1e-12);
+  EXPECT_NEAR(whole_share_of(block, 64, 1e-3 + 0.625 * 64 * 6e-3), 0.25, 1e-12);
+  EXPECT_NEAR(whole_share_of(block, 32, 1e-3 + 0.5 * 32 * 6e-3), 0, 1e-12) << "all of it divided";
+  EXPECT_NEAR(whole_share_of(block, 32, 1e-3 + 0.45 * 32 * 6e-3), -0.1, 1e-12) << "clamped after averaging";
+  EXPECT_EQ(whole_share_of(LayerCost{}, 32, 1e-3), 0) << "no time to share";
+}
+
+TEST(Planner, SplitsAllTheBlocksTheGroupDividesOrNoneAndAnyDenseLayerItDivides) {
+  const Profile vit = vit_b16_profile();
+  Layout group;
+  group.tensor = 4;
+  const SplittableLayers fours = splittable_layers(vit, group);
+  EXPECT_EQ(fours.blocks.size(), 24u);
+  EXPECT_EQ(fours.blocks.front(), 1u);
+  EXPECT_TRUE(fours.dense.empty());
+  group.tensor = 8;  // 12 heads do not split 8 ways
+  EXPECT_TRUE(splittable_layers(vit, group).blocks.empty());
+  group.tensor = 2;
+  const SplittableLayers pairs = splittable_layers(seed_cnn_profile(kFast), group);
+  EXPECT_EQ(pairs.dense, (std::vector<std::size_t>{5, 6}));
+  EXPECT_TRUE(pairs.blocks.empty());
+  group.tensor = 4;  // 10 outputs do not split 4 ways
+  EXPECT_EQ(splittable_layers(seed_cnn_profile(kFast), group).dense, (std::vector<std::size_t>{5}));
 }
 
 TEST(Planner, AMicroBatchBelowAQuarterOfTheBatchRunsFromTheOneImageCallToTheLine) {
@@ -662,7 +694,7 @@ TEST(Planner, AMicroBatchBelowAQuarterOfTheBatchRunsFromTheOneImageCallToTheLine
   EXPECT_DOUBLE_EQ(l.call_seconds(4, 32), 3e-3) << "between, on the straight line from one image";
   l.one_image_seconds = 1e-3;
   EXPECT_DOUBLE_EQ(l.call_seconds(4, 32), 1e-3 + 3 * 2e-3 / 7);
-  EXPECT_DOUBLE_EQ(l.call_seconds(0.5, 32), 1e-3) << "a split share of one image: one image";
+  EXPECT_DOUBLE_EQ(l.call_seconds(0.5, 32), 1e-3) << "fewer than one image: one image's call";
   EXPECT_DOUBLE_EQ(l.call_seconds(1, 4), 1.25e-3) << "a quarter of one image: the line was fitted through it";
   l.scale(2);
   EXPECT_DOUBLE_EQ(l.call_seconds(1, 32), 2e-3);

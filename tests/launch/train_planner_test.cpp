@@ -140,12 +140,14 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   EXPECT_NE(here.out.find("global batch 32 on 2 ranks, 2 a node"), std::string::npos) << here.out;
   EXPECT_NE(here.out.find("links: within a node"), std::string::npos) << here.out;
   // The dense layers the planner may split, timed split in two.
-  EXPECT_NE(here.out.find("\n  the layers that split, 5 to 6 (2), timed split in two: "), std::string::npos) << here.out;
+  EXPECT_NE(here.out.find("\n  the layers that split, 5 to 6 (2), timed split in two: "), std::string::npos)
+      << here.out;
   EXPECT_EQ(here.out.find("epoch 1"), std::string::npos) << here.out;
   // A cluster of 64 ranks, 16 a node, from the saved profile, with another network's figures in it.
   std::ifstream in(profile);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_NE(text.find("ddl-profile 1"), std::string::npos);
+  EXPECT_NE(text.find("\none_image_seconds "), std::string::npos) << "a quarter of 16 is 4 images";
   const auto line = text.find("between_nodes");
   text.replace(line, text.find('\n', line) - line, "between_nodes 0.0002 1e8");
   std::ofstream(profile) << text;
