@@ -35,7 +35,8 @@ struct LayerCost {
   void scale(double factor);  // every time figure (kLayerTimes)
 };
 
-// LayerCost's time figures: they scale together (a slower rank, a recalibration).
+// LayerCost's time figures: they scale together (a slower rank, a recalibration), and the probe averages
+// each over the ranks.
 inline constexpr std::array kLayerTimes{&LayerCost::seconds, &LayerCost::fixed_seconds, &LayerCost::one_image_seconds};
 
 // The whole_share of a layer whose call on `rows` images took `split_seconds` split in two (not clamped:
