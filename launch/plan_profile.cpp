@@ -12,6 +12,7 @@
 #include "core/profiler.hpp"
 #include "core/tensor_group.hpp"
 #include "core/train/resources.hpp"
+#include "launch/strategy.hpp"
 #include "launch/tensor_split.hpp"
 
 namespace ddl {
@@ -313,10 +314,9 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       input_bytes = l.output_bytes;
       p.layers.push_back(l);
     }
-    // The planner's split layers timed split, after the whole model is given back: --strategy auto where
-    // tensor groups may form.
-    splits = split_in_two(p);
-    if (o.strategy != "auto" || o.fixed_tensor == 1 || std::max(world.size(), o.plan_for_ranks) <= 1) splits.clear();
+    // The planner's split layers timed split, after the whole model is given back, where tensor groups may
+    // form.
+    if (planner_may_split(o) && std::max(world.size(), o.plan_for_ranks) > 1) splits = split_in_two(p);
     if (!splits.empty()) {
       optimizer.reset();
       probe.reset();

@@ -2,8 +2,9 @@
 // and backward time at the per-rank batch and at a quarter of it, on the rank's threads (a few steps of the
 // whole model, every rank at once, as training will load the cores), fitted as a fixed time per call plus
 // a time per image, and at one image, which a micro-batch may hold; the layers that can split, timed split
-// in two where tensor groups may form; its sizes, the optimizer's step, and the links within a node and between nodes:
-// the steps of the all-reduce training runs and pipeline messages, each timed at sizes from 1 KB up.
+// in two where tensor groups may form; its sizes, the optimizer's step, and the links within a node and
+// between nodes: the steps of the all-reduce training runs and pipeline messages, each timed at sizes from
+// 1 KB up.
 // A link that cannot be measured here (one node, or one rank per node) takes the figures given with
 // --link-within / --link-between, or defaults, and the report says so.
 #pragma once

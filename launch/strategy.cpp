@@ -63,6 +63,10 @@ double default_memory_limit(int ranks_on_this_node) {
   return 0;
 }
 
+bool planner_may_split(const TrainOptions& o) {
+  return o.strategy == "auto" && !o.layerwise_optimizer() && o.fixed_tensor != 1;
+}
+
 PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
                          double memory_limit_bytes) {
   Constraints limits;
@@ -80,12 +84,9 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
     limits.shard_states = o.bucket_mb != 0 ? std::vector<int>{0, 2, 3} : std::vector<int>{0, 1, 2, 3};  // 1 takes no buckets
   limits.may_recompute = true;
   limits.must_recompute = o.recompute;
-  if (o.strategy == "data" || o.layerwise_optimizer()) limits.tensor = 1;
+  if (!planner_may_split(o)) limits.tensor = 1;
   if (o.strategy == "data") limits.stages = 1;
-  if (o.strategy == "pipeline") {
-    limits.tensor = 1;
-    limits.min_stages = 2;
-  }
+  if (o.strategy == "pipeline") limits.min_stages = 2;
   const auto t0 = std::chrono::steady_clock::now();
   const int global = o.global_batch_on(cluster.ranks);
   const SearchResult r = plan_layouts(profile, cluster, global, limits);

@@ -19,6 +19,11 @@ struct PlanReport {
 PlanReport plan_strategy(const TrainOptions& options, const Profile& profile, const Cluster& cluster,
                          double memory_limit_bytes);
 
+// Whether the planner may split layers across tensor groups under these options: only --strategy auto, not
+// with a layer-wise optimizer (LARS, LAMB: their trust ratios need a layer's whole parameters), and not with
+// --tensor-parallel 1.
+bool planner_may_split(const TrainOptions& options);
+
 // The node's memory divided among its ranks, less a tenth for the system (/proc/meminfo), 0 if unknown.
 double default_memory_limit(int ranks_on_this_node);
 
