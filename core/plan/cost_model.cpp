@@ -166,14 +166,18 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   // all of them split, ViT-B/16 split across pairs was planned at 1.56 GB and peaked at 1.81.
   const double split_block_scale = 1 + (activation_scale - 1) * (0.5 + 0.5 / T);
   Prediction p;
-  double path = 0, path_comm = 0, pace = 0, pace_comm = 0;  // see below, where they are summed
+  // Each stage's micro-batch, and each link's message, for the schedule's timing below; the communication
+  // in them.
+  std::vector<StageSeconds> stage_seconds;
+  std::vector<double> message_seconds;
+  double stages_comm = 0, stages_busy = 0;
   // Stage 2 in a pipeline reduces each bucket in its stage's last backward, before the stage sends on its
   // input gradient: the stages' reduce-scatters come one after another.
   double serial_reduce = 0;
   std::size_t first = 0;
   for (int s = 0; s < S; ++s) {
     const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
-    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, largest = 0, recomputed_params = 0;
+    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, largest = 0, recomputed_params = 0, forward = 0;
     // Stage 3's gathers of every layer with parameters, one at a time: all, and the recomputed ones'.
     double param_gathers = 0, gathers_again = 0;
     std::vector<double> out;  // each layer's output bytes, one micro-batch's
@@ -191,6 +195,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       const double call = l.fixed_seconds + (l.call_seconds(rows, profile.batch) - l.fixed_seconds) * work_share;
       const double compute = call * (recomputation.again(i) ? 1 + kForwardShare : 1);
       slot += compute;
+      forward += kForwardShare * call;
       params += l.params * share;
       largest = std::max(largest, l.params * share);
       if (recomputation.again(i)) recomputed_params += l.params * share;
@@ -219,6 +224,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         comm += 2 * all_reduce_s(tensor_link, T, rows * l.output_bytes);
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
+      forward += (comm - before) / 2;  // a split layer's collectives: one way forward, the other back
       p.layers.push_back({s, split[i] != 0, M * (compute + comm - before), M * compute,
                           param_scale * param_bytes(l.params * share, value_share, state_share, gradient_share) +
                               in_flight * kept,
@@ -226,7 +232,10 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     }
     // Stage 3 gathers the stage's parameters in each micro-batch's forward and backward (the recomputed
     // layers' once more); a pipeline gathers each layer on its own thread, in the slot.
-    if (params_sharded && !layout.plain_data_parallel()) comm += 2 * param_gathers + gathers_again;
+    if (params_sharded && !layout.plain_data_parallel()) {
+      comm += 2 * param_gathers + gathers_again;
+      forward += param_gathers;
+    }
     double messages = 0;  // the activation forward and its gradient back, each micro-batch
     if (s + 1 < S) {
       const double rows = gathers && end - 1 >= gather ? T * m : m;
@@ -235,17 +244,10 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       sent += 2 * bytes;
     }
     slot += comm;
-    // One micro-batch crosses every stage and every link, forward and back (the pipeline's fill and
-    // drain); the other M - 1 follow at the pace of the busiest stage or link. A stage sends without
-    // waiting and the message moves while it computes the next micro-batch, so a link holds the pipeline
-    // back only where one message takes longer than the stages' slots (TCP's rendezvous messages).
-    path += slot + messages;
-    path_comm += comm + messages;
-    for (const auto [busy, busy_comm] : {std::pair{slot, comm}, std::pair{messages / 2, messages / 2}})
-      if (busy > pace) {
-        pace = busy;
-        pace_comm = busy_comm;
-      }
+    stage_seconds.push_back({forward, slot - forward});
+    if (s + 1 < S) message_seconds.push_back(messages / 2);
+    stages_busy += slot + messages;
+    stages_comm += comm + messages;
     double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
     const double bucket = std::min(layout.reduce_bucket_bytes(), 4 * params);
     // The last micro-batch's backward (taken as two thirds of a layer's time), and half the stage's all-reduce.
@@ -303,8 +305,12 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     p.peak_bytes = std::max(p.peak_bytes, memory + reduce_buffers);
     first = end;
   }
-  p.compute_s = path + (M - 1) * pace;
-  p.comm_s += path_comm + (M - 1) * pace_comm + serial_reduce;
+  // The schedule's step, its stages' micro-batches and messages timed in their order (where a few
+  // micro-batches cross three stages, the second's forward overlaps the first's path: the path plus M - 1
+  // of the busiest stage planned ViT-tiny's pipeline 20% slower than it ran); its communication share is
+  // the stages' own.
+  p.compute_s = pipeline_step_seconds(layout.schedule, stage_seconds, message_seconds, M);
+  p.comm_s += (stages_busy > 0 ? p.compute_s * stages_comm / stages_busy : 0) + serial_reduce;
   p.step_s = p.compute_s + serial_reduce + p.reduce_s;
   return p;
 }

@@ -23,6 +23,16 @@ struct PipelineOp {
 std::vector<PipelineOp> stage_ops(PipelineSchedule schedule, int stage, int stages, int micro_batches);
 // The most micro-batches whose activations a stage holds at once under `ops`.
 int micro_batches_in_flight(const std::vector<PipelineOp>& ops);
+// One micro-batch's forward and backward seconds on a stage.
+struct StageSeconds {
+  double forward = 0, backward = 0;
+};
+// The seconds from a step's first forward to its last backward, each stage running its stage_ops in order:
+// a forward waits for its micro-batch's activations from the stage before, a backward for its gradient from
+// the stage after; a message over the link between stages s and s + 1 takes message_s[s] and moves while
+// the sender goes on, one at a time each way.
+double pipeline_step_seconds(PipelineSchedule schedule, const std::vector<StageSeconds>& stages,
+                             const std::vector<double>& message_s, int micro_batches);
 // The idle share of an ideal pipeline with equal stages: (S - 1) / (M + S - 1).
 double ideal_bubble(int stages, int micro_batches);
 
