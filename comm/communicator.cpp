@@ -119,25 +119,23 @@ void Communicator::pass_on(std::vector<char>& bytes, int from, int to) const {
   }
 }
 
-void Communicator::relay(std::span<char> message) const {
-  constexpr int kRelayTag = 32;
-  if (message.size() > static_cast<std::size_t>(INT_MAX))
-    throw Error("relay: " + std::to_string(message.size()) + " bytes (at most 2 GB)");
-  const int n = static_cast<int>(message.size());
-  const auto receive = [&](int from) {
-    const auto wait = waiting_for("a relayed message", from);
-    check_mpi(MPI_Recv(message.data(), n, MPI_BYTE, from, kRelayTag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
-  };
-  const auto send = [&](int to) {
-    const auto wait = waiting_for("relaying a message", to, "to");
-    check_mpi(MPI_Send(message.data(), n, MPI_BYTE, to, kRelayTag, comm_), "MPI_Send");
-  };
-  if (rank_ > 0) receive(rank_ - 1);
-  if (rank_ + 1 < size_) {
-    send(rank_ + 1);
-    receive(rank_ + 1);
+void Communicator::shift(std::span<const char> send, std::span<char> receive) const {
+  constexpr int kShiftTag = 32;
+  if (send.size() != receive.size() || send.size() > static_cast<std::size_t>(INT_MAX))
+    throw Error("shift: " + std::to_string(send.size()) + " bytes sent against " + std::to_string(receive.size()) +
+                " received (at most 2 GB, the same on both sides)");
+  const int next = (rank_ + 1) % size_, before = (rank_ + size_ - 1) % size_;
+  const auto wait = waiting_for("a message", before);
+  const int n = static_cast<int>(send.size());
+  MPI_Request requests[2];
+  check_mpi(MPI_Irecv(receive.data(), n, MPI_BYTE, before, kShiftTag, comm_, &requests[0]), "MPI_Irecv");
+  if (const int code = MPI_Isend(send.data(), n, MPI_BYTE, next, kShiftTag, comm_, &requests[1]); code != MPI_SUCCESS) {
+    // The receive must not land in `receive` once the caller has unwound past it.
+    MPI_Cancel(&requests[0]);
+    MPI_Request_free(&requests[0]);
+    check_mpi(code, "MPI_Isend");
   }
-  if (rank_ > 0) send(rank_ - 1);
+  check_mpi(MPI_Waitall(2, requests, MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 
 void Communicator::allreduce_sum(std::span<float> values) const {

@@ -42,10 +42,9 @@ class Communicator {
   void broadcast(std::vector<char>& bytes, int root) const;
   // Rank `from` sends its bytes to rank `to`, which returns with them; the other ranks do nothing.
   void pass_on(std::vector<char>& bytes, int from, int to) const;
-  // Rank 0's `message` passed from rank to rank up to the last and back down to rank 0, each rank waiting
-  // for it before it passes it on, as a pipeline's activations go forward and their gradients back: for
-  // timing those messages (every rank returns with rank 0's bytes).
-  void relay(std::span<char> message) const;
+  // Each rank sends `send` to the next rank (the last to the first) and receives as many bytes from the one
+  // before, both non-blocking as pipeline stages pass their messages: for timing those messages.
+  void shift(std::span<const char> send, std::span<char> receive) const;
   // In-place sums with MPI_Allreduce.
   void allreduce_sum(std::span<float> values) const;
   void allreduce_sum(std::span<double> values) const;

@@ -52,10 +52,8 @@ std::vector<Timing> best_times(const Communicator& comm, const std::vector<std::
 }
 
 // The ring steps of the all-reduce training runs (its algorithm and wire: an all-reduce of B bytes over n
-// ranks is taken as 2 (n - 1) steps of B / n), up to an all-reduce of `largest` bytes; and messages of the
-// same sizes relayed from rank to rank and back, each rank waiting for one as a pipeline stage waits for its
-// activations or gradients (all ranks sending at once took each message one scheduler time slice longer on
-// ranks that share cores without MPI knowing: 8 ms against 2 at 1 KB). The line through the smallest and the
+// ranks is taken as 2 (n - 1) steps of B / n), up to an all-reduce of `largest` bytes; and messages passed
+// to the next rank as pipeline stages pass them, of the same sizes. The line through the smallest and the
 // largest ring steps gives the latency and the bandwidth beyond them (two large sizes alone are too close
 // for a slope that noise does not swing: VGG16's all-reduce over TCP was planned at a fifth of its time).
 Link measure_link(const Communicator& comm, const TrainOptions& o, std::size_t largest) {
@@ -68,9 +66,10 @@ Link measure_link(const Communicator& comm, const TrainOptions& o, std::size_t l
     allreducer.run(std::span<float>(values).first(step * static_cast<std::size_t>(n) / sizeof(float)), ReduceOp::sum);
   });
   for (Timing& t : link.ring_steps) t.seconds /= 2.0 * (n - 1);
-  std::vector<char> message(sizes.back(), 1);
-  link.messages = best_times(comm, sizes, [&](std::size_t bytes) { comm.relay(std::span<char>(message).first(bytes)); });
-  for (Timing& t : link.messages) t.seconds /= 2.0 * (n - 1);
+  std::vector<char> send(sizes.back(), 1), receive(sizes.back());
+  link.messages = best_times(comm, sizes, [&](std::size_t bytes) {
+    comm.shift(std::span<const char>(send).first(bytes), std::span<char>(receive).first(bytes));
+  });
   const Timing &first = link.ring_steps.front(), &last = link.ring_steps.back();
   link.bytes_per_s = last.seconds > first.seconds ? (last.bytes - first.bytes) / (last.seconds - first.seconds)
                                                   : last.bytes / last.seconds;

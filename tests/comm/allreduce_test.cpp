@@ -147,17 +147,21 @@ TEST(Allreduce, GatheringRangesFromTheirOwnersGivesTheAllGathersValues) {
   EXPECT_THROW(reducer.gather_from_owners(values, 8, 3), Error);
 }
 
-// The planner times pipeline-style messages with it: rank 0's bytes reach every rank, and come back.
-TEST(Communicator, RelayPassesRankZerosBytesUpToTheLastRankAndBack) {
+// The planner times pipeline-style messages with it: each rank's bytes reach the next rank, the last's
+// the first; sizes that differ are refused before anything is sent.
+TEST(Communicator, ShiftPassesEachRanksBytesToTheNext) {
   Communicator comm;
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{70000}}) {
-    std::vector<char> message(n);
-    for (std::size_t i = 0; i < n; ++i) message[i] = static_cast<char>(comm.rank() * 31 + i % 97);
-    comm.relay(message);
+    std::vector<char> send(n), receive(n, -1);
+    for (std::size_t i = 0; i < n; ++i) send[i] = static_cast<char>(comm.rank() * 31 + i % 97);
+    comm.shift(send, receive);
+    const int before = (comm.rank() + comm.size() - 1) % comm.size();
     std::size_t bad = 0;
-    for (std::size_t i = 0; i < n; ++i) bad += message[i] != static_cast<char>(i % 97);
+    for (std::size_t i = 0; i < n; ++i) bad += receive[i] != static_cast<char>(before * 31 + i % 97);
     EXPECT_EQ(bad, 0u) << n << " bytes";
   }
+  std::vector<char> four(4), three(3);
+  EXPECT_THROW(comm.shift(four, three), Error);
 }
 
 TEST(Allreduce, Bf16WireActuallyRounds) {
