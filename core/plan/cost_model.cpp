@@ -169,7 +169,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   // Each stage's micro-batch, and each link's message, for the schedule's timing below; the communication
   // in them.
   std::vector<StageSeconds> stage_seconds;
-  std::vector<double> message_seconds;
+  std::vector<MessageSeconds> message_seconds;
   double stages_comm = 0, stages_busy = 0;
   // Stage 2 in a pipeline reduces each bucket in its stage's last backward, before the stage sends on its
   // input gradient: the stages' reduce-scatters come one after another.
@@ -242,10 +242,11 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       const double bytes = rows * profile.layers[end - 1].output_bytes;
       messages = 2 * stage_link.message_s(bytes);
       sent += 2 * bytes;
+      // The next message may go while this one's latency runs: the link is taken only for its bytes.
+      message_seconds.push_back({messages / 2, std::min(messages / 2, bytes / stage_link.bytes_per_s)});
     }
     slot += comm;
     stage_seconds.push_back({forward, slot - forward});
-    if (s + 1 < S) message_seconds.push_back(messages / 2);
     stages_busy += slot + messages;
     stages_comm += comm + messages;
     double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);

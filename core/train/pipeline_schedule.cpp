@@ -38,9 +38,9 @@ int micro_batches_in_flight(const std::vector<PipelineOp>& ops) {
 }
 
 double pipeline_step_seconds(PipelineSchedule schedule, const std::vector<StageSeconds>& stages,
-                             const std::vector<double>& message_s, int micro_batches) {
+                             const std::vector<MessageSeconds>& messages, int micro_batches) {
   const int S = static_cast<int>(stages.size()), M = micro_batches;
-  if (S < 1 || M < 1 || message_s.size() + 1 != stages.size())
+  if (S < 1 || M < 1 || messages.size() + 1 != stages.size())
     throw Error("pipeline_step_seconds: one message time per link between " + std::to_string(S) + " stages");
   constexpr double kNotYet = -1;
   // When each micro-batch's activations (arrive[0]) and gradient (arrive[1]) reach each stage.
@@ -51,7 +51,7 @@ double pipeline_step_seconds(PipelineSchedule schedule, const std::vector<StageS
   for (int s = 0; s < S; ++s) ops.push_back(stage_ops(schedule, s, S, M));
   std::vector<std::size_t> next(static_cast<std::size_t>(S), 0);
   std::vector<double> free_at(static_cast<std::size_t>(S), 0), link_free[2];
-  for (auto& l : link_free) l.assign(message_s.size(), 0);
+  for (auto& l : link_free) l.assign(messages.size(), 0);
   double end = 0;
   // Each stage runs its ops while their inputs have arrived; a sweep that runs none would mean a schedule
   // that waits on itself.
@@ -72,8 +72,9 @@ double pipeline_step_seconds(PipelineSchedule schedule, const std::vector<StageS
         if (to < 0 || to >= S) continue;
         const auto link = static_cast<std::size_t>(std::min(s, to));
         double& link_at = link_free[op.forward ? 0 : 1][link];
-        link_at = std::max(link_at, free_at[u]) + message_s[link];
-        arrive[op.forward ? 0 : 1][static_cast<std::size_t>(to)][m] = link_at;
+        const double sent = std::max(link_at, free_at[u]);
+        link_at = sent + messages[link].occupies;
+        arrive[op.forward ? 0 : 1][static_cast<std::size_t>(to)][m] = sent + messages[link].arrives;
       }
     }
     if (left == before) throw Error("pipeline_step_seconds: the schedule waits on itself");

@@ -27,12 +27,16 @@ int micro_batches_in_flight(const std::vector<PipelineOp>& ops);
 struct StageSeconds {
   double forward = 0, backward = 0;
 };
+// A message between two stages: the seconds from its send to its receipt, and those of them in which the
+// link carries it (its bytes over the bandwidth) and no other message its way.
+struct MessageSeconds {
+  double arrives = 0, occupies = 0;
+};
 // The seconds from a step's first forward to its last backward, each stage running its stage_ops in order:
 // a forward waits for its micro-batch's activations from the stage before, a backward for its gradient from
-// the stage after; a message over the link between stages s and s + 1 takes message_s[s] and moves while
-// the sender goes on, one at a time each way.
+// the stage after, sent over the link between stages s and s + 1 as messages[s] says while the sender goes on.
 double pipeline_step_seconds(PipelineSchedule schedule, const std::vector<StageSeconds>& stages,
-                             const std::vector<double>& message_s, int micro_batches);
+                             const std::vector<MessageSeconds>& messages, int micro_batches);
 // The idle share of an ideal pipeline with equal stages: (S - 1) / (M + S - 1).
 double ideal_bubble(int stages, int micro_batches);
 

@@ -67,19 +67,22 @@ TEST(PipelineSchedule, StepTimeFollowsEachStagesOpsAndTheirMessages) {
   const auto one_f_one_b = PipelineSchedule::one_f_one_b, gpipe = PipelineSchedule::gpipe;
   EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}}, {}, 3), 9.0) << "one stage: its micro-batches in turn";
   // F0 on stage 0 [0, 1], its message [1, 1.5], F0 and B0 on stage 1 [1.5, 4.5], back [4.5, 5], B0 [5, 7].
-  EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}, {1, 2}}, {0.5}, 1), 7.0);
+  EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}, {1, 2}}, {{0.5, 0.5}}, 1), 7.0);
   // Two micro-batches over three equal stages and links of 1 s: the path of one (3 x 3 s + 4 messages)
   // and one stage's more.
-  EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}, {1, 2}, {1, 2}}, {1, 1}, 2), 16.0);
+  EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}, {1, 2}, {1, 2}}, {{1, 1}, {1, 1}}, 2), 16.0);
   // A last stage of no time: stage 1's backward of micro-batch 0 [5, 7] overlaps what stage 0 would wait
   // for in turn; micro-batch 1's gradient reaches stage 0 at 10, which ends at 12 (the path and the
   // busiest stage's once more: 13).
-  EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}, {1, 2}, {0, 0}}, {1, 1}, 2), 12.0);
-  EXPECT_DOUBLE_EQ(pipeline_step_seconds(gpipe, {{1, 2}, {1, 2}}, {0}, 2), 9.0);
+  EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}, {1, 2}, {0, 0}}, {{1, 1}, {1, 1}}, 2), 12.0);
+  EXPECT_DOUBLE_EQ(pipeline_step_seconds(gpipe, {{1, 2}, {1, 2}}, {{0, 0}}, 2), 9.0);
   // A link slower than the stages holds them back, one message at a time: F1's [4, 7] after F0's [1, 4];
   // stage 1 runs F0 [4, 5], F1 [7, 8], B0 [8, 10], B1 [10, 12]; B0's gradient [10, 13], B1's [13, 16];
   // stage 0's B1 [16, 18].
-  EXPECT_DOUBLE_EQ(pipeline_step_seconds(gpipe, {{1, 2}, {1, 2}}, {3}, 2), 18.0);
+  EXPECT_DOUBLE_EQ(pipeline_step_seconds(gpipe, {{1, 2}, {1, 2}}, {{3, 3}}, 2), 18.0);
+  // Messages of 3 s latency that take the link for no time go side by side: F0's [1, 4], F1's [2, 5];
+  // stage 1 [4, 10]; the gradients [8, 11] and [10, 13]; stage 0's B0 [11, 13], B1 [13, 15].
+  EXPECT_DOUBLE_EQ(pipeline_step_seconds(gpipe, {{1, 2}, {1, 2}}, {{3, 0}}, 2), 15.0);
   EXPECT_THROW(pipeline_step_seconds(gpipe, {{1, 2}, {1, 2}}, {}, 2), Error);
 }
 
