@@ -166,18 +166,18 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
   // all of them split, ViT-B/16 split across pairs was planned at 1.56 GB and peaked at 1.81.
   const double split_block_scale = 1 + (activation_scale - 1) * (0.5 + 0.5 / T);
   Prediction p;
-  // Each stage's micro-batch, and each link's message, for the schedule's timing below; the communication
-  // in them.
-  std::vector<StageSeconds> stage_seconds;
+  // Each stage's micro-batch (and its compute alone) and each link's message, for the schedule's timing
+  // below.
+  std::vector<StageSeconds> stage_seconds, stage_compute;
   std::vector<MessageSeconds> message_seconds;
-  double stages_comm = 0, stages_busy = 0;
   // Stage 2 in a pipeline reduces each bucket in its stage's last backward, before the stage sends on its
   // input gradient: the stages' reduce-scatters come one after another.
   double serial_reduce = 0;
   std::size_t first = 0;
   for (int s = 0; s < S; ++s) {
     const std::size_t end = first + layout.cut[static_cast<std::size_t>(s)];
-    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, largest = 0, recomputed_params = 0, forward = 0;
+    double slot = 0, comm = 0, sent = 0, params = 0, whole = 0, largest = 0, recomputed_params = 0;
+    double forward = 0, forward_comm = 0;  // the slot's forward: its compute, its collectives
     // Stage 3's gathers of every layer with parameters, one at a time: all, and the recomputed ones'.
     double param_gathers = 0, gathers_again = 0;
     std::vector<double> out;  // each layer's output bytes, one micro-batch's
@@ -210,21 +210,24 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
                                                              : activation_scale));
       const double kept = recomputation.keeps(i) ? out.back() : 0;
       if (split[i] && l.split == SplitKind::dense) {
-        double c = gather_s(tensor_link, T, rows * l.output_bytes / T);  // the outputs' shares
+        double c = gather_s(tensor_link, T, rows * l.output_bytes / T);  // the outputs' shares, forward
         sent += (T - 1) * rows * l.output_bytes / T;
         if (i == gather) {  // the features gathered, their gradient reduce-scattered
-          c += 2 * gather_s(tensor_link, T, m * l.input_bytes);
+          c += gather_s(tensor_link, T, m * l.input_bytes);
+          forward_comm += c;
+          c += gather_s(tensor_link, T, m * l.input_bytes);
           sent += 2 * (T - 1) * m * l.input_bytes;
         } else {  // the input gradient summed
+          forward_comm += c;
           c += all_reduce_s(tensor_link, T, rows * l.input_bytes);
           sent += all_reduce_sent(T, rows * l.input_bytes);
         }
         comm += c;
       } else if (split[i]) {  // a block: one all-reduce of its output each way
+        forward_comm += all_reduce_s(tensor_link, T, rows * l.output_bytes);
         comm += 2 * all_reduce_s(tensor_link, T, rows * l.output_bytes);
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
-      forward += (comm - before) / 2;  // a split layer's collectives: one way forward, the other back
       p.layers.push_back({s, split[i] != 0, M * (compute + comm - before), M * compute,
                           param_scale * param_bytes(l.params * share, value_share, state_share, gradient_share) +
                               in_flight * kept,
@@ -234,21 +237,19 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     // layers' once more); a pipeline gathers each layer on its own thread, in the slot.
     if (params_sharded && !layout.plain_data_parallel()) {
       comm += 2 * param_gathers + gathers_again;
-      forward += param_gathers;
+      forward_comm += param_gathers;
     }
-    double messages = 0;  // the activation forward and its gradient back, each micro-batch
-    if (s + 1 < S) {
+    if (s + 1 < S) {  // the activations forward and their gradient back, each micro-batch
       const double rows = gathers && end - 1 >= gather ? T * m : m;
       const double bytes = rows * profile.layers[end - 1].output_bytes;
-      messages = 2 * stage_link.message_s(bytes);
+      const double message = stage_link.message_s(bytes);
       sent += 2 * bytes;
       // The next message may go while this one's latency runs: the link is taken only for its bytes.
-      message_seconds.push_back({messages / 2, std::min(messages / 2, bytes / stage_link.bytes_per_s)});
+      message_seconds.push_back({message, std::min(message, bytes / stage_link.bytes_per_s)});
     }
+    stage_compute.push_back({forward, slot - forward});
     slot += comm;
-    stage_seconds.push_back({forward, slot - forward});
-    stages_busy += slot + messages;
-    stages_comm += comm + messages;
+    stage_seconds.push_back({forward + forward_comm, slot - forward - forward_comm});
     double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
     const double bucket = std::min(layout.reduce_bucket_bytes(), 4 * params);
     // The last micro-batch's backward (taken as two thirds of a layer's time), and half the stage's all-reduce.
@@ -277,7 +278,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     }
     const double reduce = reduce_comm + params * state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
-    p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with the path's and the pace's share
+    p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with what communication adds to the stages
     const double gathers_sent =
         params_sharded ? M * all_reduce_sent(D, 4 * (2 * params + recomputed_params)) / 2 - all_reduce_sent(D, 4 * params) / 2
                        : 0;  // in place of the all-gather after the update
@@ -306,12 +307,14 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     p.peak_bytes = std::max(p.peak_bytes, memory + reduce_buffers);
     first = end;
   }
-  // The schedule's step, its stages' micro-batches and messages timed in their order (where a few
-  // micro-batches cross three stages, the second's forward overlaps the first's path: the path plus M - 1
-  // of the busiest stage planned ViT-tiny's pipeline 20% slower than it ran); its communication share is
-  // the stages' own.
+  // The schedule's step, its stages' micro-batches and messages timed in their order: one micro-batch's
+  // path plus M - 1 of the busiest stage missed that the second micro-batch's forward overlaps the first's
+  // path, and that 1F1B's micro-batches in flight wait for slow messages. Its communication is what the
+  // collectives and messages add to the step, which the same schedule without them tells.
   p.compute_s = pipeline_step_seconds(layout.schedule, stage_seconds, message_seconds, M);
-  p.comm_s += (stages_busy > 0 ? p.compute_s * stages_comm / stages_busy : 0) + serial_reduce;
+  const double without_comm =
+      pipeline_step_seconds(layout.schedule, stage_compute, std::vector<MessageSeconds>(message_seconds.size()), M);
+  p.comm_s += p.compute_s - without_comm + serial_reduce;
   p.step_s = p.compute_s + serial_reduce + p.reduce_s;
   return p;
 }

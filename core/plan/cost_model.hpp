@@ -3,17 +3,17 @@
 // 2025: compute from the measured layers, communication from activation and gradient sizes).
 //   - Compute: each layer's call on the images it sees (LayerCost::call_seconds); a split layer's share of
 //     its images' time, of a gathered batch or of a shared one, 1/T but for what stays whole on every rank
-//     (LayerCost::whole_share); a pipeline's step is one micro-batch's path through every stage and
-//     link, forward and back, and the other M - 1 at the pace of the busiest stage or link (GPipe and 1F1B
-//     alike; with equal stages and free links, (M + S - 1) slots).
+//     (LayerCost::whole_share); a pipeline's step is its schedule run (pipeline_step_seconds: each
+//     stage's forwards and backwards in GPipe's or 1F1B's order, each waiting for what it takes from the
+//     stage before or after; with equal stages and free links, (M + S - 1) slots).
 //   - Communication: split layers' collectives inside each slot; after backward, each stage's gradients
 //     all-reduced over its D replicas (and those of whole parameters over its tensor group), then the
 //     optimizer; nothing overlapped (ddl_train averages after the step when S or T > 1), except plain data
-//     parallelism's buckets (--bucket-mb) under backward. Collectives are
-//     costed as rings: an all-reduce of B bytes over n ranks takes 2 (n - 1) ring steps of B / n bytes,
-//     each as long as the link takes for that size, and sends 2 (n - 1) / n B; an all-gather or
-//     reduce-scatter half of that. A pipeline's messages take the link's time for a message of their size.
-//     The ring steps are timed with the replicas' all-reduce; split layers' collectives (MPI's, or the
+//     parallelism's buckets (--bucket-mb) under backward. Collectives are costed as rings: an all-reduce
+//     of B bytes over n ranks takes 2 (n - 1) ring steps of B / n bytes, each as long as the link takes
+//     for that size, and sends 2 (n - 1) / n B; an all-gather or reduce-scatter half of that. A pipeline's
+//     message arrives the link's time for a message of its size after it is sent, and takes the link for
+//     its bytes alone. The ring steps are timed with the replicas' all-reduce; split layers' collectives (MPI's, or the
 //     ring) are taken at the same times.
 //   - Memory: parameters, gradients, optimizer state and a blocked weight copy (a split layer's 1/T), the
 //     activations of the micro-batches a stage keeps in flight (1F1B or GPipe) while one of them runs its

@@ -41,40 +41,40 @@ double pipeline_step_seconds(PipelineSchedule schedule, const std::vector<StageS
                              const std::vector<MessageSeconds>& messages, int micro_batches) {
   const int S = static_cast<int>(stages.size()), M = micro_batches;
   if (S < 1 || M < 1 || messages.size() + 1 != stages.size())
-    throw Error("pipeline_step_seconds: one message time per link between " + std::to_string(S) + " stages");
+    throw Error("pipeline_step_seconds: bad arguments (" + std::to_string(S) + " stages, " +
+                std::to_string(messages.size()) + " links, " + std::to_string(M) + " micro-batches)");
   constexpr double kNotYet = -1;
+  const auto at = [](int i) { return static_cast<std::size_t>(i); };
   // When each micro-batch's activations (arrive[0]) and gradient (arrive[1]) reach each stage.
   std::vector<std::vector<double>> arrive[2];
-  for (auto& a : arrive) a.assign(static_cast<std::size_t>(S), std::vector<double>(static_cast<std::size_t>(M), kNotYet));
+  for (auto& a : arrive) a.assign(at(S), std::vector<double>(at(M), kNotYet));
   for (auto& t : arrive[0][0]) t = 0;  // the first stage's input is at hand
   std::vector<std::vector<PipelineOp>> ops;
   for (int s = 0; s < S; ++s) ops.push_back(stage_ops(schedule, s, S, M));
-  std::vector<std::size_t> next(static_cast<std::size_t>(S), 0);
-  std::vector<double> free_at(static_cast<std::size_t>(S), 0), link_free[2];
+  std::vector<std::size_t> next(at(S), 0);
+  std::vector<double> free_at(at(S), 0), link_free[2];
   for (auto& l : link_free) l.assign(messages.size(), 0);
   double end = 0;
   // Each stage runs its ops while their inputs have arrived; a sweep that runs none would mean a schedule
   // that waits on itself.
-  for (std::size_t left = static_cast<std::size_t>(2 * S * M); left > 0;) {
+  for (std::size_t left = at(2 * S * M); left > 0;) {
     const std::size_t before = left;
     for (int s = 0; s < S; ++s) {
-      const auto u = static_cast<std::size_t>(s);
-      for (; next[u] < ops[u].size(); ++next[u], --left) {
-        const PipelineOp op = ops[u][next[u]];
-        const auto m = static_cast<std::size_t>(op.micro);
-        const int to = op.forward ? s + 1 : s - 1;  // where its output goes
-        // The last stage's backward follows its own forward, which the order puts first.
-        const double ready = op.forward || s + 1 < S ? arrive[op.forward ? 0 : 1][u][m] : free_at[u];
+      for (; next[at(s)] < ops[at(s)].size(); ++next[at(s)], --left) {
+        const PipelineOp op = ops[at(s)][next[at(s)]];
+        const int way = op.forward ? 0 : 1, to = op.forward ? s + 1 : s - 1;  // where its output goes
+        const double ready = arrive[way][at(s)][at(op.micro)];
         if (ready == kNotYet) break;
-        const StageSeconds& t = stages[u];
-        free_at[u] = std::max(free_at[u], ready) + (op.forward ? t.forward : t.backward);
-        end = std::max(end, free_at[u]);
+        const StageSeconds& t = stages[at(s)];
+        double& done = free_at[at(s)];
+        done = std::max(done, ready) + (op.forward ? t.forward : t.backward);
+        end = std::max(end, done);
+        if (to == S) arrive[1][at(s)][at(op.micro)] = done;  // the last stage turns its forward around
         if (to < 0 || to >= S) continue;
-        const auto link = static_cast<std::size_t>(std::min(s, to));
-        double& link_at = link_free[op.forward ? 0 : 1][link];
-        const double sent = std::max(link_at, free_at[u]);
-        link_at = sent + messages[link].occupies;
-        arrive[op.forward ? 0 : 1][static_cast<std::size_t>(to)][m] = sent + messages[link].arrives;
+        const std::size_t link = at(std::min(s, to));
+        const double sent = std::max(link_free[way][link], done);
+        link_free[way][link] = sent + messages[link].occupies;
+        arrive[way][at(to)][at(op.micro)] = sent + messages[link].arrives;
       }
     }
     if (left == before) throw Error("pipeline_step_seconds: the schedule waits on itself");

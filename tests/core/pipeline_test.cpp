@@ -71,9 +71,8 @@ TEST(PipelineSchedule, StepTimeFollowsEachStagesOpsAndTheirMessages) {
   // Two micro-batches over three equal stages and links of 1 s: the path of one (3 x 3 s + 4 messages)
   // and one stage's more.
   EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}, {1, 2}, {1, 2}}, {{1, 1}, {1, 1}}, 2), 16.0);
-  // A last stage of no time: stage 1's backward of micro-batch 0 [5, 7] overlaps what stage 0 would wait
-  // for in turn; micro-batch 1's gradient reaches stage 0 at 10, which ends at 12 (the path and the
-  // busiest stage's once more: 13).
+  // A last stage of no time: stage 1 runs F0 [2, 3], F1 [3, 4], B0 [5, 7], B1 [7, 9]; stage 0's B0 [8, 10]
+  // and B1, whose gradient arrives at 10, [10, 12] (the path plus the busiest stage once more: 13).
   EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}, {1, 2}, {0, 0}}, {{1, 1}, {1, 1}}, 2), 12.0);
   EXPECT_DOUBLE_EQ(pipeline_step_seconds(gpipe, {{1, 2}, {1, 2}}, {{0, 0}}, 2), 9.0);
   // A link slower than the stages holds them back, one message at a time: F1's [4, 7] after F0's [1, 4];
@@ -83,6 +82,19 @@ TEST(PipelineSchedule, StepTimeFollowsEachStagesOpsAndTheirMessages) {
   // Messages of 3 s latency that take the link for no time go side by side: F0's [1, 4], F1's [2, 5];
   // stage 1 [4, 10]; the gradients [8, 11] and [10, 13]; stage 0's B0 [11, 13], B1 [13, 15].
   EXPECT_DOUBLE_EQ(pipeline_step_seconds(gpipe, {{1, 2}, {1, 2}}, {{3, 0}}, 2), 15.0);
+  // More micro-batches than stages, messages of 1 s latency: stage 0 runs F0 [0, 1], F1 [1, 2], then B0
+  // when its gradient arrives [6, 8], F2 [8, 9], B1 [9, 11], B2 [14, 16]; stage 1 runs F0 [2, 3], B0 [3, 5],
+  // F1 [5, 6], B1 [6, 8], F2 [10, 11], B2 [11, 13]. Each micro-batch in 1F1B's steady state waits for a
+  // round trip.
+  EXPECT_DOUBLE_EQ(pipeline_step_seconds(one_f_one_b, {{1, 2}, {1, 2}}, {{1, 0}}, 3), 16.0);
+  // Equal stages and free links: (M + S - 1) slots, under both schedules.
+  for (const auto schedule : {gpipe, one_f_one_b})
+    for (const int stages : {1, 2, 4})
+      for (const int m : {1, 3, 8})
+        EXPECT_DOUBLE_EQ(pipeline_step_seconds(schedule, std::vector<StageSeconds>(stages, {1, 2}),
+                                               std::vector<MessageSeconds>(stages - 1), m),
+                         3.0 * (m + stages - 1))
+            << stages << " stages, " << m << " micro-batches";
   EXPECT_THROW(pipeline_step_seconds(gpipe, {{1, 2}, {1, 2}}, {}, 2), Error);
 }
 

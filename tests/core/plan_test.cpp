@@ -742,8 +742,8 @@ TEST(Planner, LinksTimedBySizeAreInterpolatedAndCostTheCollectivesAndMessagesApa
 
   // Data parallelism on 2 ranks all-reduces seed_cnn's 285,226 parameters (1.14 MB) in 2 ring steps of
   // half of them; a 2-stage pipeline cut after the second max-pool sends 16 KB an image each way. Where a
-  // message takes far longer than a stage's slot (1.3 ms here at 16 images), as these latencies do, 1F1B's
-  // two micro-batches in flight on stage 0 each wait for a round trip of two messages in turn.
+  // message takes far longer than a stage's slot (1.3 ms here at 16 images), as these latencies do, stage 0
+  // keeps 1F1B's two micro-batches in flight, so each pair waits for one round trip of two messages.
   Profile p = seed_cnn_profile(link);
   double params = 0;
   for (const auto& l : p.layers) params += l.params;
