@@ -6,8 +6,8 @@
 # first builds the primitives; an auto run may re-plan at its end). Columns: images/s, the largest rank's peak
 # memory, the communication share (all-reduce wait, or a pipeline's wait), the step measured and planned, how
 # far the measured step is off the planned one, the final training loss. DDL_ROUNDS=N runs every layout N
-# times, in turn, and gives each figure's median and the measured step's range: a step of a few milliseconds
-# moves by more than 10% between runs.
+# times, in turn, and gives each figure's median and the ranges of the step measured and planned: a step of a
+# few milliseconds moves by more than 10% between runs, and so does the probe's.
 #   bash bench/planner_table.sh MODEL [RANKS] [STEPS] [DATA.h5]        ranks on this machine
 #   DDL_HOSTS=3 bash bench/planner_table.sh MODEL 3 [STEPS] [DATA.h5]  3 network-namespace hosts over TCP,
 #                                                                     one rank each (root)
@@ -54,7 +54,7 @@ figures() {
   done
   echo
 }
-row() {  # LABEL, then the outputs of its rounds: the median of each figure, and the measured step's range
+row() {  # LABEL, then the outputs of its rounds: each figure's median, and the ranges of the step measured and planned
   local label=$1 out all failed
   shift
   all=$(for out in "$@"; do figures "$out"; done)
@@ -73,6 +73,11 @@ row() {  # LABEL, then the outputs of its rounds: the median of each figure, and
       n = int((rounds + 1) / 2)
       return rounds % 2 ? a[n] : (a[n] + a[n + 1]) / 2
     }
+    function range(c,   i, x, lo, hi) {
+      lo = hi = v[c, 1] + 0
+      for (i = 2; i <= rounds; i++) { x = v[c, i] + 0; if (x < lo) lo = x; if (x > hi) hi = x }
+      return lo "-" hi
+    }
     END {
       off = "-"
       if (median(4) != "-" && median(5) != "-") {  # the median of the rounds measured / planned
@@ -81,11 +86,8 @@ row() {  # LABEL, then the outputs of its rounds: the median of each figure, and
       }
       printf "%-34s %8s %9s %7s %9s %9s %7s %8s", label, median(1), median(2), median(3), median(4), median(5), off,
         median(6)
-      if (rounds > 1 && median(4) != "-") {
-        lo = hi = v[4, 1] + 0
-        for (i = 2; i <= rounds; i++) { x = v[4, i] + 0; if (x < lo) lo = x; if (x > hi) hi = x }
-        printf "   step %s-%s s", lo, hi
-      }
+      if (rounds > 1 && median(4) != "-") printf "   step %s s", range(4)
+      if (rounds > 1 && median(5) != "-") printf ", planned %s s", range(5)
       printf "\n"
     }'
   grep -h '^re-plan' "$@" |
