@@ -210,22 +210,22 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
                                                              : activation_scale));
       const double kept = recomputation.keeps(i) ? out.back() : 0;
       if (split[i] && l.split == SplitKind::dense) {
-        double c = gather_s(tensor_link, T, rows * l.output_bytes / T);  // the outputs' shares, forward
+        double ahead = gather_s(tensor_link, T, rows * l.output_bytes / T), back = 0;  // the outputs' shares
         sent += (T - 1) * rows * l.output_bytes / T;
         if (i == gather) {  // the features gathered, their gradient reduce-scattered
-          c += gather_s(tensor_link, T, m * l.input_bytes);
-          forward_comm += c;
-          c += gather_s(tensor_link, T, m * l.input_bytes);
+          ahead += gather_s(tensor_link, T, m * l.input_bytes);
+          back = gather_s(tensor_link, T, m * l.input_bytes);
           sent += 2 * (T - 1) * m * l.input_bytes;
         } else {  // the input gradient summed
-          forward_comm += c;
-          c += all_reduce_s(tensor_link, T, rows * l.input_bytes);
+          back = all_reduce_s(tensor_link, T, rows * l.input_bytes);
           sent += all_reduce_sent(T, rows * l.input_bytes);
         }
-        comm += c;
+        forward_comm += ahead;
+        comm += ahead + back;
       } else if (split[i]) {  // a block: one all-reduce of its output each way
-        forward_comm += all_reduce_s(tensor_link, T, rows * l.output_bytes);
-        comm += 2 * all_reduce_s(tensor_link, T, rows * l.output_bytes);
+        const double each_way = all_reduce_s(tensor_link, T, rows * l.output_bytes);
+        forward_comm += each_way;
+        comm += 2 * each_way;
         sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
       }
       p.layers.push_back({s, split[i] != 0, M * (compute + comm - before), M * compute,

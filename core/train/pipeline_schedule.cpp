@@ -54,7 +54,6 @@ double pipeline_step_seconds(PipelineSchedule schedule, const std::vector<StageS
   std::vector<std::size_t> next(at(S), 0);
   std::vector<double> free_at(at(S), 0), link_free[2];
   for (auto& l : link_free) l.assign(messages.size(), 0);
-  double end = 0;
   // Each stage runs its ops while their inputs have arrived; a sweep that runs none would mean a schedule
   // that waits on itself.
   for (std::size_t left = at(2 * S * M); left > 0;) {
@@ -68,7 +67,6 @@ double pipeline_step_seconds(PipelineSchedule schedule, const std::vector<StageS
         const StageSeconds& t = stages[at(s)];
         double& done = free_at[at(s)];
         done = std::max(done, ready) + (op.forward ? t.forward : t.backward);
-        end = std::max(end, done);
         if (to == S) arrive[1][at(s)][at(op.micro)] = done;  // the last stage turns its forward around
         if (to < 0 || to >= S) continue;
         const std::size_t link = at(std::min(s, to));
@@ -79,7 +77,7 @@ double pipeline_step_seconds(PipelineSchedule schedule, const std::vector<StageS
     }
     if (left == before) throw Error("pipeline_step_seconds: the schedule waits on itself");
   }
-  return end;
+  return *std::max_element(free_at.begin(), free_at.end());
 }
 
 double ideal_bubble(int stages, int micro_batches) {
