@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 
 #include "comm/allreduce.hpp"
@@ -100,10 +101,15 @@ std::optional<Link> unpack(const std::vector<double>& from, std::size_t& at) {
   return link;
 }
 
+// Each layer's seconds per call, and every timed step's seconds, one by one.
+struct LayerTimes {
+  std::vector<double> layers, steps;
+};
+
 // Each layer's seconds per call of `model` at `batch` images: a warm-up step, then the mean of the steps timed,
 // at least two and as many as fill kProbeSeconds: a small model's step of a few milliseconds moves by 10-20%
 // from one step to the next on a shared core.
-std::vector<double> time_layers(Model& model, Context& ctx, dnnl::memory::dim batch) {
+LayerTimes time_layers(Model& model, Context& ctx, dnnl::memory::dim batch) {
   const dims_t& in = model.input_shape();
   Tensor input(plain_desc({batch, in[0], in[1], in[2]}), ctx.engine());
   std::fill(input.data(), input.data() + input.elements(), 0.5f);
@@ -116,16 +122,38 @@ std::vector<double> time_layers(Model& model, Context& ctx, dnnl::memory::dim ba
   step();  // the warm-up: it builds the primitives
   Profiler profiler;
   model.attach_profiler(&profiler);
-  constexpr int kLeastTimed = 2, kMostTimed = 64;
+  constexpr std::size_t kLeastTimed = 2, kMostTimed = 64;
   constexpr double kProbeSeconds = 0.3;
-  int timed = 0;
-  for (const auto began = clock::now(); timed < kLeastTimed || (timed < kMostTimed && since(began) < kProbeSeconds);
-       ++timed)
+  LayerTimes times;
+  for (const auto began = clock::now();
+       times.steps.size() < kLeastTimed || (times.steps.size() < kMostTimed && since(began) < kProbeSeconds);) {
+    const auto t0 = clock::now();
     step();
+    times.steps.push_back(since(t0));
+  }
   model.attach_profiler(nullptr);
-  std::vector<double> seconds;
-  for (const auto& e : profiler.entries()) seconds.push_back((e.forward_s + e.backward_s) / timed);
-  return seconds;
+  for (const auto& e : profiler.entries())
+    times.layers.push_back((e.forward_s + e.backward_s) / static_cast<double>(times.steps.size()));
+  return times;
+}
+
+// "  how sure: the probe's steps at batch 16 took 0.0112-0.0143 s (10th to 90th percentile, every rank's),
+// -9% to +16% of their mean\n": how far one step of the layers the plan times moved while it was measured.
+std::string step_spread_report(std::vector<double> steps, int batch, const Communicator& world) {
+  std::sort(steps.begin(), steps.end());
+  const auto percentile = [&](double q) { return steps[static_cast<std::size_t>(std::lround(q * (steps.size() - 1)))]; };
+  std::vector<double> sum{std::accumulate(steps.begin(), steps.end(), 0.0), static_cast<double>(steps.size())};
+  std::vector<double> low{percentile(0.1)}, high{percentile(0.9)};
+  world.allreduce_sum(sum);
+  world.allreduce_min(low);
+  world.allreduce_max(high);
+  const double mean = sum[0] / sum[1];
+  char line[200];
+  std::snprintf(line, sizeof line,
+                "  how sure: the probe's steps at batch %d took %.3g-%.3g s (10th to 90th percentile, every "
+                "rank's), %+.0f%% to %+.0f%% of their mean\n",
+                batch, low[0], high[0], 100 * (low[0] / mean - 1), 100 * (high[0] / mean - 1));
+  return line;
 }
 
 // A tensor group of two that moves nothing: this rank's piece stands where the other's would arrive, and
@@ -170,7 +198,7 @@ void measure_whole_shares(Profile& p, const std::vector<std::size_t>& splits, co
   auto model = make_model(o.model, config, ctx, {}, nullptr, {splits, &group});
   model->initialize(o.seed);
   const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
-  const std::vector<double> split_at_batch = time_layers(*model, ctx, b);
+  const std::vector<double> split_at_batch = time_layers(*model, ctx, b).layers;
   const std::size_t gather = p.layers[splits.front()].split == SplitKind::dense ? splits.front() : p.layers.size();
   double alike_then = 0, alike_now = 0, total = 0;
   for (std::size_t i = 0; i < p.layers.size(); ++i) {
@@ -267,6 +295,7 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   p.batch = o.batch_size;
   p.base_bytes = static_cast<double>(resident_bytes());
   std::vector<std::size_t> splits;  // the layers timed split, if any
+  std::vector<double> steps_at_batch;  // the whole model's, one by one
   {
     // A context of its own, whose pooled buffers go with the probe.
     Context ctx;
@@ -275,7 +304,9 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     probe->initialize(o.seed);
     const dims_t& in = probe->input_shape();
     const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
-    const std::vector<double> at_batch = time_layers(*probe, ctx, b);
+    const LayerTimes batch_times = time_layers(*probe, ctx, b);
+    const std::vector<double>& at_batch = batch_times.layers;
+    steps_at_batch = batch_times.steps;
     std::vector<double> output_bytes;
     for (const auto& md : probe->output_descs())
       // In f32 whatever the precision: the messages between stages and the split layers' collectives
@@ -294,9 +325,9 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     p.measured_bytes = static_cast<double>(peak_resident_bytes()) - p.base_bytes;
     // A quarter of the batch too: a call's time = fixed + images x per image, fitted through both.
     const dnnl::memory::dim quarter = std::max<dnnl::memory::dim>(1, b / 4);
-    const std::vector<double> at_quarter = quarter < b ? time_layers(*probe, ctx, quarter) : at_batch;
+    const std::vector<double> at_quarter = quarter < b ? time_layers(*probe, ctx, quarter).layers : at_batch;
     // And one image, which micro-batches may hold, where the line would reach it from the quarter.
-    const std::vector<double> at_one = quarter > 1 ? time_layers(*probe, ctx, 1) : std::vector<double>{};
+    const std::vector<double> at_one = quarter > 1 ? time_layers(*probe, ctx, 1).layers : std::vector<double>{};
     double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
     for (std::size_t i = 0; i < probe->num_layers(); ++i) {
       LayerCost l;
@@ -332,7 +363,8 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       measure_links(o, world, std::clamp(gradient_bytes, kProbeBytesWhileTraining, kLargestProbeBytes));
   p.within_node = links.within;
   p.between_nodes = links.between;
-  measured.report = "  " + links.text + "\n" + split_report(p, splits);
+  measured.report = "  " + links.text + "\n" + split_report(p, splits) +
+                    step_spread_report(steps_at_batch, o.batch_size, world);
   // The probes' memory is freed: the peaks reported during training leave it out.
   restart_peak_resident();
   return measured;

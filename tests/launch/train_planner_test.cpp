@@ -1,6 +1,8 @@
 // ddl_train's planner (--strategy auto): the layouts it picks train as one rank does, re-planning moves a
 // run to another layout when the links slow down (on one machine and on three hosts over TCP), and
 // --plan-only plans this or a larger cluster without training.
+#include <regex>
+
 #include "tests/launch/process_test_fixture.hpp"
 
 namespace ddl {
@@ -142,6 +144,17 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   // The dense layers the planner may split, timed split in two.
   EXPECT_NE(here.out.find("\n  the layers that split, 5 to 6 (2), timed split in two: "), std::string::npos)
       << here.out;
+  // How far the probe's own steps moved, the first bound at or under their mean.
+  std::smatch sure;
+  ASSERT_TRUE(std::regex_search(here.out, sure,
+                                std::regex("\n  how sure: the probe's steps at batch 16 took ([0-9.]+)-([0-9.]+) s "
+                                           "\\(10th to 90th percentile, every rank's\\), ([-+][0-9]+)% to ([-+][0-9]+)% "
+                                           "of their mean\n")))
+      << here.out;
+  EXPECT_GT(std::stod(sure[1]), 0);
+  EXPECT_LE(std::stod(sure[1]), std::stod(sure[2]));
+  EXPECT_LE(std::stoi(sure[3]), 0);
+  EXPECT_LE(std::stoi(sure[3]), std::stoi(sure[4]));
   EXPECT_EQ(here.out.find("epoch 1"), std::string::npos) << here.out;
   // A cluster of 64 ranks, 16 a node, from the saved profile, with another network's figures in it.
   std::ifstream in(profile);
