@@ -469,7 +469,6 @@ void check_system_and_layout(TrainOptions& o, const OptionTexts& t) {
 }  // namespace
 
 std::string TrainOptions::shard_state_refusal() const {
-  if (tensor_parallel != 1) return "--shard-state goes without --tensor-parallel";
   if (optimizer != "sgd" && optimizer != "adam")
     return "--shard-state shards SGD's and Adam's state; --optimizer " + optimizer + " needs whole layers";
   if (bucket_mb != 0 && shard_state == 1)

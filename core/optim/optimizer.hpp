@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,9 +22,14 @@ class Optimizer {
   // One update with learning rate lr. params and grads have the size given at construction.
   virtual void step(std::span<float> params, std::span<const float> grads, float lr) = 0;
   virtual std::vector<StateView> state() = 0;
-  // Whether it updates only this replica's shard of the parameters (ShardedOptimizer): the trainer then
-  // reduce-scatters the gradients and all-gathers the parameters instead of averaging the gradients.
-  virtual bool sharded() const { return false; }
+  // The parameters [begin, end) it updates where that is only this replica's shard of them (ShardedOptimizer):
+  // the trainer then reduce-scatters the gradients and all-gathers the parameters instead of averaging the
+  // gradients.
+  struct Shard {
+    std::size_t begin, end;
+  };
+  virtual std::optional<Shard> shard() const { return std::nullopt; }
+  bool sharded() const { return shard().has_value(); }
 };
 
 struct SgdOptions {

@@ -20,7 +20,7 @@ class ShardedOptimizer : public Optimizer {
   std::string describe() const override;
   void step(std::span<float> params, std::span<const float> grads, float lr) override;
   std::vector<StateView> state() override;
-  bool sharded() const override { return true; }
+  std::optional<Shard> shard() const override { return Shard{begin_, end_}; }
 
  private:
   std::unique_ptr<Optimizer> inner_;

@@ -143,20 +143,31 @@ std::string temporary(const std::string& path) { return path + ".tmp"; }
 bool per_parameter(const StateView& s) { return s.words.empty(); }
 
 // Where the values of [begin, begin + count) of this rank's flat buffer go in the whole model's arrays, with
-// offsets from begin: all of its whole_segments, or those of a sharded optimizer's shard (sharding goes
-// without split layers, whose segments are strided).
+// offsets from begin: all of its whole_segments, or those of a sharded optimizer's shard, which may cut a split
+// layer's strided slice anywhere: the blocks it holds whole stay one strided run, a block it cuts is a piece
+// of its own.
 std::vector<WholeSegment> segments_of(const Model& model, std::size_t begin, std::size_t count) {
   if (begin == 0 && count == model.param_count()) return model.whole_segments();
   if (begin > model.param_count() || count > model.param_count() - begin)
     throw Error("optimizer state for parameters " + std::to_string(begin) + "-" + std::to_string(begin + count) +
                 " of a model of " + std::to_string(model.param_count()));
+  const std::size_t end = begin + count;
   std::vector<WholeSegment> out;
   for (const auto& seg : model.whole_segments()) {
-    const std::size_t lo = std::max(seg.offset, begin);
-    const std::size_t hi = std::min(seg.offset + seg.count * seg.blocks, begin + count);
-    if (lo >= hi) continue;
-    if (seg.blocks != 1) throw Error("a shard of optimizer state over a split layer");
-    out.push_back({lo - begin, seg.whole_offset + (lo - seg.offset), hi - lo, 1, 0});
+    const std::size_t stop = std::min(seg.offset + seg.count * seg.blocks, end);
+    for (std::size_t at = std::max(seg.offset, begin); at < stop;) {
+      const std::size_t block = (at - seg.offset) / seg.count, within = (at - seg.offset) % seg.count;
+      const std::size_t whole_at = seg.whole_offset + block * seg.stride + within;
+      const std::size_t blocks = within == 0 ? (stop - at) / seg.count : 0;
+      if (blocks > 0) {
+        out.push_back({at - begin, whole_at, seg.count, blocks, blocks > 1 ? seg.stride : 0});
+        at += blocks * seg.count;
+      } else {
+        const std::size_t n = std::min(seg.count - within, stop - at);
+        out.push_back({at - begin, whole_at, n, 1, 0});
+        at += n;
+      }
+    }
   }
   return out;
 }

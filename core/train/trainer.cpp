@@ -95,13 +95,21 @@ void Trainer::gradients_ready(std::size_t offset, std::size_t count) {
 
 void Trainer::average_whole_over_group() {
   const std::span<float> grads = slots_[0]->grads();
+  // Sharded, only this replica's shard of the gradients was reduced: every rank of the group holds the same
+  // shard, since a split layer's slice is its layer's 1/T on each and their flat buffers are laid out alike.
+  const auto shard = optimizer_.shard();
+  const std::size_t begin = shard ? shard->begin : 0, end = shard ? shard->end : grads.size();
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (const auto& [offset, count] : whole_ranges_)
+    if (std::max(offset, begin) < std::min(offset + count, end))
+      ranges.emplace_back(std::max(offset, begin), std::min(offset + count, end) - std::max(offset, begin));
   whole_grads_.clear();
-  for (const auto& [offset, count] : whole_ranges_) whole_grads_.insert(whole_grads_.end(), &grads[offset], &grads[offset] + count);
+  for (const auto& [offset, count] : ranges) whole_grads_.insert(whole_grads_.end(), &grads[offset], &grads[offset] + count);
   if (whole_grads_.empty()) return;
   tensor_->all_reduce_sum(whole_grads_);
   const float scale = 1.0f / static_cast<float>(tensor_->size());
   const float* from = whole_grads_.data();
-  for (const auto& [offset, count] : whole_ranges_)
+  for (const auto& [offset, count] : ranges)
     for (std::size_t i = 0; i < count; ++i) grads[offset + i] = scale * *from++;
 }
 
