@@ -250,7 +250,10 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     stage_compute.push_back({forward, slot - forward});
     slot += comm;
     stage_seconds.push_back({forward + forward_comm, slot - forward - forward_comm});
-    double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + all_reduce_s(tensor_link, T, 4 * whole);
+    // The whole layers' gradients averaged over a split group too, sharded only in the replica's shard.
+    const double whole_reduced = layout.shards_optimizer_state() ? whole / D : whole;
+    const double group_reduce = all_reduce_s(tensor_link, T, 4 * whole_reduced);
+    double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + group_reduce;
     const double bucket = std::min(layout.reduce_bucket_bytes(), 4 * params);
     // The last micro-batch's backward (taken as two thirds of a layer's time), and half the stage's all-reduce.
     const double backward = (1 - kForwardShare) * (slot - comm);
@@ -263,7 +266,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
                     M * (2 * param_gathers + gathers_again);
     } else if (params_sharded) {
       serial_reduce += half;  // the reduce-scatter; nothing follows the update
-      reduce_comm = 0;
+      reduce_comm = group_reduce;
     } else if (layout.buckets_overlap_backward() && D > 1) {
       // Buckets all-reduce while that backward runs: only what it does not cover shows, and at least the
       // last bucket.
@@ -274,7 +277,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       reduce_comm = half + std::max(all_reduce_s(replica_link, D, bucket) / 2, half - backward);
     } else if (layout.shards_gradients()) {
       serial_reduce += half;
-      reduce_comm = half;
+      reduce_comm = half + group_reduce;
     }
     const double reduce = reduce_comm + params * state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
@@ -283,7 +286,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
         params_sharded ? M * all_reduce_sent(D, 4 * (2 * params + recomputed_params)) / 2 - all_reduce_sent(D, 4 * params) / 2
                        : 0;  // in place of the all-gather after the update
     const double step_sent =
-        (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole) + gathers_sent;
+        (M + 0.0) * sent + all_reduce_sent(D, 4 * params) + all_reduce_sent(T, 4 * whole_reduced) + gathers_sent;
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
     // The micro-batches in flight keep their activations while one of them runs its backward.
     const Activations a = activations_of(activation_scale * m * profile.layers[first].input_bytes, out, recomputation);

@@ -100,12 +100,12 @@ bool fits(const Constraints& c, int D, int S, int T, int M) {
 }
 
 // A layout with each sharding and recomputation the limits allow it. A layout that cannot shard (one
-// replica, or split layers) or recompute (split layers) is weighed without, even where the limits ask.
+// replica) or recompute (split layers) is weighed without, even where the limits ask.
 void visit_state_choices(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits,
                          Layout layout, const std::function<void(const Plan&)>& visit) {
   const std::size_t S = static_cast<std::size_t>(layout.stages);
   const bool can_recompute = layout.tensor == 1 && (limits.may_recompute || limits.must_recompute);
-  const bool can_shard = layout.replicas > 1 && layout.tensor == 1;
+  const bool can_shard = layout.replicas > 1;
   for (const int shard : can_shard ? limits.shard_states : std::vector<int>{0}) {
     layout.shard_state = shard;
     if (!limits.must_recompute || !can_recompute) {

@@ -425,6 +425,29 @@ TEST(Planner, AMemoryLimitBelowDataParallelismsChoosesShardedStateWhereItIsCheap
   EXPECT_GT(unsharded.best->prediction.step_s, tight.best->prediction.step_s);
 }
 
+TEST(Planner, SplitLayersReplicasShardTheirStateAndAverageTheWholeLayersInTheShardOnly) {
+  const Profile p = alexnet_profile(kFast, kFast);
+  Constraints limits;
+  limits.stages = 1;
+  limits.tensor = 2;  // 2 replicas of the classifier split in two, on 4 ranks
+  limits.shard_states = {0, 1};
+  const SearchResult free = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(free.best);
+  ASSERT_EQ(free.best->layout.tensor, 2) << free.best->layout.describe();
+  Layout kept = free.best->layout, sharded = free.best->layout;
+  kept.shard_state = 0;
+  sharded.shard_state = 1;
+  const Prediction whole = predict(p, {4, 4}, kept, 32), shard = predict(p, {4, 4}, sharded, 32);
+  EXPECT_LT(shard.peak_bytes, whole.peak_bytes);
+  // The convolutions' gradients go over the split group in the replica's half of them only.
+  EXPECT_LT(shard.sent_bytes, whole.sent_bytes);
+  limits.memory_limit_bytes = (shard.peak_bytes + whole.peak_bytes) / 2;
+  const SearchResult tight = plan_layouts(p, {4, 4}, 32, limits);
+  ASSERT_TRUE(tight.best);
+  EXPECT_EQ(tight.best->layout.tensor, 2) << tight.best->layout.describe();
+  EXPECT_TRUE(tight.best->layout.shards_optimizer_state()) << tight.best->layout.describe();
+}
+
 // A CNN whose activations, not its parameters, fill the memory.
 Profile wide_cnn_profile() {
   Profile p;
