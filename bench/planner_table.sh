@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Baligodugula and Amsaad's Table I (2025) on our machines (issue 14): one model with 100 classes trained for
 # a fixed number of steps as one rank, data parallel (--strategy data), pipeline (--strategy pipeline), every
-# grid D x S x T of the ranks held fixed (the best of them is the "best static layout"), and --strategy auto.
+# grid D x S x T of the ranks held fixed (the best of them is the "best static layout"), data parallelism with
+# its state sharded (ZeRO's stages 1-3) and with activations recomputed (issue 32), and --strategy auto.
 # Global batch 32 (30 on 3 ranks), SGD with momentum, one thread per rank; each row is the second epoch (the
 # first builds the primitives; an auto run may re-plan at its end). Columns: images/s, the largest rank's peak
 # memory, the communication share (all-reduce wait, or a pipeline's wait), the step measured and planned, how
@@ -117,6 +118,15 @@ for s in $(seq 1 "$ranks"); do
     options+=("$batch $held --pipeline-stages $s --micro-batches $m --tensor-parallel $t")
   done
 done
+# Issue 32's axes on data parallelism held: the state sharded at each of ZeRO's stages, and activations
+# recomputed, each with its planned step.
+data_held="--strategy auto --replan-every never --pipeline-stages 1 --tensor-parallel 1"
+for stage in 1 2 3; do
+  labels+=("data, --shard-state $stage")
+  options+=("$batch $data_held --shard-state $stage")
+done
+labels+=("data, --recompute")
+options+=("$batch $data_held --shard-state 0 --recompute")
 labels+=("--strategy auto")
 options+=("$batch --strategy auto")
 

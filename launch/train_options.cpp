@@ -184,7 +184,9 @@ po::options_description training_options(TrainOptions& o, OptionTexts& t) {
       "lars-trust", po::value(&o.lars_trust)->default_value(o.lars_trust, "0.001"),
       "lars: the trust coefficient (eta) of the layer-wise learning rate")(
       "nesterov", po::bool_switch(&o.nesterov), "sgd: Nesterov momentum")(
-      "weight-decay", po::value(&o.weight_decay)->default_value(0.0f, "0"), "L2 weight decay")(
+      "weight-decay", po::value(&o.weight_decay)->default_value(0.0f, "0"),
+      "weight decay: L2, added to the gradient (sgd, adam, lars), or decoupled, added to lamb's update; lars and "
+      "lamb leave biases and normalisation parameters undecayed")(
       "adam-beta1", po::value(&o.adam_beta1)->default_value(o.adam_beta1, "0.9"), "adam and lamb beta1")(
       "adam-beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2, "0.999"), "adam and lamb beta2")(
       "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, "1e-07"),

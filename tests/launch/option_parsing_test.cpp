@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "core/context.hpp"
 #include "core/error.hpp"
+#include "models/registry.hpp"
 #include "launch/train/run_report.hpp"
 #include "launch/train_options.hpp"
 
@@ -68,6 +70,37 @@ TEST(TrainOptionsParsing, ShardedStateAndLayerwiseOptimizersRefuseWhatTheyCannot
   EXPECT_NE(error_of({"--recompute", "--tensor-parallel", "2"}).find("without --tensor-parallel"), std::string::npos);
   EXPECT_EQ(error_of({"--optimizer", "lars", "--tensor-parallel", "2"}),
             "--optimizer lars needs whole layers on each rank: it goes without --tensor-parallel");
+}
+
+TEST(TrainOptionsParsing, LayerwiseOptimizersLeaveBiasesAndBatchNormUndecayedOnARealModel) {
+  // seed_cnn_bn as ddl_train builds it: with no gradient, a step of LARS or LAMB with weight decay moves only
+  // what they adapt and decay, the convolutions' and dense layers' weights; the biases and BatchNorm's scale
+  // and shift stay as they were.
+  for (const std::string name : {"lars", "lamb"}) {
+    const auto o = parse({"--model", "seed_cnn_bn", "--optimizer", name, "--weight-decay", "0.1", "--lr", "0.1"});
+    Context ctx;
+    auto model = make_model(o->model, ModelConfig{}, ctx);
+    model->initialize(1);
+    const std::vector<float> before(model->params().begin(), model->params().end());
+    std::fill(model->grads().begin(), model->grads().end(), 0.0f);
+    make_optimizer(*o, *model)->step(model->params(), model->grads(), o->lr);
+    int decayed = 0, kept = 0;
+    for (const auto& e : model->param_entries()) {
+      const bool batch_norm = model->layer(e.layer).describe().rfind("batch_norm2d", 0) == 0;
+      const bool bias = e.name.ends_with(".bias");
+      bool moved = false;
+      for (std::size_t i = e.offset; i < e.offset + e.size; ++i) moved = moved || model->params()[i] != before[i];
+      if (batch_norm || bias) {
+        EXPECT_FALSE(moved) << name << ": " << e.name;
+        ++kept;
+      } else {
+        EXPECT_TRUE(moved) << name << ": " << e.name;
+        ++decayed;
+      }
+    }
+    EXPECT_GE(kept, 4) << "the BatchNorm layers' scale and shift, and the biases";
+    EXPECT_GE(decayed, 3) << "the convolutions' and dense layers' weights";
+  }
 }
 
 TEST(TrainOptionsParsing, AStrategyKeepsTheGridOptionsGivenAndRefusesACutOrSplit) {
