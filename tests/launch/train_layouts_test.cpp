@@ -246,8 +246,9 @@ TEST_F(DdlTrain, RecomputedActivationsTrainAsStoredOnes) {
 }
 
 TEST_F(DdlTrain, CheckpointOfSplitLayersResumesInEveryLayout) {
-  // Through split layers and back: T = 2, S = 2, D = 2, T = 2, one rank, an epoch each. The split layers'
-  // slices and their momentum go into the single-rank file and are cut from it again. SGD with momentum:
+  // Through split layers and back: T = 2, S = 2, D = 2 with its gradients and momentum sharded, D = 2 x T = 2
+  // with its momentum sharded (shards that cut the split layers' strided slices), one rank, an epoch each.
+  // The split layers' slices and their momentum go into the single-rank file and are cut from it again. SGD with momentum:
   // a change of layout changes the order of float sums (below 1e-6 here), which Adam's normalised steps
   // can amplify on near-zero gradients to 4e-4 in 15 steps (an unchanged layout resumes bit for bit).
   // Two steps an epoch: in more, such differences can flip one ReLU or max-pool decision (with 3 steps
@@ -259,8 +260,8 @@ TEST_F(DdlTrain, CheckpointOfSplitLayersResumesInEveryLayout) {
                                     straight)).exit_code, 0);
   const std::string layouts[] = {"-np 2 " + kTrain + " --batch-size 8 --tensor-parallel 2",
                                  "-np 2 " + kTrain + " --batch-size 16 --micro-batches 2 --pipeline-stages 2",
-                                 "-np 2 " + kTrain + " --batch-size 8",
-                                 "-np 2 " + kTrain + " --batch-size 8 --tensor-parallel 2",
+                                 "-np 2 " + kTrain + " --batch-size 8 --shard-state 2 --bucket-mb 0.1",
+                                 "-np 4 " + kTrain + " --batch-size 4 --tensor-parallel 2 --shard-state 1",
                                  "-np 1 " + kTrain + " --batch-size 16 --micro-batches 2"};
   for (int epoch = 1; epoch <= 5; ++epoch) {
     const auto r = run(kMpirun + " " + layouts[epoch - 1] +
