@@ -154,7 +154,7 @@ TEST_F(DdlTrain, ShardedStateAndGradientsTrainAsUnshardedAndTheirCheckpointsResu
   // half an all-reduce more a micro-batch. With the classifier split across 2 ranks (2 x 1 x 2), each rank
   // shards its flat buffer, whose split slices cut into the whole model's arrays with a stride, across its
   // replica, and the whole layers' gradients are averaged over the split group in the shard only: the same
-  // bits again (2 ranks sum alike in either order). A checkpoint holds the shards in the single-rank format:
+  // bits again (2 ranks sum alike in either order), and on 2 x 2 x 2, every axis at once. A checkpoint holds the shards in the single-rank format:
   // written sharded, it resumes unsharded, and back.
   struct Case {
     std::string ranks, layout, optimizer;
@@ -164,7 +164,9 @@ TEST_F(DdlTrain, ShardedStateAndGradientsTrainAsUnshardedAndTheirCheckpointsResu
                         {"4", "--batch-size 8", "--optimizer sgd --momentum 0.9 --lr 0.05", false},
                         {"4", "--batch-size 16 --pipeline-stages 2 --micro-batches 2",
                          "--optimizer sgd --momentum 0.9 --lr 0.05", false},
-                        {"4", "--batch-size 8 --tensor-parallel 2", "--optimizer adam", true}};
+                        {"4", "--batch-size 8 --tensor-parallel 2", "--optimizer adam", true},
+                        {"8", "--batch-size 8 --tensor-parallel 2 --pipeline-stages 2 --micro-batches 2",
+                         "--optimizer adam", false}};
   const std::string stages[] = {"--shard-state 1", "--shard-state 2 --bucket-mb 0.1", "--shard-state 3 --bucket-mb 0.1"};
   for (const Case& c : cases) {
     const std::string name = std::to_string(&c - &cases[0]);
