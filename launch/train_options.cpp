@@ -229,7 +229,9 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "scale-lr", po::bool_switch(&o.scale_lr), "multiply --lr by the number of ranks (use with --warmup-epochs)")(
       "timeout", po::value(&o.timeout)->default_value(o.timeout),
       "seconds a rank may wait for others in one collective or message before it names them and stops the job "
-      "(0: no limit; auto: generous at start-up, then 10x the slowest such wait or step so far, at least 30 s)")(
+      "(0: no limit; auto: generous at start-up, then 10x the slowest such wait or step so far, at least 30 s). A "
+      "fixed limit gives way to 600 s while the job starts (profiling, building the first step) and while "
+      "checkpoints are written, where ranks wait on others' legitimately slow work")(
       "check-replicas", po::value(&o.check_replicas)->default_value(o.check_replicas),
       "every this many steps (and at each checkpoint, with the optimizer's state) check that all replicas hold the "
       "same parameters (0: never)")(
@@ -406,7 +408,16 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.batch_size >= 1, "--batch-size must be at least 1");
   require(o.steps_per_epoch >= 0, "--steps-per-epoch must be >= 0");
-  require(o.lr > 0, "--lr must be positive");
+  // NaN fails every comparison, so each check below is written to pass only real values.
+  require(o.lr > 0 && std::isfinite(o.lr), "--lr must be a positive number");
+  require(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1)");
+  require(o.weight_decay >= 0 && std::isfinite(o.weight_decay), "--weight-decay must be a number >= 0");
+  require(!o.nesterov || o.optimizer == "sgd", "--nesterov goes with --optimizer sgd");
+  require(o.lr_gamma > 0 && std::isfinite(o.lr_gamma), "--lr-gamma must be a positive number");
+  require(o.lr_step_epochs > 0 && std::isfinite(o.lr_step_epochs), "--lr-step-epochs must be a positive number");
+  require(o.warmup_epochs >= 0 && o.warmup_epochs <= static_cast<float>(o.epochs),
+          "--warmup-epochs must be between 0 and --epochs (" + std::to_string(o.epochs) +
+              "): a longer warm-up never reaches --lr");
   require(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction must be in [0, 1)");
   require(o.val_path.empty() || o.val_fraction == 0, "give --val or --val-fraction, not both");
   require(o.optimizer == "adam" || o.optimizer == "sgd" || o.layerwise_optimizer(),
@@ -414,7 +425,7 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   // Their trust ratio is the norm of a whole layer's weights, which a split layer spreads over ranks.
   require(!o.layerwise_optimizer() || o.tensor_parallel == 1,
           "--optimizer " + o.optimizer + " needs whole layers on each rank: it goes without --tensor-parallel");
-  require(o.lr_power > 0, "--lr-power must be positive");
+  require(o.lr_power > 0 && std::isfinite(o.lr_power), "--lr-power must be a positive number");
   require(t.shard_state == "auto" || t.shard_state == "0" || t.shard_state == "1" || t.shard_state == "2" ||
               t.shard_state == "3",
           "--shard-state must be auto, 0, 1, 2 or 3, not '" + t.shard_state + "'");

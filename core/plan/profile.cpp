@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
@@ -175,6 +176,13 @@ std::string to_text(const Profile& p) {
   return s.str();
 }
 
+namespace {
+
+// A time, size or count as a profile holds it: finite and not negative.
+bool measure(double x) { return std::isfinite(x) && x >= 0; }
+
+}  // namespace
+
 Profile profile_from_text(const std::string& text, const std::string& source) {
   Profile p;
   std::istringstream lines(text);
@@ -201,13 +209,13 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
     } else if (key == "batch") {
       ok = static_cast<bool>(in >> p.batch) && p.batch > 0;
     } else if (key == "optimizer_s_per_param") {
-      ok = static_cast<bool>(in >> p.optimizer_s_per_param);
+      ok = static_cast<bool>(in >> p.optimizer_s_per_param) && measure(p.optimizer_s_per_param);
     } else if (key == "optimizer_floats") {
-      ok = static_cast<bool>(in >> p.optimizer_floats);
+      ok = static_cast<bool>(in >> p.optimizer_floats) && measure(p.optimizer_floats);
     } else if (key == "base_bytes") {
-      ok = static_cast<bool>(in >> p.base_bytes);
+      ok = static_cast<bool>(in >> p.base_bytes) && measure(p.base_bytes);
     } else if (key == "measured_bytes") {
-      ok = static_cast<bool>(in >> p.measured_bytes);
+      ok = static_cast<bool>(in >> p.measured_bytes) && measure(p.measured_bytes);
     } else if (key == "within_node" || key == "between_nodes") {
       Link& link = key == "within_node" ? p.within_node : p.between_nodes;
       ok = static_cast<bool>(in >> link.latency_s >> link.bytes_per_s) && link.bytes_per_s > 0 && link.latency_s >= 0;
@@ -226,9 +234,15 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
       LayerCost l;
       std::string kind;
       ok = static_cast<bool>(in >> l.seconds >> l.params >> l.input_bytes >> l.output_bytes >> kind >> l.divisor >>
-                             l.fixed_seconds);
+                             l.fixed_seconds) &&
+           measure(l.seconds) && measure(l.params) && measure(l.input_bytes) && measure(l.output_bytes) &&
+           measure(l.fixed_seconds) && l.divisor >= 0;
       if (ok) {
         l.split = kind_named(kind, where);
+        // A layer that splits is split by what divides its outputs or heads.
+        ok = l.split == SplitKind::none || l.divisor > 0;
+      }
+      if (ok) {
         std::getline(in >> std::ws, l.name);
         p.layers.push_back(l);
       }

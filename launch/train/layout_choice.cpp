@@ -1,6 +1,8 @@
 #include "launch/train/layout_choice.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -14,19 +16,30 @@ namespace ddl {
 namespace {
 
 // --load-profile: a profile of this model, saved by --save-profile.
-MeasuredProfile load_profile(const TrainOptions& o, const Communicator& world, std::size_t model_layers) {
+MeasuredProfile load_profile(const TrainOptions& o, const Communicator& world, const Model& model) {
   MeasuredProfile measured;
   on_every_rank(world, "--load-profile", [&] {
     std::ifstream in(o.load_profile);
-    if (!in) throw InputError("--load-profile: cannot read " + o.load_profile);
+    if (!in || std::filesystem::is_directory(o.load_profile))
+      throw InputError("--load-profile: cannot read " + o.load_profile);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     measured.profile = profile_from_text(text, o.load_profile);
     if (measured.profile.model != o.model)
       throw InputError("--load-profile " + o.load_profile + " profiles model " + measured.profile.model + ", not " +
                        o.model);
-    if (measured.profile.layers.size() != model_layers)
-      throw InputError("--load-profile " + o.load_profile + " holds " + std::to_string(measured.profile.layers.size()) +
-                       " layers, model " + o.model + " has " + std::to_string(model_layers));
+    const std::vector<LayerCost>& layers = measured.profile.layers;
+    if (layers.size() != model.num_layers())
+      throw InputError("--load-profile " + o.load_profile + " holds " + std::to_string(layers.size()) +
+                       " layers, model " + o.model + " has " + std::to_string(model.num_layers()));
+    // The same model at another size (--width, --depth, --num-classes) has other parameters, and other times;
+    // the text keeps 9 digits.
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      if (const auto count = static_cast<double>(model.layer_param_count(i));
+          std::abs(layers[i].params - count) > 1e-8 * count + 0.5)
+        throw InputError("--load-profile " + o.load_profile + ": its layer " + std::to_string(i) + " (" +
+                         layers[i].name + ") holds " + std::to_string(static_cast<long long>(layers[i].params)) +
+                         " parameters, this model's " + std::to_string(model.layer_param_count(i)) +
+                         " (profiled with other model options?)");
   });
   measured.report = "  profile and links from " + o.load_profile + "\n";
   return measured;
@@ -38,7 +51,7 @@ ChosenLayout planner_layout(Job& job) {
   const TrainOptions& o = job.options;
   const Communicator& world = job.world;
   const MeasuredProfile measured = o.load_profile.empty() ? measure_profile(o, job.config, world, job.compute_type)
-                                                          : load_profile(o, world, job.whole->num_layers());
+                                                          : load_profile(o, world, *job.whole);
   on_every_rank(world, "--save-profile", [&] {
     if (o.save_profile.empty() || world.rank() != 0) return;
     std::ofstream out(o.save_profile);

@@ -854,6 +854,18 @@ TEST(Planner, AProfileSurvivesItsTextForm) {
   EXPECT_THROW(profile_from_text("model x\n", "bad.txt"), InputError);
   EXPECT_THROW(profile_from_text("ddl-profile 1\nbatch 32\nlayer 1 2 3\n", "short.txt"), InputError);
   EXPECT_THROW(profile_from_text("ddl-profile 1\nbatch 32\nlayer 1 2 3 4 sideways 0 x\n", "kind.txt"), InputError);
+  // Negative or endless figures, and a split layer that names nothing to divide, would plan free layers,
+  // negative memory or a split no group size passes.
+  const std::string bad_figures[] = {"base_bytes -30367744\n", "optimizer_floats -7\n", "measured_bytes inf\n",
+                                     "optimizer_s_per_param -1e-9\n", "layer -1e-3 100 4 4 none 0 0 conv\n",
+                                     "layer 1e-3 -100 4 4 none 0 0 conv\n", "layer 1e-3 100 4 4 dense 0 0 fc\n",
+                                     "layer 1e-3 100 4 4 none 0 -1e-4 conv\n"};
+  for (const std::string& line : bad_figures)
+    EXPECT_THROW(profile_from_text("ddl-profile 1\nbatch 32\n" + line + "layer 1e-3 100 4 4 dense 10 0 fc\n",
+                                   "figures.txt"),
+                 InputError)
+        << line;
+  EXPECT_NO_THROW(profile_from_text("ddl-profile 1\nbatch 32\nlayer 1e-3 100 4 4 dense 10 0 fc\n", "good.txt"));
 }
 
 }  // namespace

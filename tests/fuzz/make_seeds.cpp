@@ -195,7 +195,7 @@ void config_files(const fs::path& dir) {
        "normalize = meanstd\nmean = 0.485,0.456,0.406\nstd = 0.229,0.224,0.225\nrandom-flip = true\n"
        "random-crop-padding = 4\n[section]\nlr = 1e-2\n"},
       {"training.cfg",
-       "lr = 0.05\nlr-schedule = cosine\nwarmup-epochs = 2.5\nmomentum = 0.9\nnesterov = 1\n"
+       "lr = 0.05\nlr-schedule = cosine\nwarmup-epochs = 2.5\noptimizer = sgd\nmomentum = 0.9\nnesterov = 1\n"
        "weight-decay = 5e-4\nallreduce = ring\nallreduce-wire = bf16\nbucket-mb = 25\ntimeout = 0\n"
        "threads = 2\nseed = 18446744073709551615\nval-fraction = 0.1\n"},
       {"model.cfg",

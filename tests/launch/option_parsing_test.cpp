@@ -72,6 +72,27 @@ TEST(TrainOptionsParsing, ShardedStateAndLayerwiseOptimizersRefuseWhatTheyCannot
             "--optimizer lars needs whole layers on each rank: it goes without --tensor-parallel");
 }
 
+TEST(TrainOptionsParsing, TheOptimizersAndTheScheduleRefuseNumbersThatCannotTrain) {
+  // Each of these trained before with no word: backwards (a negative gamma), ever faster (a negative step),
+  // never reaching --lr (a warm-up past the run), or as if the option were 0 (NaN momentum).
+  const std::pair<std::vector<std::string>, std::string> wrong[] = {
+      {{"--lr", "inf"}, "--lr must be a positive number"},
+      {{"--optimizer", "sgd", "--momentum", "nan"}, "--momentum must be in [0, 1)"},
+      {{"--optimizer", "lars", "--momentum", "1.5"}, "--momentum must be in [0, 1)"},
+      {{"--weight-decay", "nan"}, "--weight-decay must be a number >= 0"},
+      {{"--weight-decay", "inf"}, "--weight-decay must be a number >= 0"},
+      {{"--optimizer", "lars", "--nesterov"}, "--nesterov goes with --optimizer sgd"},
+      {{"--lr-schedule", "step", "--lr-gamma", "-1"}, "--lr-gamma must be a positive number"},
+      {{"--lr-schedule", "step", "--lr-step-epochs", "0"}, "--lr-step-epochs must be a positive number"},
+      {{"--lr-step-epochs", "-1"}, "--lr-step-epochs must be a positive number"},
+      {{"--warmup-epochs", "-1"}, "--warmup-epochs must be between 0 and --epochs (10)"},
+      {{"--warmup-epochs", "nan"}, "--warmup-epochs must be between 0 and --epochs (10)"},
+      {{"--warmup-epochs", "5", "--epochs", "1"}, "--warmup-epochs must be between 0 and --epochs (1)"},
+      {{"--lr-schedule", "poly", "--lr-power", "inf"}, "--lr-power must be a positive number"}};
+  for (const auto& [args, message] : wrong) EXPECT_EQ(error_of(args).find(message), 0u) << error_of(args);
+  EXPECT_TRUE(parse({"--optimizer", "sgd", "--nesterov", "--momentum", "0", "--warmup-epochs", "10"}));
+}
+
 TEST(TrainOptionsParsing, LayerwiseOptimizersLeaveBiasesAndBatchNormUndecayedOnARealModel) {
   // seed_cnn_bn as ddl_train builds it: with no gradient, a step of LARS or LAMB with weight decay moves only
   // what they adapt and decay, the convolutions' and dense layers' weights; the biases and BatchNorm's scale

@@ -177,6 +177,11 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   expect_clean_error(run(kTrain + train_args("--strategy auto --plan-for 0")), "--plan-for takes RANKS or");
   expect_clean_error(run(kTrain + train_args("--strategy auto --load-profile " + (scratch_ / "none.profile"))),
                      "--load-profile: cannot read");
+  expect_clean_error(run(kTrain + train_args("--strategy auto --load-profile " + scratch_.path().string())),
+                     "--load-profile: cannot read " + scratch_.path().string());
+  // The same model with another classifier: its last layer's parameters tell.
+  expect_clean_error(run(kTrain + train_args("--strategy auto --num-classes 20 --load-profile " + profile)),
+                     "--load-profile " + profile + ": its layer 6 (dense 64->10) holds 650 parameters, this model's 1300");
   expect_clean_error(run(kTrain + train_args("--strategy auto --memory-limit 0.001 --plan-only")),
                      "--strategy auto: no layout of 1 ranks fits the memory limit");
   expect_clean_error(run(kTrain + train_args("--strategy auto --partition 3,4")),
