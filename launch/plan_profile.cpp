@@ -8,11 +8,13 @@
 #include <optional>
 
 #include "comm/allreduce.hpp"
+#include "comm/mpi_replica_group.hpp"
 #include "core/optim/optimizer.hpp"
 #include "core/plan/search.hpp"
 #include "core/profiler.hpp"
 #include "core/tensor_group.hpp"
 #include "core/train/resources.hpp"
+#include "core/train/sharded_parameters.hpp"
 #include "launch/strategy.hpp"
 #include "launch/tensor_split.hpp"
 
@@ -106,19 +108,33 @@ struct LayerTimes {
   std::vector<double> layers, steps;
 };
 
+// Forward and backward of `model` on `batch` images of 0.5, with a small gradient.
+class ProbeStep {
+ public:
+  ProbeStep(Model& model, Context& ctx, dnnl::memory::dim batch)
+      : model_(model), ctx_(ctx), input_(plain_desc({batch, model.input_shape()[0], model.input_shape()[1],
+                                                     model.input_shape()[2]}),
+                                         ctx.engine()) {
+    std::fill(input_.data(), input_.data() + input_.elements(), 0.5f);
+  }
+  void operator()() {
+    const Tensor& out = model_.forward(ctx_, input_, Mode::train);
+    Tensor diff(out.desc(), ctx_.engine());
+    std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
+    model_.backward(ctx_, diff);
+  }
+
+ private:
+  Model& model_;
+  Context& ctx_;
+  Tensor input_;
+};
+
 // Each layer's seconds per call of `model` at `batch` images: a warm-up step, then the mean of the steps timed,
 // at least two and as many as fill kProbeSeconds: a small model's step of a few milliseconds moves by 10-20%
 // from one step to the next on a shared core.
 LayerTimes time_layers(Model& model, Context& ctx, dnnl::memory::dim batch) {
-  const dims_t& in = model.input_shape();
-  Tensor input(plain_desc({batch, in[0], in[1], in[2]}), ctx.engine());
-  std::fill(input.data(), input.data() + input.elements(), 0.5f);
-  auto step = [&] {
-    const Tensor& out = model.forward(ctx, input, Mode::train);
-    Tensor diff(out.desc(), ctx.engine());
-    std::fill(diff.data(), diff.data() + diff.bytes() / sizeof(float), 1e-3f);
-    model.backward(ctx, diff);
-  };
+  ProbeStep step(model, ctx, batch);
   step();  // the warm-up: it builds the primitives
   Profiler profiler;
   model.attach_profiler(&profiler);
@@ -135,6 +151,74 @@ LayerTimes time_layers(Model& model, Context& ctx, dnnl::memory::dim batch) {
   for (const auto& e : profiler.entries())
     times.layers.push_back((e.forward_s + e.backward_s) / static_cast<double>(times.steps.size()));
   return times;
+}
+
+// ZeRO's stage 3 as training meets it: steps of `model` whose layers gather their parameters from every rank
+// of `world` before they run (ShardedParameters over an MpiReplicaGroup, a layer ahead), each beside a plain
+// step so that the machine's drift slows both alike. Returns the seconds a step the gathers added, the
+// slowest rank's mean. `step_s`: a plain step's, for how many pairs fill some 0.6 s. Collective over `world`.
+struct GatherTiming {
+  double added_s = 0;
+  int pairs = 0;
+};
+GatherTiming time_parameter_gathers(Model& model, Context& ctx, dnnl::memory::dim batch, const TrainOptions& o,
+                                    const Communicator& world, double step_s) {
+  const auto bucket = static_cast<std::size_t>(o.bucket_mb > 0 ? o.bucket_bytes() : Layout::kShardedBucketBytes);
+  MpiReplicaGroup group(world, o.allreduce(), {bucket, true, false, true});
+  const std::span<float> params = model.params();
+  ShardedParameters sharded(group, params, *group.parameter_shard(params.size()), true);
+  ProbeStep step(model, ctx, batch);
+  std::vector<double> slowest{step_s};
+  world.allreduce_max(slowest);  // every rank runs as many gathers
+  GatherTiming timing;
+  timing.pairs = std::clamp(static_cast<int>(0.3 / slowest[0]), 1, 16);
+  std::vector<double> sums{0, 0};  // this rank's plain steps, and its gathered ones
+  // A pair first to warm the gathers up, where the steps are short enough to afford it. Each step starts
+  // together, so that a gathered step does not wait for a rank still in its plain one.
+  for (int k = timing.pairs > 1 ? 0 : 1; k <= timing.pairs; ++k) {
+    world.barrier();
+    auto t0 = clock::now();
+    step();
+    const double plain = since(t0);
+    sharded.begin_step();  // gives back what is not this rank's, as a stage-3 run's first step does
+    model.before_layer = [&](ParamRange now, ParamRange next) { sharded.before_layer(now, next); };
+    model.after_layer = [&](ParamRange now) { sharded.after_layer(now); };
+    world.barrier();
+    t0 = clock::now();
+    step();
+    const double gathered = since(t0);
+    model.before_layer = nullptr;
+    model.after_layer = nullptr;
+    sharded.make_whole();
+    if (k > 0) {
+      sums[0] += plain;
+      sums[1] += gathered;
+    }
+  }
+  // A step ends with its slowest rank: the slowest rank's mean of each.
+  world.allreduce_max(sums);
+  timing.added_s = (sums[1] - sums[0]) / timing.pairs;
+  return timing;
+}
+
+// Each stage-3 layer gather's seconds beyond the ring steps `link` gives it on `world_size` ranks, from a
+// step's `added` seconds; and the plan's line that says so.
+std::string measure_gather_extra(Profile& p, const GatherTiming& added, const Link& link, int world_size) {
+  double ring = 0, gathers = 0;  // as the cost model counts them: each layer's, in forward and in backward
+  for (const LayerCost& l : p.layers)
+    if (l.params > 0) {
+      ring += 2 * layer_gather_s(link, world_size, l.params);
+      gathers += 2;
+    }
+  if (gathers == 0) return "";
+  p.gather_extra_s = std::max(0.0, (added.added_s - ring) / gathers);
+  char line[240];
+  std::snprintf(line, sizeof line,
+                "  stage 3's layer gathers, %d step%s beside as many plain: %+.2f ms a step for %.0f gathers, whose "
+                "ring steps take %.2f ms: %.0f us each beyond them\n",
+                added.pairs, added.pairs == 1 ? "" : "s", 1e3 * added.added_s, gathers, 1e3 * ring,
+                1e6 * p.gather_extra_s);
+  return line;
 }
 
 // "  how sure: the probe's steps at batch 16 took 0.0112-0.0143 s (10th to 90th percentile, every rank's),
@@ -296,6 +380,11 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   p.base_bytes = static_cast<double>(resident_bytes());
   std::vector<std::size_t> splits;  // the layers timed split, if any
   std::vector<double> steps_at_batch;  // the whole model's, one by one
+  // Stage 3 gathers over every rank, where the planner may choose it for a layout of one replica group.
+  const bool one_node = !world.any(world.split_shared().size() < world.size());
+  const std::vector<int> stages = shard_states_to_plan(o, one_node);
+  const bool gathers_may_run = world.size() > 1 && std::find(stages.begin(), stages.end(), 3) != stages.end();
+  GatherTiming gather_timing;
   {
     // A context of its own, whose pooled buffers go with the probe.
     Context ctx;
@@ -328,6 +417,10 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     const std::vector<double> at_quarter = quarter < b ? time_layers(*probe, ctx, quarter).layers : at_batch;
     // And one image, which micro-batches may hold, where the line would reach it from the quarter.
     const std::vector<double> at_one = quarter > 1 ? time_layers(*probe, ctx, 1).layers : std::vector<double>{};
+    if (gathers_may_run)
+      gather_timing = time_parameter_gathers(*probe, ctx, b, o, world,
+                                             std::accumulate(steps_at_batch.begin(), steps_at_batch.end(), 0.0) /
+                                                 static_cast<double>(steps_at_batch.size()));
     double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
     for (std::size_t i = 0; i < probe->num_layers(); ++i) {
       LayerCost l;
@@ -363,7 +456,10 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       measure_links(o, world, std::clamp(gradient_bytes, kProbeBytesWhileTraining, kLargestProbeBytes));
   p.within_node = links.within;
   p.between_nodes = links.between;
-  measured.report = "  " + links.text + "\n" + split_report(p, splits) +
+  const std::string gathers =
+      gathers_may_run ? measure_gather_extra(p, gather_timing, one_node ? p.within_node : p.between_nodes, world.size())
+                      : "";
+  measured.report = "  " + links.text + "\n" + split_report(p, splits) + gathers +
                     step_spread_report(steps_at_batch, o.batch_size, world);
   // The probes' memory is freed: the peaks reported during training leave it out.
   restart_peak_resident();

@@ -63,6 +63,14 @@ double default_memory_limit(int ranks_on_this_node) {
   return 0;
 }
 
+std::vector<int> shard_states_to_plan(const TrainOptions& o, bool one_node) {
+  if (o.shard_state != TrainOptions::kShardStateAuto) return {o.shard_state};
+  // Sharded, every rank writes its shard into the checkpoint: the planner shards on its own only where
+  // all ranks share a node, and so the checkpoint folder.
+  if (!o.shard_state_refusal().empty() || !one_node) return {0};
+  return o.bucket_mb != 0 ? std::vector<int>{0, 2, 3} : std::vector<int>{0, 1, 2, 3};  // 1 takes no buckets
+}
+
 bool planner_may_split(const TrainOptions& o) {
   return o.strategy == "auto" && !o.layerwise_optimizer() && o.fixed_tensor != 1;
 }
@@ -76,12 +84,7 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
   limits.micro_batches = o.fixed_micro_batches;
   limits.schedule = o.pipeline_schedule;
   limits.bucket_bytes = o.bucket_bytes();
-  // Sharded, every rank writes its shard into the checkpoint: the planner shards on its own only where
-  // all ranks share a node, and so the checkpoint folder.
-  if (o.shard_state != TrainOptions::kShardStateAuto)
-    limits.shard_states = {o.shard_state};
-  else if (o.shard_state_refusal().empty() && cluster.ranks_per_node >= cluster.ranks)
-    limits.shard_states = o.bucket_mb != 0 ? std::vector<int>{0, 2, 3} : std::vector<int>{0, 1, 2, 3};  // 1 takes no buckets
+  limits.shard_states = shard_states_to_plan(o, cluster.ranks_per_node >= cluster.ranks);
   limits.may_recompute = true;
   limits.must_recompute = o.recompute;
   if (!planner_may_split(o)) limits.tensor = 1;

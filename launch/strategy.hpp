@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/plan/search.hpp"
 #include "launch/train_options.hpp"
@@ -23,6 +24,9 @@ PlanReport plan_strategy(const TrainOptions& options, const Profile& profile, co
 // with a layer-wise optimizer (LARS, LAMB: their trust ratios need a layer's whole parameters), and not with
 // --tensor-parallel 1.
 bool planner_may_split(const TrainOptions& options);
+
+// The ZeRO stages (--shard-state) the planner weighs under these options, for a cluster of one node or more.
+std::vector<int> shard_states_to_plan(const TrainOptions& options, bool one_node);
 
 // The node's memory divided among its ranks, less a tenth for the system (/proc/meminfo), 0 if unknown.
 double default_memory_limit(int ranks_on_this_node);

@@ -20,6 +20,14 @@ double gather_s(const Link& link, int n, double piece) {
   return n <= 1 || piece <= 0 ? 0.0 : (n - 1) * link.ring_step_s(piece);
 }
 
+}  // namespace
+
+double layer_gather_s(const Link& link, int replicas, double params) {
+  return all_reduce_s(link, replicas, 4 * params) / 2;
+}
+
+namespace {
+
 // Whether every group of `count` consecutive blocks of `block` ranks (aligned on its own size) lies on
 // one node of `per_node` consecutive ranks.
 bool within_a_node(int block, int count, int per_node) {
@@ -200,7 +208,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       largest = std::max(largest, l.params * share);
       if (recomputation.again(i)) recomputed_params += l.params * share;
       if (params_sharded && l.params > 0) {
-        const double g = all_reduce_s(replica_link, D, 4 * l.params * share) / 2;
+        const double g = layer_gather_s(replica_link, D, l.params * share) + (D > 1 ? profile.gather_extra_s : 0);
         param_gathers += g;
         if (recomputation.again(i)) gathers_again += g;
       }

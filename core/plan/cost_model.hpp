@@ -68,4 +68,8 @@ struct Prediction {
 // cannot run (a cut or split that does not fit the model, a batch that does not divide).
 Prediction predict(const Profile& profile, const Cluster& cluster, const Layout& layout, int global_batch);
 
+// The ring steps of one stage-3 gather of a layer's `params` parameters from `replicas` ranks over `link`
+// (half an all-reduce of them); the plan adds the profile's gather_extra_s to each.
+double layer_gather_s(const Link& link, int replicas, double params);
+
 }  // namespace ddl

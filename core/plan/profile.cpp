@@ -153,6 +153,7 @@ std::string to_text(const Profile& p) {
   s << "ddl-profile 1\nmodel " << p.model << "\nbatch " << p.batch << "\noptimizer_s_per_param "
     << p.optimizer_s_per_param << "\noptimizer_floats " << p.optimizer_floats << "\nbase_bytes " << p.base_bytes << "\nmeasured_bytes " << p.measured_bytes
     << "\n";
+  if (p.gather_extra_s > 0) s << "gather_extra_s " << p.gather_extra_s << "\n";
   for (auto [key, link] : links_of(p)) {
     s << key << " " << link->latency_s << " " << link->bytes_per_s << "\n";
     for (auto [way, timings] : ways_of(*link)) {
@@ -216,6 +217,8 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
       ok = static_cast<bool>(in >> p.base_bytes) && measure(p.base_bytes);
     } else if (key == "measured_bytes") {
       ok = static_cast<bool>(in >> p.measured_bytes) && measure(p.measured_bytes);
+    } else if (key == "gather_extra_s") {
+      ok = static_cast<bool>(in >> p.gather_extra_s) && measure(p.gather_extra_s);
     } else if (key == "within_node" || key == "between_nodes") {
       Link& link = key == "within_node" ? p.within_node : p.between_nodes;
       ok = static_cast<bool>(in >> link.latency_s >> link.bytes_per_s) && link.bytes_per_s > 0 && link.latency_s >= 0;

@@ -87,6 +87,10 @@ struct Profile {
   // What one rank training the whole model at `batch` held beyond base_bytes (0: not measured): the cost
   // model's memory figures are scaled to it, for the workspaces, layout copies and pools it does not count.
   double measured_bytes = 0;
+  // Each layer gather of ZeRO's stage 3 beyond the link's ring steps (0: not measured): the hand-over to the
+  // gathering thread and that thread's time on the cores its rank computes on, which the ring's timings,
+  // taken with nothing else running, leave out.
+  double gather_extra_s = 0;
   std::vector<LayerCost> layers;
   Link within_node, between_nodes;
 };

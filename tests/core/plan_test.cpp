@@ -364,6 +364,14 @@ TEST(Planner, ShardedParametersHoldAReplicasShareAndTwoLayersWholeForHalfAnAllRe
   EXPECT_NEAR(b.peak_bytes - c.peak_bytes, 4.0 * params * 3 / 4 - 2 * 4 * 15.5e6, 1.0);
   EXPECT_NEAR(c.sent_bytes - b.sent_bytes, 4.0 * params * 3 / 4, 1.0);
   EXPECT_GT(c.step_s, b.step_s);  // the gathers counted in full
+  // Each gather pays what the probe measured beyond the ring's steps: in forward and backward, each layer
+  // with parameters.
+  double layers_with_params = 0;
+  for (const auto& l : p.layers) layers_with_params += l.params > 0;
+  Profile slower = p;
+  slower.gather_extra_s = 1e-3;
+  EXPECT_NEAR(predict(slower, {4, 4}, third, 32).step_s - c.step_s, 2 * layers_with_params * 1e-3, 1e-9);
+  EXPECT_DOUBLE_EQ(predict(slower, {4, 4}, second, 32).step_s, b.step_s);  // no gathers, nothing added
   EXPECT_EQ(third.describe(), "4 x 1 x 1, 1 micro-batch, batch 8, optimizer state, gradients and parameters sharded");
   // In a pipeline each stage gathers on its own thread: every micro-batch's slot grows.
   Layout piped{2, 2, 1, 1, {5, 4}, {}, 16};
@@ -830,7 +838,10 @@ TEST(Planner, AProfileSurvivesItsTextForm) {
   EXPECT_EQ(to_text(p).find("whole_share"), std::string::npos) << "written where measured";
   p.layers[2].whole_share = 0.125;
   p.layers[3].one_image_seconds = 2.5e-4;
+  EXPECT_EQ(to_text(p).find("gather_extra_s"), std::string::npos) << "written where measured";
+  p.gather_extra_s = 1.5e-4;
   const Profile back = profile_from_text(to_text(p), "text");
+  EXPECT_DOUBLE_EQ(back.gather_extra_s, 1.5e-4);
   EXPECT_EQ(to_text(back), to_text(p));
   EXPECT_DOUBLE_EQ(back.layers[2].whole_share, 0.125);
   EXPECT_DOUBLE_EQ(back.layers[1].whole_share, 0);
@@ -857,7 +868,7 @@ TEST(Planner, AProfileSurvivesItsTextForm) {
   // Negative or endless figures, and a split layer that names nothing to divide, would plan free layers,
   // negative memory or a split no group size passes.
   const std::string bad_figures[] = {"base_bytes -30367744\n", "optimizer_floats -7\n", "measured_bytes inf\n",
-                                     "optimizer_s_per_param -1e-9\n", "layer -1e-3 100 4 4 none 0 0 conv\n",
+                                     "optimizer_s_per_param -1e-9\n", "gather_extra_s -2e-4\n", "layer -1e-3 100 4 4 none 0 0 conv\n",
                                      "layer 1e-3 -100 4 4 none 0 0 conv\n", "layer 1e-3 100 4 4 dense 0 0 fc\n",
                                      "layer 1e-3 100 4 4 none 0 -1e-4 conv\n"};
   for (const std::string& line : bad_figures)

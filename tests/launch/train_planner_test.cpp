@@ -155,6 +155,11 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   EXPECT_LE(std::stod(sure[1]), std::stod(sure[2]));
   EXPECT_LE(std::stoi(sure[3]), 0);
   EXPECT_LE(std::stoi(sure[3]), std::stoi(sure[4]));
+  // Stage 3's gathers timed beside plain steps, where the planner may shard (every rank on one node).
+  EXPECT_TRUE(std::regex_search(here.out, std::regex("\n  stage 3's layer gathers, [0-9]+ steps? beside as many plain: "
+                                                     "[-+][0-9.]+ ms a step for [0-9]+ gathers, whose ring steps take "
+                                                     "[0-9.]+ ms: [0-9]+ us each beyond them\n")))
+      << here.out;
   EXPECT_EQ(here.out.find("epoch 1"), std::string::npos) << here.out;
   // A cluster of 64 ranks, 16 a node, from the saved profile, with another network's figures in it.
   std::ifstream in(profile);
