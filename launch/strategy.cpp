@@ -52,6 +52,29 @@ double planned_limit(double memory_limit_bytes) {
   return std::max(1.0, std::min(memory_limit_bytes - kMemoryMarginBytes, memory_limit_bytes / (1 + kMemoryMarginShare)));
 }
 
+// Why the search found no layout at all to weigh: the grid the options fix, or else the batch.
+std::string why_no_layout(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
+                          const Constraints& limits, int global) {
+  const std::string head = "--strategy " + o.strategy + ": ";
+  const std::string ranks = std::to_string(cluster.ranks) + " rank" + (cluster.ranks == 1 ? "" : "s");
+  const int stages = std::max(limits.stages, 1), tensor = std::max(limits.tensor, 1);
+  if (cluster.ranks % (stages * tensor) != 0)
+    return head + "--pipeline-stages " + std::to_string(stages) + " times --tensor-parallel " + std::to_string(tensor) +
+           " does not divide the job's " + ranks;
+  if (static_cast<std::size_t>(stages) > profile.layers.size())
+    return head + "--pipeline-stages " + std::to_string(stages) + ": the model has " +
+           std::to_string(profile.layers.size()) + " layers to cut";
+  Layout grid;
+  grid.tensor = tensor;
+  const SplittableLayers splittable = splittable_layers(profile, grid);
+  if (tensor > 1 && splittable.dense.empty() && splittable.blocks.empty())
+    return head + "--tensor-parallel " + std::to_string(tensor) + ": no layer of the model splits " +
+           std::to_string(tensor) + " ways (a dense layer's outputs, or every block's heads, must divide by it)";
+  return head + "no layout of " + ranks + " trains a global batch of " + std::to_string(global) +
+         (limits.micro_batches > 0 ? " in " + std::to_string(limits.micro_batches) + " micro-batches" : "") +
+         (tensor > 1 ? " with the layers split " + std::to_string(tensor) + " ways" : "");
+}
+
 }  // namespace
 
 double default_memory_limit(int ranks_on_this_node) {
@@ -94,12 +117,11 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
   const int global = o.global_batch_on(cluster.ranks);
   const SearchResult r = plan_layouts(profile, cluster, global, limits);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.best && r.considered == 0) throw InputError(why_no_layout(o, profile, cluster, limits, global));
   if (!r.best)
-    throw InputError("--strategy " + o.strategy + ": no layout of " + std::to_string(cluster.ranks) + " ranks " +
-                     (r.considered ? "fits the memory limit of " + std::to_string(memory_limit_bytes / 1e9) +
-                                         " GB per rank (--memory-limit, less the margin for the predicted "
-                                         "peaks' error)"
-                                   : "trains a global batch of " + std::to_string(global)));
+    throw InputError("--strategy " + o.strategy + ": no layout of " + std::to_string(cluster.ranks) +
+                     " ranks fits the memory limit of " + std::to_string(memory_limit_bytes / 1e9) +
+                     " GB per rank (--memory-limit, less the margin for the predicted peaks' error)");
   PlanReport plan{*r.best, {}};
   const Layout& l = plan.chosen.layout;
 

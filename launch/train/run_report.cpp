@@ -54,14 +54,21 @@ void print_run_notes(const Job& job, const Session& session) {
         "f32; activations bf16 between the layers that take it; weights, gradients, optimizer and loss f32\n");
   // Sharded state goes through the ring's halves whatever --allreduce says.
   const double bucket_mb = l.reduce_bucket_bytes() / (1 << 20);
+  const std::string ring = o.allreduce_algorithm == AllreduceAlgorithm::ring
+                               ? "(ring, f32)"
+                               : std::string("(ring, f32, not --allreduce ") + option_word(o.allreduce_algorithm) + ")";
   if (l.shards_parameters())
     std::printf("gradients: reduced to their owners in buckets of %g MB during backward; each layer's parameters "
-                "gathered from their owners before it runs (ring, f32)\n", bucket_mb);
+                "gathered from their owners before it runs %s\n", bucket_mb, ring.c_str());
   else if (l.shards_gradients())
     std::printf("gradients: reduced to their owners in buckets of %g MB during backward; parameters all-gathered "
-                "after the update (ring, f32)\n", bucket_mb);
+                "after the update %s\n", bucket_mb, ring.c_str());
   else if (l.shards_optimizer_state())
-    std::printf("gradients: reduce-scattered after backward; parameters all-gathered after the update (ring, f32)\n");
+    std::printf("gradients: reduce-scattered after backward; parameters all-gathered after the update %s\n",
+                ring.c_str());
+  else if (o.shard_state > 0)
+    std::printf("--shard-state %d: nothing to shard, the layout has one replica (%d x %d x %d)\n", o.shard_state,
+                l.replicas, l.stages, l.tensor);
   else if (l.replicas > 1 && l.buckets_overlap_backward())
     std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n",
                 option_word(o.allreduce_algorithm), o.allreduce_wire.c_str(), o.bucket_mb);

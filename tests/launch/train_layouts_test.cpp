@@ -182,6 +182,7 @@ TEST_F(DdlTrain, ShardedStateAndGradientsTrainAsUnshardedAndTheirCheckpointsResu
       const auto b = run(train + args("--epochs 2 " + stage + " --checkpoint-dir " + sharded));
       ASSERT_EQ(b.exit_code, 0) << b.err;
       EXPECT_NE(b.out.find("its state sharded"), std::string::npos) << b.out;
+      EXPECT_NE(b.out.find(" (ring, f32)\n"), std::string::npos) << b.out;
       EXPECT_EQ(params(plain + "/last.h5"), params(sharded + "/last.h5")) << c.ranks << " ranks, " << c.layout << ", " << stage;
       // The shards written by every replica in turn make up the unsharded run's state.
       const bool adam = c.optimizer.find("adam") != std::string::npos;
@@ -209,6 +210,12 @@ TEST_F(DdlTrain, ShardedStateAndGradientsTrainAsUnshardedAndTheirCheckpointsResu
       EXPECT_EQ(params(plain + "/last.h5"), params(dir + "/last.h5")) << first << ", then " << then;
     }
   }
+  // One replica has nothing to shard: the run says so, rather than drop the option unseen.
+  const auto alone = run(kTrain + train_args("--shard-state 2 --epochs 1 --steps-per-epoch 1 --threads 1"));
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_NE(alone.out.find("--shard-state 2: nothing to shard, the layout has one replica (1 x 1 x 1)\n"),
+            std::string::npos)
+      << alone.out;
 }
 
 TEST_F(DdlTrain, ShardedParametersGivenBackAndGatheredAgainTrainAsWholeOnes) {

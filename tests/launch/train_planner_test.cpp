@@ -189,6 +189,13 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
                      "--load-profile " + profile + ": its layer 6 (dense 64->10) holds 650 parameters, this model's 1300");
   expect_clean_error(run(kTrain + train_args("--strategy auto --memory-limit 0.001 --plan-only")),
                      "--strategy auto: no layout of 1 ranks fits the memory limit");
+  // A grid the options fix that no layout takes is named.
+  expect_clean_error(run(kTrain + train_args("--strategy auto --plan-for 8,8 --pipeline-stages 3 --load-profile " + profile)),
+                     "--strategy auto: --pipeline-stages 3 times --tensor-parallel 1 does not divide the job's 8 ranks");
+  expect_clean_error(run(kTrain + train_args("--strategy auto --plan-for 8,8 --pipeline-stages 8 --load-profile " + profile)),
+                     "--strategy auto: --pipeline-stages 8: the model has 7 layers to cut");
+  expect_clean_error(run(kTrain + train_args("--strategy auto --plan-for 9,9 --tensor-parallel 3 --load-profile " + profile)),
+                     "--strategy auto: --tensor-parallel 3: no layer of the model splits 3 ways");
   expect_clean_error(run(kTrain + train_args("--strategy auto --partition 3,4")),
                      "--strategy auto chooses the cut and the split layers");
   // A check only rank 0 makes (the metrics folder) stops every rank quickly, with rank 0's line.
