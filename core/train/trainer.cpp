@@ -100,9 +100,10 @@ void Trainer::average_whole_over_group() {
   const auto shard = optimizer_.shard();
   const std::size_t begin = shard ? shard->begin : 0, end = shard ? shard->end : grads.size();
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  for (const auto& [offset, count] : whole_ranges_)
-    if (std::max(offset, begin) < std::min(offset + count, end))
-      ranges.emplace_back(std::max(offset, begin), std::min(offset + count, end) - std::max(offset, begin));
+  for (const auto& [offset, count] : whole_ranges_) {
+    const std::size_t first = std::max(offset, begin), last = std::min(offset + count, end);
+    if (first < last) ranges.emplace_back(first, last - first);
+  }
   whole_grads_.clear();
   for (const auto& [offset, count] : ranges) whole_grads_.insert(whole_grads_.end(), &grads[offset], &grads[offset] + count);
   if (whole_grads_.empty()) return;

@@ -156,7 +156,7 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   EXPECT_LE(std::stoi(sure[3]), 0);
   EXPECT_LE(std::stoi(sure[3]), std::stoi(sure[4]));
   // Stage 3's gathers timed beside plain steps, where the planner may shard (every rank on one node).
-  EXPECT_TRUE(std::regex_search(here.out, std::regex("\n  stage 3's layer gathers, [0-9]+ steps? beside as many plain: "
+  EXPECT_TRUE(std::regex_search(here.out, std::regex("\n  stage 3's layer gathers, [0-9]+ steps? beside as many of stage 2: "
                                                      "[-+][0-9.]+ ms a step for [0-9]+ gathers, whose ring steps take "
                                                      "[0-9.]+ ms: [0-9]+ us each beyond them\n")))
       << here.out;
