@@ -157,50 +157,71 @@ LayerTimes time_layers(Model& model, Context& ctx, dnnl::memory::dim batch) {
 // in buckets during backward (an MpiReplicaGroup over every rank of `world`), in turn with steps whose layers
 // also gather their parameters before they run (ShardedParameters, a layer ahead), so that the machine's drift
 // slows both alike. The gathers share the bucket thread's queue with the gradients, as they do in training.
-// Returns the seconds a step the gathers added, the slowest rank's mean. `step_s`: a plain step's, for how many
-// pairs fill some 1 s (two at least: one pair of vgg16_cifar's 0.3 s steps said 112 ms once and 193 the next).
-// Collective over `world`.
+// Returns the seconds a step the gathers added, the slowest rank's mean. `step_s`: a plain step's, for how
+// many pairs fill some 1 s (two at least: one pair of vgg16_cifar's 0.3 s steps said 112 ms once and 193 the
+// next). Collective over `world`.
 struct GatherTiming {
   double added_s = 0;
   int pairs = 0;
 };
 GatherTiming time_parameter_gathers(Model& model, Context& ctx, dnnl::memory::dim batch, const TrainOptions& o,
                                     const Communicator& world, double step_s) {
-  const auto bucket = static_cast<std::size_t>(o.bucket_mb > 0 ? o.bucket_bytes() : Layout::kShardedBucketBytes);
-  MpiReplicaGroup group(world, o.allreduce(), {bucket, true, false, true});
+  Layout third;
+  third.replicas = world.size();
+  third.shard_state = 3;
+  third.bucket_bytes = o.bucket_bytes();
+  MpiReplicaGroup group(world, o.allreduce(),
+                        {.bytes = static_cast<std::size_t>(third.reduce_bucket_bytes()), .to_owners = true,
+                         .on_backward_thread = false, .shard_parameters = true});
   const std::span<float> params = model.params(), grads = model.grads();
   ShardedParameters sharded(group, params, *group.parameter_shard(params.size()), true);
+  // The model's hooks reach the group and the shard: gone with them, however the probe ends.
+  struct Hooks {
+    Model& model;
+    ~Hooks() {
+      model.on_gradients_ready = nullptr;
+      model.before_layer = nullptr;
+      model.after_layer = nullptr;
+    }
+  } hooks{model};
   ProbeStep step(model, ctx, batch);
+  step();  // set up at this batch again (the probe ran others since), untimed, its gradients kept
+  model.on_gradients_ready = [&](std::size_t offset, std::size_t count) {
+    group.gradients_ready(grads, offset, count);
+  };
   std::vector<double> slowest{step_s};
   world.allreduce_max(slowest);  // every rank runs as many gathers
   GatherTiming timing;
   timing.pairs = std::clamp(static_cast<int>(0.5 / slowest[0]), 2, 16);
-  model.on_gradients_ready = [&](std::size_t offset, std::size_t count) { group.gradients_ready(grads, offset, count); };
   // Each step starts together, so that its collectives do not wait for a rank still in the step before.
-  const auto timed_step = [&] {
+  const auto timed = [&](bool gathering) {
+    if (gathering) {
+      sharded.begin_step();  // gives back what is not this rank's, as a stage-3 run's first step does
+      model.before_layer = [&](ParamRange now, ParamRange next) { sharded.before_layer(now, next); };
+      model.after_layer = [&](ParamRange now) { sharded.after_layer(now); };
+    }
     world.barrier();
     const auto t0 = clock::now();
     step();
     group.reduce_scatter(grads);
-    return since(t0);
+    const double seconds = since(t0);
+    if (gathering) {
+      model.before_layer = nullptr;
+      model.after_layer = nullptr;
+      sharded.make_whole();
+    }
+    return seconds;
   };
   std::vector<double> sums{0, 0};  // this rank's steps of stage 2, and of stage 3
-  // A pair first to warm the buckets and gathers up, where steps are short enough to afford it (under a second).
+  // A pair first to warm the buckets and gathers up where steps are short enough to afford it (under a
+  // second); the pairs in either order, so that neither stage always follows the other.
   for (int k = slowest[0] < 1 ? 0 : 1; k <= timing.pairs; ++k) {
-    const double second = timed_step();
-    sharded.begin_step();  // gives back what is not this rank's, as a stage-3 run's first step does
-    model.before_layer = [&](ParamRange now, ParamRange next) { sharded.before_layer(now, next); };
-    model.after_layer = [&](ParamRange now) { sharded.after_layer(now); };
-    const double third = timed_step();
-    model.before_layer = nullptr;
-    model.after_layer = nullptr;
-    sharded.make_whole();
-    if (k > 0) {
-      sums[0] += second;
-      sums[1] += third;
-    }
+    const bool third_first = k % 2 == 1;
+    const double first = timed(third_first), second = timed(!third_first);
+    if (k == 0) continue;
+    sums[0] += third_first ? second : first;
+    sums[1] += third_first ? first : second;
   }
-  model.on_gradients_ready = nullptr;
   // A step ends with its slowest rank: the slowest rank's mean of each.
   world.allreduce_max(sums);
   timing.added_s = (sums[1] - sums[0]) / timing.pairs;
@@ -210,20 +231,19 @@ GatherTiming time_parameter_gathers(Model& model, Context& ctx, dnnl::memory::di
 // Each stage-3 layer gather's seconds beyond the ring steps `link` gives it on `world_size` ranks, from a
 // step's `added` seconds; and the plan's line that says so.
 std::string measure_gather_extra(Profile& p, const GatherTiming& added, const Link& link, int world_size) {
-  double ring = 0, gathers = 0;  // as the cost model counts them: each layer's, in forward and in backward
+  double ring = 0, gathered = 0;  // as the cost model counts them: each layer's, in forward and in backward
   for (const LayerCost& l : p.layers)
     if (l.params > 0) {
       ring += 2 * layer_gather_s(link, world_size, l.params);
-      gathers += 2;
+      ++gathered;
     }
-  if (gathers == 0) return "";
-  p.gather_extra_s = std::max(0.0, (added.added_s - ring) / gathers);
+  if (gathered == 0) return "";
+  p.gather_extra_s = std::max(0.0, (added.added_s - ring) / (2 * gathered));
   char line[240];
   std::snprintf(line, sizeof line,
-                "  stage 3's layer gathers, %d step%s beside as many of stage 2: %+.2f ms a step for %.0f gathers, whose "
-                "ring steps take %.2f ms: %.0f us each beyond them\n",
-                added.pairs, added.pairs == 1 ? "" : "s", 1e3 * added.added_s, gathers, 1e3 * ring,
-                1e6 * p.gather_extra_s);
+                "  stage 3's layer gathers, %d steps beside as many of stage 2: %+.2f ms a step for %.0f layers, "
+                "whose ring steps take %.2f ms: %.0f us a gather beyond them\n",
+                added.pairs, 1e3 * added.added_s, gathered, 1e3 * ring, 1e6 * p.gather_extra_s);
   return line;
 }
 

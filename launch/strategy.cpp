@@ -56,20 +56,30 @@ double planned_limit(double memory_limit_bytes) {
 std::string why_no_layout(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
                           const Constraints& limits, int global) {
   const std::string head = "--strategy " + o.strategy + ": ";
-  const std::string ranks = std::to_string(cluster.ranks) + " rank" + (cluster.ranks == 1 ? "" : "s");
-  const int stages = std::max(limits.stages, 1), tensor = std::max(limits.tensor, 1);
-  if (cluster.ranks % (stages * tensor) != 0)
-    return head + "--pipeline-stages " + std::to_string(stages) + " times --tensor-parallel " + std::to_string(tensor) +
-           " does not divide the job's " + ranks;
-  if (static_cast<std::size_t>(stages) > profile.layers.size())
-    return head + "--pipeline-stages " + std::to_string(stages) + ": the model has " +
-           std::to_string(profile.layers.size()) + " layers to cut";
+  const std::string ranks = "the " + std::to_string(cluster.ranks) + " rank" + (cluster.ranks == 1 ? "" : "s") +
+                            " planned for";
+  const std::size_t layers = profile.layers.size();
+  const int tensor = std::max(limits.tensor, 1);
+  const std::string stages_named = "--pipeline-stages " + std::to_string(limits.stages);
+  const std::string tensor_named = "--tensor-parallel " + std::to_string(tensor);
+  if (limits.stages > 0 && cluster.ranks % (limits.stages * tensor) != 0)
+    return head + stages_named + (tensor > 1 ? " times " + tensor_named : "") + " does not divide " + ranks;
+  if (cluster.ranks % tensor != 0) return head + tensor_named + " does not divide " + ranks;
+  if (static_cast<std::size_t>(limits.stages) > layers)
+    return head + stages_named + ": the model has " + std::to_string(layers) + " layers to cut";
+  bool stages_fit = false;  // a number of stages the search may take: it divides the ranks, and cuts the model
+  const int most_stages = std::min(cluster.ranks / tensor, static_cast<int>(layers));
+  for (int S = std::max(limits.min_stages, 1); S <= most_stages; ++S)
+    stages_fit = stages_fit || (cluster.ranks / tensor % S == 0 && (limits.stages == 0 || limits.stages == S));
+  if (!stages_fit)
+    return head + "a pipeline of " + std::to_string(limits.min_stages) + " stages or more, one rank each at " +
+           "least and at most the model's " + std::to_string(layers) + " layers, does not divide " + ranks;
   Layout grid;
   grid.tensor = tensor;
   const SplittableLayers splittable = splittable_layers(profile, grid);
   if (tensor > 1 && splittable.dense.empty() && splittable.blocks.empty())
-    return head + "--tensor-parallel " + std::to_string(tensor) + ": no layer of the model splits " +
-           std::to_string(tensor) + " ways (a dense layer's outputs, or every block's heads, must divide by it)";
+    return head + tensor_named + ": no layer of the model splits " + std::to_string(tensor) +
+           " ways (a dense layer's outputs, or every block's heads, must divide by it)";
   return head + "no layout of " + ranks + " trains a global batch of " + std::to_string(global) +
          (limits.micro_batches > 0 ? " in " + std::to_string(limits.micro_batches) + " micro-batches" : "") +
          (tensor > 1 ? " with the layers split " + std::to_string(tensor) + " ways" : "");

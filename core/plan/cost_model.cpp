@@ -208,7 +208,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       largest = std::max(largest, l.params * share);
       if (recomputation.again(i)) recomputed_params += l.params * share;
       if (params_sharded && l.params > 0) {
-        const double g = layer_gather_s(replica_link, D, l.params * share) + (D > 1 ? profile.gather_extra_s : 0);
+        const double g = layer_gather_s(replica_link, D, l.params * share) + profile.gather_extra_s;
         param_gathers += g;
         if (recomputation.again(i)) gathers_again += g;
       }

@@ -148,6 +148,8 @@ double weighed_step(const Plan& plan, const Constraints& limits) {
 void for_each_layout(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits,
                      const std::function<void(const Plan&)>& visit) {
   const std::size_t L = profile.layers.size();
+  const std::vector<int> micro_batches =
+      limits.micro_batches > 0 ? std::vector<int>{limits.micro_batches} : std::vector<int>{1, 2, 4, 8, 16, 32};
   for (const int T : divisors(cluster.ranks)) {
     std::vector<std::vector<std::size_t>> splits{{}};
     Layout group;
@@ -169,7 +171,7 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
         layout.bucket_bytes = limits.bucket_bytes;
         if (global_batch % layout.data_ranks() != 0) continue;
         layout.batch = global_batch / layout.data_ranks();
-        for (const int M : {1, 2, 4, 8, 16, 32}) {
+        for (const int M : micro_batches) {
           if (layout.batch % M != 0 || !fits(limits, D, S, T, M)) continue;
           layout.micro_batches = M;
           for (const auto& cut : cuts) {

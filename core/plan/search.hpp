@@ -1,8 +1,8 @@
 // The planner's search (Baligodugula and Amsaad's Algorithm 1, 2025, over ddl's layouts): every grid
-// D x S x T of the ranks, micro-batches from {1, 2, 4, 8, 16, 32}, every cut of the layers into S stages
-// (or, where there are too many, the cut balanced by time and memory), and for T > 1 every split the
-// profile allows (any subset of the splittable dense layers, or the last k of them where there are many;
-// every transformer block).
+// D x S x T of the ranks, micro-batches from {1, 2, 4, 8, 16, 32} (or the number fixed), every cut of the
+// layers into S stages (or, where there are too many, the cut balanced by time and memory), and for T > 1
+// every split the profile allows (any subset of the splittable dense layers, or the last k of them where
+// there are many; every transformer block).
 // Each layout is weighed with its optimizer state whole or sharded, and with its activations kept,
 // recomputed on every stage, or recomputed on just the stages that would not fit the memory limit.
 // Layouts over the memory limit are dropped; the least predicted step time wins, unless a plainer layout is

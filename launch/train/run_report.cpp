@@ -52,11 +52,10 @@ void print_run_notes(const Job& job, const Session& session) {
     std::printf(
         "precision bf16: convolutions, dense layers and matrix products multiply in bf16 and accumulate in "
         "f32; activations bf16 between the layers that take it; weights, gradients, optimizer and loss f32\n");
-  // Sharded state goes through the ring's halves whatever --allreduce says.
+  // Sharded state goes through the ring's halves whatever --allreduce says; the default (hier) goes unnamed.
   const double bucket_mb = l.reduce_bucket_bytes() / (1 << 20);
-  const std::string ring = o.allreduce_algorithm == AllreduceAlgorithm::ring
-                               ? "(ring, f32)"
-                               : std::string("(ring, f32, not --allreduce ") + option_word(o.allreduce_algorithm) + ")";
+  const std::string ring = o.allreduce_algorithm == AllreduceAlgorithm::mpi ? "(ring, f32, not --allreduce mpi)"
+                                                                            : "(ring, f32)";
   if (l.shards_parameters())
     std::printf("gradients: reduced to their owners in buckets of %g MB during backward; each layer's parameters "
                 "gathered from their owners before it runs %s\n", bucket_mb, ring.c_str());

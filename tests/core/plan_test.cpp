@@ -868,7 +868,8 @@ TEST(Planner, AProfileSurvivesItsTextForm) {
   // Negative or endless figures, and a split layer that names nothing to divide, would plan free layers,
   // negative memory or a split no group size passes.
   const std::string bad_figures[] = {"base_bytes -30367744\n", "optimizer_floats -7\n", "measured_bytes inf\n",
-                                     "optimizer_s_per_param -1e-9\n", "gather_extra_s -2e-4\n", "layer -1e-3 100 4 4 none 0 0 conv\n",
+                                     "optimizer_s_per_param -1e-9\n", "gather_extra_s -2e-4\n",
+                                     "layer -1e-3 100 4 4 none 0 0 conv\n",
                                      "layer 1e-3 -100 4 4 none 0 0 conv\n", "layer 1e-3 100 4 4 dense 0 0 fc\n",
                                      "layer 1e-3 100 4 4 none 0 -1e-4 conv\n"};
   for (const std::string& line : bad_figures)

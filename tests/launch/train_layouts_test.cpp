@@ -151,11 +151,13 @@ TEST_F(DdlTrain, ShardedStateAndGradientsTrainAsUnshardedAndTheirCheckpointsResu
   // owners in the ring's order during backward: the same bits again, on the bucket thread of plain data
   // parallelism and on a pipeline's own thread. Stage 3 gathers each layer's parameters from their owners
   // before it runs (the all-gather's values) instead of all-gathering after the update: the same bits, for
-  // half an all-reduce more a micro-batch. With the classifier split across 2 ranks (2 x 1 x 2), each rank
-  // shards its flat buffer, whose split slices cut into the whole model's arrays with a stride, across its
-  // replica, and the whole layers' gradients are averaged over the split group in the shard only: the same
-  // bits again (2 ranks sum alike in either order), and on 2 x 2 x 2, every axis at once. A checkpoint holds the shards in the single-rank format:
-  // written sharded, it resumes unsharded, and back.
+  // half an all-reduce more a micro-batch. With layers split across 2 ranks (2 x 1 x 2), each rank shards its
+  // flat buffer, split slices included, across its replica, and the whole layers' gradients are averaged over
+  // the split group in the shard only: the same bits again (2 ranks sum alike in either order), and on
+  // 2 x 2 x 2, every axis at once. The classifier's rows are one run of the file; ViT-tiny's blocks, split by
+  // columns and rows, cut the file's arrays with a stride, which the shards cut again, at a block or within
+  // one. A checkpoint holds the shards in the single-rank format: written sharded, it resumes unsharded, and
+  // back.
   struct Case {
     std::string ranks, layout, optimizer;
     bool through_checkpoints;
@@ -165,6 +167,8 @@ TEST_F(DdlTrain, ShardedStateAndGradientsTrainAsUnshardedAndTheirCheckpointsResu
                         {"4", "--batch-size 16 --pipeline-stages 2 --micro-batches 2",
                          "--optimizer sgd --momentum 0.9 --lr 0.05", false},
                         {"4", "--batch-size 8 --tensor-parallel 2", "--optimizer adam", true},
+                        {"4", "--model vit_tiny --tensor-split blocks --batch-size 8 --tensor-parallel 2",
+                         "--optimizer adam", true},
                         {"8", "--batch-size 8 --tensor-parallel 2 --pipeline-stages 2 --micro-batches 2",
                          "--optimizer adam", false}};
   const std::string stages[] = {"--shard-state 1", "--shard-state 2 --bucket-mb 0.1", "--shard-state 3 --bucket-mb 0.1"};

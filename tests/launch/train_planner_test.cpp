@@ -90,11 +90,12 @@ TEST_F(DdlTrain, ReplanningMovesTheRunToAnotherLayoutAndTrainsTheSame) {
                          train_args(sgd + batch + " --replan-every never --checkpoint-dir " + stayed));
     ASSERT_EQ(ref.exit_code, 0) << ref.err;
     EXPECT_NE(ref.out.find("chosen     " + std::to_string(c.ranks) + " x 1 x 1"), std::string::npos) << ref.out;
-    if (!c.options.empty())
+    if (!c.options.empty()) {
       EXPECT_NE(ref.out.find(c.options.find("--shard-state 1") != std::string::npos   ? "optimizer state sharded: step"
                              : c.options.find("--shard-state 2") != std::string::npos ? "and gradients sharded: step"
                                                                                       : "and parameters sharded: step"),
                 std::string::npos) << ref.out;
+    }
     EXPECT_EQ(ref.out.find("re-plan"), std::string::npos) << ref.out;
     const auto r = run("DDL_TEST_SLOW_LINKS=" + c.slow + " " + mpirun +
                        train_args(sgd + batch + " --replan-every " + c.replan + " --checkpoint-dir " + moved +
@@ -155,11 +156,10 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   EXPECT_LE(std::stod(sure[1]), std::stod(sure[2]));
   EXPECT_LE(std::stoi(sure[3]), 0);
   EXPECT_LE(std::stoi(sure[3]), std::stoi(sure[4]));
-  // Stage 3's gathers timed beside plain steps, where the planner may shard (every rank on one node).
-  EXPECT_TRUE(std::regex_search(here.out, std::regex("\n  stage 3's layer gathers, [0-9]+ steps? beside as many of stage 2: "
-                                                     "[-+][0-9.]+ ms a step for [0-9]+ gathers, whose ring steps take "
-                                                     "[0-9.]+ ms: [0-9]+ us each beyond them\n")))
-      << here.out;
+  // Stage 3's gathers timed against stage 2's steps, where the planner may shard (every rank on one node).
+  const std::regex gathers("\n  stage 3's layer gathers, [0-9]+ steps beside as many of stage 2: [-+][0-9.]+ ms a step "
+                           "for 4 layers, whose ring steps take [0-9.]+ ms: [0-9]+ us a gather beyond them\n");
+  EXPECT_TRUE(std::regex_search(here.out, gathers)) << here.out;
   EXPECT_EQ(here.out.find("epoch 1"), std::string::npos) << here.out;
   // A cluster of 64 ranks, 16 a node, from the saved profile, with another network's figures in it.
   std::ifstream in(profile);
@@ -190,12 +190,22 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   expect_clean_error(run(kTrain + train_args("--strategy auto --memory-limit 0.001 --plan-only")),
                      "--strategy auto: no layout of 1 ranks fits the memory limit");
   // A grid the options fix that no layout takes is named.
-  expect_clean_error(run(kTrain + train_args("--strategy auto --plan-for 8,8 --pipeline-stages 3 --load-profile " + profile)),
-                     "--strategy auto: --pipeline-stages 3 times --tensor-parallel 1 does not divide the job's 8 ranks");
-  expect_clean_error(run(kTrain + train_args("--strategy auto --plan-for 8,8 --pipeline-stages 8 --load-profile " + profile)),
+  const std::string eight = "--strategy auto --plan-for 8,8 --load-profile " + profile;
+  expect_clean_error(run(kTrain + train_args(eight + " --pipeline-stages 3")),
+                     "--strategy auto: --pipeline-stages 3 does not divide the 8 ranks planned for");
+  expect_clean_error(run(kTrain + train_args(eight + " --pipeline-stages 8")),
                      "--strategy auto: --pipeline-stages 8: the model has 7 layers to cut");
-  expect_clean_error(run(kTrain + train_args("--strategy auto --plan-for 9,9 --tensor-parallel 3 --load-profile " + profile)),
+  expect_clean_error(run(kTrain + train_args("--strategy auto --plan-for 9,9 --tensor-parallel 3 --load-profile " +
+                                             profile)),
                      "--strategy auto: --tensor-parallel 3: no layer of the model splits 3 ways");
+  expect_clean_error(run(kTrain + train_args("--strategy pipeline --plan-for 1,1 --load-profile " + profile)),
+                     "--strategy pipeline: a pipeline of 2 stages or more, one rank each at least and at most the "
+                     "model's 7 layers, does not divide the 1 rank planned for");
+  // A number of micro-batches the search would not try by itself is taken.
+  const auto three = run(kTrain + train_args("--strategy auto --plan-for 2,2 --micro-batches 3 --batch-size 48 "
+                                             "--load-profile " + profile));
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  EXPECT_NE(three.out.find("  chosen     2 x 1 x 1, 3 micro-batches"), std::string::npos) << three.out;
   expect_clean_error(run(kTrain + train_args("--strategy auto --partition 3,4")),
                      "--strategy auto chooses the cut and the split layers");
   // A check only rank 0 makes (the metrics folder) stops every rank quickly, with rank 0's line.
