@@ -406,10 +406,11 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   p.base_bytes = static_cast<double>(resident_bytes());
   std::vector<std::size_t> splits;  // the layers timed split, if any
   std::vector<double> steps_at_batch;  // the whole model's, one by one
-  // Stage 3 gathers over every rank, where the planner may choose it for a layout of one replica group.
+  // Stage 3's gathers, timed as data parallelism over every rank, where the planner may choose stage 3.
   const bool one_node = !world.any(world.split_shared().size() < world.size());
-  const std::vector<int> stages = shard_states_to_plan(o, one_node);
-  const bool gathers_may_run = world.size() > 1 && std::find(stages.begin(), stages.end(), 3) != stages.end();
+  const std::vector<int> shard_states = shard_states_to_plan(o, one_node);
+  const bool gathers_may_run =
+      world.size() > 1 && std::find(shard_states.begin(), shard_states.end(), 3) != shard_states.end();
   GatherTiming gather_timing;
   {
     // A context of its own, whose pooled buffers go with the probe.

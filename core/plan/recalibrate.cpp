@@ -30,6 +30,7 @@ Profile with_links_calibrated(const Profile& profile, const Prediction& predicte
   // what the probe sees now.
   const double factor = std::clamp((measured_step_s - rest) / predicted.comm_s, 1.0, kMaxRecalibration);
   for (Link* link : {&p.within_node, &p.between_nodes}) *link = link->slowed(factor);
+  p.gather_extra_s *= factor;
   return p;
 }
 

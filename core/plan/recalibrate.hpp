@@ -17,12 +17,12 @@ namespace ddl {
 // factor goes beyond kMaxRecalibration either way: one odd step must not make a layer free or endless.
 Profile recalibrated(const Profile& profile, const Prediction& predicted, std::span<const double> measured_s);
 
-// The profile with both links' latency and seconds per byte scaled so that `predicted` (the current
-// layout's, from this profile) takes the step measured under it: whatever the step took beyond its
-// compute is taken as communication and waiting for it, which the links' probe (a few all-reduces between
-// steps) does not always see (MPI over TCP with small messages, a job sharing the network). Only ever
-// slower than the probe's figures, by at most kMaxRecalibration; unchanged where the layout communicates
-// nothing.
+// The profile with both links' latency and seconds per byte (and stage 3's gathers' cost beyond them)
+// scaled so that `predicted` (the current layout's, from this profile) takes the step measured under it:
+// whatever the step took beyond its compute is taken as communication and waiting for it, which the links'
+// probe (a few all-reduces between steps) does not always see (MPI over TCP with small messages, a job
+// sharing the network). Only ever slower than the probe's figures, by at most kMaxRecalibration; unchanged
+// where the layout communicates nothing.
 Profile with_links_calibrated(const Profile& profile, const Prediction& predicted, double measured_step_s);
 
 constexpr double kMaxRecalibration = 16;

@@ -198,6 +198,10 @@ TEST(Planner, LinksAreCalibratedToTheMeasuredStep) {
   const Prediction after = predict(calibrated, {2, 1}, data, 64);
   EXPECT_NEAR(after.step_s, measured, 1e-9);
   EXPECT_NEAR(calibrated.between_nodes.bytes_per_s, p.between_nodes.bytes_per_s / 3, 1e-3);
+  // Stage 3's gathers' cost beyond the links is communication too: scaled alike.
+  Profile gathering = p;
+  gathering.gather_extra_s = 1e-3;
+  EXPECT_NEAR(with_links_calibrated(gathering, before, measured).gather_extra_s, 3e-3, 1e-12);
   // Measured as predicted, or faster (steps timed before a link slowed down): unchanged; nothing to
   // communicate: unchanged.
   EXPECT_EQ(with_links_calibrated(p, before, 0.5 * before.step_s).between_nodes.bytes_per_s, p.between_nodes.bytes_per_s);
