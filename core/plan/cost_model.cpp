@@ -258,8 +258,10 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     stage_compute.push_back({forward, slot - forward});
     slot += comm;
     stage_seconds.push_back({forward + forward_comm, slot - forward - forward_comm});
-    // The whole layers' gradients averaged over a split group too, sharded only in the replica's shard.
-    const double whole_reduced = layout.shards_optimizer_state() ? whole / D : whole;
+    // The whole layers' gradients averaged over a split group too, sharded only in the replica's shard. A
+    // replica whose shard holds all of them, or a shard's worth, sets the step (AlexNet's convolutions come
+    // first in a rank's buffer and fit one shard; VGG16-CIFAR's fill two).
+    const double whole_reduced = layout.shards_optimizer_state() ? std::min(whole, params / D) : whole;
     const double group_reduce = all_reduce_s(tensor_link, T, 4 * whole_reduced);
     double reduce_comm = all_reduce_s(replica_link, D, 4 * params) + group_reduce;
     const double bucket = std::min(layout.reduce_bucket_bytes(), 4 * params);

@@ -451,8 +451,17 @@ TEST(Planner, SplitLayersReplicasShardTheirStateAndAverageTheWholeLayersInTheSha
   sharded.shard_state = 1;
   const Prediction whole = predict(p, {4, 4}, kept, 32), shard = predict(p, {4, 4}, sharded, 32);
   EXPECT_LT(shard.peak_bytes, whole.peak_bytes);
-  // The convolutions' gradients go over the split group in the replica's half of them only.
-  EXPECT_LT(shard.sent_bytes, whole.sent_bytes);
+  // The convolutions' gradients go over the split group in the replica's shard only. Here a shard (half of a
+  // rank's 31.8 M parameters) holds all 2.5 M on one replica, which the step waits for; with convolutions of
+  // 50 M, a shard's worth of them.
+  EXPECT_DOUBLE_EQ(shard.sent_bytes, whole.sent_bytes);
+  ASSERT_EQ(kept.split, (std::vector<std::size_t>{1, 2, 3})) << kept.describe();
+  Profile wide = p;
+  wide.layers[0].params = 50e6;
+  const double rank_params = 50e6 + (37.75e6 + 16.78e6 + 4.1e6) / 2;
+  // A group of 2 sends as many bytes as it all-reduces.
+  EXPECT_NEAR(predict(wide, {4, 4}, kept, 32).sent_bytes - predict(wide, {4, 4}, sharded, 32).sent_bytes,
+              4 * (50e6 - rank_params / 2), 1.0);
   limits.memory_limit_bytes = (shard.peak_bytes + whole.peak_bytes) / 2;
   const SearchResult tight = plan_layouts(p, {4, 4}, 32, limits);
   ASSERT_TRUE(tight.best);
