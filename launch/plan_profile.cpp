@@ -444,10 +444,6 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     const std::vector<double> at_quarter = quarter < b ? time_layers(*probe, ctx, quarter).layers : at_batch;
     // And one image, which micro-batches may hold, where the line would reach it from the quarter.
     const std::vector<double> at_one = quarter > 1 ? time_layers(*probe, ctx, 1).layers : std::vector<double>{};
-    if (gathers_may_run)
-      gather_timing = time_parameter_gathers(*probe, ctx, b, o, world,
-                                             std::accumulate(steps_at_batch.begin(), steps_at_batch.end(), 0.0) /
-                                                 static_cast<double>(steps_at_batch.size()));
     double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
     for (std::size_t i = 0; i < probe->num_layers(); ++i) {
       LayerCost l;
@@ -455,9 +451,14 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       l.seconds = quarter < b ? std::max(0.0, (at_batch[i] - at_quarter[i]) / static_cast<double>(b - quarter))
                               : at_batch[i] / static_cast<double>(b);
       l.fixed_seconds = std::max(0.0, at_batch[i] - static_cast<double>(b) * l.seconds);
-      // Never above a call of more images (a layer of a few microseconds, timed with noise).
-      if (!at_one.empty())
-        l.one_image_seconds = std::min(at_one[i], l.call_seconds(static_cast<double>(quarter), o.batch_size));
+      // Never above a call of more images (a layer of a few microseconds, timed with noise), nor under the
+      // quarter's time per image: one image uses a core no better (ViT-tiny's attention: 0.30 ms, 0.23 an
+      // image at 4). Timed under load, seed_cnn's came out so low that 16 one-image micro-batches were
+      // planned faster than one of 16 images.
+      if (!at_one.empty()) {
+        const double at_quarter = l.call_seconds(static_cast<double>(quarter), o.batch_size);
+        l.one_image_seconds = std::clamp(at_one[i], at_quarter / static_cast<double>(quarter), at_quarter);
+      }
       l.params = static_cast<double>(probe->layer_param_count(i));
       l.input_bytes = input_bytes;
       l.output_bytes = output_bytes[i];
@@ -472,6 +473,16 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       optimizer.reset();
       probe.reset();
       measure_whole_shares(p, splits, at_batch, o, config, ctx);
+    }
+    // Stage 3's gathers last, so that the whole model's timings and the split one's stay side by side.
+    if (gathers_may_run) {
+      if (!probe) {
+        probe = make_model(o.model, config, ctx);
+        probe->initialize(o.seed);
+      }
+      gather_timing = time_parameter_gathers(*probe, ctx, b, o, world,
+                                             std::accumulate(steps_at_batch.begin(), steps_at_batch.end(), 0.0) /
+                                                 static_cast<double>(steps_at_batch.size()));
     }
   }
   average_over_ranks(p, world);

@@ -3,6 +3,7 @@
 // --plan-only plans this or a larger cluster without training.
 #include <regex>
 
+#include "core/plan/profile.hpp"
 #include "tests/launch/process_test_fixture.hpp"
 
 namespace ddl {
@@ -166,6 +167,12 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_NE(text.find("ddl-profile 1"), std::string::npos);
   EXPECT_NE(text.find("\none_image_seconds "), std::string::npos) << "a quarter of 16 is 4 images";
+  // A one-image call takes at least the quarter's time per image (fixed + 4 x per image, over 4).
+  {
+    const Profile saved = profile_from_text(text, profile);
+    for (const LayerCost& l : saved.layers)
+      EXPECT_GE(l.one_image_seconds, (l.fixed_seconds + 4 * l.seconds) / 4 * (1 - 1e-6)) << l.name;
+  }
   const auto line = text.find("between_nodes");
   text.replace(line, text.find('\n', line) - line, "between_nodes 0.0002 1e8");
   std::ofstream(profile) << text;
