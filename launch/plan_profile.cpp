@@ -351,7 +351,7 @@ MeasuredLinks measure_links(const TrainOptions& o, const Communicator& world, st
   const Communicator leaders = world.split(node.rank() == 0 ? 0 : 1, world.rank());
   std::vector<double> node_sizes(1, static_cast<double>(node.size()));
   world.allreduce_max(node_sizes);
-  const bool several_nodes = world.any(node.size() < world.size());
+  const bool several_nodes = node_sizes[0] < world.size();  // nodes part the ranks: one holds all, or none
   // Each link's figures, the slowest rank's; zeros where not measured.
   Link within, between;
   if (node.size() > 1 && node.size() == static_cast<int>(node_sizes[0])) within = measure_link(node, o, probe_bytes);
@@ -398,7 +398,7 @@ void average_over_ranks(Profile& p, const Communicator& world) {
 }  // namespace
 
 MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config, const Communicator& world,
-                                dnnl::memory::data_type compute_type) {
+                                dnnl::memory::data_type compute_type, bool one_node) {
   MeasuredProfile measured;
   Profile& p = measured.profile;
   p.model = o.model;
@@ -407,7 +407,6 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
   std::vector<std::size_t> splits;  // the layers timed split, if any
   std::vector<double> steps_at_batch;  // the whole model's, one by one
   // Stage 3's gathers, timed as data parallelism over every rank, where the planner may choose stage 3.
-  const bool one_node = !world.any(world.split_shared().size() < world.size());
   const std::vector<int> shard_states = shard_states_to_plan(o, one_node);
   const bool gathers_may_run =
       world.size() > 1 && std::find(shard_states.begin(), shard_states.end(), 3) != shard_states.end();

@@ -40,8 +40,9 @@ struct MeasuredLinks {
 MeasuredLinks measure_links(const TrainOptions& options, const Communicator& world, std::size_t probe_bytes);
 constexpr std::size_t kProbeBytesWhileTraining = 1 << 20, kLargestProbeBytes = 64 << 20;
 
-// Collective over `world`; every rank returns the same figures (averaged over the ranks).
+// Collective over `world`; every rank returns the same figures (averaged over the ranks). `one_node`: the
+// job's ranks all on one node, where the planner may choose stage 3 (the probe times its gathers).
 MeasuredProfile measure_profile(const TrainOptions& options, const ModelConfig& config, const Communicator& world,
-                                dnnl::memory::data_type compute_type);
+                                dnnl::memory::data_type compute_type, bool one_node);
 
 }  // namespace ddl

@@ -174,7 +174,11 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
   // A strategy measures its profile at a rank's share of the global batch.
   if (options.global_batch > 0) options.batch_size = std::max(1, options.global_batch / world.size());
   const TrainOptions& o = options;
-  threads = o.threads > 0 ? o.threads : default_threads(world.split_shared().size());
+  const int on_this_node = world.split_shared().size();
+  threads = o.threads > 0 ? o.threads : default_threads(on_this_node);
+  std::vector<double> largest_node{static_cast<double>(on_this_node)};
+  world.allreduce_max(largest_node);
+  ranks_per_node = static_cast<int>(largest_node[0]);
   omp_set_num_threads(threads);
   nodes = describe_nodes(world);
   double image_bytes = 0;

@@ -35,6 +35,7 @@ struct Job {
   TrainOptions options;
   const Communicator& world;
   int threads = 1;
+  int ranks_per_node = 1;  // the largest node's: the whole job's where it runs on one node
   std::string nodes;  // "3 nodes: host1 x2, ..." where the job spans several hosts
   dnnl::memory::data_type compute_type = dnnl::memory::data_type::f32;
   ModelConfig config;

@@ -50,8 +50,10 @@ MeasuredProfile load_profile(const TrainOptions& o, const Communicator& world, c
 ChosenLayout planner_layout(Job& job) {
   const TrainOptions& o = job.options;
   const Communicator& world = job.world;
-  const MeasuredProfile measured = o.load_profile.empty() ? measure_profile(o, job.config, world, job.compute_type)
-                                                          : load_profile(o, world, *job.whole);
+  const bool one_node = job.ranks_per_node == world.size();
+  const MeasuredProfile measured = o.load_profile.empty()
+                                       ? measure_profile(o, job.config, world, job.compute_type, one_node)
+                                       : load_profile(o, world, *job.whole);
   on_every_rank(world, "--save-profile", [&] {
     if (o.save_profile.empty() || world.rank() != 0) return;
     std::ofstream out(o.save_profile);
@@ -59,11 +61,9 @@ ChosenLayout planner_layout(Job& job) {
     out.close();
     if (!out) throw InputError("--save-profile: cannot write " + o.save_profile);
   });
-  std::vector<double> per_node{static_cast<double>(world.split_shared().size())};
-  world.allreduce_max(per_node);
   const int ranks = o.plan_for_ranks > 0 ? o.plan_for_ranks : world.size();
   const Cluster cluster{ranks,
-                        o.plan_for_per_node > 0 ? o.plan_for_per_node : std::min(static_cast<int>(per_node[0]), ranks),
+                        o.plan_for_per_node > 0 ? o.plan_for_per_node : std::min(job.ranks_per_node, ranks),
                         o.allreduce_algorithm == AllreduceAlgorithm::hierarchical};
   // The smallest node's share: every rank must plan with the same limit.
   std::vector<double> limit{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
