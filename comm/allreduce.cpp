@@ -198,7 +198,7 @@ void Allreducer::run(std::span<float> data, ReduceOp op) {
   }
 }
 
-RingShard ring_shard(std::size_t count, int ranks, int rank) {
+IndexRange ring_shard(std::size_t count, int ranks, int rank) {
   // After the reduce-scatter's n - 1 steps, rank r holds the sums of segment r + 1.
   const auto segment = static_cast<std::size_t>((rank + 1) % ranks);
   return {count * segment / static_cast<std::size_t>(ranks), count * (segment + 1) / static_cast<std::size_t>(ranks)};
@@ -209,7 +209,7 @@ void Allreducer::reduce_scatter(std::span<float> data, ReduceOp op) {
   ring(comm_, data, RingPhases::reduce_scatter, options_.wire);
   if (op == ReduceOp::average) {
     const float scale = 1.0f / static_cast<float>(comm_.size());
-    const RingShard mine = ring_shard(data.size(), comm_.size(), comm_.rank());
+    const IndexRange mine = ring_shard(data.size(), comm_.size(), comm_.rank());
     for (std::size_t i = mine.begin; i < mine.end; ++i) data[i] *= scale;
   }
 }
@@ -223,7 +223,7 @@ void Allreducer::reduce_to_owners(std::span<float> data, std::size_t offset, std
   const int n = comm_.size();
   if (n == 1 || count == 0) return;
   for (int owner = 0; owner < n; ++owner) {
-    const RingShard shard = ring_shard(data.size(), n, owner);
+    const IndexRange shard = ring_shard(data.size(), n, owner);
     const std::size_t begin = std::max(shard.begin, offset), end = std::min(shard.end, offset + count);
     if (begin >= end) continue;
     chain(data.subspan(begin, end - begin), owner + 1, true, "a gradient bucket's reduction");
@@ -283,7 +283,7 @@ void Allreducer::gather_from_owners(std::span<float> data, std::size_t offset, s
   const int n = comm_.size();
   if (n == 1 || count == 0) return;
   for (int owner = 0; owner < n; ++owner) {
-    const RingShard shard = ring_shard(data.size(), n, owner);
+    const IndexRange shard = ring_shard(data.size(), n, owner);
     const std::size_t begin = std::max(shard.begin, offset), end = std::min(shard.end, offset + count);
     // Received straight into place: what a rank held outside its shard is replaced, not added to.
     if (begin < end) chain(data.subspan(begin, end - begin), owner, false, "a layer's parameters");

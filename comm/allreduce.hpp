@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "core/index_range.hpp"
 
 namespace ddl {
 
@@ -40,10 +41,7 @@ inline double bf16_wire_error_bound(int ranks) { return ranks * std::ldexp(1.0, 
 
 // Where rank `rank` of `ranks` keeps its shard of a buffer of `count` values after the ring's reduce-scatter:
 // [begin, end), the same segment the ring's all-gather sends on from it.
-struct RingShard {
-  std::size_t begin, end;
-};
-RingShard ring_shard(std::size_t count, int ranks, int rank);
+IndexRange ring_shard(std::size_t count, int ranks, int rank);
 
 class Allreducer {
  public:

@@ -97,7 +97,7 @@ void GradientReducer::reduce(const Task& b) {
   }
   allreducer_.reduce_to_owners(b.values, b.offset, b.count, ReduceOp::average);
   const Communicator& comm = allreducer_.communicator();
-  const RingShard mine = ring_shard(b.values.size(), comm.size(), comm.rank());
+  const IndexRange mine = ring_shard(b.values.size(), comm.size(), comm.rank());
   // Buckets are reduced in turn from the buffer's end down: a block that straddles this bucket's end and the
   // start of the bucket reduced before it is now reduced whole, so the range given back reaches a block on.
   const std::size_t end = std::min(b.values.size(), b.offset + b.count + kReleaseBlockBytes / sizeof(float));

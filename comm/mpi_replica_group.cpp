@@ -54,10 +54,9 @@ void MpiReplicaGroup::all_gather(std::span<float> values) {
   timed([&] { allreducer_.all_gather(values); });
 }
 
-std::optional<ReplicaGroup::Shard> MpiReplicaGroup::parameter_shard(std::size_t count) const {
+std::optional<IndexRange> MpiReplicaGroup::parameter_shard(std::size_t count) const {
   if (!shard_parameters_) return std::nullopt;
-  const RingShard mine = ring_shard(count, comm_.size(), comm_.rank());
-  return Shard{mine.begin, mine.end};
+  return ring_shard(count, comm_.size(), comm_.rank());
 }
 
 std::uint64_t MpiReplicaGroup::fetch_parameters(std::span<float> params, std::size_t offset, std::size_t count) {

@@ -36,7 +36,7 @@ class MpiReplicaGroup : public ReplicaGroup {
   // With sharded gradients, reduce_scatter waits for the buckets reduced during backward.
   void reduce_scatter(std::span<float> gradients) override;
   void all_gather(std::span<float> values) override;
-  std::optional<Shard> parameter_shard(std::size_t count) const override;
+  std::optional<IndexRange> parameter_shard(std::size_t count) const override;
   std::uint64_t fetch_parameters(std::span<float> params, std::size_t offset, std::size_t count) override;
   void await_parameters(std::uint64_t ticket) override;
   CommStats take_stats() override;

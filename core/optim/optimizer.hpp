@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/index_range.hpp"
 #include "core/layers/layer.hpp"
 #include "core/optim/layerwise.hpp"
 
@@ -25,10 +26,7 @@ class Optimizer {
   // The parameters [begin, end) it updates where that is only this replica's shard of them (ShardedOptimizer):
   // the trainer then reduce-scatters the gradients and all-gathers the parameters instead of averaging the
   // gradients.
-  struct Shard {
-    std::size_t begin, end;
-  };
-  virtual std::optional<Shard> shard() const { return std::nullopt; }
+  virtual std::optional<IndexRange> shard() const { return std::nullopt; }
   bool sharded() const { return shard().has_value(); }
 };
 

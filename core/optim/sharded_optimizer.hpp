@@ -14,17 +14,17 @@ namespace ddl {
 
 class ShardedOptimizer : public Optimizer {
  public:
-  // inner: an optimizer made for end - begin parameters, which it updates as [begin, end) of the buffer.
-  ShardedOptimizer(std::unique_ptr<Optimizer> inner, std::size_t begin, std::size_t end);
+  // inner: an optimizer made for shard.size() parameters, which it updates as that shard of the buffer.
+  ShardedOptimizer(std::unique_ptr<Optimizer> inner, IndexRange shard);
 
   std::string describe() const override;
   void step(std::span<float> params, std::span<const float> grads, float lr) override;
   std::vector<StateView> state() override;
-  std::optional<Shard> shard() const override { return Shard{begin_, end_}; }
+  std::optional<IndexRange> shard() const override { return shard_; }
 
  private:
   std::unique_ptr<Optimizer> inner_;
-  std::size_t begin_, end_;
+  IndexRange shard_;
 };
 
 }  // namespace ddl

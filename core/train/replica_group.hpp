@@ -8,6 +8,8 @@
 #include <span>
 #include <string>
 
+#include "core/index_range.hpp"
+
 namespace ddl {
 
 class ReplicaGroup {
@@ -29,10 +31,7 @@ class ReplicaGroup {
   virtual void all_gather(std::span<float> /*values*/) {}
   // ZeRO's stage 3, where the group shards the parameters as well: [begin, end) of `count` parameters is the
   // only part this replica keeps between uses (its optimizer's shard); none where it keeps them whole.
-  struct Shard {
-    std::size_t begin, end;
-  };
-  virtual std::optional<Shard> parameter_shard(std::size_t /*count*/) const { return std::nullopt; }
+  virtual std::optional<IndexRange> parameter_shard(std::size_t /*count*/) const { return std::nullopt; }
   // Starts copying params[offset, offset + count) from the replicas that own them, behind the gradient buckets
   // and gathers asked for before (in the background where the group can); await_parameters(ticket) waits for
   // it. Every replica asks for the same ranges in the same order.

@@ -8,7 +8,7 @@
 
 namespace ddl {
 
-ShardedParameters::ShardedParameters(ReplicaGroup& replicas, std::span<float> params, ReplicaGroup::Shard shard,
+ShardedParameters::ShardedParameters(ReplicaGroup& replicas, std::span<float> params, IndexRange shard,
                                      bool prefetch)
     : replicas_(replicas), params_(params), shard_(shard), prefetch_(prefetch) {}
 

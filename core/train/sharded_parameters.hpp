@@ -22,7 +22,7 @@ class ShardedParameters {
  public:
   // prefetch: whether to ask for the next layer's parameters ahead; only where the group gathers in the
   // background, and the model's order of layers is the step's (not a pipeline's interleaved micro-batches).
-  ShardedParameters(ReplicaGroup& replicas, std::span<float> params, ReplicaGroup::Shard shard, bool prefetch);
+  ShardedParameters(ReplicaGroup& replicas, std::span<float> params, IndexRange shard, bool prefetch);
   ShardedParameters(const ShardedParameters&) = delete;
   ShardedParameters& operator=(const ShardedParameters&) = delete;
 
@@ -44,7 +44,7 @@ class ShardedParameters {
 
   ReplicaGroup& replicas_;
   std::span<float> params_;
-  ReplicaGroup::Shard shard_;
+  IndexRange shard_;
   bool prefetch_;
   bool whole_ = true;  // as initialised, broadcast or loaded
   std::optional<Fetch> ahead_;        // asked for before its layer runs

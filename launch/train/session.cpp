@@ -86,9 +86,8 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
 
   if (l.shards_optimizer_state()) {
     const Communicator& replicas = grid.stage_replicas();
-    const RingShard shard = ring_shard(model->param_count(), replicas.size(), replicas.rank());
-    optimizer = std::make_unique<ShardedOptimizer>(make_elementwise_optimizer(o, shard.end - shard.begin),
-                                                   shard.begin, shard.end);
+    const IndexRange shard = ring_shard(model->param_count(), replicas.size(), replicas.rank());
+    optimizer = std::make_unique<ShardedOptimizer>(make_elementwise_optimizer(o, shard.size()), shard);
   } else {
     optimizer = make_optimizer(o, *model);
   }

@@ -78,7 +78,7 @@ TEST(Allreduce, ReduceScatterThenAllGatherGiveTheRingsBits) {
       std::vector<float> whole = rank_data(n, comm.rank()), scattered = whole;
       reducer.run(whole, ReduceOp::average);
       reducer.reduce_scatter(scattered, ReduceOp::average);
-      const RingShard mine = ring_shard(n, comm.size(), comm.rank());
+      const IndexRange mine = ring_shard(n, comm.size(), comm.rank());
       ASSERT_LE(mine.end, n);
       if (wire == WireType::f32)
         for (std::size_t i = mine.begin; i < mine.end; ++i) ASSERT_EQ(scattered[i], whole[i]) << "n " << n << " i " << i;
@@ -114,7 +114,7 @@ TEST(Allreduce, ReducingBucketsToTheirOwnersGivesTheReduceScattersBits) {
         reducer.reduce_to_owners(owned, begin, end - begin, ReduceOp::average);
         end = begin;
       }
-      const RingShard mine = ring_shard(n, comm.size(), comm.rank());
+      const IndexRange mine = ring_shard(n, comm.size(), comm.rank());
       for (std::size_t i = mine.begin; i < mine.end; ++i)
         ASSERT_EQ(owned[i], scattered[i]) << "n " << n << ", buckets of " << bucket << ", i " << i;
     }
@@ -132,7 +132,7 @@ TEST(Allreduce, GatheringRangesFromTheirOwnersGivesTheAllGathersValues) {
     for (const std::size_t range : {std::max<std::size_t>(3, n / 50), n / 3 + 1, n}) {
       if (range == 0) continue;
       std::vector<float> gathered = rank_data(n, comm.rank());
-      const RingShard mine = ring_shard(n, comm.size(), comm.rank());
+      const IndexRange mine = ring_shard(n, comm.size(), comm.rank());
       for (std::size_t i = 0; i < n; ++i)
         if (i < mine.begin || i >= mine.end) gathered[i] = std::nanf("");
       std::vector<float> expected = gathered;
@@ -220,7 +220,7 @@ TEST(GradientReducer, ShardedGradientsKeepOnlyThisRanksShardResident) {
       end = begin;
     }
     buckets.finish(all);
-    const RingShard shard = ring_shard(n, comm.size(), comm.rank());
+    const IndexRange shard = ring_shard(n, comm.size(), comm.rank());
     for (std::size_t i = shard.begin; i < shard.end; ++i) ASSERT_EQ(grads.data()[i], expected[i]) << "i " << i;
     // Only the 2 MB blocks that straddle the shard's edges stay: nearly all the rest reads zero, none of it
     // without the release (and half of it if blocks that straddle two buckets stayed).

@@ -18,7 +18,7 @@ class FakeReplicas : public SingleProcess {
  public:
   explicit FakeReplicas(std::span<const float> owners) : owners_(owners) {}
   int size() const override { return 4; }
-  std::optional<Shard> parameter_shard(std::size_t count) const override { return Shard{0, count / 4}; }
+  std::optional<IndexRange> parameter_shard(std::size_t count) const override { return IndexRange{0, count / 4}; }
   std::uint64_t fetch_parameters(std::span<float> params, std::size_t offset, std::size_t count) override {
     fetched.push_back({offset, count});
     std::copy_n(owners_.begin() + static_cast<std::ptrdiff_t>(offset), count, params.begin() + static_cast<std::ptrdiff_t>(offset));
