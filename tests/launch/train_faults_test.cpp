@@ -331,14 +331,16 @@ TEST_F(DdlTrain, AnErrorDuringTrainingIsPrintedUnderMpirun) {
 }
 
 TEST_F(DdlTrain, TruncatedDataDuringTrainingIsNamed) {
-  const std::string data = scratch_ / "train.h5";
+  const std::string data = scratch_ / "train.h5", out = scratch_ / "out.txt", err = scratch_ / "err.txt";
   std::filesystem::copy_file(*dir_ / "sample.h5", data);
-  // Read from the file every step (images kept in memory would outlive the file's end).
+  // Read from the file every step (images kept in memory would outlive the file's end). The output goes to
+  // this test's own folder: a file left by an earlier run could say "epoch 1/" before the job had begun.
   const auto r = run("bash -c '" + kMpirun + " -np 2 " + kTrain + " --train " + data +
-                     " --progress never --epochs 50 --threads 1 --cache-images off > out.txt 2> err.txt & job=$!; "
-                     "until grep -q \"epoch 1/\" out.txt || ! kill -0 $job 2> /dev/null; do sleep 0.1; done; "
-                     "truncate -s 1000000 " + data + "; timeout 60 tail --pid=$job -f /dev/null || kill -KILL $job; wait $job; "
-                     "echo exit $?; cat err.txt >&2'");
+                     " --progress never --epochs 50 --threads 1 --cache-images off > " + out + " 2> " + err +
+                     " & job=$!; until grep -qs \"epoch 1/\" " + out +
+                     " || ! kill -0 $job 2> /dev/null; do sleep 0.1; done; truncate -s 1000000 " + data +
+                     "; timeout 60 tail --pid=$job -f /dev/null || kill -KILL $job; wait $job; echo exit $?; cat " + err +
+                     " >&2'");
   EXPECT_NE(r.out.find("exit 1"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.err.find(data), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("MPI_ERR"), std::string::npos) << r.err;
@@ -387,11 +389,12 @@ TEST_F(DdlTrain, ADamagedCheckpointIsRefusedAndAutoResumeFallsBack) {
 }
 
 TEST_F(DdlTrain, TwoRunsCannotShareACheckpointFolder) {
-  const std::string ckpt = scratch_ / "ckpt";
-  // grep -s: the first run's output file may not exist yet when the wait begins.
+  const std::string ckpt = scratch_ / "ckpt", first = scratch_ / "first.txt";
+  // grep -s: the first run's output file may not exist yet when the wait begins (in this test's folder: one
+  // left by an earlier run would end the wait at once).
   const auto r = run("bash -c '" + kTrain + train_args("--epochs 1000 --threads 1 --checkpoint-dir " + ckpt) +
-                     " > first.txt & first=$!; "
-                     "until grep -qs \"epoch 1/\" first.txt || ! kill -0 $first 2> /dev/null; do sleep 0.1; done; " +
+                     " > " + first + " & first=$!; until grep -qs \"epoch 1/\" " + first +
+                     " || ! kill -0 $first 2> /dev/null; do sleep 0.1; done; " +
                      kTrain + train_args("--epochs 1 --checkpoint-dir " + ckpt) + "; echo exit $?; kill $first; wait $first'");
   EXPECT_NE(r.out.find("exit 2"), std::string::npos) << r.out;
   EXPECT_EQ(test::count_lines(r.err), 1u) << r.err;
