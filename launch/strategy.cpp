@@ -1,8 +1,10 @@
 #include "launch/strategy.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -109,7 +111,7 @@ bool planner_may_split(const TrainOptions& o) {
 }
 
 PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
-                         double memory_limit_bytes) {
+                         double memory_limit_bytes, double images_bytes) {
   Constraints limits;
   limits.memory_limit_bytes = planned_limit(memory_limit_bytes);
   limits.stages = o.fixed_stages;
@@ -128,10 +130,34 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
   const SearchResult r = plan_layouts(profile, cluster, global, limits);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!r.best && r.considered == 0) throw InputError(why_no_layout(o, profile, cluster, limits, global));
-  if (!r.best)
+  if (!r.best) {
+    // How far off the limit is: the leanest layout the search weighed, at its planned peak.
+    std::optional<Plan> leanest;
+    for_each_layout(profile, cluster, global, limits, [&](const Plan& p) {
+      if (!leanest || p.prediction.peak_bytes < leanest->prediction.peak_bytes) leanest = p;
+    });
+    const double peak = leanest->prediction.peak_bytes;
+    // The least limit whose planned share (planned_limit) holds that peak, in GB to 3 digits rounded up.
+    const double needed_gb =
+        (std::max(peak + kMemoryMarginBytes, peak * (1 + kMemoryMarginShare)) + images_bytes) / 1e9;
+    const double digit = std::pow(10.0, std::floor(std::log10(needed_gb)) - 2);
+    char needed[32];
+    std::snprintf(needed, sizeof needed, "%.3g", std::ceil(needed_gb / digit) * digit);
+    const auto gb = [](double bytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g GB", bytes / 1e9);
+      return std::string(text);
+    };
     throw InputError("--strategy " + o.strategy + ": no layout of " + std::to_string(cluster.ranks) +
-                     " ranks fits the memory limit of " + std::to_string(memory_limit_bytes / 1e9) +
-                     " GB per rank (--memory-limit, less the margin for the predicted peaks' error)");
+                     (cluster.ranks == 1 ? " rank" : " ranks") + " fits the memory limit of " +
+                     gb(memory_limit_bytes + images_bytes) + " per rank, less " +
+                     (images_bytes > 0 ? gb(images_bytes) + " of training images kept in memory and " : "") +
+                     "the margin for the predicted peaks' error (" +
+                     std::to_string(static_cast<int>(kMemoryMarginBytes / (1 << 20))) + " MB or " +
+                     std::to_string(static_cast<int>(std::lround(100 * kMemoryMarginShare))) +
+                     "%); the leanest layout, " + leanest->layout.describe() + ", is planned to peak at " +
+                     gb(peak) + ": it needs --memory-limit " + needed + " at least");
+  }
   PlanReport plan{*r.best, {}};
   const Layout& l = plan.chosen.layout;
 

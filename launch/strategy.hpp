@@ -16,9 +16,10 @@ struct PlanReport {
   std::string text;  // the alternatives considered and the chosen layout's layers, for the header
 };
 
-// memory_limit_bytes: per rank (0: none). Throws InputError when no layout fits.
+// memory_limit_bytes: per rank (0: none), less images_bytes of training images kept in memory (which the
+// refusal adds back, to name the limit given). Throws InputError when no layout fits.
 PlanReport plan_strategy(const TrainOptions& options, const Profile& profile, const Cluster& cluster,
-                         double memory_limit_bytes);
+                         double memory_limit_bytes, double images_bytes = 0);
 
 // Whether the planner may split layers across tensor groups under these options: only --strategy auto, not
 // with a layer-wise optimizer (LARS, LAMB: their trust ratios need a layer's whole parameters), and not with

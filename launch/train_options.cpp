@@ -354,6 +354,13 @@ void convert_texts(TrainOptions& o, const OptionTexts& t, const po::variables_ma
     if (given("pipeline-stages")) o.fixed_stages = o.pipeline_stages;
     if (given("tensor-parallel")) o.fixed_tensor = o.tensor_parallel;
     if (given("micro-batches")) o.fixed_micro_batches = o.micro_batches;
+    // data and pipeline name the kind of layout: an axis given against it would go unused without a word.
+    require(o.strategy != "data" || (o.fixed_stages <= 1 && o.fixed_tensor <= 1),
+            "--strategy data trains whole replicas: --pipeline-stages and --tensor-parallel above 1 go with "
+            "--strategy auto or manual");
+    require(o.strategy != "pipeline" || (o.fixed_stages != 1 && o.fixed_tensor <= 1),
+            "--strategy pipeline cuts whole layers into 2 stages or more: --pipeline-stages 1 and "
+            "--tensor-parallel above 1 go with --strategy auto or manual");
   }
   require(!given("global-batch") || (!given("batch-size") && !o.scale_lr),
           "--global-batch sets the batch of every rank: give it without --batch-size and --scale-lr");

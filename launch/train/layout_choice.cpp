@@ -70,7 +70,7 @@ ChosenLayout planner_layout(Job& job) {
                                                   : default_memory_limit(cluster.ranks_per_node)};
   world.allreduce_min(limit);
   limit[0] -= job.cache_bytes;  // the training images kept in memory
-  const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit[0]);
+  const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit[0], job.cache_bytes);
   if (o.plan_only) {
     ChosenLayout report_only;
     report_only.plan_report = plan.text + measured.report;

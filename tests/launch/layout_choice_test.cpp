@@ -2,6 +2,9 @@
 // for a model, the planner's choice under each --strategy, and whether a re-plan moves the job.
 #include <gtest/gtest.h>
 
+#include <regex>
+#include <string>
+
 #include "core/error.hpp"
 #include "launch/replanner.hpp"
 #include "launch/strategy.hpp"
@@ -150,6 +153,28 @@ TEST(PlanStrategy, EachStrategyKeepsToItsKindOfLayout) {
   EXPECT_EQ(split.chosen.layout.split_kind, SplitKind::dense);
   EXPECT_EQ(split.chosen.layout.global_batch(), 64);
   EXPECT_THROW(plan_strategy(o, p, {4, 2}, 1e6), InputError);  // nothing fits in 1 MB
+}
+
+TEST(PlanStrategy, ALimitNoLayoutFitsIsRefusedWithTheLimitThatWould) {
+  TrainOptions o;
+  o.batch_size = 16;
+  o.strategy = "auto";
+  const Profile p = seed_cnn_profile();
+  for (const double images : {0.0, 30e6}) {
+    std::string error;
+    try {
+      plan_strategy(o, p, {4, 2}, 1e6, images);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(error, m, std::regex("it needs --memory-limit ([0-9.]+) at least$"))) << error;
+    EXPECT_EQ(error.find("of training images") != std::string::npos, images > 0) << error;
+    // The limit named fits the leanest layout, the images kept beside it; a little less fits none.
+    const double needed = std::stod(m[1]) * 1e9;
+    EXPECT_NO_THROW(plan_strategy(o, p, {4, 2}, needed - images, images)) << error;
+    EXPECT_THROW(plan_strategy(o, p, {4, 2}, 0.985 * needed - images, images), InputError) << error;
+  }
 }
 
 TEST(PlanStrategy, ShardsOrRecomputesWhereTheMemoryLimitAsksAndSaysWhy) {

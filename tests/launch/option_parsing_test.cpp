@@ -134,6 +134,17 @@ TEST(TrainOptionsParsing, AStrategyKeepsTheGridOptionsGivenAndRefusesACutOrSplit
   EXPECT_NE(error_of({"--replan-every", "5"}).find("--replan-every goes with --strategy auto"), std::string::npos);
   EXPECT_EQ(parse({"--strategy", "data", "--replan-every", "never"})->replan_every, TrainOptions::kNeverReplan);
   EXPECT_EQ(parse({"--strategy", "data", "--replan-every", "7"})->replan_every, 7);
+  // data and pipeline name the kind of layout: an axis against it is refused, one that agrees is kept.
+  for (const auto* axis : {"--pipeline-stages", "--tensor-parallel"})
+    EXPECT_NE(error_of({"--strategy", "data", axis, "2"}).find("--strategy data trains whole replicas"),
+              std::string::npos)
+        << axis;
+  EXPECT_EQ(parse({"--strategy", "data", "--pipeline-stages", "1"})->fixed_stages, 1);
+  EXPECT_NE(error_of({"--strategy", "pipeline", "--pipeline-stages", "1"}).find("--strategy pipeline cuts whole"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--strategy", "pipeline", "--tensor-parallel", "2"}).find("--strategy pipeline cuts whole"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--strategy", "pipeline", "--pipeline-stages", "4"})->fixed_stages, 4);
 }
 
 TEST(TrainOptionsParsing, CheckpointEveryTakesATimeAStepCountOrEpoch) {

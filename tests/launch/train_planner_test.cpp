@@ -194,8 +194,12 @@ TEST_F(DdlTrain, PlanOnlyPlansThisOrALargerClusterAndStops) {
   // The same model with another classifier: its last layer's parameters tell.
   expect_clean_error(run(kTrain + train_args("--strategy auto --num-classes 20 --load-profile " + profile)),
                      "--load-profile " + profile + ": its layer 6 (dense 64->10) holds 650 parameters, this model's 1300");
-  expect_clean_error(run(kTrain + train_args("--strategy auto --memory-limit 0.001 --plan-only")),
-                     "--strategy auto: no layout of 1 ranks fits the memory limit");
+  // The refusal says how far off the limit is: the leanest layout's planned peak, and the limit that it takes.
+  const auto too_small = run(kTrain + train_args("--strategy auto --memory-limit 0.001 --plan-only"));
+  expect_clean_error(too_small,
+                     "--strategy auto: no layout of 1 rank fits the memory limit of 0.001 GB per rank, less the "
+                     "margin for the predicted peaks' error (48 MB or 5%); the leanest layout, 1 x 1 x 1, ");
+  EXPECT_TRUE(std::regex_search(too_small.err, std::regex("is planned to peak at [0-9.]+ GB: it needs --memory-limit [0-9.]+ at least\n"))) << too_small.err;
   // A grid the options fix that no layout takes is named.
   const std::string eight = "--strategy auto --plan-for 8,8 --load-profile " + profile;
   expect_clean_error(run(kTrain + train_args(eight + " --pipeline-stages 3")),
