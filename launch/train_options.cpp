@@ -489,8 +489,6 @@ void check_system_and_layout(TrainOptions& o, const OptionTexts& t) {
 }  // namespace
 
 std::string TrainOptions::shard_state_refusal() const {
-  if (optimizer != "sgd" && optimizer != "adam")
-    return "--shard-state shards SGD's and Adam's state; --optimizer " + optimizer + " needs whole layers";
   if (bucket_mb != 0 && shard_state == 1)
     return "--shard-state 1 reduce-scatters the gradients after backward: it goes without --bucket-mb (2 and 3 take it)";
   // The all-gather carries parameters, which a bf16 wire would round.
@@ -539,23 +537,23 @@ std::string TrainOptions::describe(const Layout& layout) const {
   return planned.describe();
 }
 
-std::unique_ptr<Optimizer> make_elementwise_optimizer(const TrainOptions& o, std::size_t params) {
-  if (o.optimizer == "adam") return make_adam(params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
-  if (o.optimizer == "sgd") return make_sgd(params, {o.momentum, o.nesterov, o.weight_decay});
-  throw Error("--optimizer " + o.optimizer + " needs the model's layers");
-}
-
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, const Model& model) {
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, const Model& model, LayerwiseShard shard) {
   const std::size_t params = model.param_count();
-  if (!o.layerwise_optimizer()) return make_elementwise_optimizer(o, params);
+  if (!o.layerwise_optimizer()) {
+    const std::size_t updated = shard.sum_over_replicas ? shard.range.size() : params;
+    if (o.optimizer == "adam") return make_adam(updated, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
+    return make_sgd(updated, {o.momentum, o.nesterov, o.weight_decay});
+  }
   std::vector<ParamSegment> segments;
   for (const auto& e : model.param_entries()) {
     if (!e.spec.whole_dims.empty())
       throw InputError("--optimizer " + o.optimizer + " needs whole layers on each rank; " + e.name + " is split");
     segments.push_back({e.offset, e.size, e.spec.dims.size() > 1});
   }
-  if (o.optimizer == "lars") return make_lars(std::move(segments), params, {o.momentum, o.weight_decay, o.lars_trust});
-  return make_lamb(std::move(segments), params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
+  if (o.optimizer == "lars")
+    return make_lars(std::move(segments), params, {o.momentum, o.weight_decay, o.lars_trust}, std::move(shard));
+  return make_lamb(std::move(segments), params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay},
+                   std::move(shard));
 }
 
 const char* option_word(AllreduceAlgorithm a) { return word_of(a, kAllreduceWords); }

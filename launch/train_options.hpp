@@ -124,10 +124,9 @@ const char* option_word(AllreduceAlgorithm algorithm);
 const char* option_word(LrPolicy policy);
 const char* option_word(PipelineSchedule schedule);
 
-// The optimizer the options name, for the model's parameters.
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& options, const Model& model);
-// SGD or Adam, which need no more than a parameter count (a shard's: --shard-state).
-std::unique_ptr<Optimizer> make_elementwise_optimizer(const TrainOptions& options, std::size_t params);
+// The optimizer the options name, for the model's parameters; with a shard (--shard-state), for that shard
+// of them only, the layer-wise ones adding their arrays' norms over the replicas (LayerwiseShard).
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& options, const Model& model, LayerwiseShard shard = {});
 
 // Returns nullopt after printing --help. Throws InputError on bad options.
 std::optional<TrainOptions> parse_train_options(int argc, char** argv);

@@ -37,8 +37,8 @@ DDL_VECTOR_CLONES void lamb_update(std::size_t begin, std::size_t end, const flo
 
 class Lamb : public Optimizer {
  public:
-  Lamb(std::vector<ParamSegment> segments, std::size_t size, const AdamOptions& o)
-      : opt_(o), pieces_(std::move(segments), size), m_(size), v_(size) {
+  Lamb(std::vector<ParamSegment> segments, std::size_t size, const AdamOptions& o, LayerwiseShard shard)
+      : opt_(o), pieces_(std::move(segments), size, std::move(shard)), m_(pieces_.size()), v_(pieces_.size()) {
     if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1))
       throw InputError("lamb: betas must be in [0, 1)");
     if (!(o.epsilon > 0) || o.weight_decay < 0) throw InputError("lamb: epsilon must be > 0, weight decay >= 0");
@@ -100,8 +100,9 @@ class Lamb : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_lamb(std::vector<ParamSegment> segments, std::size_t size, const AdamOptions& options) {
-  return std::make_unique<Lamb>(std::move(segments), size, options);
+std::unique_ptr<Optimizer> make_lamb(std::vector<ParamSegment> segments, std::size_t size, const AdamOptions& options,
+                                     LayerwiseShard shard) {
+  return std::make_unique<Lamb>(std::move(segments), size, options, std::move(shard));
 }
 
 }  // namespace ddl

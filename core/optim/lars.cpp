@@ -29,8 +29,8 @@ DDL_VECTOR_CLONES void lars_update(std::size_t begin, std::size_t end, float* __
 
 class Lars : public Optimizer {
  public:
-  Lars(std::vector<ParamSegment> segments, std::size_t size, const LarsOptions& o)
-      : opt_(o), pieces_(std::move(segments), size), velocity_(size) {
+  Lars(std::vector<ParamSegment> segments, std::size_t size, const LarsOptions& o, LayerwiseShard shard)
+      : opt_(o), pieces_(std::move(segments), size, std::move(shard)), velocity_(pieces_.size()) {
     if (!(o.momentum >= 0 && o.weight_decay >= 0 && o.eta > 0))
       throw InputError("lars: momentum and weight decay must be >= 0, the trust coefficient > 0");
   }
@@ -74,8 +74,9 @@ class Lars : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_lars(std::vector<ParamSegment> segments, std::size_t size, const LarsOptions& options) {
-  return std::make_unique<Lars>(std::move(segments), size, options);
+std::unique_ptr<Optimizer> make_lars(std::vector<ParamSegment> segments, std::size_t size, const LarsOptions& options,
+                                     LayerwiseShard shard) {
+  return std::make_unique<Lars>(std::move(segments), size, options, std::move(shard));
 }
 
 }  // namespace ddl

@@ -8,17 +8,44 @@
 
 namespace ddl {
 
-SegmentPieces::SegmentPieces(std::vector<ParamSegment> segments, std::size_t size) : segments_(std::move(segments)) {
+SegmentPieces::SegmentPieces(std::vector<ParamSegment> segments, std::size_t size, LayerwiseShard shard)
+    : shard_(std::move(shard)), whole_count_(segments.size()) {
+  if (!shard_.sum_over_replicas) shard_.range = {0, size};
+  const IndexRange r = shard_.range;
+  if (r.end < r.begin || r.end > size)
+    throw InputError("layer-wise optimizer: shard " + std::to_string(r.begin) + "-" + std::to_string(r.end) +
+                     " lies outside the " + std::to_string(size) + " parameters");
+  size_ = r.size();
   std::size_t end = 0;
-  for (std::size_t s = 0; s < segments_.size(); ++s) {
-    const ParamSegment& seg = segments_[s];
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    const ParamSegment& seg = segments[s];
     if (seg.offset < end || seg.count > size || seg.offset > size - seg.count)
       throw InputError("layer-wise optimizer: parameter array " + std::to_string(s) + " at " +
                        std::to_string(seg.offset) + " (" + std::to_string(seg.count) +
                        " values) overlaps another or lies outside the " + std::to_string(size) + " parameters");
-    for (std::size_t b = seg.offset; b < seg.offset + seg.count; b += kPieceSize)
-      pieces_.push_back({s, b, std::min(seg.offset + seg.count, b + kPieceSize)});
     end = seg.offset + seg.count;
+    // Its part in the shard, counted from the shard's start.
+    const std::size_t first = std::max(seg.offset, r.begin), last = std::min(end, r.end);
+    if (first >= last) continue;
+    const std::size_t local = segments_.size();
+    segments_.push_back({first - r.begin, last - first, seg.adapt});
+    whole_index_.push_back(s);
+    for (std::size_t b = first - r.begin; b < last - r.begin; b += kPieceSize)
+      pieces_.push_back({local, b, std::min(last - r.begin, b + kPieceSize)});
+  }
+}
+
+void SegmentPieces::add_other_shards(Norms& norms) const {
+  // Every array's two sums on every replica, zeros where this one holds none of it.
+  std::vector<double> sums(2 * whole_count_, 0.0);
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
+    sums[2 * whole_index_[s]] = norms.a[s];
+    sums[2 * whole_index_[s] + 1] = norms.b[s];
+  }
+  shard_.sum_over_replicas(sums);
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
+    norms.a[s] = sums[2 * whole_index_[s]];
+    norms.b[s] = sums[2 * whole_index_[s] + 1];
   }
 }
 

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <vector>
+
+#include "core/index_range.hpp"
 
 namespace ddl {
 
@@ -17,17 +20,28 @@ struct ParamSegment {
   bool adapt;
 };
 
+// Where the optimizer updates one replica's shard of the buffers (ZeRO's stages): the shard, and how the sums
+// of squares of every array's pieces on the replicas are added up (over the replicas, in place; the same
+// figures on each). An array's trust ratio is then its whole norm's, whichever replicas hold its pieces.
+// Without sum_over_replicas, no shard: the whole buffers.
+struct LayerwiseShard {
+  IndexRange range;
+  std::function<void(std::span<double>)> sum_over_replicas;
+};
+
 class SegmentPieces {
  public:
   static constexpr std::size_t kPieceSize = 1 << 14;
-  // Throws InputError unless the segments lie in [0, size) without overlapping, in order.
-  SegmentPieces(std::vector<ParamSegment> segments, std::size_t size);
+  // Throws InputError unless the segments lie in [0, size) without overlapping, in order. With a shard, the
+  // segments are cut to it and counted from its start: the optimizer's buffers are the shard's.
+  SegmentPieces(std::vector<ParamSegment> segments, std::size_t size, LayerwiseShard shard = {});
 
   struct Piece {
     std::size_t segment, begin, end;
   };
   const std::vector<ParamSegment>& segments() const { return segments_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
+  std::size_t size() const { return size_; }  // of the buffers the optimizer updates: the shard's
 
   // Each segment's sum of a[i]^2 and of b[i]^2 (in double), where sum_piece(piece, a, b) gives a piece's.
   struct Norms {
@@ -43,12 +57,19 @@ class SegmentPieces {
       out.a[pieces_[p].segment] += a[p];
       out.b[pieces_[p].segment] += b[p];
     }
+    if (shard_.sum_over_replicas) add_other_shards(out);
     return out;
   }
 
  private:
+  void add_other_shards(Norms& norms) const;
+
   std::vector<ParamSegment> segments_;
   std::vector<Piece> pieces_;
+  std::size_t size_;
+  LayerwiseShard shard_;
+  std::vector<std::size_t> whole_index_;  // each segment's among the model's arrays
+  std::size_t whole_count_;
 };
 
 // sum of x[i]^2 over [begin, end), in double, in a fixed order (eight running sums, then added in turn).

@@ -87,7 +87,9 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
   if (l.shards_optimizer_state()) {
     const Communicator& replicas = grid.stage_replicas();
     const IndexRange shard = ring_shard(model->param_count(), replicas.size(), replicas.rank());
-    optimizer = std::make_unique<ShardedOptimizer>(make_elementwise_optimizer(o, shard.size()), shard);
+    // A layer-wise optimizer's trust ratios take the norms of whole arrays, whose pieces other replicas hold.
+    const auto sum_over_replicas = [&replicas](std::span<double> sums) { replicas.allreduce_sum(sums); };
+    optimizer = std::make_unique<ShardedOptimizer>(make_optimizer(o, *model, {shard, sum_over_replicas}), shard);
   } else {
     optimizer = make_optimizer(o, *model);
   }

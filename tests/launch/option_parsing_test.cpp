@@ -61,7 +61,8 @@ TEST(TrainOptionsParsing, ShardedStateAndLayerwiseOptimizersRefuseWhatTheyCannot
   EXPECT_EQ(parse({"--shard-state", "2", "--bucket-mb", "4"})->shard_state, 2);  // stage 2 takes buckets
   EXPECT_EQ(parse({"--shard-state", "1", "--strategy", "auto"})->shard_state, 1);  // asks the planner for it
   EXPECT_EQ(parse({"--shard-state", "3", "--tensor-parallel", "2"})->shard_state, 3);  // split layers shard too
-  EXPECT_NE(error_of({"--shard-state", "1", "--optimizer", "lamb"}).find("needs whole layers"), std::string::npos);
+  EXPECT_EQ(parse({"--shard-state", "1", "--optimizer", "lamb"})->shard_state, 1);  // layer norms summed over shards
+  EXPECT_EQ(parse({"--shard-state", "3", "--optimizer", "lars"})->shard_state, 3);
   EXPECT_NE(error_of({"--shard-state", "1", "--bucket-mb", "4"}).find("without --bucket-mb"), std::string::npos);
   EXPECT_NE(error_of({"--shard-state", "1", "--allreduce", "ring", "--allreduce-wire", "bf16"}).find("in f32"),
             std::string::npos);

@@ -1,6 +1,8 @@
 // ddl_train's parallel layouts against one rank with the same global batch: data parallelism, pipelines
 // and grids of them, split (tensor-parallel) layers, in f32 and bf16; checkpoints that move between
 // layouts; the bytes split layers send; layouts that are refused.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "tests/launch/process_test_fixture.hpp"
@@ -220,6 +222,54 @@ TEST_F(DdlTrain, ShardedStateAndGradientsTrainAsUnshardedAndTheirCheckpointsResu
   EXPECT_NE(alone.out.find("--shard-state 2: nothing to shard, the layout has one replica (1 x 1 x 1)\n"),
             std::string::npos)
       << alone.out;
+}
+
+TEST_F(DdlTrain, LayerwiseOptimizersShardTheirStateWithWholeLayersNorms) {
+  // LARS's and LAMB's trust ratios take a whole array's norms: sharded, each replica sums the squares of its
+  // pieces, and the sums are added over the replicas (seed_cnn's dense layer straddles the shards of 2
+  // replicas). The sums' order differs from an unsharded run's, so the parameters and state agree within
+  // 1e-6 relative, not bit for bit; through a checkpoint written sharded and resumed unsharded too. On 4
+  // ranks as 2 x 2, each stage's replicas shard its own arrays.
+  const auto close = [](const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    std::size_t off = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (std::abs(a[i] - b[i]) > 1e-6f * std::max(std::abs(a[i]), std::abs(b[i])) + 1e-9f) ++off;
+    EXPECT_EQ(off, 0u) << what << ": " << off << " of " << a.size() << " values differ by more than 1e-6";
+  };
+  struct Case {
+    std::string ranks, optimizer, state, layout;
+  };
+  const Case cases[] = {{"2", "--optimizer lars --lars-trust 0.02 --lr 0.5 --weight-decay 5e-4", "lars_velocity", ""},
+                        {"2", "--optimizer lamb --lr 0.01 --weight-decay 0.01", "lamb_m", ""},
+                        {"4", "--optimizer lamb --lr 0.01", "lamb_v", "--pipeline-stages 2 --micro-batches 2"}};
+  for (const Case& c : cases) {
+    const std::string train = kMpirun + " -np " + c.ranks + " " + kTrain;
+    const std::string name = c.optimizer.substr(12, 4) + c.ranks;
+    auto args = [&](const std::string& more) {
+      return train_args(c.optimizer + " " + c.layout + " --batch-size 8 --allreduce ring --threads 1 " +
+                        "--steps-per-epoch 3 " + more);
+    };
+    const std::string plain = scratch_ / ("plain " + name);
+    const auto a = run(train + args("--epochs 2 --checkpoint-dir '" + plain + "'"));
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    for (const std::string stage : {"--shard-state 1", "--shard-state 2 --bucket-mb 0.1", "--shard-state 3"}) {
+      const std::string sharded = scratch_ / (name + stage);
+      const auto b = run(train + args("--epochs 2 " + stage + " --checkpoint-dir '" + sharded + "'"));
+      ASSERT_EQ(b.exit_code, 0) << b.err;
+      EXPECT_NE(b.out.find("its state sharded"), std::string::npos) << b.out;
+      const std::string what = c.optimizer + " " + c.layout + ", " + stage;
+      close(params(plain + "/last.h5"), params(sharded + "/last.h5"), what);
+      h5::Handle p = h5::open_file(plain + "/last.h5"), q = h5::open_file(sharded + "/last.h5");
+      close(h5::read_dataset<float>(p, "optimizer_state/" + c.state, plain),
+            h5::read_dataset<float>(q, "optimizer_state/" + c.state, sharded), what + ", " + c.state);
+    }
+    const std::string moved = scratch_ / ("moved " + name);
+    ASSERT_EQ(run(train + args("--epochs 1 --shard-state 2 --checkpoint-dir '" + moved + "'")).exit_code, 0);
+    const auto resumed = run(train + args("--epochs 2 --resume auto --shard-state 0 --checkpoint-dir '" + moved + "'"));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+    close(params(plain + "/last.h5"), params(moved + "/last.h5"), c.optimizer + ", resumed unsharded");
+  }
 }
 
 TEST_F(DdlTrain, ShardedParametersGivenBackAndGatheredAgainTrainAsWholeOnes) {
