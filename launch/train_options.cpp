@@ -219,8 +219,7 @@ po::options_description system_options(TrainOptions& o, OptionTexts& t) {
       "25 unless given) reduced during backward to the replicas that own it and the rest of its memory released. "
       "3: the parameters too, each layer's gathered from their owners before it runs and released after (half an "
       "all-reduce more a step). auto: 0, unless a --strategy on one node chooses it; under --strategy, 1, 2 or 3 "
-      "asks for it wherever a "
-      "layout has replicas and no split layers, 0 forbids it")(
+      "asks for it wherever a layout has replicas, 0 forbids it")(
       "recompute", po::bool_switch(&o.recompute),
       "keep only the input of each of about sqrt(layers) segments in forward and run the segment's forward again "
       "before its backward: less activation memory for a second forward of all but the last segment, the same "

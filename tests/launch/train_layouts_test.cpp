@@ -167,7 +167,7 @@ TEST_F(DdlTrain, ShardedStateAndGradientsTrainAsUnshardedAndTheirCheckpointsResu
   const Case cases[] = {{"2", "--batch-size 16", "--optimizer adam", true},
                         {"4", "--batch-size 8", "--optimizer sgd --momentum 0.9 --lr 0.05", false},
                         {"4", "--batch-size 16 --pipeline-stages 2 --micro-batches 2",
-                         "--optimizer sgd --momentum 0.9 --lr 0.05", false},
+                         "--optimizer sgd --momentum 0.9 --lr 0.05", true},
                         {"4", "--batch-size 8 --tensor-parallel 2", "--optimizer adam", true},
                         {"4", "--model vit_tiny --tensor-split blocks --batch-size 8 --tensor-parallel 2",
                          "--optimizer adam", true},
