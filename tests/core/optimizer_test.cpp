@@ -1,8 +1,13 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <barrier>
 #include <cmath>
+#include <mutex>
 #include <random>
+#include <span>
+#include <thread>
 #include <vector>
 
 #include "core/optim/lr_schedule.hpp"
@@ -160,6 +165,70 @@ TEST(LayerwiseOptimizers, GiveTheSameBitsOnAnyThreadCount) {
   }
   omp_set_num_threads(threads);
   EXPECT_TRUE(results[0] == results[1]);
+}
+
+// Replicas, each a thread here, adding up the sums of squares of their shards: every one's figures added
+// into one total, which each then reads (the barrier's completion clears it between rounds).
+class ThreadsSum {
+ public:
+  explicit ThreadsSum(int replicas) : sync_(replicas, Clear{this}) {}
+  void operator()(std::span<double> sums) {
+    {
+      std::lock_guard lock(mutex_);
+      total_.resize(sums.size());
+      for (std::size_t i = 0; i < sums.size(); ++i) total_[i] += sums[i];
+    }
+    sync_.arrive_and_wait();
+    std::copy(total_.begin(), total_.end(), sums.begin());
+    sync_.arrive_and_wait();
+  }
+
+ private:
+  struct Clear {
+    ThreadsSum* sum;
+    void operator()() noexcept {
+      if (++sum->rounds_ % 2 == 0) std::fill(sum->total_.begin(), sum->total_.end(), 0.0);
+    }
+  };
+  std::barrier<Clear> sync_;
+  std::mutex mutex_;
+  std::vector<double> total_;
+  int rounds_ = 0;
+};
+
+TEST(LayerwiseOptimizers, ShardedUpdateTheirShardWithTheWholeArraysNorms) {
+  // Three replicas' shards cut the weight matrix and the bias: each updates only its own values, with the
+  // trust ratios of the whole arrays (the sums in another order: within 1e-6 relative of one optimizer's).
+  const Arrays a;
+  const IndexRange shards[] = {{0, 13000}, {13000, 40005}, {40005, a.size}};
+  for (const bool lamb : {false, true}) {
+    const auto make = [&](LayerwiseShard shard) {
+      return lamb ? make_lamb(a.segments, a.size, {.weight_decay = 0.01f}, std::move(shard))
+                  : make_lars(a.segments, a.size, {.weight_decay = 5e-4f, .eta = 0.02f}, std::move(shard));
+    };
+    const float lr = lamb ? 0.01f : 2.0f;
+    std::vector<float> whole = a.params, sharded = a.params;
+    auto one = make({});
+    for (const auto& g : a.grads) one->step(whole, g, lr);
+    ThreadsSum sum(3);
+    std::vector<std::thread> replicas;
+    for (const IndexRange& shard : shards)
+      replicas.emplace_back([&, shard] {
+        auto optimizer = make({shard, [&](std::span<double> sums) { sum(sums); }});
+        for (const auto& g : a.grads)
+          optimizer->step(std::span(sharded).subspan(shard.begin, shard.size()),
+                          std::span(g).subspan(shard.begin, shard.size()), lr);
+        EXPECT_EQ(optimizer->state().at(0).floats.size(), shard.size());
+      });
+    for (auto& r : replicas) r.join();
+    std::size_t moved = 0, off = 0;
+    for (std::size_t i = 0; i < a.size; ++i) {
+      moved += whole[i] != a.params[i];
+      off += std::abs(whole[i] - sharded[i]) > 1e-6f * std::abs(whole[i]) + 1e-12f;
+    }
+    EXPECT_GT(moved, a.size / 2) << (lamb ? "lamb" : "lars");
+    EXPECT_EQ(off, 0u) << (lamb ? "lamb" : "lars");
+  }
 }
 
 TEST(LayerwiseOptimizers, RefuseArraysOutsideTheBuffer) {
