@@ -222,8 +222,9 @@ GatherTiming time_parameter_gathers(Model& model, Context& ctx, dnnl::memory::di
   }
   // The median pair: one step the system delayed (ViT-tiny's are 10 ms) would move a mean by more than the
   // gathers cost. A step ends with its slowest rank: the largest rank's median.
-  std::nth_element(added.begin(), added.begin() + added.size() / 2, added.end());
-  std::vector<double> median{added[added.size() / 2]};
+  std::sort(added.begin(), added.end());
+  const std::size_t half = added.size() / 2;
+  std::vector<double> median{added.size() % 2 ? added[half] : (added[half - 1] + added[half]) / 2};
   world.allreduce_max(median);
   timing.added_s = median[0];
   return timing;

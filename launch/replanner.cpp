@@ -13,11 +13,13 @@ bool worth_moving(const Layout& current, const Prediction& now, const Plan& next
   return next.layout.describe() != current.describe() && next.prediction.step_s <= (1 - kSwitchGain) * now.step_s;
 }
 
-Replanner::Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, Layout layout)
+Replanner::Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes,
+                     double images_bytes, Layout layout)
     : given_(std::move(given)),
       profile_(std::move(profile)),
       cluster_(cluster),
       memory_limit_bytes_(memory_limit_bytes),
+      images_bytes_(images_bytes),
       layout_(std::move(layout)),
       given_within_(profile_.within_node),
       given_between_(profile_.between_nodes) {}
@@ -77,7 +79,7 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
   const Prediction now = predict(profile_, cluster_, layout_, global);
   std::optional<PlanReport> next;
   try {
-    next = plan_strategy(given_, profile_, cluster_, memory_limit_bytes_);
+    next = plan_strategy(given_, profile_, cluster_, memory_limit_bytes_, images_bytes_);
   } catch (const InputError&) {
     return std::nullopt;  // nothing else fits: the current layout does, it runs
   }

@@ -37,7 +37,8 @@ class Replanner {
  public:
   // given: the options as the user gave them (the strategy and its constraints, the batch); layout: the
   // one the run starts in, chosen from `profile`.
-  Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, Layout layout);
+  Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, double images_bytes,
+            Layout layout);
 
   // After a layout's first steps (AfterStep::kWarmUpSteps: they build its primitives and let the buffer pool
   // learn, and are not measured): the layers' times in `profiler` and the steps' from here on count. `step`
@@ -57,7 +58,7 @@ class Replanner {
   TrainOptions given_;
   Profile profile_;
   Cluster cluster_;
-  double memory_limit_bytes_;
+  double memory_limit_bytes_, images_bytes_;  // plan_strategy's
   Layout layout_;
   // The profile's links: for those that cannot be measured here, and for the sizes a re-plan does not time.
   Link given_within_, given_between_;

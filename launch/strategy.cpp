@@ -111,7 +111,9 @@ bool planner_may_split(const TrainOptions& o) {
 }
 
 PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
-                         double memory_limit_bytes, double images_bytes) {
+                         double given_limit_bytes, double images_bytes) {
+  // A limit the images fill leaves a byte, which no layout fits (0 would mean no limit).
+  const double memory_limit_bytes = given_limit_bytes > 0 ? std::max(1.0, given_limit_bytes - images_bytes) : 0;
   Constraints limits;
   limits.memory_limit_bytes = planned_limit(memory_limit_bytes);
   limits.stages = o.fixed_stages;
@@ -150,7 +152,7 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
     };
     throw InputError("--strategy " + o.strategy + ": no layout of " + std::to_string(cluster.ranks) +
                      (cluster.ranks == 1 ? " rank" : " ranks") + " fits the memory limit of " +
-                     gb(memory_limit_bytes + images_bytes) + " per rank, less " +
+                     gb(given_limit_bytes) + " per rank, less " +
                      (images_bytes > 0 ? gb(images_bytes) + " of training images kept in memory and " : "") +
                      "the margin for the predicted peaks' error (" +
                      std::to_string(static_cast<int>(kMemoryMarginBytes / (1 << 20))) + " MB or " +

@@ -16,8 +16,8 @@ struct PlanReport {
   std::string text;  // the alternatives considered and the chosen layout's layers, for the header
 };
 
-// memory_limit_bytes: per rank (0: none), less images_bytes of training images kept in memory (which the
-// refusal adds back, to name the limit given). Throws InputError when no layout fits.
+// memory_limit_bytes: per rank (0: none), of which the training images kept in memory take images_bytes.
+// Throws InputError when no layout fits.
 PlanReport plan_strategy(const TrainOptions& options, const Profile& profile, const Cluster& cluster,
                          double memory_limit_bytes, double images_bytes = 0);
 

@@ -541,7 +541,8 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, const Model& mo
   if (!o.layerwise_optimizer()) {
     const std::size_t updated = shard.sum_over_replicas ? shard.range.size() : params;
     if (o.optimizer == "adam") return make_adam(updated, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay});
-    return make_sgd(updated, {o.momentum, o.nesterov, o.weight_decay});
+    if (o.optimizer == "sgd") return make_sgd(updated, {o.momentum, o.nesterov, o.weight_decay});
+    throw Error("--optimizer " + o.optimizer + ": no such optimizer");
   }
   std::vector<ParamSegment> segments;
   for (const auto& e : model.param_entries()) {

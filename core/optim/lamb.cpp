@@ -52,6 +52,9 @@ class Lamb : public Optimizer {
   }
 
   void step(std::span<float> params, std::span<const float> grads, float lr) override {
+    if (params.size() != pieces_.size() || grads.size() != pieces_.size())
+      throw Error("lamb: " + std::to_string(params.size()) + " parameters given, made for " +
+                  std::to_string(pieces_.size()));
     const double t = ++step_[0];
     const LambStep k{.b1 = opt_.beta1,
                      .b2 = opt_.beta2,

@@ -43,6 +43,9 @@ class Lars : public Optimizer {
   }
 
   void step(std::span<float> params, std::span<const float> grads, float lr) override {
+    if (params.size() != pieces_.size() || grads.size() != pieces_.size())
+      throw Error("lars: " + std::to_string(params.size()) + " parameters given, made for " +
+                  std::to_string(pieces_.size()));
     const auto norms = pieces_.squared_norms([&](const SegmentPieces::Piece& piece, double& w, double& g) {
       w = sum_of_squares(params.data(), piece.begin, piece.end);
       g = sum_of_squares(grads.data(), piece.begin, piece.end);

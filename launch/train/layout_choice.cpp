@@ -69,7 +69,6 @@ ChosenLayout planner_layout(Job& job) {
   std::vector<double> limit{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
                                                   : default_memory_limit(cluster.ranks_per_node)};
   world.allreduce_min(limit);
-  limit[0] -= job.cache_bytes;  // the training images kept in memory
   const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit[0], job.cache_bytes);
   if (o.plan_only) {
     ChosenLayout report_only;
@@ -77,7 +76,7 @@ ChosenLayout planner_layout(Job& job) {
     return report_only;
   }
   if (o.replan_every != TrainOptions::kNeverReplan && world.size() > 1)
-    job.replanner.emplace(o, measured.profile, cluster, limit[0], plan.chosen.layout);
+    job.replanner.emplace(o, measured.profile, cluster, limit[0], job.cache_bytes, plan.chosen.layout);
   world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")",
                    Checksum().add(plan.chosen.layout.describe()).value());
   ChosenLayout chosen = planned_layout(plan, *job.whole);
