@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/model.hpp"
+#include "core/optim/sharded_optimizer.hpp"
 #include "launch/option_error.hpp"
 #include "models/registry.hpp"
 
@@ -536,7 +537,10 @@ std::string TrainOptions::describe(const Layout& layout) const {
   return planned.describe();
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, const Model& model, LayerwiseShard shard) {
+namespace {
+
+// For the whole buffers, or for shard.range alone (a ShardedOptimizer's inner optimizer).
+std::unique_ptr<Optimizer> optimizer_for(const TrainOptions& o, const Model& model, LayerwiseShard shard) {
   const std::size_t params = model.param_count();
   if (!o.layerwise_optimizer()) {
     const std::size_t updated = shard.sum_over_replicas ? shard.range.size() : params;
@@ -554,6 +558,14 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, const Model& mo
     return make_lars(std::move(segments), params, {o.momentum, o.weight_decay, o.lars_trust}, std::move(shard));
   return make_lamb(std::move(segments), params, {o.adam_beta1, o.adam_beta2, o.adam_epsilon, o.weight_decay},
                    std::move(shard));
+}
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, const Model& model, LayerwiseShard shard) {
+  if (!shard.sum_over_replicas) return optimizer_for(o, model, {});
+  const IndexRange range = shard.range;
+  return std::make_unique<ShardedOptimizer>(optimizer_for(o, model, std::move(shard)), range);
 }
 
 const char* option_word(AllreduceAlgorithm a) { return word_of(a, kAllreduceWords); }

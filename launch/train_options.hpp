@@ -124,8 +124,8 @@ const char* option_word(AllreduceAlgorithm algorithm);
 const char* option_word(LrPolicy policy);
 const char* option_word(PipelineSchedule schedule);
 
-// The optimizer the options name, for the model's parameters; with a shard (--shard-state), for that shard
-// of them only, the layer-wise ones adding their arrays' norms over the replicas (LayerwiseShard).
+// The optimizer the options name, for the model's parameters; with a shard (--shard-state), a
+// ShardedOptimizer for that shard of them, the layer-wise ones adding their arrays' norms over the replicas.
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& options, const Model& model, LayerwiseShard shard = {});
 
 // Returns nullopt after printing --help. Throws InputError on bad options.

@@ -38,7 +38,7 @@ DDL_VECTOR_CLONES void lamb_update(std::size_t begin, std::size_t end, const flo
 class Lamb : public Optimizer {
  public:
   Lamb(std::vector<ParamSegment> segments, std::size_t size, const AdamOptions& o, LayerwiseShard shard)
-      : opt_(o), pieces_(std::move(segments), size, std::move(shard)), m_(pieces_.size()), v_(pieces_.size()) {
+      : opt_(o), pieces_(std::move(segments), size, std::move(shard)), m_(pieces_.buffer_size()), v_(pieces_.buffer_size()) {
     if (!(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1))
       throw InputError("lamb: betas must be in [0, 1)");
     if (!(o.epsilon > 0) || o.weight_decay < 0) throw InputError("lamb: epsilon must be > 0, weight decay >= 0");
@@ -52,9 +52,9 @@ class Lamb : public Optimizer {
   }
 
   void step(std::span<float> params, std::span<const float> grads, float lr) override {
-    if (params.size() != pieces_.size() || grads.size() != pieces_.size())
+    if (params.size() != pieces_.buffer_size() || grads.size() != pieces_.buffer_size())
       throw Error("lamb: " + std::to_string(params.size()) + " parameters given, made for " +
-                  std::to_string(pieces_.size()));
+                  std::to_string(pieces_.buffer_size()));
     const double t = ++step_[0];
     const LambStep k{.b1 = opt_.beta1,
                      .b2 = opt_.beta2,

@@ -30,7 +30,7 @@ DDL_VECTOR_CLONES void lars_update(std::size_t begin, std::size_t end, float* __
 class Lars : public Optimizer {
  public:
   Lars(std::vector<ParamSegment> segments, std::size_t size, const LarsOptions& o, LayerwiseShard shard)
-      : opt_(o), pieces_(std::move(segments), size, std::move(shard)), velocity_(pieces_.size()) {
+      : opt_(o), pieces_(std::move(segments), size, std::move(shard)), velocity_(pieces_.buffer_size()) {
     if (!(o.momentum >= 0 && o.weight_decay >= 0 && o.eta > 0))
       throw InputError("lars: momentum and weight decay must be >= 0, the trust coefficient > 0");
   }
@@ -43,9 +43,9 @@ class Lars : public Optimizer {
   }
 
   void step(std::span<float> params, std::span<const float> grads, float lr) override {
-    if (params.size() != pieces_.size() || grads.size() != pieces_.size())
+    if (params.size() != pieces_.buffer_size() || grads.size() != pieces_.buffer_size())
       throw Error("lars: " + std::to_string(params.size()) + " parameters given, made for " +
-                  std::to_string(pieces_.size()));
+                  std::to_string(pieces_.buffer_size()));
     const auto norms = pieces_.squared_norms([&](const SegmentPieces::Piece& piece, double& w, double& g) {
       w = sum_of_squares(params.data(), piece.begin, piece.end);
       g = sum_of_squares(grads.data(), piece.begin, piece.end);

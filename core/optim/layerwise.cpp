@@ -15,7 +15,7 @@ SegmentPieces::SegmentPieces(std::vector<ParamSegment> segments, std::size_t siz
   if (r.end < r.begin || r.end > size)
     throw InputError("layer-wise optimizer: shard " + std::to_string(r.begin) + "-" + std::to_string(r.end) +
                      " lies outside the " + std::to_string(size) + " parameters");
-  size_ = r.size();
+  buffer_size_ = r.size();
   std::size_t end = 0;
   for (std::size_t s = 0; s < segments.size(); ++s) {
     const ParamSegment& seg = segments[s];

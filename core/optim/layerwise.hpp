@@ -41,7 +41,7 @@ class SegmentPieces {
   };
   const std::vector<ParamSegment>& segments() const { return segments_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
-  std::size_t size() const { return size_; }  // of the buffers the optimizer updates: the shard's
+  std::size_t buffer_size() const { return buffer_size_; }  // of the buffers the optimizer updates: the shard's
 
   // Each segment's sum of a[i]^2 and of b[i]^2 (in double), where sum_piece(piece, a, b) gives a piece's.
   struct Norms {
@@ -66,7 +66,7 @@ class SegmentPieces {
 
   std::vector<ParamSegment> segments_;
   std::vector<Piece> pieces_;
-  std::size_t size_;
+  std::size_t buffer_size_;
   LayerwiseShard shard_;
   std::vector<std::size_t> whole_index_;  // each segment's among the model's arrays
   std::size_t whole_count_;

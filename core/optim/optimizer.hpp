@@ -52,7 +52,7 @@ struct LarsOptions {
 std::unique_ptr<Optimizer> make_sgd(std::size_t size, const SgdOptions& options);
 std::unique_ptr<Optimizer> make_adam(std::size_t size, const AdamOptions& options);
 // The layer-wise adaptive ones need to know where each parameter array lies (Model::param_segments); with a
-// shard, they update only its part of the buffers (as a ShardedOptimizer's inner optimizer, size() of them).
+// shard, they are given and update only its part of the buffers (a ShardedOptimizer's inner optimizer).
 std::unique_ptr<Optimizer> make_lars(std::vector<ParamSegment> segments, std::size_t size, const LarsOptions& options,
                                      LayerwiseShard shard = {});
 std::unique_ptr<Optimizer> make_lamb(std::vector<ParamSegment> segments, std::size_t size, const AdamOptions& options,

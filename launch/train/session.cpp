@@ -5,7 +5,6 @@
 
 #include "comm/allreduce.hpp"
 #include "core/error.hpp"
-#include "core/optim/sharded_optimizer.hpp"
 #include "launch/stage_partition.hpp"
 #include "launch/train/on_every_rank.hpp"
 
@@ -89,7 +88,7 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
     const IndexRange shard = ring_shard(model->param_count(), replicas.size(), replicas.rank());
     // A layer-wise optimizer's trust ratios take the norms of whole arrays, whose pieces other replicas hold.
     const auto sum_over_replicas = [&replicas](std::span<double> sums) { replicas.allreduce_sum(sums); };
-    optimizer = std::make_unique<ShardedOptimizer>(make_optimizer(o, *model, {shard, sum_over_replicas}), shard);
+    optimizer = make_optimizer(o, *model, {shard, sum_over_replicas});
   } else {
     optimizer = make_optimizer(o, *model);
   }
