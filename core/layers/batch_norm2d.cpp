@@ -32,11 +32,12 @@ void BatchNorm2d::bind(const std::vector<ParamView>& views, Context& ctx) {
 
 memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode mode, bool /*need_diff_src*/) {
   const dims_t in = dims_of(src_md);
-  if (in.size() != 4 || in[1] != opt_.channels)
-    throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.channels) + ", H, W], got " +
+  // oneDNN normalises [N, C], [N, C, L] and [N, C, D, H, W] alike: BatchNorm1d, 2d and 3d.
+  if (in.size() < 2 || in.size() > 5 || in[1] != opt_.channels)
+    throw InputError(describe() + ": expects input [N, " + std::to_string(opt_.channels) + ", ...], got " +
                      to_string(in));
   mode_ = mode;
-  reduced_count_ = static_cast<std::size_t>(in[0] * in[2] * in[3]);
+  reduced_count_ = product(in) / static_cast<std::size_t>(opt_.channels);
   const auto base = flags::use_scale | flags::use_shift | (opt_.relu ? flags::fuse_norm_relu : flags::none);
   if (mode == Mode::infer) {
     const auto pd = make_normalization_forward_pd<dnnl::batch_normalization_forward>(

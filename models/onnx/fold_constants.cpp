@@ -466,6 +466,7 @@ const std::map<std::string, Fold>& operations() {
 struct Evaluation {
   std::vector<bool> folded;  // by node
   std::map<std::string, Constant> values;
+  std::map<std::string, Dims> shapes;  // of the values computed on images, where value_shapes knows them
 };
 
 Evaluation evaluate(const Graph& graph, std::int64_t batch) {
@@ -473,8 +474,7 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
   e.folded.assign(graph.nodes.size(), false);
   // A Shape's output -> the value whose shape it is, where ddl knows only the first dimension, the batch.
   std::map<std::string, std::string> batch_only;
-  // The dims of values computed on images, where value_shapes knows them.
-  std::map<std::string, Dims> shapes;
+  std::map<std::string, Dims>& shapes = e.shapes;
   shapes[graph.input] = graph.image_shape;
   shapes[graph.input].insert(shapes[graph.input].begin(), batch);
   const auto known = [&](const std::string& name) -> const Constant* {
@@ -593,6 +593,13 @@ void fold_constants(Graph& graph) {
     if (std::string_view(e.what()).starts_with(graph.source + ": ")) throw;
     throw InputError(one_line(graph.source + ": " + e.what()));
   }
+  for (const auto& [name, dims] : one.shapes)
+    if (const auto it = two.shapes.find(name); it != two.shapes.end() && it->second.size() == dims.size())
+      for (std::size_t d = 0; d < dims.size(); ++d)
+        if (dims[d] >= 1 && it->second[d] == 2 * dims[d]) {
+          graph.batch_axes[name] = {static_cast<int>(d), dims[d]};
+          break;
+        }
   std::set<std::string> used = {graph.output};
   for (std::size_t i = 0; i < graph.nodes.size(); ++i)
     if (!one.folded[i]) used.insert(graph.nodes[i].inputs.begin(), graph.nodes[i].inputs.end());

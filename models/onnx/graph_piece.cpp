@@ -4,30 +4,31 @@
 #include <set>
 
 #include "core/error.hpp"
-#include "core/layers/subgraph.hpp"
+#include "core/graph/graph_layer.hpp"
+#include "core/graph/operator_registry.hpp"
 #include "models/onnx/message_text.hpp"
+#include "models/onnx/op_spec.hpp"
 
 namespace ddl::onnx {
 namespace {
 
-static_assert(kBatch == kBatchTimes, "folded shapes and the Subgraph name the batch alike");
+static_assert(kBatch == kBatchTimes, "folded shapes and the graph layer name the batch alike");
 
-using Kind = SubgraphOp::Kind;
 using dim = dnnl::memory::dim;
 
-const std::map<std::string, Kind>& kinds() {
-  static const std::map<std::string, Kind> table = {
-      {"Add", Kind::add},           {"Sub", Kind::sub},         {"Mul", Kind::mul},
-      {"Div", Kind::div},           {"Pow", Kind::pow},         {"Sqrt", Kind::sqrt},
-      {"Erf", Kind::erf},           {"Identity", Kind::identity}, {"Dropout", Kind::identity},
-      {"Relu", Kind::relu},         {"Sigmoid", Kind::sigmoid}, {"Tanh", Kind::tanh},
-      {"Cast", Kind::identity},     {"MatMul", Kind::matmul},   {"Gemm", Kind::matmul},
-      {"Softmax", Kind::softmax},   {"ReduceMean", Kind::reduce_mean}, {"Transpose", Kind::transpose},
-      {"Reshape", Kind::reshape},   {"Flatten", Kind::reshape}, {"Expand", Kind::expand},
-      {"Concat", Kind::concat},     {"Slice", Kind::slice},     {"Gather", Kind::gather},
-      {"LayerNormalization", Kind::layer_norm}, {"Gelu", Kind::gelu},
-      {"Squeeze", Kind::squeeze},   {"Unsqueeze", Kind::unsqueeze}};
-  return table;
+// The operators that ddl's own layers take and a piece does not: a piece that holds one is left to the layers.
+bool layer_only(const std::string& op) {
+  return op == "BatchNormalization" || op == "Pad" || op == "ChannelShuffle";
+}
+
+// The operators ddl's own layers take too: among them alone the layers' refusal stands.
+bool layers_take(const std::string& op) {
+  static const std::set<std::string> taken = {
+      "Conv",    "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LeakyRelu",
+      "Clip",    "HardSigmoid",        "HardSwish", "Pad",       "ChannelShuffle",    "Identity",      "Dropout",
+      "Relu",    "Sigmoid",            "Tanh",    "Gemm",        "ReduceMean",        "Flatten",       "Reshape",
+      "Add",     "Mul",                "Concat",  "Slice"};
+  return taken.count(op) > 0;
 }
 
 // The nodes of a piece, in the graph's order, and the value it ends in.
@@ -51,26 +52,22 @@ class PieceBuilder {
     // An operator neither the layers nor a piece have is named. One that only the layers have (a Conv) in
     // a piece that needs a piece's operators (a Transpose) is named with them; among the layers' operators
     // alone the layers' own refusal stands.
-    static const std::set<std::string> layers = {"Conv",          "BatchNormalization", "MaxPool",
-                                                 "AveragePool",   "GlobalAveragePool",  "GlobalMaxPool",
-                                                 "LeakyRelu",     "Clip",               "HardSigmoid",
-                                                 "HardSwish",     "Pad",                "ChannelShuffle"};
-    static const std::set<std::string> layers_too = {"Identity", "Dropout", "Relu", "Sigmoid", "Tanh", "Gemm",
-                                                     "ReduceMean", "Flatten", "Reshape", "Add", "Mul", "Concat"};
-    const Node *layer_only = nullptr, *piece_only = nullptr;
+    const Node* held = nullptr;  // a node only the layers take
     for (const std::size_t n : region->nodes) {
       const Node& node = g_.nodes[n];
       if (node.outputs.empty() || node.outputs[0].empty()) refuse(node, "it has no output");
-      if (!kinds().count(node.op) && !layers.count(node.op))
+      if (!find_operator(node.op) && !layer_only(node.op))
         refuse(node, "ddl does not support this operator (docs/onnx.md lists those it does)");
-      if (!layer_only && layers.count(node.op)) layer_only = &node;
-      if (!piece_only && kinds().count(node.op) && !layers_too.count(node.op)) piece_only = &node;
+      if (!held && layer_only(node.op)) held = &node;
     }
-    if (layer_only && piece_only)
-      refuse(*piece_only, "ddl runs this operator in a piece of N-d operations (docs/onnx.md, \"Pieces\"), and the "
-                          "piece it would be in, from '" + from + "' to '" + region->end + "', also holds " +
-                          layer_only->describe() + ", which a piece cannot");
-    if (layer_only) return std::nullopt;
+    if (held) {
+      for (const std::size_t n : region->nodes)
+        if (const Node& node = g_.nodes[n]; !layers_take(node.op))
+          refuse(node, "ddl runs this operator in a piece of N-d operations (docs/onnx.md, \"Pieces\"), and the "
+                       "piece it would be in, from '" + from + "' to '" + region->end + "', also holds " +
+                       held->describe() + ", which a piece cannot");
+      return std::nullopt;
+    }
     value_[from] = 0;
     // Parameters first, then constants, then the operations' outputs: the Subgraph's numbering.
     for (const bool parameters : {true, false})
@@ -79,20 +76,13 @@ class PieceBuilder {
           const std::string& in = g_.nodes[n].inputs[i];
           if (value_.count(in) || !g_.constants.count(in) || is_parameter(in) != parameters) continue;
           const Constant& c = g_.constants.at(in);
-          if (c.integer) refuse(g_.nodes[n], "takes integers '" + in + "' where ddl expects real numbers");
+          if (c.integer) continue;  // given to the operator as numbers
           value_[in] = static_cast<int>(1 + params_.size() + constants_.size());
           if (parameters)
             params_.push_back(in);
           else
             constants_.push_back({dims_t(c.dims.begin(), c.dims.end()), c.floats});
         }
-    // A LayerNormalization without a shift shifts by zeros.
-    for (const std::size_t n : region->nodes)
-      if (const Node& node = g_.nodes[n]; node.op == "LayerNormalization" && !given(node, 2)) {
-        value_[node.outputs.at(0) + "#shift"] = static_cast<int>(1 + params_.size() + constants_.size());
-        constants_.push_back({{}, std::vector<float>(constant(node, 1).size(), 0.0f)});
-        constants_.back().dims = {static_cast<dim>(constants_.back().values.size())};
-      }
     // nn.Linear at opset 13, x @ W^T + b: the weight's Transpose that only the MatMul reads is read in
     // place, and the bias that an Add alone gives the product is the product's own (oneDNN's matmul bias).
     std::set<std::size_t> taken_in;
@@ -123,7 +113,12 @@ class PieceBuilder {
       if (!taken_in.count(n)) translate(g_.nodes[n]);
     if (last_output_ != region->end) {
       const Node& last = g_.nodes[region->nodes.back()];
-      add(op(Kind::identity, {use(region->end, last)}, last), region->end);
+      OpSpec identity = spec_of(last);
+      identity.type = "Identity";
+      identity.inputs = {use(region->end, last)};
+      identity.attributes.clear();
+      identity.integers.clear();
+      add(std::move(identity), region->end);
     }
     std::vector<ParamSpec> specs;
     for (std::size_t p = 0; p < params_.size(); ++p) {
@@ -132,7 +127,9 @@ class PieceBuilder {
                        c.dims.size() > 1 ? Init::normal_002 : Init::zeros});
     }
     GraphPiece piece;
-    piece.layer = std::make_unique<Subgraph>(std::move(specs), std::move(constants_), std::move(ops_));
+    BatchAxis batch;
+    if (const auto it = g_.batch_axes.find(from); it != g_.batch_axes.end()) batch = {it->second.axis, it->second.per_batch};
+    piece.layer = std::make_unique<GraphLayer>(std::move(specs), std::move(constants_), std::move(ops_), batch);
     piece.params = params_;
     piece.end = region->end;
     return piece;
@@ -204,44 +201,13 @@ class PieceBuilder {
   [[noreturn]] void refuse(const Node& n, const std::string& why) const {
     throw InputError(one_line(g_.source + ": " + n.describe() + ": " + why));
   }
-  SubgraphOp op(Kind kind, std::vector<int> inputs, const Node& n) const {
-    SubgraphOp o;
-    o.kind = kind;
-    o.inputs = std::move(inputs);
-    o.name = one_line(g_.source + ": " + n.describe());
-    return o;
-  }
-  const Constant& constant(const Node& n, std::size_t input) const {
-    if (input >= n.inputs.size() || !g_.constants.count(n.inputs[input]))
-      refuse(n, "its input " + std::to_string(input + 1) + " is not a constant");
-    return g_.constants.at(n.inputs[input]);
-  }
-  const std::vector<std::int64_t>& ints(const Node& n, std::size_t input) const {
-    const Constant& c = constant(n, input);
-    if (!c.integer) refuse(n, "its input " + std::to_string(input + 1) + " is not of integers");
-    return c.ints;
-  }
-  bool given(const Node& n, std::size_t input) const { return input < n.inputs.size() && !n.inputs[input].empty(); }
-  const std::string& input(const Node& n, std::size_t i) const {
-    if (!given(n, i)) refuse(n, "input " + std::to_string(i + 1) + " is missing");
-    return n.inputs[i];
-  }
-  // Integers that must be the file's own, not folded from the batch (kBatch * k): axes, indices, bounds.
-  const std::vector<std::int64_t>& fixed(const Node& n, const std::vector<std::int64_t>& values) const {
-    for (const std::int64_t v : values)
-      if (v <= kBatch) refuse(n, "ddl takes its axes, indices and bounds as numbers that do not follow the batch");
-    return values;
-  }
+  OpSpec spec_of(const Node& n) const { return op_spec(g_, n); }
 
-  // The inputs that are tensors the operation computes on, not shapes, axes or indices.
+  // The inputs that are tensors an operator computes on: all but those left out (integer constants among them
+  // are given as numbers).
   static std::vector<std::size_t> data_inputs(const Node& n) {
-    const std::string& op = n.op;
-    std::size_t count = 1;
-    if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "MatMul") count = 2;
-    if (op == "Gemm" || op == "LayerNormalization") count = 3;
-    if (op == "Concat") count = n.inputs.size();
     std::vector<std::size_t> out;
-    for (std::size_t i = 0; i < std::min(count, n.inputs.size()); ++i)
+    for (std::size_t i = 0; i < n.inputs.size(); ++i)
       if (!n.inputs[i].empty()) out.push_back(i);
     return out;
   }
@@ -250,97 +216,33 @@ class PieceBuilder {
     if (it == value_.end()) refuse(n, "reads '" + v + "', which is computed outside this piece");
     return it->second;
   }
-  void add(SubgraphOp o, const std::string& output) {
+  void add(OpSpec o, const std::string& output) {
     ops_.push_back(std::move(o));
     value_[output] = static_cast<int>(1 + params_.size() + constants_.size() + ops_.size() - 1);
     last_output_ = output;
   }
 
+  // The node as an operator: integer constants given as numbers, every other input a value. nn.Linear's
+  // x @ W^T + b reads W transposed in place and takes b as the product's own bias.
   void translate(const Node& n) {
-    const Kind kind = kinds().at(n.op);
-    const std::string& out = n.outputs.at(0);
-    SubgraphOp o = op(kind, {use(input(n, 0), n)}, n);
-    if (n.op == "MatMul" && read_transposed_.count(input(n, 1))) {
-      o.inputs.push_back(use(read_transposed_.at(n.inputs[1]), n));
-      o.transpose_b = true;
-      if (const auto b = with_bias_.find(out); b != with_bias_.end()) {
-        o.inputs.push_back(use(b->second.first, n));
-        return add(std::move(o), b->second.second);
-      }
-    } else if (kind == Kind::add || kind == Kind::sub || kind == Kind::mul || kind == Kind::div || n.op == "MatMul") {
-      o.inputs.push_back(use(input(n, 1), n));
-    } else if (kind == Kind::matmul) {  // Gemm: a times b (read transposed where transB), plus c
-      if (n.integer("transA", 0) != 0 || n.real("alpha", 1) != 1 || n.real("beta", 1) != 1)
-        refuse(n, "ddl takes a Gemm with transA = 0 and alpha = beta = 1");
-      o.inputs.push_back(use(input(n, 1), n));
-      o.transpose_b = n.integer("transB", 0) != 0;
-      const auto& w = g_.constants.find(n.inputs[1]);
-      const bool bias_of_rows = given(n, 2) && w != g_.constants.end() && w->second.dims.size() == 2 &&
-                                is_parameter(n.inputs[2]) &&
-                                is_row(g_.constants.at(n.inputs[2]).dims, w->second.dims[o.transpose_b ? 0 : 1]);
-      if (bias_of_rows) {  // nn.Linear's: the product's own bias
-        o.inputs.push_back(use(n.inputs[2], n));
-      } else if (given(n, 2)) {
-        add(std::move(o), out + "#ab");
-        o = op(Kind::add, {value_.at(out + "#ab"), use(n.inputs[2], n)}, n);
-      }
-    } else if (kind == Kind::pow) {
-      const Constant& e = constant(n, 1);
-      if (e.size() != 1) refuse(n, "ddl raises to one constant power");
-      o.exponent = e.integer ? static_cast<float>(e.ints[0]) : e.floats[0];
-    } else if (n.op == "Dropout") {
-      if (given(n, 1) && (constant(n, 1).integer || constant(n, 1).size() != 1)) refuse(n, "its ratio is not one number");
-      const float ratio = given(n, 1) ? constant(n, 1).floats[0] : n.real("ratio", 0.5f);
-      if (ratio != 0.0f) refuse(n, "ddl takes a Dropout among these operators at ratio 0 only");
-    } else if (n.op == "Cast") {
-      if (n.integer("to", 1) != 1) refuse(n, "ddl casts to float only here");
-    } else if (kind == Kind::softmax) {
-      o.axis = n.integer("axis", -1);
-    } else if (kind == Kind::layer_norm) {
-      if (n.integer("axis", -1) != -1) refuse(n, "ddl normalizes over the last axis only (axis -1)");
-      o.epsilon = n.real("epsilon", 1e-5f);
-      o.inputs.push_back(use(input(n, 1), n));
-      o.inputs.push_back(use(given(n, 2) ? n.inputs[2] : out + "#shift", n));
-    } else if (kind == Kind::reduce_mean) {
-      o.ints = fixed(n, given(n, 1) ? ints(n, 1) : n.integers("axes", {}));
-      if (o.ints.empty()) refuse(n, "ddl takes a ReduceMean over given axes");
-      o.keep_dims = n.integer("keepdims", 1) != 0;
-    } else if (kind == Kind::transpose) {
-      o.ints = fixed(n, n.integers("perm", {}));
-    } else if (n.op == "Reshape") {
-      o.ints = ints(n, 1);
-      if (n.integer("allowzero", 0) != 0) refuse(n, "ddl takes a Reshape without allowzero");
-    } else if (n.op == "Flatten") {
-      if (n.integer("axis", 1) != 1) refuse(n, "ddl flattens from axis 1 only");
-      o.ints = {0, -1};
-    } else if (kind == Kind::squeeze || kind == Kind::unsqueeze) {  // since opset 13 the axes are an input
-      if (given(n, 1)) o.ints = fixed(n, ints(n, 1));
-      if (kind == Kind::unsqueeze && o.ints.empty()) refuse(n, "it names no axes");
-    } else if (kind == Kind::expand) {
-      o.ints = ints(n, 1);
-    } else if (kind == Kind::concat) {
-      o.axis = n.integer("axis", 0);
-      for (std::size_t i = 1; i < n.inputs.size(); ++i) o.inputs.push_back(use(n.inputs[i], n));
-    } else if (kind == Kind::slice) {
-      o.starts = fixed(n, ints(n, 1));
-      o.ends = fixed(n, ints(n, 2));
-      if (given(n, 3)) {
-        o.ints = fixed(n, ints(n, 3));
+    OpSpec o = spec_of(n);
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      const std::string& in = n.inputs[i];
+      if (in.empty() || o.integers.count(i)) {
+        o.inputs.push_back(-1);
+      } else if (n.op == "MatMul" && i == 1 && read_transposed_.count(in)) {
+        o.inputs.push_back(use(read_transposed_.at(in), n));
+        o.attributes["ddl_transpose_b"].ints = {1};
       } else {
-        for (std::size_t i = 0; i < o.starts.size(); ++i) o.ints.push_back(static_cast<std::int64_t>(i));
+        o.inputs.push_back(use(in, n));
       }
-      if (given(n, 4)) o.steps = fixed(n, ints(n, 4));
-      if (o.ends.size() != o.starts.size() || o.ints.size() != o.starts.size() ||
-          (!o.steps.empty() && o.steps.size() != o.starts.size()))
-        refuse(n, "its starts, ends, axes and steps differ in length");
-    } else if (kind == Kind::gather) {
-      const Constant& indices = constant(n, 1);
-      if (!indices.integer || indices.dims.size() > 1) refuse(n, "ddl gathers at one index or a list of them");
-      o.axis = n.integer("axis", 0);
-      o.indices = fixed(n, indices.ints);
-      o.scalar_index = indices.dims.empty();
     }
-    add(std::move(o), out);
+    while (!o.inputs.empty() && o.inputs.back() < 0 && !o.integers.count(o.inputs.size() - 1)) o.inputs.pop_back();
+    if (const auto b = with_bias_.find(n.outputs.at(0)); b != with_bias_.end()) {
+      o.inputs.push_back(use(b->second.first, n));
+      return add(std::move(o), b->second.second);
+    }
+    add(std::move(o), n.outputs.at(0));
   }
 
   const Graph& g_;
@@ -351,8 +253,8 @@ class PieceBuilder {
   std::map<std::string, std::pair<std::string, std::string>> with_bias_;  // a product: its bias, the sum's value
   std::map<std::string, int> value_;
   std::vector<std::string> params_;
-  std::vector<SubgraphConstant> constants_;
-  std::vector<SubgraphOp> ops_;
+  std::vector<GraphConstant> constants_;
+  std::vector<OpSpec> ops_;
   std::string last_output_;
 };
 

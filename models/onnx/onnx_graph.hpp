@@ -76,6 +76,13 @@ struct Graph {
   std::vector<Node> nodes;   // topological order; after folding, only those that compute on images or parameters
   std::map<std::string, Constant> constants;
   std::set<std::string> initializers;  // the names of constants that were initializers in the file
+  // Where the batch is in a value computed on images, where folding learned it: the axis that is `per_batch`
+  // times the batch size ([tokens, batch * heads, features] after attention's reshape: axis 1, 2 a batch).
+  struct BatchAxis {
+    int axis = 0;
+    std::int64_t per_batch = 1;
+  };
+  std::map<std::string, BatchAxis> batch_axes;
 };
 
 // Parses and checks a model; `source` names it in messages. Initializers listed in `weights_elsewhere`

@@ -31,7 +31,7 @@
 #include "core/layers/relu.hpp"
 #include "core/layers/residual.hpp"
 #include "core/layers/softmax_cross_entropy.hpp"
-#include "core/layers/subgraph.hpp"
+#include "tests/core/graph_builder.hpp"
 #include "core/layers/tokens.hpp"
 #include "core/model.hpp"
 #include "tests/core/gradient_check.hpp"
@@ -151,26 +151,12 @@ TEST(Bf16, LinearOverTokensMatchesF32) {
 TEST(Bf16, SubgraphProductsMatchF32) {
   expect_bf16_matches_f32(
       [] {
-        const auto op = [](SubgraphOp::Kind kind, std::vector<int> inputs) {
-          SubgraphOp o;
-          o.kind = kind;
-          o.inputs = std::move(inputs);
-          o.name = "op";
-          return o;
-        };
-        using Kind = SubgraphOp::Kind;
-        std::vector<SubgraphOp> ops;  // x [2, 5, 16], w [24, 16], b [24], then the operations from 3
-        ops.push_back(op(Kind::matmul, {0, 1, 2}));  // 3: [2, 5, 24]
-        ops.back().transpose_b = true;
-        ops.push_back(op(Kind::transpose, {3}));  // 4: [2, 24, 5]
-        ops.back().ints = {0, 2, 1};
-        ops.push_back(op(Kind::matmul, {3, 4}));  // 5: [2, 5, 5]
-        ops.push_back(op(Kind::softmax, {5}));    // 6
-        ops.back().axis = -1;
-        ops.push_back(op(Kind::matmul, {6, 3}));  // 7: [2, 5, 24]
-        return std::make_unique<Subgraph>(
-            std::vector<ParamSpec>{{"w", {24, 16}, Init::zeros}, {"b", {24}, Init::zeros}},
-            std::vector<SubgraphConstant>{}, std::move(ops));
+        test::GraphBuilder g({{"w", {24, 16}, Init::zeros}, {"b", {24}, Init::zeros}}, {});  // x [2, 5, 16]
+        const int projected = g.add("MatMul", {0, 1, 2}, {{"ddl_transpose_b", test::ints({1})}});  // [2, 5, 24]
+        const int turned = g.add("Transpose", {projected}, {{"perm", test::ints({0, 2, 1})}});  // [2, 24, 5]
+        const int scores = g.add("Softmax", {g.add("MatMul", {projected, turned})}, {{"axis", test::ints({-1})}});
+        g.add("MatMul", {scores, projected});  // [2, 5, 24]
+        return g.make();
       },
       {2, 5, 16});
 }

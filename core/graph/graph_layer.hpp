@@ -1,0 +1,77 @@
+// A piece of a network given as a graph of operators (operator.hpp), one input to one output, with its
+// backward by reverse-mode differentiation: what an imported graph needs where its nodes are not ddl's own
+// layers (a vision transformer's reshapes and matrix products, attention over a convolution's output, a
+// group normalisation as PyTorch exports it, paths that fork and meet in any nodes). The model sees one
+// layer, so a pipeline cuts before or after it.
+//
+// Values are numbered: 0 the input, then the parameters (param_specs), then the constants, then each
+// operator's output in order; the last operator's output is the layer's. Every value is plain row-major f32
+// and kept from forward to backward (a Reshape's is its input's); their gradients are leased from the pool
+// for the layer's backward only.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/graph/operator.hpp"
+#include "core/layers/layer.hpp"
+#include "core/layers/relayout.hpp"
+
+namespace ddl {
+
+struct GraphConstant {
+  dims_t dims;
+  std::vector<float> values;
+};
+
+// Where the batch is in the layer's input: the axis that is `per_batch` times the batch size (attention's
+// [tokens, batch, features] has it on axis 1). Shapes the graph gives in multiples of the batch (kBatchTimes)
+// are resolved from it.
+struct BatchAxis {
+  int axis = 0;
+  std::int64_t per_batch = 1;
+};
+
+class GraphLayer : public Layer {
+ public:
+  // Throws InputError naming the node for an operator ddl does not have, or inputs that come later.
+  GraphLayer(std::vector<ParamSpec> params, std::vector<GraphConstant> constants, std::vector<OpSpec> ops,
+             BatchAxis batch = {});
+  std::string describe() const override;
+  std::vector<ParamSpec> param_specs() const override { return params_; }
+  void bind(const std::vector<ParamView>& views, Context& ctx) override;
+  // Throws InputError naming the operator whose inputs' shapes it cannot take.
+  dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  const Tensor& forward(Context& ctx, const Tensor& src) override;
+  const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  bool accumulate_gradients(bool on) override {
+    accumulate_ = on;
+    return true;
+  }
+  // It keeps its own copies of what backward reads.
+  bool backward_reads_output() const override { return false; }
+  bool backward_reads_input() const override { return false; }
+
+ private:
+  // Where the operators' outputs start among the values: after the input, parameters and constants.
+  std::size_t first_op() const { return 1 + params_.size() + constants_.size(); }
+  std::vector<const OpValue*> inputs_of(std::size_t k) const;
+  void give_back_gradients(Context& ctx);
+
+  std::vector<ParamSpec> params_;
+  std::vector<GraphConstant> constants_;
+  BatchAxis batch_;
+  std::vector<std::unique_ptr<Operator>> ops_;
+  std::vector<ParamView> views_;
+  std::vector<OpValue> values_;
+  Tensor input_, input_grad_;                   // the input, plain
+  std::vector<Tensor> outputs_, output_grads_;  // by operator; the gradients leased for backward only
+  std::vector<bool> needs_grad_;                // by value
+  std::vector<float> scratch_;
+  std::optional<Copy> to_plain_, to_src_layout_;
+  bool train_ = false, need_diff_src_ = false, accumulate_ = false;
+};
+
+}  // namespace ddl

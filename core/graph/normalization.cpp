@@ -1,0 +1,159 @@
+// The normalisation family: LayerNormalization (on oneDNN's layer normalization) over the axes from `axis` on,
+// and InstanceNormalization over each image's channel (GroupNorm as PyTorch exports it: a Reshape to
+// [N, groups, -1], InstanceNormalization, a Reshape back, a per-channel Mul and Add).
+#include <cmath>
+#include <optional>
+
+#include "core/graph/operator_registry.hpp"
+#include "core/graph/tensor_walk.hpp"
+
+namespace ddl {
+namespace {
+
+using walk::dim;
+
+class LayerNormOp : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    const dims_t& x = input(in, 0).dims;
+    const std::size_t features = features_of(x);
+    if (product(input(in, 1).dims) != features || (in.size() > 2 && in[2] && product(in[2]->dims) != features))
+      spec_.fail("its scale " + shapes::text(in[1]->dims) + " and shift do not fit " + shapes::text(x));
+    return x;
+  }
+  void setup(Context& ctx, OpInputs in, const OpValue& out, bool train) override {
+    const dim features = static_cast<dim>(features_of(out.dims));
+    data_ = walk::plain({static_cast<dim>(product(out.dims)) / features, features});
+    vector_ = walk::plain({features});
+    const auto& engine = ctx.engine();
+    const auto prop = train ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+    const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    const float epsilon = spec_.real("epsilon", 1e-5f);
+    const auto fwd = make_normalization_forward_pd<dnnl::layer_normalization_forward>(engine, prop, data_, epsilon, flags);
+    forward_ = dnnl::layer_normalization_forward(fwd);
+    mean_ = Tensor(fwd.mean_desc(), engine);
+    variance_ = Tensor(fwd.variance_desc(), engine);
+    // Without a shift it shifts by zeros.
+    zeros_.assign(in.size() > 2 && in[2] ? 0 : features, 0.0f);
+    if (!train) return;
+    backward_ = dnnl::layer_normalization_backward(make_normalization_backward_pd<dnnl::layer_normalization_backward>(
+        engine, dnnl::prop_kind::backward, data_, data_, epsilon, flags, fwd));
+    diff_scale_ = Tensor(vector_, engine);
+    diff_shift_ = Tensor(vector_, engine);
+  }
+  void forward(Context& ctx, OpInputs in, OpValue& out) override {
+    forward_.execute(ctx.stream(), {{DNNL_ARG_SRC, walk::over(data_, ctx, in[0]->data)},
+                                    {DNNL_ARG_SCALE, walk::over(vector_, ctx, in[1]->data)},
+                                    {DNNL_ARG_SHIFT, walk::over(vector_, ctx, shift(in))},
+                                    {DNNL_ARG_MEAN, mean_.memory()},
+                                    {DNNL_ARG_VARIANCE, variance_.memory()},
+                                    {DNNL_ARG_DST, walk::over(data_, ctx, out.data)}});
+  }
+  void backward(Context& ctx, OpInputs in, const OpValue& out, float* scratch) override {
+    // oneDNN writes the three gradients; they are added where other operations' are.
+    backward_->execute(ctx.stream(), {{DNNL_ARG_SRC, walk::over(data_, ctx, in[0]->data)},
+                                      {DNNL_ARG_DIFF_DST, walk::over(data_, ctx, out.grad)},
+                                      {DNNL_ARG_SCALE, walk::over(vector_, ctx, in[1]->data)},
+                                      {DNNL_ARG_SHIFT, walk::over(vector_, ctx, shift(in))},
+                                      {DNNL_ARG_MEAN, mean_.memory()},
+                                      {DNNL_ARG_VARIANCE, variance_.memory()},
+                                      {DNNL_ARG_DIFF_SRC, walk::over(data_, ctx, scratch)},
+                                      {DNNL_ARG_DIFF_SCALE, diff_scale_.memory()},
+                                      {DNNL_ARG_DIFF_SHIFT, diff_shift_.memory()}});
+    walk::add_into(in[0]->grad, scratch, product(out.dims));
+    walk::add_into(in[1]->grad, diff_scale_.data(), product(in[1]->dims));
+    if (in.size() > 2 && in[2]) walk::add_into(in[2]->grad, diff_shift_.data(), product(in[2]->dims));
+  }
+  std::string kind() const override { return "layer_norm"; }
+
+ private:
+  std::size_t features_of(const dims_t& x) const {
+    try {
+      const dim axis = shapes::axis_in(spec_.integer("axis", -1), x.size());
+      return product(dims_t(x.begin() + axis, x.end()));
+    } catch (const shapes::ShapeError& e) {
+      spec_.fail(e.what());
+    }
+  }
+  const float* shift(OpInputs in) const { return in.size() > 2 && in[2] ? in[2]->data : zeros_.data(); }
+  dnnl::memory::desc data_, vector_;  // x as [rows, features]; scale and shift
+  dnnl::layer_normalization_forward forward_;
+  std::optional<dnnl::layer_normalization_backward> backward_;
+  Tensor mean_, variance_, diff_scale_, diff_shift_;
+  std::vector<float> zeros_;
+};
+
+// Each [N, C, ...] image's channel normalised over its other axes, then scaled and shifted per channel.
+class InstanceNormOp : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    const dims_t& x = input(in, 0).dims;
+    if (x.size() < 3) spec_.fail("ddl normalises [N, C, ...] of rank 3 or more, not " + shapes::text(x));
+    if (product(input(in, 1).dims) != static_cast<std::size_t>(x[1]) || product(input(in, 2).dims) != static_cast<std::size_t>(x[1]))
+      spec_.fail("its scale and shift do not hold one number a channel of " + shapes::text(x));
+    return x;
+  }
+  void setup(Context&, OpInputs, const OpValue& out, bool) override {
+    channels_ = out.dims[1];
+    length_ = static_cast<dim>(product(out.dims)) / (out.dims[0] * channels_);
+    mean_.assign(out.dims[0] * channels_, 0.0f);
+    rstd_.assign(mean_.size(), 0.0f);
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    const float epsilon = spec_.real("epsilon", 1e-5f);
+    const float *x = in[0]->data, *scale = in[1]->data, *shift = in[2]->data;
+    const dim rows = static_cast<dim>(mean_.size());
+#pragma omp parallel for if (rows * length_ >= static_cast<dim>(walk::kParallelFrom))
+    for (dim r = 0; r < rows; ++r) {
+      const float* xr = x + r * length_;
+      double sum = 0, squares = 0;
+      for (dim k = 0; k < length_; ++k) sum += xr[k];
+      const double mean = sum / static_cast<double>(length_);
+      for (dim k = 0; k < length_; ++k) squares += (xr[k] - mean) * (xr[k] - mean);
+      mean_[r] = static_cast<float>(mean);
+      rstd_[r] = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(length_) + epsilon));
+      const dim c = r % channels_;
+      for (dim k = 0; k < length_; ++k) out.data[r * length_ + k] = scale[c] * (xr[k] - mean_[r]) * rstd_[r] + shift[c];
+    }
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    const float *x = in[0]->data, *scale = in[1]->data, *gy = out.grad;
+    float *gx = in[0]->grad, *gscale = in[1]->grad, *gshift = in[2]->grad;
+    const dim rows = static_cast<dim>(mean_.size());
+    for (dim r = 0; r < rows; ++r) {
+      const dim c = r % channels_;
+      double sum_g = 0, sum_gx = 0;  // of the gradient, and of the gradient times the normalised input
+      for (dim k = 0; k < length_; ++k) {
+        const float normal = (x[r * length_ + k] - mean_[r]) * rstd_[r];
+        sum_g += gy[r * length_ + k];
+        sum_gx += gy[r * length_ + k] * normal;
+      }
+      if (gscale) gscale[c] += static_cast<float>(sum_gx);
+      if (gshift) gshift[c] += static_cast<float>(sum_g);
+      if (!gx) continue;
+      const float mean_g = static_cast<float>(sum_g / static_cast<double>(length_));
+      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(length_));
+      for (dim k = 0; k < length_; ++k) {
+        const float normal = (x[r * length_ + k] - mean_[r]) * rstd_[r];
+        gx[r * length_ + k] += scale[c] * rstd_[r] * (gy[r * length_ + k] - mean_g - normal * mean_gx);
+      }
+    }
+  }
+
+ private:
+  dim channels_ = 1, length_ = 1;
+  std::vector<float> mean_, rstd_;  // by image and channel
+};
+
+const OperatorRecord kRecords[] = {
+    {"LayerNormalization", "normalisation", make<LayerNormOp>, "any axis; the shift may be left out"},
+    {"InstanceNormalization", "normalisation", make<InstanceNormOp>, "[N, C, ...] of rank 3 or more"},
+};
+
+}  // namespace
+
+std::span<const OperatorRecord> normalization_operators() { return kRecords; }
+
+}  // namespace ddl

@@ -1,0 +1,261 @@
+// The shape and indexing family: operators that move numbers without computing on them (Reshape, Transpose,
+// Slice, Gather, Concat, Expand, Tile...). Those that keep the numbers as they are (Reshape, Squeeze,
+// Identity) share their input's storage.
+#include <algorithm>
+
+#include "core/graph/operator_registry.hpp"
+#include "core/graph/tensor_walk.hpp"
+
+namespace ddl {
+namespace {
+
+using walk::dim;
+
+// Runs a shape rule, naming the node where the dims do not fit it.
+template <class F>
+dims_t rule(const OpSpec& spec, F&& f) {
+  try {
+    return f();
+  } catch (const shapes::ShapeError& e) {
+    spec.fail(e.what());
+  }
+}
+
+// A shape the graph gives, with kBatchTimes * k made k times the batch.
+dims_t with_batch(const std::vector<std::int64_t>& shape, std::int64_t batch) {
+  dims_t out;
+  for (const std::int64_t v : shape) out.push_back(v <= kBatchTimes && v % kBatchTimes == 0 ? v / kBatchTimes * batch : v);
+  return out;
+}
+
+const std::vector<std::int64_t>& integers(const OpSpec& spec, std::size_t i) {
+  const auto* v = spec.integer_input(i);
+  if (!v) spec.fail("its input " + std::to_string(i + 1) + " is not integers known before the graph runs");
+  return *v;
+}
+
+// Numbers as they are, seen with other dims: Identity, Reshape, Flatten, Squeeze, Unsqueeze, Cast to float,
+// Dropout at ratio 0.
+class SameNumbers : public Operator {
+ public:
+  explicit SameNumbers(OpSpec spec) : Operator(std::move(spec)) {
+    if (spec_.type == "Cast" && spec_.integer("to", 1) != 1) spec_.fail("ddl casts values computed on images to float only");
+    if (spec_.type == "Reshape" && spec_.integer("allowzero", 0) != 0) spec_.fail("ddl takes a Reshape without allowzero");
+  }
+  dims_t output_dims(OpInputs in, std::int64_t batch) const override {
+    const dims_t& x = input(in, 0).dims;
+    const std::string& t = spec_.type;
+    return rule(spec_, [&]() -> dims_t {
+      if (t == "Reshape") return shapes::reshape(x, with_batch(integers(spec_, 1), batch));
+      if (t == "Flatten") return shapes::flatten(x, spec_.integer("axis", 1));
+      // Since opset 13 the axes are an input; before, an attribute.
+      const auto axes = spec_.integer_input(1) ? *spec_.integer_input(1) : spec_.ints("axes", {});
+      if (t == "Squeeze") return shapes::squeeze(x, axes, true);
+      if (t == "Unsqueeze") {
+        if (axes.empty()) spec_.fail("it names no axes");
+        return shapes::unsqueeze(x, axes);
+      }
+      return x;
+    });
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    if (out.data != in[0]->data) std::copy(in[0]->data, in[0]->data + product(out.dims), out.data);
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    walk::add_into(in[0]->grad, out.grad, product(out.dims));
+  }
+  bool aliases_input() const override { return true; }
+};
+
+// Dropout at ratio 0 (torchvision's default for ViT): its input as it is.
+class DropoutOp : public SameNumbers {
+ public:
+  using SameNumbers::SameNumbers;
+  void setup(Context&, OpInputs in, const OpValue&, bool) override {
+    // Before opset 12 the ratio is an attribute, since then an input.
+    if (constant_number(in, 1, spec_.real("ratio", 0.5f)) != 0.0f)
+      spec_.fail("ddl takes a Dropout among these operators at ratio 0 only");
+  }
+};
+
+// Numbers read from the input under strides: Transpose, Expand, Slice, and the backward that adds them back.
+class Strided : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t batch) const override {
+    const dims_t& x = input(in, 0).dims;
+    return rule(spec_, [&]() -> dims_t {
+      if (spec_.type == "Transpose") return shapes::transpose(x, spec_.ints("perm", {}));
+      if (spec_.type == "Expand") return shapes::broadcast(x, with_batch(integers(spec_, 1), batch));
+      return slice(x).dims;
+    });
+  }
+  void setup(Context&, OpInputs in, const OpValue& out, bool) override {
+    const dims_t& x = in[0]->dims;
+    offset_ = 0;
+    if (spec_.type == "Transpose") {
+      const dims_t own = shapes::strides_of(x);
+      strides_.clear();
+      for (const std::int64_t p : shapes::permutation(x, spec_.ints("perm", {}))) strides_.push_back(own[p]);
+    } else if (spec_.type == "Expand") {
+      strides_ = shapes::broadcast_strides(x, out.dims);
+    } else {
+      const shapes::SlicePlan plan = slice(x);
+      offset_ = plan.offset;
+      strides_ = plan.strides;
+    }
+    // Each input element is read once (a transpose, a slice with positive or negative steps) unless broadcast.
+    once_ = spec_.type != "Expand";
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    const float* x = in[0]->data + offset_;
+    walk::in_parallel(out.dims, strides_, dims_t(out.dims.size(), 0), [&](std::size_t o, dim i, dim) { out.data[o] = x[i]; });
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    if (!in[0]->grad) return;
+    float* gx = in[0]->grad + offset_;
+    const auto add = [&](std::size_t o, dim i, dim) { gx[i] += out.grad[o]; };
+    const dims_t none(out.dims.size(), 0);
+    once_ ? walk::in_parallel(out.dims, strides_, none, add) : walk::each(out.dims, strides_, none, add);
+  }
+
+ private:
+  shapes::SlicePlan slice(const dims_t& x) const {
+    const std::vector<std::int64_t> none;
+    const auto given = [&](std::size_t i) { return spec_.integer_input(i) ? *spec_.integer_input(i) : none; };
+    for (std::size_t i = 1; i < 5; ++i)
+      for (const std::int64_t v : given(i))
+        if (v <= kBatchTimes) spec_.fail("ddl takes its axes, indices and bounds as numbers that do not follow the batch");
+    return shapes::slice(x, integers(spec_, 1), integers(spec_, 2), given(3), given(4));
+  }
+  dims_t strides_;
+  dim offset_ = 0;
+  bool once_ = true;
+};
+
+// Tile: the input repeated along each axis.
+class TileOp : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    dims_t out = input(in, 0).dims;
+    const auto& repeats = integers(spec_, 1);
+    if (repeats.size() != out.size()) spec_.fail("its repeats do not fit " + shapes::text(out));
+    for (std::size_t d = 0; d < out.size(); ++d) {
+      if (repeats[d] < 1) spec_.fail("repeats an axis " + std::to_string(repeats[d]) + " times");
+      out[d] *= repeats[d];
+    }
+    return out;
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    each(in[0]->dims, out.dims, [&](std::size_t o, dim i) { out.data[o] = in[0]->data[i]; });
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    if (float* g = in[0]->grad) each(in[0]->dims, out.dims, [&](std::size_t o, dim i) { g[i] += out.grad[o]; });
+  }
+
+ private:
+  template <class F>
+  static void each(const dims_t& in, const dims_t& out, F&& fn) {
+    const dims_t strides = shapes::strides_of(in);
+    const std::size_t n = product(out);
+    for (std::size_t o = 0; o < n; ++o) {
+      dim i = 0, rest = static_cast<dim>(o);
+      for (std::size_t d = out.size(); d-- > 0;) {
+        i += (rest % out[d]) % in[d] * strides[d];
+        rest /= out[d];
+      }
+      fn(o, i);
+    }
+  }
+};
+
+// Concat along an axis, and Gather at indices known before the graph runs: parts of the output, each a
+// block of an input.
+class Parts : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    return rule(spec_, [&]() -> dims_t {
+      if (spec_.type == "Gather") {
+        const auto& index = spec_.integers.find(1);
+        if (index == spec_.integers.end() || index->second.dims.size() > 1)
+          spec_.fail("ddl gathers at one index or a list of them known before the graph runs");
+        return shapes::gather(input(in, 0).dims, spec_.integer("axis", 0), index->second.dims);
+      }
+      std::vector<dims_t> all;
+      for (std::size_t i = 0; i < in.size(); ++i) all.push_back(input(in, i).dims);
+      return shapes::concat(all, spec_.integer("axis", 0));
+    });
+  }
+  void setup(Context&, OpInputs in, const OpValue& out, bool) override {
+    parts_.clear();
+    const dims_t& a = in[0]->dims;
+    const dim axis = shapes::axis_in(spec_.integer("axis", 0), a.size());
+    dims_t full = a;  // the output with a gather's dropped axis kept
+    const bool gather = spec_.type == "Gather";
+    const auto& indices = gather ? *spec_.integer_input(1) : std::vector<std::int64_t>();
+    full[axis] = gather ? static_cast<dim>(indices.size()) : out.dims[axis];
+    into_ = shapes::strides_of(full);
+    dim at = 0;
+    for (std::size_t q = 0; q < (gather ? indices.size() : in.size()); ++q) {
+      Part p{gather ? 0 : q, in[gather ? 0 : q]->dims, 0, at * into_[axis]};
+      if (gather) {
+        const dim i = indices[q] < 0 ? indices[q] + a[axis] : indices[q];
+        if (i < 0 || i >= a[axis]) spec_.fail("index " + std::to_string(indices[q]) + " is outside " + shapes::text(a));
+        p.dims[axis] = 1;
+        p.from = i * shapes::strides_of(a)[axis];
+      }
+      at += p.dims[axis];
+      parts_.push_back(std::move(p));
+    }
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    for (const Part& p : parts_) {
+      const OpValue& x = *in[p.input];
+      walk::in_parallel(p.dims, shapes::strides_of(x.dims), into_,
+                        [&](std::size_t, dim i, dim j) { out.data[p.to + j] = x.data[p.from + i]; });
+    }
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    // A gather may take an index twice; a concatenation's parts are apart.
+    for (const Part& p : parts_) {
+      const OpValue& x = *in[p.input];
+      if (!x.grad) continue;
+      const auto fn = [&](std::size_t, dim i, dim j) { x.grad[p.from + i] += out.grad[p.to + j]; };
+      spec_.type == "Concat" ? walk::in_parallel(p.dims, shapes::strides_of(x.dims), into_, fn)
+                             : walk::each(p.dims, shapes::strides_of(x.dims), into_, fn);
+    }
+  }
+
+ private:
+  struct Part {
+    std::size_t input;
+    dims_t dims;  // of the block
+    dim from, to;  // offsets in the input and the output
+  };
+  std::vector<Part> parts_;
+  dims_t into_;
+};
+
+const OperatorRecord kRecords[] = {
+    {"Identity", "shape and indexing", make<SameNumbers>, ""},
+    {"Cast", "shape and indexing", make<SameNumbers>, "to float, on values computed on images"},
+    {"Dropout", "shape and indexing", make<DropoutOp>, "ratio 0 inside a piece; a Dropout layer between pieces takes any ratio"},
+    {"Reshape", "shape and indexing", make<SameNumbers>, "its shape known before the graph runs (a multiple of the batch is kept as one)"},
+    {"Flatten", "shape and indexing", make<SameNumbers>, ""},
+    {"Squeeze", "shape and indexing", make<SameNumbers>, "without axes, the batch axis stays"},
+    {"Unsqueeze", "shape and indexing", make<SameNumbers>, ""},
+    {"Transpose", "shape and indexing", make<Strided>, ""},
+    {"Expand", "shape and indexing", make<Strided>, ""},
+    {"Slice", "shape and indexing", make<Strided>, "bounds, axes and steps (either sign) that do not follow the batch"},
+    {"Tile", "shape and indexing", make<TileOp>, ""},
+    {"Concat", "shape and indexing", make<Parts>, "any axis"},
+    {"Gather", "shape and indexing", make<Parts>, "indices known before the graph runs, one or a list"},
+};
+
+}  // namespace
+
+std::span<const OperatorRecord> shape_operators() { return kRecords; }
+
+}  // namespace ddl

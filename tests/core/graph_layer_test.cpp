@@ -1,0 +1,156 @@
+// The graph layer (core/graph/graph_layer.hpp): pieces shaped as a vision transformer exported from PyTorch
+// computes them, their backward against finite differences, their forward against formulas written out
+// here, and the errors that name the node.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "tests/core/gradient_check.hpp"
+#include "tests/core/graph_builder.hpp"
+
+namespace ddl::test {
+namespace {
+
+// x [2, 3, 4]: a layer norm written out (ReduceMean, Sub, Pow, Sqrt, Div, Mul by a weight), a product by a
+// weight shared by every token, a bias added from the left, erf, a transpose, a batched product of two
+// values, softmax, a reshape to [batch, -1], a strided slice, an expanded parameter concatenated, a gather,
+// tanh, sigmoid, and a mean as a factor.
+GraphLayer transformer_like_piece() {
+  // values: 0 x; 1 gamma [4]; 2 w [4, 5]; 3 bias [5]; 4 token [1, 2]; 5 eps; 6 two; 7 three; then the operators
+  GraphBuilder g({param("gamma", {4}), param("w", {4, 5}), param("bias", {5}), param("token", {1, 2})},
+                 {{{}, {1e-5f}}, {{}, {2.0f}}, {{}, {3.0f}}});
+  const int mean = g.add("ReduceMean", {0}, {{"axes", ints({-1})}});
+  const int centred = g.add("Sub", {0, mean});
+  const int squares = g.add("Pow", {centred, 6});
+  const int variance = g.add("ReduceMean", {squares}, {{"axes", ints({-1})}});
+  const int deviation = g.add("Sqrt", {g.add("Add", {variance, 5})});
+  const int normal = g.add("Mul", {g.add("Div", {centred, deviation}), 1});
+  const int product = g.add("MatMul", {normal, 2});  // [2, 3, 5]
+  const int biased = g.add("Erf", {g.add("Add", {3, product})});
+  const int turned = g.add("Transpose", {biased}, {{"perm", ints({0, 2, 1})}});  // [2, 5, 3]
+  const int scores = g.add("MatMul", {turned, biased});                          // [2, 5, 5]
+  const int soft = g.add("Softmax", {scores}, {{"axis", ints({-1})}});
+  const int rows = g.add("Reshape", {soft, -1}, {}, {{1, integers({kBatchTimes, -1})}});  // [2, 25]
+  const int sliced = g.add("Slice", {rows, -1, -1, -1, -1}, {},
+                           {{1, integers({2})}, {2, integers({20})}, {3, integers({1})}, {4, integers({3})}});  // [2, 6]
+  const int tokens = g.add("Expand", {4, -1}, {}, {{1, integers({kBatchTimes, 2})}});  // [2, 2]
+  const int joined = g.add("Concat", {sliced, tokens}, {{"axis", ints({1})}});         // [2, 8]
+  const int fourth = g.add("Gather", {turned, -1}, {{"axis", ints({1})}}, {{1, integers({3}, true)}});  // [2, 3]
+  const int all = g.add("Concat", {joined, fourth}, {{"axis", ints({-1})}});  // [2, 11]
+  const int some = g.add("Gather", {all, -1}, {{"axis", ints({1})}}, {{1, integers({0, 3, 7, -1})}});  // [2, 4]
+  const int cubes = g.add("Pow", {some, 7});
+  const int squashed = g.add("Sigmoid", {g.add("Tanh", {g.add("Identity", {cubes})})});
+  const int factor = g.add("ReduceMean", {g.add("Tanh", {scores})}, {{"axes", ints({1, 2})}, {"keepdims", ints({0})}});  // [2]
+  const int column = g.add("Reshape", {factor, -1}, {}, {{1, integers({0, 1})}});  // [2, 1]
+  g.add("Mul", {squashed, column});  // [2, 4]
+  return g.build();
+}
+
+TEST(GraphLayerGradient, TransformerLikePiece) {
+  GraphLayer piece = transformer_like_piece();
+  EXPECT_EQ(check_gradients(piece, {2, 3, 4}, {.samples = 200}), 0u);
+}
+
+// The same on tensors of 18,000 and more elements (the slice's, the concatenations', the products'), which
+// the OpenMP threads share by rows.
+TEST(GraphLayerGradient, TransformerLikePieceOnTensorsTheThreadsShare) {
+  GraphLayer piece = transformer_like_piece();
+  EXPECT_EQ(check_gradients(piece, {3000, 3, 4}, {.samples = 200}), 0u);
+}
+
+TEST(GraphLayerGradient, BatchedProductOfAValueByAParameterWithBatchAxes) {
+  // [2, 3, 4] x [2, 4, 3]: the parameter's gradient per batch; then a reversing transpose and a mean whose axis goes.
+  GraphBuilder g({param("b", {2, 4, 3})}, {});
+  const int reversed = g.add("Transpose", {g.add("MatMul", {0, 1})});  // [3, 3, 2]
+  g.add("ReduceMean", {reversed}, {{"axes", ints({0})}, {"keepdims", ints({0})}});  // [3, 2]
+  GraphLayer piece = g.build();
+  EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
+}
+
+TEST(GraphLayerGradient, ProductsByAWeightReadTransposedInPlace) {
+  // x [2, 3, 4] by w [5, 4] read as [4, 5] (nn.Linear's weight), then by [2, 5, 3]'s batches, then by
+  // another weight read so, with a bias.
+  GraphBuilder g({param("w", {5, 4}), param("v", {2, 5}), param("c", {2})}, {});
+  const int first = g.add("MatMul", {0, 1}, {{"ddl_transpose_b", ints({1})}});  // [2, 3, 5]
+  const int turned = g.add("Transpose", {first}, {{"perm", ints({0, 2, 1})}});     // [2, 5, 3]
+  const int square = g.add("MatMul", {turned, first});                             // [2, 5, 5]
+  g.add("MatMul", {square, 2, 3}, {{"ddl_transpose_b", ints({1})}});               // [2, 5, 2]
+  GraphLayer piece = g.build();
+  EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
+}
+
+TEST(GraphLayerGradient, LayerNormAndGeluOnOneDnnThenAProduct) {
+  // x [2, 3, 4] normalized over its last axis, scaled and shifted, x added (its gradient comes from two
+  // operators), GELU, then by w [4, 3].
+  GraphBuilder g({param("gamma", {4}), param("beta", {4}), param("w", {4, 3})}, {});
+  const int normal = g.add("LayerNormalization", {0, 1, 2}, {{"epsilon", real(1e-3f)}});
+  g.add("MatMul", {g.add("Gelu", {g.add("Add", {normal, 0})}), 3});
+  GraphLayer piece = g.build();
+  EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
+}
+
+TEST(GraphLayerGradient, SqueezesAndUnsqueezes) {
+  // x [2, 3, 1, 4] (an unbind's part): its axis 2 dropped, the rest seen as [2, 1, 3, 4, 1], multiplied by a
+  // parameter broadcast along the inserted axes, all axes of size 1 dropped again, and by a weight.
+  GraphBuilder g({param("scale", {3, 4, 1}), param("w", {4, 2})}, {});
+  const int dropped = g.add("Squeeze", {0, -1}, {}, {{1, integers({2})}});                 // [2, 3, 4]
+  const int inserted = g.add("Unsqueeze", {dropped, -1}, {}, {{1, integers({1, -1})}});    // [2, 1, 3, 4, 1]
+  const int back = g.add("Squeeze", {g.add("Mul", {inserted, 1})});                        // [2, 3, 4]
+  g.add("MatMul", {back, 2});
+  GraphLayer piece = g.build();
+  EXPECT_EQ(check_gradients(piece, {2, 3, 1, 4}), 0u);
+
+  Context ctx;
+  GraphBuilder wrong({}, {});
+  wrong.add("Squeeze", {0, -1}, {}, {{1, integers({1})}});
+  GraphLayer not_one = wrong.build();
+  not_one.bind({}, ctx);
+  EXPECT_THROW(not_one.setup(ctx, plain_desc({2, 3, 1, 4}), Mode::infer, false), InputError);
+  // x.squeeze() keeps the batch, also where it is 1 (a model set up for one image).
+  GraphBuilder all({}, {});
+  all.add("Squeeze", {0});
+  GraphLayer every = all.build();
+  every.bind({}, ctx);
+  EXPECT_EQ(dims_of(every.setup(ctx, plain_desc({1, 3, 1, 1}), Mode::infer, false)), (dims_t{1, 3}));
+}
+
+TEST(GraphLayerOutput, FollowsTheFormulas) {
+  // y = softmax(x / 2 - mean(x)) along the last axis, for x [1, 3]: checked against the formula.
+  GraphBuilder g({}, {{{1}, {2.0f}}});
+  const int half = g.add("Div", {0, 1});
+  const int mean = g.add("ReduceMean", {0}, {{"axes", ints({1})}});
+  g.add("Softmax", {g.add("Sub", {half, mean})}, {{"axis", ints({1})}});
+  GraphLayer piece = g.build();
+  Context ctx;
+  piece.bind({}, ctx);
+  piece.setup(ctx, plain_desc({1, 3}), Mode::infer, false);
+  Tensor x(plain_desc({1, 3}), ctx.engine());
+  const float in[3] = {1.0f, -2.0f, 4.0f};
+  std::copy(in, in + 3, x.data());
+  const Tensor& y = piece.forward(ctx, x);
+  float z[3], sum = 0;
+  for (int i = 0; i < 3; ++i) sum += (z[i] = std::exp(in[i] / 2 - 1.0f));
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(y.data()[i], z[i] / sum, 1e-6f);
+}
+
+TEST(GraphLayerShapes, AnOperatorThatCannotTakeItsInputsIsNamed) {
+  GraphBuilder g({param("w", {5, 2})}, {});
+  g.add("MatMul", {0, 1});
+  GraphLayer piece = g.build();
+  Context ctx;
+  AlignedBuffer<float> values(10), grads(10);
+  piece.bind({{values.span(), grads.span()}}, ctx);
+  try {
+    piece.setup(ctx, plain_desc({2, 3, 4}), Mode::train, true);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("MatMul node: cannot multiply [2x3x4] by [5x2]"), std::string::npos) << e.what();
+  }
+  GraphBuilder unknown({}, {});
+  unknown.add("Cos", {0});
+  EXPECT_THROW(unknown.build(), InputError);
+}
+
+}  // namespace
+}  // namespace ddl::test

@@ -1,0 +1,263 @@
+// The graph's operators family by family (core/graph/*.cpp): each operator's backward against finite
+// differences, table-driven, and forwards against values worked out by hand or by their formulas.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <iterator>
+
+#include "core/error.hpp"
+#include "core/graph/operator_registry.hpp"
+#include "tests/core/gradient_check.hpp"
+#include "tests/core/graph_builder.hpp"
+
+namespace ddl::test {
+namespace {
+
+struct Case {
+  std::string what;
+  dims_t input;
+  std::function<std::unique_ptr<GraphLayer>()> graph;
+  GradientCheckOptions options = {};
+};
+
+void check_all(const std::vector<Case>& cases) {
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    auto layer = c.graph();
+    EXPECT_EQ(check_gradients(*layer, c.input, c.options), 0u) << c.what;
+  }
+}
+
+// One operator on the input (and the given parameters and constants), its output multiplied by the input's
+// own first element's row so that every input value matters (a piece's output is a tensor of rank >= 1).
+std::function<std::unique_ptr<GraphLayer>()> one(const std::string& type, std::vector<int> inputs,
+                                                 std::map<std::string, OpAttribute> attributes = {},
+                                                 std::map<std::size_t, IntegerInput> integers = {},
+                                                 std::vector<ParamSpec> params = {},
+                                                 std::vector<GraphConstant> constants = {}) {
+  return [=] {
+    GraphBuilder g(params, constants);
+    g.add(type, inputs, attributes, integers);
+    return g.make();
+  };
+}
+
+// Away from kinks: finite differences across them differ from either slope.
+constexpr GradientCheckOptions kFine = {.step = 1e-3f, .abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f};
+
+TEST(GraphOperatorsGradient, ElementWise) {
+  std::vector<Case> cases;
+  for (const char* type : {"Relu", "Elu", "Sigmoid", "Tanh", "Abs", "Mish", "Gelu", "HardSwish", "Erf", "Neg",
+                           "Softplus", "Softsign", "Selu", "Celu", "HardSigmoid", "Exp"})
+    cases.push_back({type, {2, 3, 5}, one(type, {0}), kFine});
+  cases.push_back({"LeakyRelu", {2, 3, 5}, one("LeakyRelu", {0}, {{"alpha", real(0.2f)}}), kFine});
+  cases.push_back({"Gelu tanh", {2, 3, 5}, one("Gelu", {0}, {{"approximate", text("tanh")}}), kFine});
+  cases.push_back({"Clip", {2, 3, 5}, one("Clip", {0, 1, 2}, {}, {}, {}, {{{}, {-0.3f}}, {{}, {0.4f}}}), kFine});
+  // Log, Sqrt and Reciprocal of positive numbers: the input squared plus one first.
+  for (const char* type : {"Log", "Sqrt", "Reciprocal"})
+    cases.push_back({type, {2, 3, 5}, [type] {
+                       GraphBuilder g({}, {{{}, {1.0f}}});
+                       g.add(type, {g.add("Add", {g.add("Mul", {0, 0}), 1})});
+                       return g.make();
+                     }});
+  for (const char* type : {"Add", "Sub", "Mul", "Div", "Max", "Min", "PRelu"})
+    cases.push_back({std::string(type) + " by a broadcast parameter", {2, 3, 5},
+                     [type] {
+                       GraphBuilder g({param("p", {3, 1})}, {});
+                       g.add(type, {0, 1});
+                       return g.make();
+                     },
+                     {.step = 1e-3f, .abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f, .param_scale = 2.0f}});
+  cases.push_back({"Pow by a computed exponent", {2, 3, 5}, [] {
+                     GraphBuilder g({param("e", {5})}, {{{}, {1.5f}}});
+                     const int base = g.add("Add", {g.add("Mul", {0, 0}), 2});
+                     g.add("Pow", {base, 1});
+                     return g.make();
+                   }});
+  // Where with a mask known before the graph runs (swin_t's), and with a computed one.
+  cases.push_back({"Where", {2, 3, 4}, [] {
+                     GraphBuilder g({param("other", {4})}, {});
+                     g.add("Where", {-1, 0, 1}, {}, {{0, {{3, 1}, {1, 0, 1}}}});
+                     return g.make();
+                   }});
+  check_all(cases);
+}
+
+TEST(GraphOperatorsGradient, Reductions) {
+  std::vector<Case> cases;
+  for (const char* type : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceSumSquare",
+                           "ReduceLogSumExp"}) {
+    cases.push_back({std::string(type) + " over axes 1 and 3, kept", {2, 3, 4, 5},
+                     one(type, {0}, {{"axes", ints({1, -1})}}), kFine});
+    cases.push_back({std::string(type) + " over all but the batch, dropped", {2, 3, 4},
+                     one(type, {0}, {{"axes", ints({1, 2})}, {"keepdims", ints({0})}}), kFine});
+  }
+  cases.push_back({"ReduceSum with its axes an input (opset 13)", {2, 3, 4},
+                   one("ReduceSum", {0, -1}, {{"keepdims", ints({0})}}, {{1, integers({1})}})});
+  cases.push_back({"GlobalAveragePool", {2, 3, 4, 5}, one("GlobalAveragePool", {0})});
+  cases.push_back({"GlobalMaxPool", {2, 3, 4, 5}, one("GlobalMaxPool", {0}), kFine});
+  for (const std::int64_t axis : {1, -1}) {
+    cases.push_back({"Softmax along " + std::to_string(axis), {2, 3, 4}, one("Softmax", {0}, {{"axis", ints({axis})}})});
+    cases.push_back({"LogSoftmax along " + std::to_string(axis), {2, 3, 4}, one("LogSoftmax", {0}, {{"axis", ints({axis})}})});
+  }
+  check_all(cases);
+}
+
+TEST(GraphOperatorsGradient, Normalisation) {
+  std::vector<Case> cases;
+  cases.push_back({"InstanceNormalization", {2, 3, 4, 5},
+                   one("InstanceNormalization", {0, 1, 2}, {{"epsilon", real(1e-3f)}}, {}, {param("s", {3}), param("b", {3})})});
+  // GroupNorm as PyTorch exports it: a Reshape to [N, groups, -1], InstanceNormalization with constant ones
+  // and zeros, a Reshape back, a per-channel Mul and Add.
+  cases.push_back({"GroupNorm as exported", {2, 4, 3, 3}, [] {
+                     GraphBuilder g({param("weight", {4, 1, 1}), param("bias", {4, 1, 1})}, {{{2}, {1, 1}}, {{2}, {0, 0}}});
+                     const int groups = g.add("Reshape", {0, -1}, {}, {{1, integers({0, 2, -1})}});
+                     const int normal = g.add("InstanceNormalization", {groups, 3, 4}, {{"epsilon", real(1e-3f)}});
+                     const int back = g.add("Reshape", {normal, -1}, {}, {{1, integers({0, 4, 3, 3})}});
+                     g.add("Add", {g.add("Mul", {back, 1}), 2});
+                     return g.make();
+                   }});
+  cases.push_back({"LayerNormalization from axis 1, without a shift", {2, 3, 4},
+                   one("LayerNormalization", {0, 1}, {{"axis", ints({1})}, {"epsilon", real(1e-3f)}}, {}, {param("s", {3, 4})})});
+  check_all(cases);
+}
+
+TEST(GraphOperatorsGradient, ShapeAndIndexing) {
+  std::vector<Case> cases;
+  cases.push_back({"Slice with a negative step and bounds from the back", {2, 5, 6},
+                   one("Slice", {0, -1, -1, -1, -1}, {},
+                       {{1, integers({-1, 4})}, {2, integers({-7, 0})}, {3, integers({1, 2})}, {4, integers({-2, -3})}})});
+  cases.push_back({"Tile", {2, 3, 2}, one("Tile", {0, -1}, {}, {{1, integers({1, 2, 3})}})});
+  cases.push_back({"Gather of an index twice", {2, 5, 3},
+                   one("Gather", {0, -1}, {{"axis", ints({1})}}, {{1, integers({4, 1, -1})}})});
+  cases.push_back({"Flatten from axis 2", {2, 3, 4, 2}, one("Flatten", {0}, {{"axis", ints({2})}})});
+  cases.push_back({"Expand", {2, 1, 4}, one("Expand", {0, -1}, {}, {{1, integers({3, 1})}})});
+  check_all(cases);
+}
+
+TEST(GraphOperatorsGradient, ConvolutionAndPooling) {
+  std::vector<Case> cases;
+  cases.push_back({"Conv 3x2, strides 2x1, dilations 1x2, uneven pads, bias", {2, 3, 7, 8},
+                   one("Conv", {0, 1, 2},
+                       {{"strides", ints({2, 1})}, {"dilations", ints({1, 2})}, {"pads", ints({1, 0, 0, 2})}}, {},
+                       {param("w", {4, 3, 3, 2}), param("b", {4})})});
+  cases.push_back({"Conv in 2 groups, auto_pad SAME_UPPER", {2, 4, 5, 5},
+                   one("Conv", {0, 1}, {{"group", ints({2})}, {"strides", ints({2, 2})}, {"auto_pad", text("SAME_UPPER")}},
+                       {}, {param("w", {6, 2, 3, 3})})});
+  cases.push_back({"MaxPool 3x2, strides 2x1, ceil_mode", {2, 3, 7, 6},
+                   one("MaxPool", {0}, {{"kernel_shape", ints({3, 2})}, {"strides", ints({2, 1})}, {"ceil_mode", ints({1})}}),
+                   kFine});
+  cases.push_back({"AveragePool 2x3, pads, count_include_pad", {2, 3, 6, 6},
+                   one("AveragePool", {0},
+                       {{"kernel_shape", ints({2, 3})}, {"pads", ints({1, 1, 0, 1})}, {"count_include_pad", ints({1})}})});
+  cases.push_back({"AveragePool ceil_mode, padding not counted", {2, 3, 7, 7},
+                   one("AveragePool", {0}, {{"kernel_shape", ints({3, 3})}, {"strides", ints({2, 2})}, {"ceil_mode", ints({1})}})});
+  check_all(cases);
+}
+
+TEST(GraphOperatorsGradient, Resampling) {
+  std::vector<Case> cases;
+  const std::vector<GraphConstant> twice = {{{0}, {}}, {{4}, {1, 1, 2, 2}}};  // roi, scales
+  cases.push_back({"Resize nearest by 2 (nn.Upsample)", {2, 3, 3, 4},
+                   one("Resize", {0, 1, 2}, {{"mode", text("nearest")}, {"coordinate_transformation_mode", text("asymmetric")},
+                                             {"nearest_mode", text("floor")}}, {}, {}, twice)});
+  for (const char* transform : {"pytorch_half_pixel", "half_pixel", "align_corners"})
+    cases.push_back({std::string("Resize linear, ") + transform, {2, 3, 3, 4},
+                     one("Resize", {0, 1, 2}, {{"mode", text("linear")}, {"coordinate_transformation_mode", text(transform)}},
+                         {}, {}, twice)});
+  cases.push_back({"Resize linear to sizes", {2, 3, 3, 4},
+                   one("Resize", {0, -1, -1, -1}, {{"mode", text("linear")}}, {{3, integers({2, 3, 5, 7})}})});
+  check_all(cases);
+}
+
+// Forwards worked out by hand.
+std::vector<float> run_forward(GraphLayer& layer, const dims_t& dims, const std::vector<float>& x) {
+  Context ctx;
+  layer.bind({}, ctx);
+  const auto out = layer.setup(ctx, plain_desc(dims), Mode::infer, false);
+  Tensor in(plain_desc(dims), ctx.engine());
+  std::copy(x.begin(), x.end(), in.data());
+  const Tensor& y = layer.forward(ctx, in);
+  return {y.data(), y.data() + product(dims_of(out))};
+}
+
+TEST(GraphOperatorsOutput, ResizeMatchesPyTorchsInterpolation) {
+  // F.interpolate([[0, 1], [2, 3]], scale_factor=2, mode="bilinear", align_corners=False) and mode="nearest".
+  GraphBuilder linear({}, {{{0}, {}}, {{4}, {1, 1, 2, 2}}});
+  linear.add("Resize", {0, 1, 2}, {{"mode", text("linear")}, {"coordinate_transformation_mode", text("pytorch_half_pixel")}});
+  GraphLayer bilinear = linear.build();
+  const std::vector<float> expected = {0, 0.25, 0.75, 1, 0.5, 0.75, 1.25, 1.5, 1.5, 1.75, 2.25, 2.5, 2, 2.25, 2.75, 3};
+  const auto y = run_forward(bilinear, {1, 1, 2, 2}, {0, 1, 2, 3});
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(y[i], expected[i], 1e-6f) << i;
+  GraphBuilder near({}, {{{0}, {}}, {{4}, {1, 1, 2, 2}}});
+  near.add("Resize", {0, 1, 2}, {{"coordinate_transformation_mode", text("asymmetric")}, {"nearest_mode", text("floor")}});
+  GraphLayer nearest = near.build();
+  EXPECT_EQ(run_forward(nearest, {1, 1, 2, 2}, {0, 1, 2, 3}),
+            (std::vector<float>{0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3}));
+}
+
+TEST(GraphOperatorsOutput, ReductionsAndActivationsFollowTheirFormulas) {
+  const std::vector<float> x = {1, -2, 3, 0.5f, 4, -1};  // [2, 3]
+  const auto reduce = [&](const std::string& type) {
+    GraphBuilder g({}, {});
+    g.add(type, {0}, {{"axes", ints({1})}, {"keepdims", ints({0})}});
+    GraphLayer layer = g.build();
+    return run_forward(layer, {2, 3}, x);
+  };
+  EXPECT_EQ(reduce("ReduceSum"), (std::vector<float>{2, 3.5f}));
+  EXPECT_EQ(reduce("ReduceMax"), (std::vector<float>{3, 4}));
+  EXPECT_EQ(reduce("ReduceMin"), (std::vector<float>{-2, -1}));
+  EXPECT_EQ(reduce("ReduceSumSquare"), (std::vector<float>{14, 17.25f}));
+  const auto lse = reduce("ReduceLogSumExp");
+  EXPECT_NEAR(lse[0], std::log(std::exp(1.0) + std::exp(-2.0) + std::exp(3.0)), 1e-5);
+  const auto activation = [&](const std::string& type) {
+    GraphBuilder g({}, {});
+    g.add(type, {0});
+    GraphLayer layer = g.build();
+    return run_forward(layer, {2, 3}, x);
+  };
+  const auto mish = activation("Mish"), softplus = activation("Softplus"), selu = activation("Selu");
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double sp = std::log1p(std::exp(static_cast<double>(x[i])));
+    EXPECT_NEAR(softplus[i], sp, 1e-6);
+    EXPECT_NEAR(mish[i], x[i] * std::tanh(sp), 1e-5);
+    EXPECT_NEAR(selu[i], x[i] > 0 ? 1.0507009873554805 * x[i] : 1.0507009873554805 * 1.6732632423543772 * std::expm1(x[i]), 1e-5);
+  }
+}
+
+TEST(GraphOperatorsRegistry, EveryRecordIsFoundByItsTypeAndAnUnknownOneIsNamed) {
+  for (const auto family : {elementwise_operators(), normalization_operators(), shape_operators(), reduction_operators(),
+                            matrix_operators(), convolution_operators(), resampling_operators()})
+    for (const OperatorRecord& record : family) EXPECT_EQ(find_operator(record.type), &record) << record.type;
+  OpSpec spec;
+  spec.type = "Cos";
+  spec.name = "net.onnx: Cos node 'c'";
+  try {
+    make_operator(spec);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "net.onnx: Cos node 'c': ddl does not support this operator (docs/onnx.md lists those it does)");
+  }
+}
+
+// docs/onnx.md's table of the pieces' operators is the registry's: every record has its row's entry.
+TEST(GraphOperatorsRegistry, DocsListEveryOperator) {
+  std::ifstream file(DDL_SOURCE_DIR "/docs/onnx.md");
+  ASSERT_TRUE(file) << "docs/onnx.md";
+  const std::string docs((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  for (const auto family : {elementwise_operators(), normalization_operators(), shape_operators(), reduction_operators(),
+                            matrix_operators(), convolution_operators(), resampling_operators()})
+    for (const OperatorRecord& record : family) {
+      const std::string entry = "`" + std::string(record.type) + "`" +
+                                (record.limits.empty() ? "" : " (" + std::string(record.limits) + ")");
+      const std::string row = "| " + std::string(record.family) + " |";
+      const auto at = docs.find(row);
+      ASSERT_NE(at, std::string::npos) << row;
+      EXPECT_NE(docs.substr(at, docs.find('\n', at) - at).find(entry), std::string::npos) << entry;
+    }
+}
+
+}  // namespace
+}  // namespace ddl::test
