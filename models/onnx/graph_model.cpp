@@ -108,7 +108,7 @@ class Builder {
  private:
   // The layer that starts at value v (none for an Identity), v moved on to its output.
   // Where ddl's layers cannot take what follows v, the piece of the graph up to the next value that every
-  // path from v passes through becomes one Subgraph layer (graph_piece.hpp), if it can take it; else the
+  // path from v passes through becomes one GraphLayer (graph_piece.hpp), if it can take it; else the
   // layers' refusal stands.
   Built step(std::string& v) {
     const std::string from = v;

@@ -69,7 +69,7 @@ class PieceBuilder {
       return std::nullopt;
     }
     value_[from] = 0;
-    // Parameters first, then constants, then the operations' outputs: the Subgraph's numbering.
+    // Parameters first, then constants, then the operations' outputs: the GraphLayer's numbering.
     for (const bool parameters : {true, false})
       for (const std::size_t n : region->nodes)
         for (const std::size_t i : data_inputs(g_.nodes[n])) {

@@ -1,6 +1,6 @@
 // A piece of an ONNX graph that ddl's layers do not express (a vision transformer's attention and layer
 // norms as PyTorch exports them: MatMul, Transpose, Reshape, Softmax, Slice, broadcast arithmetic), taken
-// as one Subgraph layer (core/layers/subgraph.hpp). The piece runs from a value to the next value that every
+// as one GraphLayer (core/graph/graph_layer.hpp). The piece runs from a value to the next value that every
 // path from it passes through, so the model stays one chain of layers that a pipeline can cut.
 #pragma once
 
@@ -25,9 +25,9 @@ struct GraphPiece {
 // The piece from value `from`; `readers` gives, for each value computed on images, the nodes that read it (a
 // node once per input it reads it as), and `from_parameters` the values computed from constants and
 // parameters alone (a weight's Transpose before its MatMul). nullopt where no such piece is found, or where
-// one of its nodes is one of ddl's layers that the Subgraph does not have (a Conv: the caller's own refusal
+// one of its nodes is one of ddl's layers that a piece does not take (a BatchNormalization: the caller's own refusal
 // then stands). Throws InputError naming the node where an operator is neither, or comes with attributes or
-// inputs the Subgraph cannot take.
+// inputs its operators cannot take.
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
                                       const std::map<std::string, std::vector<std::size_t>>& readers,
                                       const std::set<std::string>& from_parameters);

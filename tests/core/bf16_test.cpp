@@ -148,7 +148,7 @@ TEST(Bf16, LinearOverTokensMatchesF32) {
 
 // An imported graph's piece: nn.Linear's product by a weight read transposed with its bias, attention's
 // products of two values and a softmax between them. Its products run in bf16, the rest in f32.
-TEST(Bf16, SubgraphProductsMatchF32) {
+TEST(Bf16, GraphLayerProductsMatchF32) {
   expect_bf16_matches_f32(
       [] {
         test::GraphBuilder g({{"w", {24, 16}, Init::zeros}, {"b", {24}, Init::zeros}}, {});  // x [2, 5, 16]

@@ -473,7 +473,7 @@ class OnnxImport(unittest.TestCase):
         convolution's tokens, slices and joins along rows: against float64 PyTorch as float32
         PyTorch is."""
         for index, module in enumerate((GroupNormNet(), UpsampleNet(), CBAM(), Activations(), AttnPool(), ConcatOfRows(),
-                                        HalfTheRowsConvolved()))):
+                                        HalfTheRowsConvolved())):
             with self.subTest(module=type(module).__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(module, f"lab_{type(module).__name__}", steps=2,
@@ -632,7 +632,7 @@ class OnnxImport(unittest.TestCase):
     def test_a_vision_transformer_trains_as_in_pytorch(self):
         # torchvision's own: patches, a class token, attention and GELU as PyTorch 1.13 exports them (MatMul,
         # Transpose, Reshape, Slice, Softmax, Erf; layer norms written out at opset 13, LayerNormalization at
-        # 17); ddl takes what its layers do not express as Subgraph layers.
+        # 17); ddl takes what its layers do not express as GraphLayers.
         from torchvision.models.vision_transformer import VisionTransformer
         for opset in (13, 17):
             with self.subTest(opset=opset):
@@ -903,7 +903,7 @@ class OnnxImport(unittest.TestCase):
             def forward(self, x):
                 return self.fc(torch.flatten(torch.cos(x), 1))
 
-        class SineAmongTokens(nn.Module):  # an operator ddl lacks inside what would be a Subgraph piece
+        class SineAmongTokens(nn.Module):  # an operator ddl lacks inside what would be a piece
             def __init__(self):
                 super().__init__()
                 self.fc = nn.Linear(3, 10)
