@@ -199,7 +199,7 @@ class PoolOp : public Operator {
   Tensor workspace_;
 };
 
-const OperatorRecord kRecords[] = {
+const OperatorRecord kConvolutionRecords[] = {
     {"Conv", "convolution and pooling", make<ConvOp>, "any kernel, strides, dilations, groups, pads on each side, auto_pad"},
     {"MaxPool", "convolution and pooling", make<PoolOp>, "any window, strides, pads on each side, ceil_mode; no dilations"},
     {"AveragePool", "convolution and pooling", make<PoolOp>,
@@ -208,6 +208,6 @@ const OperatorRecord kRecords[] = {
 
 }  // namespace
 
-std::span<const OperatorRecord> convolution_operators() { return kRecords; }
+std::span<const OperatorRecord> convolution_operators() { return kConvolutionRecords; }
 
 }  // namespace ddl

@@ -275,7 +275,7 @@ class WhereOp : public Operator {
 };
 
 using dnnl::algorithm;
-const OperatorRecord kRecords[] = {
+const OperatorRecord kElementwiseRecords[] = {
     {"Relu", "element-wise", eltwise<algorithm::eltwise_relu>, ""},
     {"LeakyRelu", "element-wise", eltwise<algorithm::eltwise_relu>, ""},
     {"Elu", "element-wise", eltwise<algorithm::eltwise_elu>, ""},
@@ -310,6 +310,6 @@ const OperatorRecord kRecords[] = {
 
 }  // namespace
 
-std::span<const OperatorRecord> elementwise_operators() { return kRecords; }
+std::span<const OperatorRecord> elementwise_operators() { return kElementwiseRecords; }
 
 }  // namespace ddl

@@ -124,7 +124,7 @@ class MatMulOp : public Operator {
   MatmulProduct forward_, grad_a_, grad_b_;
 };
 
-const OperatorRecord kRecords[] = {
+const OperatorRecord kMatrixRecords[] = {
     {"MatMul", "matrix products", make<MatMulOp>,
      "operands of rank 2 or more; the second one matrix (a weight) or with the first's batch axes"},
     {"Gemm", "matrix products", make<MatMulOp>, "transA 0, alpha = beta = 1"},
@@ -132,6 +132,6 @@ const OperatorRecord kRecords[] = {
 
 }  // namespace
 
-std::span<const OperatorRecord> matrix_operators() { return kRecords; }
+std::span<const OperatorRecord> matrix_operators() { return kMatrixRecords; }
 
 }  // namespace ddl

@@ -147,13 +147,13 @@ class InstanceNormOp : public Operator {
   std::vector<float> mean_, rstd_;  // by image and channel
 };
 
-const OperatorRecord kRecords[] = {
+const OperatorRecord kNormalizationRecords[] = {
     {"LayerNormalization", "normalisation", make<LayerNormOp>, "any axis; the shift may be left out"},
     {"InstanceNormalization", "normalisation", make<InstanceNormOp>, "[N, C, ...] of rank 3 or more"},
 };
 
 }  // namespace
 
-std::span<const OperatorRecord> normalization_operators() { return kRecords; }
+std::span<const OperatorRecord> normalization_operators() { return kNormalizationRecords; }
 
 }  // namespace ddl

@@ -177,7 +177,7 @@ class LogSoftmaxOp : public SoftmaxOp {
   dim outer_ = 1, inner_ = 1, length_ = 1;
 };
 
-const OperatorRecord kRecords[] = {
+const OperatorRecord kReductionsRecords[] = {
     {"ReduceSum", "reductions", make<Reduce>, "axes known before the graph runs"},
     {"ReduceMean", "reductions", make<Reduce>, "axes known before the graph runs"},
     {"ReduceMax", "reductions", make<Reduce>, "the gradient to every element equal to the maximum"},
@@ -193,6 +193,6 @@ const OperatorRecord kRecords[] = {
 
 }  // namespace
 
-std::span<const OperatorRecord> reduction_operators() { return kRecords; }
+std::span<const OperatorRecord> reduction_operators() { return kReductionsRecords; }
 
 }  // namespace ddl

@@ -131,7 +131,7 @@ class ResizeOp : public Operator {
   std::vector<std::vector<Tap>> axes_;  // by spatial axis, by output index
 };
 
-const OperatorRecord kRecords[] = {
+const OperatorRecord kResamplingRecords[] = {
     {"Resize", "resampling", make<ResizeOp>,
      "nearest or linear; asymmetric, half_pixel, pytorch_half_pixel or align_corners; constant scales or sizes"},
     {"Upsample", "resampling", make<ResizeOp>, "nearest or linear, constant scales"},
@@ -139,6 +139,6 @@ const OperatorRecord kRecords[] = {
 
 }  // namespace
 
-std::span<const OperatorRecord> resampling_operators() { return kRecords; }
+std::span<const OperatorRecord> resampling_operators() { return kResamplingRecords; }
 
 }  // namespace ddl

@@ -238,7 +238,7 @@ class Parts : public Operator {
   dims_t into_;
 };
 
-const OperatorRecord kRecords[] = {
+const OperatorRecord kShapeOpsRecords[] = {
     {"Identity", "shape and indexing", make<SameNumbers>, ""},
     {"Cast", "shape and indexing", make<SameNumbers>, "to float, on values computed on images"},
     {"Dropout", "shape and indexing", make<DropoutOp>, "ratio 0 inside a piece; a Dropout layer between pieces takes any ratio"},
@@ -256,6 +256,6 @@ const OperatorRecord kRecords[] = {
 
 }  // namespace
 
-std::span<const OperatorRecord> shape_operators() { return kRecords; }
+std::span<const OperatorRecord> shape_operators() { return kShapeOpsRecords; }
 
 }  // namespace ddl
