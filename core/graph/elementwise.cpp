@@ -142,11 +142,7 @@ class Binary : public Operator {
  public:
   using Operator::Operator;
   dims_t output_dims(OpInputs in, std::int64_t) const override {
-    try {
-      return shapes::broadcast(input(in, 0).dims, input(in, 1).dims);
-    } catch (const shapes::ShapeError& e) {
-      spec_.fail(e.what());
-    }
+    return shapes::broadcast(input(in, 0).dims, input(in, 1).dims);
   }
   void forward(Context&, OpInputs in, OpValue& out) override {
     const OpValue &a = *in[0], &b = *in[1];
@@ -227,11 +223,7 @@ class WhereOp : public Operator {
  public:
   using Operator::Operator;
   dims_t output_dims(OpInputs in, std::int64_t) const override {
-    try {
-      return shapes::broadcast(shapes::broadcast(condition_dims(in), input(in, 1).dims), input(in, 2).dims);
-    } catch (const shapes::ShapeError& e) {
-      spec_.fail(e.what());
-    }
+    return shapes::broadcast(shapes::broadcast(condition_dims(in), input(in, 1).dims), input(in, 2).dims);
   }
   void setup(Context&, OpInputs in, const OpValue& out, bool) override {
     const dims_t c = condition_dims(in);

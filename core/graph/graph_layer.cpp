@@ -34,11 +34,6 @@ std::string GraphLayer::describe() const {
 
 void GraphLayer::bind(const std::vector<ParamView>& views, Context& /*ctx*/) { views_ = views; }
 
-std::vector<const OpValue*> GraphLayer::inputs_of(std::size_t k) const {
-  std::vector<const OpValue*> in;
-  for (const int i : ops_[k]->spec().inputs) in.push_back(i < 0 ? nullptr : &values_[i]);
-  return in;
-}
 
 dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   if (views_.size() != params_.size()) throw Error("graph layer: set up before its parameters were bound");
@@ -69,12 +64,16 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
     throw InputError("graph layer: its input " + to_string(in) + " has no batch on axis " + std::to_string(batch_.axis));
   const std::int64_t batch = in[batch_.axis] / batch_.per_batch;
   std::size_t largest = product(in);
+  inputs_.assign(ops_.size(), {});
   for (std::size_t k = 0; k < ops_.size(); ++k) {
     Operator& op = *ops_[k];
-    const auto inputs = inputs_of(k);
-    const dims_t out = op.output_dims(inputs, batch);
-    // A damaged file's shape can be anything: each dimension positive, and the whole within 2^40 values.
+    for (const int i : op.spec().inputs) inputs_[k].push_back(i < 0 ? nullptr : &values_[i]);
+    const auto& inputs = inputs_[k];
+    dims_t out;
+    // The shape rules say what does not fit; the node is named here, once for every operator.
     try {
+      out = op.output_dims(inputs, batch);
+      // A damaged file's shape can be anything: each dimension positive, and the whole within 2^40 values.
       shapes::count(out);
     } catch (const shapes::ShapeError& e) {
       op.spec().fail(e.what());
@@ -103,10 +102,7 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
 
 const Tensor& GraphLayer::forward(Context& ctx, const Tensor& src) {
   (*to_plain_)(ctx, src.memory(), input_.memory());
-  for (std::size_t k = 0; k < ops_.size(); ++k) {
-    const auto inputs = inputs_of(k);
-    ops_[k]->forward(ctx, inputs, values_[first_op() + k]);
-  }
+  for (std::size_t k = 0; k < ops_.size(); ++k) ops_[k]->forward(ctx, inputs_[k], values_[first_op() + k]);
   return outputs_.back();
 }
 
@@ -141,7 +137,7 @@ const Tensor& GraphLayer::backward(Context& ctx, const Tensor& diff_dst) {
     ~GiveBack() { layer.give_back_gradients(ctx); }
   } give_back{*this, ctx};
   for (std::size_t k = ops_.size(); k-- > 0;)
-    if (!output_grads_[k].empty()) ops_[k]->backward(ctx, inputs_of(k), values_[first_op() + k], scratch_.data());
+    if (!output_grads_[k].empty()) ops_[k]->backward(ctx, inputs_[k], values_[first_op() + k], scratch_.data());
   if (need_diff_src_) (*to_src_layout_)(ctx, input_grad_.memory(), diff_src_.get(ctx).memory());
   return diff_src_.current();
 }

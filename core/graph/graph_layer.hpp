@@ -57,7 +57,6 @@ class GraphLayer : public Layer {
  private:
   // Where the operators' outputs start among the values: after the input, parameters and constants.
   std::size_t first_op() const { return 1 + params_.size() + constants_.size(); }
-  std::vector<const OpValue*> inputs_of(std::size_t k) const;
   void give_back_gradients(Context& ctx);
 
   std::vector<ParamSpec> params_;
@@ -66,6 +65,7 @@ class GraphLayer : public Layer {
   std::vector<std::unique_ptr<Operator>> ops_;
   std::vector<ParamView> views_;
   std::vector<OpValue> values_;
+  std::vector<std::vector<const OpValue*>> inputs_;  // by operator, into values_: found at set-up
   Tensor input_, input_grad_;                   // the input, plain
   std::vector<Tensor> outputs_, output_grads_;  // by operator; the gradients leased for backward only
   std::vector<bool> needs_grad_;                // by value

@@ -69,12 +69,8 @@ class LayerNormOp : public Operator {
 
  private:
   std::size_t features_of(const dims_t& x) const {
-    try {
-      const dim axis = shapes::axis_in(spec_.integer("axis", -1), x.size());
-      return product(dims_t(x.begin() + axis, x.end()));
-    } catch (const shapes::ShapeError& e) {
-      spec_.fail(e.what());
-    }
+    const dim axis = shapes::axis_in(spec_.integer("axis", -1), x.size());
+    return product(dims_t(x.begin() + axis, x.end()));
   }
   const float* shift(OpInputs in) const { return in.size() > 2 && in[2] ? in[2]->data : zeros_.data(); }
   dnnl::memory::desc data_, vector_;  // x as [rows, features]; scale and shift

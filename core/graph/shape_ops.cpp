@@ -11,16 +11,6 @@ namespace {
 
 using walk::dim;
 
-// Runs a shape rule, naming the node where the dims do not fit it.
-template <class F>
-dims_t rule(const OpSpec& spec, F&& f) {
-  try {
-    return f();
-  } catch (const shapes::ShapeError& e) {
-    spec.fail(e.what());
-  }
-}
-
 // A shape the graph gives, with kBatchTimes * k made k times the batch.
 dims_t with_batch(const std::vector<std::int64_t>& shape, std::int64_t batch) {
   dims_t out;
@@ -45,18 +35,16 @@ class SameNumbers : public Operator {
   dims_t output_dims(OpInputs in, std::int64_t batch) const override {
     const dims_t& x = input(in, 0).dims;
     const std::string& t = spec_.type;
-    return rule(spec_, [&]() -> dims_t {
-      if (t == "Reshape") return shapes::reshape(x, with_batch(integers(spec_, 1), batch));
-      if (t == "Flatten") return shapes::flatten(x, spec_.integer("axis", 1));
-      // Since opset 13 the axes are an input; before, an attribute.
-      const auto axes = spec_.integer_input(1) ? *spec_.integer_input(1) : spec_.ints("axes", {});
-      if (t == "Squeeze") return shapes::squeeze(x, axes, true);
-      if (t == "Unsqueeze") {
-        if (axes.empty()) spec_.fail("it names no axes");
-        return shapes::unsqueeze(x, axes);
-      }
-      return x;
-    });
+    if (t == "Reshape") return shapes::reshape(x, with_batch(integers(spec_, 1), batch));
+    if (t == "Flatten") return shapes::flatten(x, spec_.integer("axis", 1));
+    // Since opset 13 the axes are an input; before, an attribute.
+    const auto axes = spec_.integer_input(1) ? *spec_.integer_input(1) : spec_.ints("axes", {});
+    if (t == "Squeeze") return shapes::squeeze(x, axes, true);
+    if (t == "Unsqueeze") {
+      if (axes.empty()) spec_.fail("it names no axes");
+      return shapes::unsqueeze(x, axes);
+    }
+    return x;
   }
   void forward(Context&, OpInputs in, OpValue& out) override {
     if (out.data != in[0]->data) std::copy(in[0]->data, in[0]->data + product(out.dims), out.data);
@@ -84,11 +72,9 @@ class Strided : public Operator {
   using Operator::Operator;
   dims_t output_dims(OpInputs in, std::int64_t batch) const override {
     const dims_t& x = input(in, 0).dims;
-    return rule(spec_, [&]() -> dims_t {
-      if (spec_.type == "Transpose") return shapes::transpose(x, spec_.ints("perm", {}));
-      if (spec_.type == "Expand") return shapes::broadcast(x, with_batch(integers(spec_, 1), batch));
-      return slice(x).dims;
-    });
+    if (spec_.type == "Transpose") return shapes::transpose(x, spec_.ints("perm", {}));
+    if (spec_.type == "Expand") return shapes::broadcast(x, with_batch(integers(spec_, 1), batch));
+    return slice(x).dims;
   }
   void setup(Context&, OpInputs in, const OpValue& out, bool) override {
     const dims_t& x = in[0]->dims;
@@ -176,17 +162,15 @@ class Parts : public Operator {
  public:
   using Operator::Operator;
   dims_t output_dims(OpInputs in, std::int64_t) const override {
-    return rule(spec_, [&]() -> dims_t {
-      if (spec_.type == "Gather") {
-        const auto& index = spec_.integers.find(1);
-        if (index == spec_.integers.end() || index->second.dims.size() > 1)
-          spec_.fail("ddl gathers at one index or a list of them known before the graph runs");
-        return shapes::gather(input(in, 0).dims, spec_.integer("axis", 0), index->second.dims);
-      }
-      std::vector<dims_t> all;
-      for (std::size_t i = 0; i < in.size(); ++i) all.push_back(input(in, i).dims);
-      return shapes::concat(all, spec_.integer("axis", 0));
-    });
+    if (spec_.type == "Gather") {
+      const auto& index = spec_.integers.find(1);
+      if (index == spec_.integers.end() || index->second.dims.size() > 1)
+        spec_.fail("ddl gathers at one index or a list of them known before the graph runs");
+      return shapes::gather(input(in, 0).dims, spec_.integer("axis", 0), index->second.dims);
+    }
+    std::vector<dims_t> all;
+    for (std::size_t i = 0; i < in.size(); ++i) all.push_back(input(in, i).dims);
+    return shapes::concat(all, spec_.integer("axis", 0));
   }
   void setup(Context&, OpInputs in, const OpValue& out, bool) override {
     parts_.clear();

@@ -7,7 +7,10 @@ namespace ddl::shapes {
 
 std::string text(const Dims& dims) {
   std::string s = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? "x" : "") + std::to_string(dims[i]);
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (i) s += 'x';
+    s += std::to_string(dims[i]);
+  }
   return s + "]";
 }
 
@@ -184,6 +187,7 @@ SlicePlan slice(const Dims& in, const Dims& starts, const Dims& ends, const Dims
     if (seen[a] || steps[i] == 0)
       throw ShapeError("slices axis " + std::to_string(axes[i]) + " twice or with a step of 0");
     seen[a] = true;
+    if (n == 0) continue;  // nothing to read, whichever the step
     // A step longer than the axis takes one element, as a step of the axis' length does.
     const std::int64_t s = std::clamp<std::int64_t>(steps[i], -std::max<std::int64_t>(n, 1), std::max<std::int64_t>(n, 1));
     const auto from_back = [&](std::int64_t v) { return v < 0 ? (v < -n ? -1 : v + n) : v; };

@@ -3,8 +3,8 @@
 // (models/onnx/value_shapes.cpp), constant folding (fold_constants.cpp) and the operators that run a graph
 // (core/graph/) all call these, so that they cannot disagree.
 //
-// Each throws ShapeError with what does not fit ("cannot broadcast [2x3] with [4]"); the caller adds the
-// node's name. Dims are int64 (dnnl::memory::dims, ONNX's own).
+// Each throws ShapeError with what does not fit ("cannot broadcast [2x3] with [4]"); the graph layer and
+// constant folding add the node's name where they call an operator. Dims are int64 (dnnl::memory::dims, ONNX's own).
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "core/graph/shape_rules.hpp"
 #include "models/onnx/message_text.hpp"
 #include "models/onnx/onnx_graph.hpp"
 #include "models/onnx/value_shapes.hpp"
@@ -70,12 +71,6 @@ struct Op {
   }
 };
 
-Dims strides_of(const Dims& dims) {
-  Dims strides(dims.size(), 1);
-  for (std::size_t d = dims.size(); d-- > 1;) strides[d - 1] = strides[d] * std::max<std::int64_t>(dims[d], 1);
-  return strides;
-}
-
 // The flat index, offset + sum of i_d * strides[d], of each element (i_0, i_1, ...) of `dims` in row-major order.
 std::vector<std::size_t> indices(const Dims& dims, const Dims& strides, std::int64_t offset, std::size_t n) {
   std::vector<std::size_t> out;
@@ -93,24 +88,9 @@ std::vector<std::size_t> indices(const Dims& dims, const Dims& strides, std::int
   return out;
 }
 
-// numpy's broadcasting, which ONNX's element-wise operations follow.
-Dims broadcast(const Op& op, const Dims& a, const Dims& b) {
-  Dims out(std::max(a.size(), b.size()));
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const std::int64_t x = i < a.size() ? a[a.size() - 1 - i] : 1, y = i < b.size() ? b[b.size() - 1 - i] : 1;
-    if (x != y && x != 1 && y != 1) op.fail("cannot broadcast " + dims_text(a) + " with " + dims_text(b));
-    out[out.size() - 1 - i] = x == 1 ? y : x;
-  }
-  return out;
-}
-
 // For each element of a tensor of `out` dims, the element of a tensor of `in` dims that broadcasts to it.
 std::vector<std::size_t> broadcast_index(const Dims& in, const Dims& out, std::size_t n) {
-  const Dims own = strides_of(in);
-  Dims strides(out.size(), 0);
-  const std::size_t lead = out.size() - in.size();
-  for (std::size_t d = 0; d < in.size(); ++d) strides[lead + d] = in[d] == 1 ? 0 : own[d];
-  return indices(out, strides, 0, n);
+  return indices(out, shapes::broadcast_strides(in, out), 0, n);
 }
 
 Constant take(const Constant& c, const std::vector<std::size_t>& at, Dims dims) {
@@ -168,9 +148,7 @@ Constant gather(const Op& op) {
   const Constant& data = op.input(0);
   const Dims& index = op.ints(1);
   const std::size_t axis = op.axis(op.node.integer("axis", 0), data.dims.size());
-  Dims dims(data.dims.begin(), data.dims.begin() + axis);
-  dims.insert(dims.end(), op.in[1]->dims.begin(), op.in[1]->dims.end());
-  dims.insert(dims.end(), data.dims.begin() + axis + 1, data.dims.end());
+  Dims dims = shapes::gather(data.dims, static_cast<std::int64_t>(axis), op.in[1]->dims);
   std::vector<std::size_t> at;
   at.reserve(op.size(dims));
   const std::int64_t length = data.dims[axis];
@@ -192,34 +170,14 @@ Dims axes_of(const Op& op) { return op.has(1) ? op.ints(1) : op.node.integers("a
 
 Constant unsqueeze(const Op& op) {
   Constant out = op.input(0);
-  const Dims axes = axes_of(op);
-  std::vector<bool> added(out.dims.size() + axes.size());
-  for (const std::int64_t a : axes) {
-    const std::int64_t d = op.axis(a, added.size());
-    if (added[d]) op.fail("names axis " + std::to_string(a) + " twice");
-    added[d] = true;
-  }
-  Dims dims;
-  auto old = out.dims.begin();
-  for (const bool one : added) dims.push_back(one ? 1 : *old++);
-  out.dims = std::move(dims);
+  out.dims = shapes::unsqueeze(out.dims, axes_of(op));
   return out;
 }
 
+// Without axes every axis of size 1 goes: a constant has no batch axis to keep.
 Constant squeeze(const Op& op) {
   Constant out = op.input(0);
-  std::vector<bool> removed(out.dims.size());
-  for (const std::int64_t a : axes_of(op)) {
-    const std::int64_t d = op.axis(a, removed.size());
-    if (out.dims[d] != 1) op.fail("squeezes axis " + std::to_string(a) + " of size " + std::to_string(out.dims[d]));
-    removed[d] = true;
-  }
-  if (!op.has(1) && !op.node.attributes.count("axes"))
-    for (std::size_t d = 0; d < removed.size(); ++d) removed[d] = out.dims[d] == 1;
-  Dims dims;
-  for (std::size_t d = 0; d < removed.size(); ++d)
-    if (!removed[d]) dims.push_back(out.dims[d]);
-  out.dims = std::move(dims);
+  out.dims = shapes::squeeze(out.dims, axes_of(op), false);
   return out;
 }
 
@@ -281,64 +239,19 @@ Constant cast(const Op& op) {
 
 Constant slice(const Op& op) {
   const Constant& data = op.input(0);
-  const Dims &starts = op.ints(1), &ends = op.ints(2);
-  Dims axes(starts.size()), steps(starts.size(), 1);
-  for (std::size_t i = 0; i < axes.size(); ++i) axes[i] = static_cast<std::int64_t>(i);
-  if (op.has(3)) axes = op.ints(3);
-  if (op.has(4)) steps = op.ints(4);
-  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
-    op.fail("has starts, ends, axes and steps of different lengths");
-  Dims count = data.dims, step(data.dims.size(), 1), begin(data.dims.size(), 0);
-  std::vector<bool> seen(data.dims.size());
-  for (std::size_t i = 0; i < starts.size(); ++i) {
-    const std::int64_t a = op.axis(axes[i], data.dims.size()), dim = data.dims[a];
-    if (seen[a] || steps[i] == 0) op.fail("slices axis " + std::to_string(axes[i]) + " twice or with a step of 0");
-    seen[a] = true;
-    if (dim == 0) {
-      count[a] = 0;
-      continue;
-    }
-    // A step longer than the axis takes one element, as a step of the axis' length does.
-    const std::int64_t s = std::clamp(steps[i], -std::max<std::int64_t>(dim, 1), std::max<std::int64_t>(dim, 1));
-    std::int64_t first = starts[i] < 0 ? starts[i] + dim : starts[i], last = ends[i] < 0 ? ends[i] + dim : ends[i];
-    if (s > 0) {
-      first = std::clamp<std::int64_t>(first, 0, dim);
-      last = std::clamp<std::int64_t>(last, 0, dim);
-      count[a] = last > first ? (last - first - 1) / s + 1 : 0;
-    } else {
-      first = std::clamp<std::int64_t>(first, 0, dim - 1);
-      last = std::clamp<std::int64_t>(last, -1, dim - 1);
-      count[a] = first > last ? (first - last - 1) / -s + 1 : 0;
-    }
-    begin[a] = first;
-    step[a] = s;
-  }
-  const std::size_t n = op.size(count);
-  const Dims strides = strides_of(data.dims);
-  std::int64_t offset = 0;
-  Dims stepped(strides.size());
-  for (std::size_t d = 0; d < strides.size(); ++d) {
-    offset += begin[d] * strides[d];
-    stepped[d] = strides[d] * step[d];
-  }
-  return take(data, n == 0 ? std::vector<std::size_t>{} : indices(count, stepped, offset, n), count);
+  const Dims none;
+  const shapes::SlicePlan plan =
+      shapes::slice(data.dims, op.ints(1), op.ints(2), op.has(3) ? op.ints(3) : none, op.has(4) ? op.ints(4) : none);
+  const std::size_t n = op.size(plan.dims);
+  return take(data, n == 0 ? std::vector<std::size_t>{} : indices(plan.dims, plan.strides, plan.offset, n), plan.dims);
 }
 
 // F.pad's pads are exported as a transpose of the pairs (begin, end) per axis.
 Constant transpose(const Op& op) {
   const Constant& data = op.input(0);
-  const std::size_t rank = data.dims.size();
-  Dims perm = op.node.integers("perm", {});
-  if (perm.empty())
-    for (std::size_t d = rank; d-- > 0;) perm.push_back(static_cast<std::int64_t>(d));
-  if (perm.size() != rank) op.fail("its permutation does not fit " + dims_text(data.dims));
-  const Dims strides = strides_of(data.dims);
+  const Dims strides = shapes::strides_of(data.dims);
   Dims dims, stepped;
-  std::vector<bool> seen(rank);
-  for (const std::int64_t p : perm) {
-    const std::int64_t a = op.axis(p, rank);
-    if (seen[a]) op.fail("its permutation takes axis " + std::to_string(p) + " twice");
-    seen[a] = true;
+  for (const std::int64_t a : shapes::permutation(data.dims, op.node.integers("perm", {}))) {
     dims.push_back(data.dims[a]);
     stepped.push_back(strides[a]);
   }
@@ -349,7 +262,7 @@ Constant transpose(const Op& op) {
 Constant equal(const Op& op) {
   const Constant &a = op.input(0), &b = op.input(1);
   same_kind(op, a, b);
-  Dims dims = broadcast(op, a.dims, b.dims);
+  Dims dims = shapes::broadcast(a.dims, b.dims);
   const std::size_t n = op.size(dims);
   const auto ia = broadcast_index(a.dims, dims, n), ib = broadcast_index(b.dims, dims, n);
   Constant out{std::move(dims), true, {}, Dims(n)};
@@ -362,7 +275,7 @@ Constant where(const Op& op) {
   const Dims& condition = op.ints(0);
   const Constant &x = op.input(1), &y = op.input(2);
   same_kind(op, x, y);
-  Dims dims = broadcast(op, broadcast(op, op.in[0]->dims, x.dims), y.dims);
+  Dims dims = shapes::broadcast(shapes::broadcast(op.in[0]->dims, x.dims), y.dims);
   const std::size_t n = op.size(dims);
   const auto ic = broadcast_index(op.in[0]->dims, dims, n), ix = broadcast_index(x.dims, dims, n),
              iy = broadcast_index(y.dims, dims, n);
@@ -376,7 +289,7 @@ Constant where(const Op& op) {
 
 Constant expand(const Op& op) {
   const Constant& data = op.input(0);
-  Dims dims = broadcast(op, data.dims, op.ints(1));
+  Dims dims = shapes::broadcast(data.dims, op.ints(1));
   const std::size_t n = op.size(dims);
   const auto at = broadcast_index(data.dims, dims, n);
   return take(data, at, std::move(dims));
@@ -398,7 +311,7 @@ Constant range(const Op& op) {
 Constant arithmetic(const Op& op) {
   const Constant &a = op.input(0), &b = op.input(1);
   if (!a.integer || !b.integer) op.fail("computes on real numbers; ddl folds integer (shape) arithmetic only");
-  Dims dims = broadcast(op, a.dims, b.dims);
+  Dims dims = shapes::broadcast(a.dims, b.dims);
   const std::size_t n = op.size(dims);
   const auto ia = broadcast_index(a.dims, dims, n), ib = broadcast_index(b.dims, dims, n);
   Constant out{std::move(dims), true, {}, Dims(n)};
@@ -422,28 +335,7 @@ Constant arithmetic(const Op& op) {
 
 Constant reshape(const Op& op) {
   Constant out = op.input(0);
-  const Dims& shape = op.ints(1);
-  const bool allow_zero = op.node.integer("allowzero", 0) != 0;
-  Dims dims;
-  std::uint64_t known = 1;
-  std::size_t free = shape.size();
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    std::int64_t d = shape[i];
-    if (d == 0 && !allow_zero) {  // 0: the input's dimension
-      if (i >= out.dims.size()) op.fail("cannot reshape " + dims_text(out.dims) + " to " + dims_text(shape));
-      d = out.dims[i];
-    }
-    if (d == -1 && free == shape.size())
-      free = i;
-    else if (d < 0 || __builtin_mul_overflow(known, static_cast<std::uint64_t>(d), &known))
-      op.fail("cannot reshape " + dims_text(out.dims) + " to " + dims_text(shape));
-    dims.push_back(d);
-  }
-  const std::uint64_t n = out.size();
-  if (free < shape.size() && known != 0 && n % known == 0) dims[free] = static_cast<std::int64_t>(n / known);
-  if ((free < shape.size() && dims[free] < 0) || (free == shape.size() && known != n))
-    op.fail("cannot reshape " + dims_text(out.dims) + " to " + dims_text(shape));
-  out.dims = std::move(dims);
+  out.dims = shapes::reshape(out.dims, op.ints(1), op.node.integer("allowzero", 0) != 0);
   return out;
 }
 
@@ -552,8 +444,12 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
       op.fail("computes on constants only, and ddl folds only shape arithmetic");
     // A second output would be left without the node that gives it.
     if (node.outputs.size() != 1) op.fail("has " + std::to_string(node.outputs.size()) + " outputs; ddl folds one");
-    Constant value =
-        batch_size ? Constant{op.in[1]->dims, true, {}, Dims(op.size(op.in[1]->dims), batch)} : fold->second(op);
+    Constant value;
+    try {
+      value = batch_size ? Constant{op.in[1]->dims, true, {}, Dims(op.size(op.in[1]->dims), batch)} : fold->second(op);
+    } catch (const shapes::ShapeError& e) {
+      op.fail(e.what());
+    }
     // A Constant's value is the file's; what is computed from it is bounded in all.
     if (node.op != "Constant" && (total += value.size()) > kMaxAll) op.fail("takes folding past 2^24 values in all");
     e.values[out] = std::move(value);
