@@ -129,7 +129,6 @@ class ConvOp : public Operator {
     walk::add_into(in[1]->grad, weight_grad_.data(), weight_grad_.size());
     if (bias) walk::add_into(in[2]->grad, bias_grad_.data(), bias_grad_.size());
   }
-  std::string kind() const override { return "conv"; }
 
  private:
   dnnl::memory::desc src_, weights_, bias_, dst_;

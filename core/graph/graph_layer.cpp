@@ -25,7 +25,7 @@ GraphLayer::GraphLayer(std::vector<ParamSpec> params, std::vector<GraphConstant>
 
 std::string GraphLayer::describe() const {
   std::map<std::string, int> counts;
-  for (const auto& op : ops_) ++counts[op->kind()];
+  for (const auto& op : ops_) ++counts[op->spec().type];
   std::string s = "graph of " + std::to_string(ops_.size()) + " operators (";
   for (const auto& [name, count] : counts) s += name + " " + std::to_string(count) + ", ";
   s.resize(s.size() - 2);

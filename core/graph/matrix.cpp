@@ -116,7 +116,6 @@ class MatMulOp : public Operator {
     else if (b.grad)
       grad_b_(ctx, walk::over(a_t_, ctx, a.data), walk::over(c_, ctx, gy), walk::over(b_, ctx, b.grad));
   }
-  std::string kind() const override { return "matmul"; }
 
  private:
   bool transpose_b_ = false, bias_rows_ = false;

@@ -65,7 +65,6 @@ class LayerNormOp : public Operator {
     walk::add_into(in[1]->grad, diff_scale_.data(), product(in[1]->dims));
     if (in.size() > 2 && in[2]) walk::add_into(in[2]->grad, diff_shift_.data(), product(in[2]->dims));
   }
-  std::string kind() const override { return "layer_norm"; }
 
  private:
   std::size_t features_of(const dims_t& x) const {

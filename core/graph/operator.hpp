@@ -86,8 +86,6 @@ class Operator {
   virtual void backward(Context& ctx, OpInputs in, const OpValue& out, float* scratch) = 0;
   // Whether the output is input 0's numbers as they are (a Reshape's): it then shares their storage.
   virtual bool aliases_input() const { return false; }
-  // Short name for a layer's description ("conv", "softmax").
-  virtual std::string kind() const { return spec_.type; }
 
  protected:
   // Input i, which must be given: throws naming the node.

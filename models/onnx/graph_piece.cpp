@@ -113,11 +113,10 @@ class PieceBuilder {
       if (!taken_in.count(n)) translate(g_.nodes[n]);
     if (last_output_ != region->end) {
       const Node& last = g_.nodes[region->nodes.back()];
-      OpSpec identity = spec_of(last);
+      OpSpec identity;
       identity.type = "Identity";
+      identity.name = one_line(g_.source + ": " + last.describe());
       identity.inputs = {use(region->end, last)};
-      identity.attributes.clear();
-      identity.integers.clear();
       add(std::move(identity), region->end);
     }
     std::vector<ParamSpec> specs;
@@ -201,7 +200,6 @@ class PieceBuilder {
   [[noreturn]] void refuse(const Node& n, const std::string& why) const {
     throw InputError(one_line(g_.source + ": " + n.describe() + ": " + why));
   }
-  OpSpec spec_of(const Node& n) const { return op_spec(g_, n); }
 
   // The inputs that are tensors an operator computes on: all but those left out (integer constants among them
   // are given as numbers).
@@ -225,7 +223,7 @@ class PieceBuilder {
   // The node as an operator: integer constants given as numbers, every other input a value. nn.Linear's
   // x @ W^T + b reads W transposed in place and takes b as the product's own bias.
   void translate(const Node& n) {
-    OpSpec o = spec_of(n);
+    OpSpec o = op_spec(g_, n);
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
       const std::string& in = n.inputs[i];
       if (in.empty() || o.integers.count(i)) {
