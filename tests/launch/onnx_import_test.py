@@ -146,6 +146,20 @@ class AttnPool(nn.Module):
         return self.fc(y.mean(1))
 
 
+class Bn1dHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.BatchNorm2d(8)
+        self.fc1 = nn.Linear(8, 32)
+        self.bn = nn.BatchNorm1d(32)
+        self.fc2 = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = F.relu(self.b(self.c1(x))).mean([2, 3])
+        return self.fc2(F.relu(self.bn(self.fc1(x))))
+
+
 class ConcatOfRows(nn.Module):  # paths joined along the image's rows, in a piece
     def __init__(self):
         super().__init__()
@@ -470,10 +484,10 @@ class OnnxImport(unittest.TestCase):
     def test_networks_labs_write_train_as_in_pytorch(self):
         """GroupNorm and InstanceNorm, upsampling and bilinear interpolation, CBAM's attention (paths that meet
         in different nodes), activations with no layer of ddl's, a rectangular kernel, attention over a
-        convolution's tokens, slices and joins along rows: against float64 PyTorch as float32
+        convolution's tokens, slices and joins along rows, a BatchNorm1d head: against float64 PyTorch as float32
         PyTorch is."""
         for index, module in enumerate((GroupNormNet(), UpsampleNet(), CBAM(), Activations(), AttnPool(), ConcatOfRows(),
-                                        HalfTheRowsConvolved())):
+                                        HalfTheRowsConvolved(), Bn1dHead())):
             with self.subTest(module=type(module).__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(module, f"lab_{type(module).__name__}", steps=2,
