@@ -6,11 +6,12 @@
 
 #include "core/error.hpp"
 #include "core/graph/operator_registry.hpp"
+#include "core/rng.hpp"
 
 namespace ddl {
 
 GraphLayer::GraphLayer(std::vector<ParamSpec> params, std::vector<GraphConstant> constants, std::vector<OpSpec> ops,
-                       BatchAxis batch)
+                       BatchAxis batch, std::uint64_t seed)
     : params_(std::move(params)), constants_(std::move(constants)), batch_(batch) {
   if (batch_.axis < 0 || batch_.per_batch < 1) throw Error("graph layer: a batch axis below 0 or a multiple below 1");
   if (ops.empty()) throw Error("graph layer: no operator");
@@ -21,6 +22,20 @@ GraphLayer::GraphLayer(std::vector<ParamSpec> params, std::vector<GraphConstant>
     ops_.push_back(make_operator(std::move(spec)));
     ++known;
   }
+  // Each random operator its own stream: adding one does not change the others' draws.
+  for (std::size_t k = 0; k < ops_.size(); ++k)
+    if (const auto state = ops_[k]->generator_state(); !state.empty()) {
+      const Rng::State drawn = Rng::derived(seed, k).state();
+      std::copy(drawn.begin(), drawn.end(), state.begin());
+    }
+}
+
+std::vector<StateView> GraphLayer::state() {
+  std::vector<StateView> views;
+  for (std::size_t k = 0; k < ops_.size(); ++k)
+    if (const auto state = ops_[k]->generator_state(); !state.empty())
+      views.push_back({"op" + std::to_string(k) + ".rng", {}, state});
+  return views;
 }
 
 std::string GraphLayer::describe() const {
@@ -83,7 +98,7 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
     if (last && (out.empty() || out.size() > 5))
       op.spec().fail("ends the piece with a tensor of rank " + std::to_string(out.size()));
     OpValue& v = values_[first_op() + k];
-    if (op.aliases_input() && !last && inputs[0]) {  // the same numbers: its input's storage, no copy
+    if (op.aliases_input(inputs) && !last && inputs[0]) {  // the same numbers: its input's storage, no copy
       v = {out, inputs[0]->data, nullptr, false};
     } else {
       outputs_[k] = Tensor(plain_desc(last ? out : dims_t{static_cast<dnnl::memory::dim>(product(out))}), ctx.engine());

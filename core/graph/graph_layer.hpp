@@ -37,8 +37,9 @@ struct BatchAxis {
 class GraphLayer : public Layer {
  public:
   // Throws InputError naming the node for an operator ddl does not have, or inputs that come later.
+  // `seed` seeds the generators of its random operators (Dropout), each its own stream.
   GraphLayer(std::vector<ParamSpec> params, std::vector<GraphConstant> constants, std::vector<OpSpec> ops,
-             BatchAxis batch = {});
+             BatchAxis batch = {}, std::uint64_t seed = 0);
   std::string describe() const override;
   std::vector<ParamSpec> param_specs() const override { return params_; }
   void bind(const std::vector<ParamView>& views, Context& ctx) override;
@@ -46,6 +47,8 @@ class GraphLayer : public Layer {
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
+  // The generators of its random operators, "op<k>.rng".
+  std::vector<StateView> state() override;
   bool accumulate_gradients(bool on) override {
     accumulate_ = on;
     return true;

@@ -84,8 +84,12 @@ class Operator {
   // Adds to the gradient of each input that has one (grad not null), from out.grad. `scratch` holds at least
   // as many floats as the largest input or output.
   virtual void backward(Context& ctx, OpInputs in, const OpValue& out, float* scratch) = 0;
-  // Whether the output is input 0's numbers as they are (a Reshape's): it then shares their storage.
-  virtual bool aliases_input() const { return false; }
+  // Whether the output is input 0's numbers as they are (a Reshape's, a Dropout's at ratio 0): it then shares
+  // their storage. Constant inputs are known.
+  virtual bool aliases_input(OpInputs /*in*/) const { return false; }
+  // An operator that draws random numbers (a Dropout's masks): its generator's state, which the graph layer
+  // seeds and checkpoints keep, so that a resumed run draws what an unbroken one would. Empty for the others.
+  virtual std::span<std::uint64_t> generator_state() { return {}; }
 
  protected:
   // Input i, which must be given: throws naming the node.

@@ -5,6 +5,7 @@
 
 #include "core/graph/operator_registry.hpp"
 #include "core/graph/tensor_walk.hpp"
+#include "core/rng.hpp"
 
 namespace ddl {
 namespace {
@@ -24,8 +25,7 @@ const std::vector<std::int64_t>& integers(const OpSpec& spec, std::size_t i) {
   return *v;
 }
 
-// Numbers as they are, seen with other dims: Identity, Reshape, Flatten, Squeeze, Unsqueeze, Cast to float,
-// Dropout at ratio 0.
+// Numbers as they are, seen with other dims: Identity, Reshape, Flatten, Squeeze, Unsqueeze, Cast to float.
 class SameNumbers : public Operator {
  public:
   explicit SameNumbers(OpSpec spec) : Operator(std::move(spec)) {
@@ -52,18 +52,55 @@ class SameNumbers : public Operator {
   void backward(Context&, OpInputs in, const OpValue& out, float*) override {
     walk::add_into(in[0]->grad, out.grad, product(out.dims));
   }
-  bool aliases_input() const override { return true; }
+  bool aliases_input(OpInputs) const override { return true; }
 };
 
-// Dropout at ratio 0 (torchvision's default for ViT): its input as it is.
-class DropoutOp : public SameNumbers {
+// Inverted dropout: in training each element kept with probability 1 - ratio and scaled by 1 / (1 - ratio),
+// from the operator's own generator (GraphLayer seeds it); in evaluation, at ratio 0, or where the node's
+// training_mode is false (ONNX's default: PyTorch's training export sets it), its input as it is.
+class DropoutOp : public Operator {
  public:
-  using SameNumbers::SameNumbers;
-  void setup(Context&, OpInputs in, const OpValue&, bool) override {
-    // Before opset 12 the ratio is an attribute, since then an input.
-    if (constant_number(in, 1, spec_.real("ratio", 0.5f)) != 0.0f)
-      spec_.fail("ddl takes a Dropout among these operators at ratio 0 only");
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override { return input(in, 0).dims; }
+  bool aliases_input(OpInputs in) const override { return !drops(in); }
+  void setup(Context&, OpInputs in, const OpValue& out, bool train) override {
+    ratio_ = ratio(in);
+    if (!(ratio_ >= 0.0f && ratio_ < 1.0f)) spec_.fail("its ratio " + std::to_string(ratio_) + " is not in [0, 1)");
+    masked_ = train && drops(in);
+    mask_.assign(masked_ ? product(out.dims) : 0, 0.0f);
   }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    const std::size_t n = product(out.dims);
+    if (!masked_) {
+      if (out.data != in[0]->data) std::copy(in[0]->data, in[0]->data + n, out.data);
+      return;
+    }
+    Rng rng(0);
+    rng.set_state(state_);
+    const float scale = 1.0f / (1.0f - ratio_);
+    for (float& m : mask_) m = rng.uniform() < ratio_ ? 0.0f : scale;
+    state_ = rng.state();
+    for (std::size_t i = 0; i < n; ++i) out.data[i] = in[0]->data[i] * mask_[i];
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    const std::size_t n = product(out.dims);
+    if (!masked_) return walk::add_into(in[0]->grad, out.grad, n);
+    for (std::size_t i = 0; i < n; ++i) in[0]->grad[i] += out.grad[i] * mask_[i];
+  }
+  std::span<std::uint64_t> generator_state() override { return state_; }
+
+ private:
+  // Before opset 12 the ratio is an attribute, since then an input.
+  float ratio(OpInputs in) const { return constant_number(in, 1, spec_.real("ratio", 0.5f)); }
+  bool drops(OpInputs in) const {
+    const auto* training = spec_.integer_input(2);
+    return ratio(in) != 0.0f && training && !training->empty() && training->front() != 0;
+  }
+
+  float ratio_ = 0;
+  bool masked_ = false;
+  Rng::State state_{};
+  std::vector<float> mask_;
 };
 
 // Numbers read from the input under strides: Transpose, Expand, Slice, and the backward that adds them back.
@@ -225,7 +262,7 @@ class Parts : public Operator {
 const OperatorRecord kShapeOpsRecords[] = {
     {"Identity", "shape and indexing", make<SameNumbers>, ""},
     {"Cast", "shape and indexing", make<SameNumbers>, "to float, on values computed on images"},
-    {"Dropout", "shape and indexing", make<DropoutOp>, "ratio 0 inside a piece; a Dropout layer between pieces takes any ratio"},
+    {"Dropout", "shape and indexing", make<DropoutOp>, "a fresh mask each step from ddl's seeded generator; training_mode as the node gives it"},
     {"Reshape", "shape and indexing", make<SameNumbers>, "its shape known before the graph runs (a multiple of the batch is kept as one)"},
     {"Flatten", "shape and indexing", make<SameNumbers>, ""},
     {"Squeeze", "shape and indexing", make<SameNumbers>, "without axes, the batch axis stays"},

@@ -426,7 +426,8 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
     if (on_parameters && node.op == "Identity")
       op.fail("passes on initializer '" + node.inputs.at(0) +
               "' under another name, as PyTorch's export does with initializers of equal values in eval mode "
-              "(export in training mode: training=torch.onnx.TrainingMode.TRAINING) and with tied ones, "
+              "(export with model.train(), training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False, as "
+              "launch/export_onnx.py does) and with tied ones, "
               "which ddl does not train");
     if (on_images || on_parameters) {
       std::vector<std::optional<Dims>> dims;

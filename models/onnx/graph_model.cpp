@@ -102,6 +102,7 @@ class Builder {
       out.model->add(std::move(layers[i].layer));
     }
     out.model->set_starting_values(std::move(starting));
+    refuse_exporter_names(out.onnx_names);
     return out;
   }
 
@@ -115,11 +116,14 @@ class Builder {
     try {
       return layer_or_block(v);
     } catch (const InputError&) {
-      auto piece = onnx::graph_piece(g_, from, readers_, from_constants_);
+      auto piece = onnx::graph_piece(g_, from, readers_, from_constants_, layer_seed(config_, random_layers_));
       if (!piece) throw;
       if (piece->end == from) throw InputError(onnx::one_line(g_.source + ": the piece from '" + from + "' computes nothing"));
       v = piece->end;
-      return {std::move(piece->layer), std::move(piece->params), {}};
+      // Its random operators' generators (a Dropout's) have no initializer.
+      std::vector<std::string> state(piece->layer->state().size());
+      random_layers_ += !state.empty();
+      return {std::move(piece->layer), std::move(piece->params), std::move(state)};
     }
   }
   Built layer_or_block(std::string& v) {
@@ -468,6 +472,10 @@ class Builder {
       if (given.size() != 1 || given.integer) refuse(n, "its ratio is not one number");
       ratio = given.floats[0];
     }
+    // ONNX's training_mode is false where the node leaves it out: the input as it is (PyTorch's training
+    // export sets it).
+    if (n.inputs.size() < 3 || n.inputs[2].empty() || constant(n, 2).ints != std::vector<std::int64_t>{1}) return {};
+    if (!(ratio >= 0.0f && ratio < 1.0f)) refuse(n, "its ratio " + std::to_string(ratio) + " is not in [0, 1)");
     return {std::make_unique<Dropout>(ratio, layer_seed(config_, random_layers_++)), {}, {""}};
   }
 
@@ -492,6 +500,24 @@ class Builder {
       fresh += (fresh.empty() ? "" : ", ") + p;
     }
     return fresh;
+  }
+
+  // PyTorch names a trained tensor after its module's parameter ("layer1.0.bn1.weight"); a name the exporter
+  // made ("onnx::Conv_26") means it computed the tensor: an eval-mode export folds each BatchNorm into the
+  // convolution before it, and constant folding transposes weights into new ones. Trained, such a graph is
+  // another network whose weights would not load back into the module.
+  void refuse_exporter_names(const std::map<std::string, std::string>& onnx_names) const {
+    for (const auto& [ddl_name, source] : onnx_names) {
+      if (source.rfind("onnx::", 0) != 0) continue;
+      const auto reader = std::find_if(g_.nodes.begin(), g_.nodes.end(), [&](const Node& n) { return reads(n, source); });
+      const std::string where = reader == g_.nodes.end() ? "" : reader->describe() + ": ";
+      throw InputError(onnx::one_line(
+          g_.source + ": " + where + "its trained tensor '" + source +
+          "' has a name the exporter made, not the module's: the file was exported in eval mode (BatchNorms folded "
+          "into convolutions) or with constant folding, and would train as another network; export with "
+          "model.train(), training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False (as "
+          "launch/export_onnx.py does)"));
+    }
   }
 
   // Whether the value v is read only by a Relu, which is then fused: v moves on to the Relu's output.

@@ -46,7 +46,7 @@ class PieceBuilder {
       for (const std::string& out : g_.nodes[n].outputs) producer_[out] = n;
   }
 
-  std::optional<GraphPiece> build(const std::string& from) {
+  std::optional<GraphPiece> build(const std::string& from, std::uint64_t seed) {
     const auto region = find_region(from);
     if (!region) return std::nullopt;
     // An operator neither the layers nor a piece have is named. One that only the layers have (a Conv) in
@@ -128,7 +128,7 @@ class PieceBuilder {
     GraphPiece piece;
     BatchAxis batch;
     if (const auto it = g_.batch_axes.find(from); it != g_.batch_axes.end()) batch = {it->second.axis, it->second.per_batch};
-    piece.layer = std::make_unique<GraphLayer>(std::move(specs), std::move(constants_), std::move(ops_), batch);
+    piece.layer = std::make_unique<GraphLayer>(std::move(specs), std::move(constants_), std::move(ops_), batch, seed);
     piece.params = params_;
     piece.end = region->end;
     return piece;
@@ -260,8 +260,8 @@ class PieceBuilder {
 
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
                                       const std::map<std::string, std::vector<std::size_t>>& readers,
-                                      const std::set<std::string>& from_parameters) {
-  return PieceBuilder(graph, readers, from_parameters).build(from);
+                                      const std::set<std::string>& from_parameters, std::uint64_t seed) {
+  return PieceBuilder(graph, readers, from_parameters).build(from, seed);
 }
 
 }  // namespace ddl::onnx

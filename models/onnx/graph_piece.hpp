@@ -28,8 +28,9 @@ struct GraphPiece {
 // one of its nodes is one of ddl's layers that a piece does not take (a BatchNormalization: the caller's own refusal
 // then stands). Throws InputError naming the node where an operator is neither, or comes with attributes or
 // inputs its operators cannot take.
+// `seed` seeds its random operators (GraphLayer).
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
                                       const std::map<std::string, std::vector<std::size_t>>& readers,
-                                      const std::set<std::string>& from_parameters);
+                                      const std::set<std::string>& from_parameters, std::uint64_t seed);
 
 }  // namespace ddl::onnx

@@ -257,14 +257,50 @@ std::vector<std::int64_t> Node::integers(const std::string& attribute, std::vect
   return a ? a->ints : otherwise;
 }
 
+namespace {
+
+// The module a torch node name comes from: "/layer1/layer1.0/conv1/Conv" -> "layer1.0.conv1". Each scope is
+// a module's name in its parent, except that a container's children carry the container's path already
+// ("layer1.0" under "layer1"). Empty for the network's own forward ("/Add").
+std::string module_path(const std::string& name) {
+  std::string path;
+  std::size_t from = 1;
+  for (std::size_t slash; (slash = name.find('/', from)) != std::string::npos; from = slash + 1) {
+    const std::string scope = name.substr(from, slash - from);
+    path = path.empty() || scope.rfind(path + ".", 0) == 0 ? scope : path + "." + scope;
+  }
+  return path;
+}
+
+// The PyTorch call that exports as an operator ddl may refuse, for the messages that name it.
+const char* torch_function(const std::string& op) {
+  static const std::map<std::string, const char*> functions = {
+      {"Cos", "torch.cos"}, {"Sin", "torch.sin"}, {"Tan", "torch.tan"}, {"Atan", "torch.atan"},
+      {"Round", "torch.round"}, {"Floor", "torch.floor"}, {"Ceil", "torch.ceil"}, {"Sign", "torch.sign"},
+      {"TopK", "torch.topk"}, {"NonZero", "torch.nonzero or a boolean mask"},
+      {"ScatterND", "an indexed assignment, x[...] = v"}, {"ScatterElements", "torch.scatter"},
+      {"GatherElements", "torch.gather"}, {"GatherND", "indexing by tensors"}, {"Einsum", "torch.einsum"},
+      {"CumSum", "torch.cumsum"}, {"Trilu", "torch.triu or torch.tril"}, {"Mod", "torch.remainder or %"},
+      {"ArgMax", "torch.argmax"}, {"ArgMin", "torch.argmin"}, {"GridSample", "F.grid_sample"},
+      {"RoiAlign", "torchvision.ops.roi_align"}, {"NonMaxSuppression", "torchvision.ops.nms"},
+      {"Loop", "a Python loop over tensor values"}, {"If", "a Python if on a tensor's value"},
+      {"RandomUniformLike", "torch.rand_like"}, {"RandomNormalLike", "torch.randn_like"},
+      {"Bernoulli", "torch.bernoulli"}, {"LpNormalization", "F.normalize"}, {"DepthToSpace", "nn.PixelShuffle"},
+      {"SpaceToDepth", "nn.PixelUnshuffle"}, {"LRN", "nn.LocalResponseNorm"}, {"MaxUnpool", "nn.MaxUnpool2d"},
+      {"Unique", "torch.unique"}, {"Det", "torch.det"}};
+  const auto it = functions.find(op);
+  return it == functions.end() ? nullptr : it->second;
+}
+
+}  // namespace
+
 std::string Node::describe() const {
-  // torch names a node by its module's scope and the operation, "/layer1/layer1.0/conv1/Conv": the module's
-  // own name comes first, the whole path after it.
-  const auto last = name.rfind('/');
-  if (last == std::string::npos || last == 0) return op + " node " + in_quotes(name);
-  const auto before = name.rfind('/', last - 1);
-  const std::string module = name.substr(before + 1, last - before - 1);
-  return op + " node " + in_quotes(module.empty() ? name : module) + (module.empty() ? "" : " (" + name + ")");
+  // torch names a node by its module's scope and the operation: the user finds it by the module's path.
+  const char* function = torch_function(op);
+  const std::string from = function ? std::string(", ") + function : "";
+  if (name.empty() || name[0] != '/') return op + " node " + in_quotes(name) + (function ? " (" + from.substr(2) + ")" : "");
+  const std::string module = module_path(name);
+  return op + " node in " + (module.empty() ? "the network's own forward" : "module " + module) + " (" + name + from + ")";
 }
 
 Graph parse_onnx(std::string_view bytes, const std::string& source, const std::set<std::string>& weights_elsewhere) {

@@ -62,7 +62,9 @@ struct Node {
   float real(const std::string& attribute, float otherwise) const;
   std::string text(const std::string& attribute, const std::string& otherwise) const;
   std::vector<std::int64_t> integers(const std::string& attribute, std::vector<std::int64_t> otherwise) const;
-  // "Conv node 'conv1' (/layer1/conv1/Conv)": how messages name a node.
+  // How messages name a node: by the module its torch name comes from, "Conv node in module layer1.0.conv1
+  // (/layer1/layer1.0/conv1/Conv)", with the PyTorch call behind an operator ddl may refuse ("Cos node in
+  // module sa (/sa/Cos, torch.cos)"); a node named otherwise by its name, "Relu node 'Relu_1'".
   std::string describe() const;
 };
 

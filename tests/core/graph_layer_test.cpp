@@ -3,6 +3,7 @@
 // here, and the errors that name the node.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -150,6 +151,64 @@ TEST(GraphLayerShapes, AnOperatorThatCannotTakeItsInputsIsNamed) {
   GraphBuilder unknown({}, {});
   unknown.add("Cos", {0});
   EXPECT_THROW(unknown.build(), InputError);
+}
+
+// A Dropout at ratio 1/4 on x [64, 100] of ones, as PyTorch's training export writes it (training_mode 1).
+GraphLayer dropout_piece(bool training_mode) {
+  GraphBuilder g({}, {{{}, {0.25f}}});
+  std::map<std::size_t, IntegerInput> mode;
+  if (training_mode) mode[2] = integers({1}, true);
+  g.add("Dropout", {0, 1, -1}, {}, mode);
+  return g.build();
+}
+
+std::vector<float> run_forward(GraphLayer& piece, Context& ctx, Tensor& x) {
+  const Tensor& y = piece.forward(ctx, x);
+  return {y.data(), y.data() + 6400};
+}
+
+TEST(GraphLayerRandom, DropoutKeepsThreeQuartersScaledAndItsMasksResume) {
+  Context ctx;
+  GraphLayer piece = dropout_piece(true);
+  piece.bind({}, ctx);
+  piece.setup(ctx, plain_desc({64, 100}), Mode::train, true);
+  Tensor x(plain_desc({64, 100}), ctx.engine());
+  std::fill(x.data(), x.data() + 6400, 1.0f);
+  ASSERT_EQ(piece.state().size(), 1u);
+  EXPECT_EQ(piece.state()[0].name, "op0.rng");
+  const std::vector<std::uint64_t> start(piece.state()[0].words.begin(), piece.state()[0].words.end());
+
+  const std::vector<float> first = run_forward(piece, ctx, x);
+  const auto dropped = std::count(first.begin(), first.end(), 0.0f);
+  EXPECT_EQ(std::count(first.begin(), first.end(), 4.0f / 3) + dropped, 6400);  // kept ones scaled by 1 / (1 - p)
+  EXPECT_NEAR(dropped / 6400.0, 0.25, 0.03);
+  // The gradient goes through the kept elements alone, scaled alike.
+  Tensor dy(plain_desc({64, 100}), ctx.engine());
+  std::fill(dy.data(), dy.data() + 6400, 1.0f);
+  const Tensor& dx = piece.backward(ctx, dy);
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), dx.data()));
+
+  const std::vector<float> second = run_forward(piece, ctx, x);
+  EXPECT_NE(first, second);  // a fresh mask each step
+  // A run resumed from the state saved before the first step draws the same masks, as does a new layer.
+  std::copy(start.begin(), start.end(), piece.state()[0].words.begin());
+  EXPECT_EQ(run_forward(piece, ctx, x), first);
+  GraphLayer again = dropout_piece(true);
+  again.bind({}, ctx);
+  again.setup(ctx, plain_desc({64, 100}), Mode::train, true);
+  EXPECT_EQ(run_forward(again, ctx, x), first);
+}
+
+TEST(GraphLayerRandom, DropoutPassesItsInputInEvaluationAndWithoutTrainingMode) {
+  Context ctx;
+  Tensor x(plain_desc({64, 100}), ctx.engine());
+  for (int i = 0; i < 6400; ++i) x.data()[i] = 0.01f * i;
+  for (const auto& [training_mode, mode] : {std::pair{true, Mode::infer}, std::pair{false, Mode::train}}) {
+    GraphLayer piece = dropout_piece(training_mode);
+    piece.bind({}, ctx);
+    piece.setup(ctx, plain_desc({64, 100}), mode, false);
+    EXPECT_TRUE(std::equal(x.data(), x.data() + 6400, run_forward(piece, ctx, x).begin()));
+  }
 }
 
 }  // namespace

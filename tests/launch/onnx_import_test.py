@@ -146,6 +146,22 @@ class AttnPool(nn.Module):
         return self.fc(y.mean(1))
 
 
+class DroppedAttention(nn.Module):
+    """Dropout where torchvision's transformers have it: on attention's weights (inside a piece) and before
+    the classifier (a layer of its own), both at p > 0."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 4, stride=4)
+        self.attn = nn.MultiheadAttention(16, 2, dropout=0.3, batch_first=True)
+        self.drop = nn.Dropout(0.4)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        t = self.c1(x).flatten(2).transpose(1, 2)
+        y, _ = self.attn(t, t, t)
+        return self.fc(self.drop(y.mean(1)))
+
+
 class Bn1dHead(nn.Module):
     def __init__(self):
         super().__init__()
@@ -827,6 +843,28 @@ class OnnxImport(unittest.TestCase):
                 self.assertIn("resumed from", resumed)
                 self.assertNotIn("precision bf16", resumed)  # resumed in f32
 
+    def test_dropout_draws_a_fresh_mask_each_step_and_the_same_on_a_resume(self):
+        """Dropout at p > 0 trains without an edit to the module: the masks change the run (another --seed,
+        another result), and a run stopped and resumed draws the masks an unbroken run draws."""
+        torch.manual_seed(21)
+        module = DroppedAttention()
+        export(module, self.path("dropped.onnx"), 13)
+        module.attn.dropout, module.drop.p = 0.0, 0.0
+        export(module, self.path("kept.onnx"), 13)
+
+        def train(name, *more):
+            return run(os.path.join(BIN, "ddl_train"), "--model", self.path(f"{name.split('_')[0]}.onnx"), "--train",
+                       self.data, "--batch-size", 16, "--lr", 0.05, "--threads", 1, "--progress", "never",
+                       "--checkpoint-dir", self.path(f"{name}.ck"), *more).stdout
+        train("dropped_whole", "--epochs", 2)
+        train("dropped_halves", "--epochs", 1)
+        self.assertIn("resumed from", train("dropped_halves", "--epochs", 2, "--resume", "auto"))
+        train("kept", "--epochs", 2)
+        whole, halves, kept = (ddl_tensors(self.path(f"{name}.ck/last.h5"))[2]
+                               for name in ("dropped_whole", "dropped_halves", "kept"))
+        numpy.testing.assert_array_equal(whole, halves)
+        self.assertGreater(numpy.abs(whole - kept).max(), 1e-4)  # the same run without the masks
+
     def test_lars_and_lamb_on_two_ranks_and_two_stages_train_as_one_rank(self):
         torch.manual_seed(4)
         cnn = self.path("cnn_layerwise.onnx")
@@ -926,19 +964,51 @@ class OnnxImport(unittest.TestCase):
                 tokens = x.flatten(2).transpose(1, 2)
                 return self.fc((tokens + torch.sin(tokens.softmax(-1))).mean(1))
 
+        class InBlocks(nn.Module):  # the refused node named by its module's path
+            def __init__(self):
+                super().__init__()
+                self.blocks = nn.Sequential(nn.Identity(), Cosine())
+
+            def forward(self, x):
+                return self.blocks(x)
+
+        unsupported = "ddl does not support this operator (docs/onnx.md lists those it does)"
         for module, node, why in (
-                (Cosine(), "Cos node", "ddl does not support this operator (docs/onnx.md lists those it does)"),
-                (SineAmongTokens(), "Sin node", "ddl does not support this operator (docs/onnx.md lists those it does)")):
+                (Cosine(), "Cos node in the network's own forward (/Cos, torch.cos)", unsupported),
+                (SineAmongTokens(), "Sin node", unsupported),
+                (InBlocks(), "Cos node in module blocks.1 (/blocks/blocks.1/Cos, torch.cos)", unsupported)):
             with self.subTest(module=type(module).__name__):
                 onnx_file = self.path(f"{type(module).__name__}.onnx")
                 export(module, onnx_file, 13)
-                result = run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--epochs",
-                             1, expect=2)
-                lines = result.stderr.strip().splitlines()
-                self.assertEqual(len(lines), 1, result.stderr)
-                self.assertIn(f"{type(module).__name__}.onnx: ", lines[0])
-                self.assertIn(node, lines[0])
-                self.assertIn(why, lines[0])
+                self.assert_refused(onnx_file, node, why)
+
+    def test_an_eval_mode_export_is_refused_on_every_rank(self):
+        """PyTorch folds an eval-mode export's BatchNorms into the convolutions, under names of its own: trained,
+        that graph would be another network, its weights loading back into no module."""
+        torch.manual_seed(5)
+        model = randomize_batch_norms(SmallResNet()).eval()  # statistics of their own: no two biases alike
+        onnx_file = self.path("eval_mode.onnx")
+        torch.onnx.export(model, torch.zeros(2, 3, 32, 32), onnx_file, opset_version=13, input_names=["images"],
+                          output_names=["logits"], dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+                          **ddl_torch.torchscript_exporter())
+        self.assert_refused(onnx_file, "Conv node in module stem.0",
+                            "has a name the exporter made, not the module's: the file was exported in eval mode")
+        result = run("mpirun", "--oversubscribe", "-np", 2, os.path.join(BIN, "ddl_train"), "--model", onnx_file,
+                     "--train", self.data, "--epochs", 1, expect=None)
+        lines = sorted(line for line in result.stderr.splitlines() if line.startswith("ddl_train: error"))
+        self.assertEqual([line[:27] for line in lines], ["ddl_train: error (rank 0): ", "ddl_train: error (rank 1): "],
+                         result.stderr)
+        self.assertTrue(all("do_constant_folding=False" in line for line in lines), result.stderr)
+        self.assertIn("Exit code:    2", result.stderr)
+
+    def assert_refused(self, onnx_file, node, why):
+        """ddl_train ends before any step, with exit 2 and one line naming the file, the node and why."""
+        result = run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--epochs", 1, expect=2)
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertIn(f"{os.path.basename(onnx_file)}: ", lines[0])
+        self.assertIn(node, lines[0])
+        self.assertIn(why, lines[0])
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -80,11 +80,14 @@ TEST(OnnxGraph, NamesNodesAndAttributesInMessages) {
   const Graph g = parse_onnx(bytes_of(m), "tiny.onnx");
   EXPECT_EQ(g.nodes[1].name, "Relu_1");
   EXPECT_EQ(g.nodes[1].describe(), "Relu node 'Relu_1'");
-  EXPECT_EQ(g.nodes[0].describe(), "Conv node 'conv' (/conv/Conv)");
+  EXPECT_EQ(g.nodes[0].describe(), "Conv node in module conv (/conv/Conv)");
   Node n{"Conv", "/layer1/layer1.0/conv1/Conv", {}, {}, {}};
-  EXPECT_EQ(n.describe(), "Conv node 'conv1' (/layer1/layer1.0/conv1/Conv)");
+  EXPECT_EQ(n.describe(), "Conv node in module layer1.0.conv1 (/layer1/layer1.0/conv1/Conv)");
+  EXPECT_EQ((Node{"ReduceMax", "/l1/sa/ReduceMax", {}, {}, {}}.describe()), "ReduceMax node in module l1.sa (/l1/sa/ReduceMax)");
+  EXPECT_EQ((Node{"Cos", "/blocks.0/Cos", {}, {}, {}}.describe()), "Cos node in module blocks.0 (/blocks.0/Cos, torch.cos)");
+  EXPECT_EQ((Node{"CumSum", "/CumSum", {}, {}, {}}.describe()), "CumSum node in the network's own forward (/CumSum, torch.cumsum)");
   EXPECT_EQ(error_of([&] { g.nodes[0].integer("pads", 0); }),
-            "Conv node 'conv' (/conv/Conv): attribute 'pads' is not an integer");
+            "Conv node in module conv (/conv/Conv): attribute 'pads' is not an integer");
   EXPECT_EQ(g.nodes[0].text("auto_pad", "NOTSET"), "NOTSET");
   EXPECT_EQ(g.nodes[0].real("alpha", 0.5f), 0.5f);
 }
@@ -152,22 +155,22 @@ TEST(OnnxGraph, RefusesOutputsOtherThanOneOfLogits) {
 TEST(OnnxGraph, RefusesNodesWhoseInputsNothingGives) {
   auto m = tiny_cnn();
   m.mutable_graph()->mutable_node(1)->set_input(0, "conv_out");
-  EXPECT_EQ(parse_error(m), "m.onnx: Relu node '/Relu': its input 'conv_out' comes from no node, initializer or input");
+  EXPECT_EQ(parse_error(m), "m.onnx: Relu node in the network's own forward (/Relu): its input 'conv_out' comes from no node, initializer or input");
   m = tiny_cnn();
   m.mutable_graph()->mutable_node()->SwapElements(1, 2);
   EXPECT_EQ(parse_error(m),
-            "m.onnx: GlobalAveragePool node 'pool' (/pool/GlobalAveragePool): its input 'relu' "
+            "m.onnx: GlobalAveragePool node in module pool (/pool/GlobalAveragePool): its input 'relu' "
             "comes from a later node: the graph is not in topological order");
   m = tiny_cnn();
   m.mutable_graph()->mutable_node(1)->set_output(0, "conv");
-  EXPECT_EQ(parse_error(m), "m.onnx: Relu node '/Relu': its output 'conv' has another producer too");
+  EXPECT_EQ(parse_error(m), "m.onnx: Relu node in the network's own forward (/Relu): its output 'conv' has another producer too");
   m = tiny_cnn();
   m.mutable_graph()->mutable_node(1)->set_domain("com.microsoft");
-  EXPECT_EQ(parse_error(m), "m.onnx: Relu node '/Relu' is of domain 'com.microsoft', not ONNX's default one");
+  EXPECT_EQ(parse_error(m), "m.onnx: Relu node in the network's own forward (/Relu) is of domain 'com.microsoft', not ONNX's default one");
   m = tiny_cnn();
   m.mutable_graph()->mutable_node(1)->add_attribute()->set_name("body");
   m.mutable_graph()->mutable_node(1)->mutable_attribute(0)->set_type(pb::AttributeProto::GRAPH);
-  EXPECT_EQ(parse_error(m), "m.onnx: Relu node '/Relu', attribute 'body' is of type GRAPH, which ddl does not read");
+  EXPECT_EQ(parse_error(m), "m.onnx: Relu node in the network's own forward (/Relu), attribute 'body' is of type GRAPH, which ddl does not read");
 }
 
 TEST(OnnxGraph, RefusesInitializersItCannotRead) {
@@ -349,8 +352,9 @@ TEST(OnnxGraph, RefusesAnInitializerPassedOnThroughAnIdentity) {
   g.mutable_node(g.node_size() - 1)->set_input(2, "fc.bias.again");
   EXPECT_EQ(fold_error(m),
             "m.onnx: Identity node 'Identity_0': passes on initializer 'fc.bias' under another name, as PyTorch's "
-            "export does with initializers of equal values in eval mode (export in training mode: "
-            "training=torch.onnx.TrainingMode.TRAINING) and with tied ones, which ddl does not train");
+            "export does with initializers of equal values in eval mode (export with model.train(), "
+            "training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False, as launch/export_onnx.py does) "
+            "and with tied ones, which ddl does not train");
 }
 
 pb::ModelProto view_cnn_with(const std::function<void(pb::GraphProto&)>& change) {
@@ -389,21 +393,21 @@ TEST(OnnxGraph, RefusesArithmeticItCannotFold) {
               g.mutable_node(1)->set_op_type("Sin");
               g.mutable_node(3)->mutable_attribute(0)->mutable_t()->set_raw_data(one);
             })),
-            "m.onnx: Gather node '/Gather': needs the shape of 'relu', which ddl cannot know before the layers are "
+            "m.onnx: Gather node in the network's own forward (/Gather): needs the shape of 'relu', which ddl cannot know before the layers are "
             "built");
   EXPECT_EQ(fold_error(view_cnn_with([](auto& g) {
               g.mutable_node(1)->set_op_type("Sin");
               g.mutable_node(6)->set_input(0, "shape");
             })),
-            "m.onnx: Unsqueeze node '/Unsqueeze': needs the shape of 'relu', which ddl cannot know before the layers "
+            "m.onnx: Unsqueeze node in the network's own forward (/Unsqueeze): needs the shape of 'relu', which ddl cannot know before the layers "
             "are built");
   EXPECT_EQ(fold_error(view_cnn_with([](auto& g) { g.mutable_node(3)->set_op_type("Sin"); })),
-            "m.onnx: Sin node '/zero': computes on constants only, and ddl folds only shape arithmetic");
+            "m.onnx: Sin node in the network's own forward (/zero, torch.sin): computes on constants only, and ddl folds only shape arithmetic");
   EXPECT_EQ(fold_error(view_cnn_with([](auto& g) { set_int(*g.mutable_node(8), "axis", 2); })),
-            "m.onnx: Concat node '/Concat': axis 2 is outside a tensor of rank 1");
+            "m.onnx: Concat node in the network's own forward (/Concat): axis 2 is outside a tensor of rank 1");
   EXPECT_EQ(fold_error(view_cnn_with(
                 [](auto& g) { g.mutable_node(8)->mutable_attribute(0)->set_type(pb::AttributeProto::FLOAT); })),
-            "m.onnx: Concat node '/Concat': attribute 'axis' is not an integer");
+            "m.onnx: Concat node in the network's own forward (/Concat): attribute 'axis' is not an integer");
   EXPECT_EQ(fold_error(view_cnn_with([](auto& g) { g.mutable_output(0)->set_name("view_shape"); })),
             "m.onnx: output 'view_shape' does not depend on the input image");
 }
@@ -417,11 +421,11 @@ TEST(OnnxGraph, RefusesAUseOfTheBatchOtherThanTheBatch) {
   add_node(g, "Add", {"shape", "two"}, {"value"}, "/Add");
   add_node(g, "Reshape", {"input", "value"}, {"logits"});
   EXPECT_EQ(fold_error(model_of(g)),
-            "m.onnx: Add node '/Add': its result changes with the batch size, but is not a multiple of it");
+            "m.onnx: Add node in the network's own forward (/Add): its result changes with the batch size, but is not a multiple of it");
   g.mutable_node(2)->set_op_type("ConstantOfShape");
   g.mutable_node(2)->mutable_input()->RemoveLast();
   EXPECT_EQ(fold_error(model_of(g)),
-            "m.onnx: ConstantOfShape node '/Add': the shape of its result changes with the batch size");
+            "m.onnx: ConstantOfShape node in the network's own forward (/Add): the shape of its result changes with the batch size");
 }
 
 TEST(OnnxGraph, RefusesResultsLargerThanShapes) {
