@@ -1,0 +1,171 @@
+"""launch/export_onnx.py: a user's module, exported as ddl needs it and checked by ddl_train --plan-only; the
+file keeps the module's names and values and trains; a graph ddl cannot build, and bad input, end in one line
+and exit 2.
+    DDL_BIN_DIR=build/launch /usr/bin/python3 tests/launch/export_onnx_test.py
+Exits 77 (skipped) when a Python module is missing, unless DDL_TESTS_REQUIRE_ALL=1.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("DDL_BIN_DIR", os.path.join(ROOT, "build", "launch"))
+EXPORT = os.path.join(ROOT, "launch", "export_onnx.py")
+
+try:
+    import numpy
+    import onnx
+    import torch
+    import torchvision  # noqa: F401 (ddl_torch's, which would end the test rather than skip it)
+    from onnx import numpy_helper
+except ImportError as e:
+    print(f"export_onnx_test: {e}: skipped", file=sys.stderr)
+    sys.exit(1 if os.environ.get("DDL_TESTS_REQUIRE_ALL") == "1" else 77)
+
+# The user's file, with an import of its own from its folder (helpers.py).
+HELPERS = "WIDTH = 8\n"
+NETS = '''
+import torch
+from torch import nn
+from helpers import WIDTH
+
+
+class SmallCnn(nn.Module):
+    def __init__(self, classes=10, width=WIDTH):
+        super().__init__()
+        self.conv = nn.Conv2d(3, width, 3, padding=1)
+        self.bn = nn.BatchNorm2d(width)
+        with torch.no_grad():  # statistics of a trained module, which the file must keep as they are
+            self.bn.running_mean.fill_(0.25)
+            self.bn.running_var.fill_(2.0)
+        self.drop = nn.Dropout(0.2)
+        self.fc = nn.Linear(width * 16 * 16, classes)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+        return self.fc(self.drop(torch.flatten(x, 1)))
+
+
+class Cosine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 32 * 32, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.cos(x), 1))
+'''
+
+
+def run(*command, expect=0):
+    result = subprocess.run([str(c) for c in command], capture_output=True, text=True)
+    if expect is not None and result.returncode != expect:
+        raise AssertionError(f"{' '.join(map(str, command))}: exit {result.returncode}, expected {expect}\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result
+
+
+def export(*options, expect=0):
+    return run(sys.executable, EXPORT, *options, expect=expect)
+
+
+class ExportOnnx(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        for variable in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):  # mpirun as root (CI)
+            os.environ.setdefault(variable, "1")
+        os.environ["DDL_BIN_DIR"] = BIN  # export_onnx.py checks with these programs
+        cls.dir = tempfile.mkdtemp(prefix="ddl_export_onnx_")
+        with open(os.path.join(cls.dir, "helpers.py"), "w") as f:
+            f.write(HELPERS)
+        cls.nets = os.path.join(cls.dir, "nets.py")
+        with open(cls.nets, "w") as f:
+            f.write(NETS)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def test_a_cnn_exports_with_its_names_and_statistics_and_trains(self):
+        onnx_file = self.path("cnn.onnx")
+        out = export("--module", f"{self.nets}:SmallCnn", "--input", "3x32x32", "--output", onnx_file)
+        self.assertEqual(out.stdout.count("\n"), 1, out.stdout)
+        self.assertIn(f"{onnx_file} is ready", out.stdout)
+        self.assertIn(f"--model {onnx_file}", out.stdout)
+        graph = onnx.load(onnx_file)
+        initializers = {t.name: numpy_helper.to_array(t) for t in graph.graph.initializer}
+        self.assertEqual(sorted(initializers), sorted(["conv.weight", "conv.bias", "bn.weight", "bn.bias",
+                                                       "bn.running_mean", "bn.running_var", "fc.weight", "fc.bias"]))
+        # The statistics as the module had them, not a traced step later (0.9 x 2.0 + 0.1 x the batch's).
+        numpy.testing.assert_array_equal(initializers["bn.running_mean"], numpy.full(8, 0.25, numpy.float32))
+        numpy.testing.assert_array_equal(initializers["bn.running_var"], numpy.full(8, 2.0, numpy.float32))
+        ops = [n.op_type for n in graph.graph.node]
+        self.assertIn("BatchNormalization", ops)
+        self.assertIn("Dropout", ops)
+        self.assertEqual(graph.opset_import[0].version, 17)
+        self.assertEqual([i.name for i in graph.graph.input if i.name not in initializers], ["images"])
+        self.assertEqual([o.name for o in graph.graph.output], ["logits"])
+        self.assertFalse(os.path.exists(onnx_file + ".tmp"))
+
+        # One step of training on images of its own size.
+        images = self.path("images")
+        for label in ("a", "b"):
+            os.makedirs(os.path.join(images, label))
+            for i in range(2):
+                pixels = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8)
+                torchvision.io.write_png(pixels, os.path.join(images, label, f"{i}.png"))
+        data = self.path("images.h5")
+        run(os.path.join(BIN, "ddl_data"), "import", "--from", images, "--output", data)
+        checkpoints = self.path("cnn.ck")
+        run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", data, "--num-classes", 10, "--epochs", 1,
+            "--steps-per-epoch", 1, "--batch-size", 4, "--threads", 1, "--progress", "never", "--checkpoint-dir",
+            checkpoints)
+        self.assertTrue(os.path.exists(os.path.join(checkpoints, "last.h5")))
+
+    def test_args_are_the_constructors_keyword_arguments(self):
+        onnx_file = self.path("args.onnx")
+        export("--module", f"{self.nets}:SmallCnn", "--args", '{"classes": 7, "width": 4}', "--input", "3x32x32",
+               "--output", onnx_file, "--opset", 13)
+        graph = onnx.load(onnx_file)
+        dims = {t.name: list(t.dims) for t in graph.graph.initializer}
+        self.assertEqual(dims["conv.weight"], [4, 3, 3, 3])
+        self.assertEqual(dims["fc.weight"], [7, 4 * 16 * 16])
+        self.assertEqual(graph.graph.output[0].type.tensor_type.shape.dim[1].dim_value, 7)
+        self.assertEqual(graph.opset_import[0].version, 13)
+
+    def test_an_operator_ddl_lacks_is_refused_in_one_line(self):
+        result = export("--module", f"{self.nets}:Cosine", "--input", "3x32x32", "--output", self.path("cos.onnx"),
+                        expect=2)
+        lines = result.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, result.stderr)
+        self.assertIn("Cos node", lines[0])
+        self.assertIn("ddl does not support this operator", lines[0])
+        self.assertEqual(result.stdout, "")
+
+    def test_bad_input_ends_in_one_line(self):
+        output = self.path("bad.onnx")
+        for options, message in (
+                (["--module", self.path("missing.py") + ":SmallCnn", "--input", "3x32x32"], "there is no file"),
+                (["--module", f"{self.nets}:Missing", "--input", "3x32x32"], "has no class Missing"),
+                (["--module", f"{self.nets}:SmallCnn", "--input", "3x224"], "--input 3x224"),
+                (["--module", f"{self.nets}:SmallCnn", "--input", "3x32x32", "--args", "{classes: 7}"],
+                 "--args is not JSON"),
+                (["--module", f"{self.nets}:SmallCnn", "--input", "3x32x32", "--args", '{"depth": 3}'],
+                 "unexpected keyword argument 'depth'"),
+                (["--module", f"{self.nets}:SmallCnn", "--input", "3x64x64"], "did not export at input 3x64x64"),
+                (["--module", f"{self.nets}:SmallCnn", "--input", "3x32x32", "--opset", 18], "--opset 18")):
+            with self.subTest(options=options):
+                result = export(*options, "--output", output, expect=2)
+                lines = result.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, result.stderr)
+                self.assertIn(message, lines[0])
+                self.assertFalse(os.path.exists(output))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
