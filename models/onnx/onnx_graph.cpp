@@ -61,7 +61,7 @@ Constant to_constant(const pb::TensorProto& t, const std::string& what, const st
   if (type != pb::TensorProto::FLOAT && !integer)
     fail(source, what + " is of type " + type_name(type) + ", which ddl does not read (FLOAT, INT64, INT32, BOOL)");
   if (t.data_location() == pb::TensorProto::EXTERNAL)
-    fail(source, what + " keeps its data in another file, which ddl does not read (export the model as one file)");
+    fail(source, what + " keeps its data in another file, which ddl reads from the model's path only");
   Constant c;
   c.integer = integer;
   // The product of the dimensions with each 0 counted as 1 bounds every stride as well as the size.
@@ -348,6 +348,63 @@ Graph parse_onnx(std::string_view bytes, const std::string& source, const std::s
   return g;
 }
 
+namespace {
+
+// The bytes of one initializer kept in a file beside the model: `location` relative to the model's folder and
+// inside it, `offset` and `length` within the file (the whole file where they are left out).
+std::string external_bytes(const pb::TensorProto& t, const std::string& model_path) {
+  const std::string what = "initializer " + in_quotes(t.name());
+  std::string location;
+  std::int64_t offset = 0, length = -1;
+  for (const auto& entry : t.external_data()) {
+    try {
+      if (entry.key() == "location") location = entry.value();
+      if (entry.key() == "offset") offset = std::stoll(entry.value());
+      if (entry.key() == "length") length = std::stoll(entry.value());
+    } catch (const std::exception&) {
+      fail(model_path, what + "'s external " + entry.key() + " '" + entry.value() + "' is not a number");
+    }
+  }
+  const std::filesystem::path relative(location);
+  if (location.empty() || relative.is_absolute() ||
+      std::any_of(relative.begin(), relative.end(), [](const auto& part) { return part == ".."; }))
+    fail(model_path, what + " keeps its data in '" + location +
+                         "', not in a file of the model's folder (ONNX's external data is relative to it)");
+  const auto file = std::filesystem::path(model_path).parent_path() / relative;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(model_path, what + "'s data file " + file.string() + " cannot be opened: " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const std::int64_t size = in.tellg();
+  if (length < 0) length = size - offset;
+  if (offset < 0 || length < 0 || offset > size || length > size - offset)
+    fail(model_path, what + " lies past the end of its data file " + file.string() + " (" + std::to_string(size) +
+                         " bytes): truncated?");
+  std::string bytes(static_cast<std::size_t>(length), '\0');
+  in.seekg(offset);
+  if (!in.read(bytes.data(), length)) fail(model_path, "cannot read " + what + " from " + file.string());
+  return bytes;
+}
+
+// The model with the data that an exporter kept in files beside it (onnx.save(..., save_as_external_data=True))
+// read in, so that the rest of ddl and the checkpoints see one file; the bytes as they are where none is.
+std::string with_external_data(std::string bytes, const std::string& path) {
+  pb::ModelProto model = parse_model(bytes, path);
+  bool external = false;
+  for (auto& t : *model.mutable_graph()->mutable_initializer()) {
+    if (t.data_location() != pb::TensorProto::EXTERNAL) continue;
+    t.set_raw_data(external_bytes(t, path));
+    t.clear_external_data();
+    t.clear_data_location();
+    external = true;
+  }
+  if (!external) return bytes;
+  if (model.ByteSizeLong() > INT_MAX)
+    fail(path, "over 2 GB with its external data; ddl reads ONNX models of one piece, which protobuf limits to 2 GB");
+  return model.SerializeAsString();
+}
+
+}  // namespace
+
 std::string read_onnx_bytes(const std::string& path) {
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) fail(path, "a folder, not an ONNX file");
@@ -362,12 +419,12 @@ std::string read_onnx_bytes(const std::string& path) {
     std::ostringstream all;
     all << in.rdbuf();
     if (in.bad()) fail(path, std::string("cannot read: ") + std::strerror(errno));
-    return std::move(all).str();
+    return with_external_data(std::move(all).str(), path);
   }
   in.seekg(0, std::ios::beg);
   std::string bytes(static_cast<std::size_t>(size), '\0');
   if (!in.read(bytes.data(), size)) fail(path, "cannot read all of its " + std::to_string(size) + " bytes");
-  return bytes;
+  return with_external_data(std::move(bytes), path);
 }
 
 Graph read_onnx(const std::string& path) { return parse_onnx(read_onnx_bytes(path), path); }

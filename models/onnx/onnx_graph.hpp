@@ -94,7 +94,8 @@ struct Graph {
 // [batch, classes], a node whose input nothing produces, a graph that is not in topological order.
 Graph parse_onnx(std::string_view bytes, const std::string& source,
                  const std::set<std::string>& weights_elsewhere = {});
-// The bytes of the file at `path` (a folder, a missing or an unreadable file is an InputError naming it).
+// The bytes of the file at `path` (a folder, a missing or an unreadable file is an InputError naming it), with
+// the data of initializers kept in files beside it (ONNX's external data) read in: one model, whole.
 std::string read_onnx_bytes(const std::string& path);
 // Reads `path` and parses it.
 Graph read_onnx(const std::string& path);

@@ -8,6 +8,8 @@
 #include <functional>
 #include <random>
 
+#include <unistd.h>
+
 #include "core/error.hpp"
 #include "models/onnx/onnx_graph.hpp"
 #include "tests/models/onnx_builder.hpp"
@@ -72,6 +74,50 @@ TEST(OnnxGraph, ReadsAGraphAsTorchWritesIt) {
   EXPECT_FLOAT_EQ(weight.floats[18], 0.01f);
   const Constant& bias = g.constants.at("conv.bias");  // float_data
   EXPECT_EQ(bias.floats, (std::vector<float>{0.f, 0.01f, 0.02f, 0.03f}));
+}
+
+// The conv weight's 108 floats kept at `offset` of `location` beside the model (onnx.save's
+// save_as_external_data), its data file written with `data` bytes first.
+std::string external_model(const std::string& folder, const std::string& location, std::int64_t offset,
+                           std::size_t data_bytes) {
+  auto m = tiny_cnn();
+  for (auto& t : *m.mutable_graph()->mutable_initializer()) {
+    if (t.name() != "conv.weight") continue;
+    std::string weights = t.raw_data();
+    weights.insert(0, std::string(offset, 'x'));
+    std::ofstream(folder + "/weights.bin", std::ios::binary).write(weights.data(), std::min(data_bytes, weights.size()));
+    t.clear_raw_data();
+    t.set_data_location(pb::TensorProto::EXTERNAL);
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"location", location},
+                                     {"offset", std::to_string(offset)}, {"length", "432"}}) {
+      auto* entry = t.add_external_data();
+      entry->set_key(key);
+      entry->set_value(value);
+    }
+  }
+  const std::string path = folder + "/m.onnx";
+  std::ofstream(path, std::ios::binary) << bytes_of(m);
+  return path;
+}
+
+TEST(OnnxGraph, ReadsWeightsKeptInAFileBesideTheModel) {
+  const auto folder = std::filesystem::temp_directory_path() / ("ddl_external_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(folder);
+  const std::string dir = folder.string();
+  const Graph g = parse_onnx(read_onnx_bytes(external_model(dir, "weights.bin", 16, 1000)), "m.onnx");
+  const Graph inline_weights = parse_onnx(bytes_of(tiny_cnn()), "m.onnx");
+  EXPECT_EQ(g.constants.at("conv.weight").floats, inline_weights.constants.at("conv.weight").floats);
+  const auto read_error = [&](const std::string& location, std::size_t data_bytes) {
+    const std::string path = external_model(dir, location, 16, data_bytes);
+    return error_of([&] { read_onnx_bytes(path); }).substr(path.size());
+  };
+  EXPECT_EQ(read_error("../weights.bin", 1000),
+            ": initializer 'conv.weight' keeps its data in '../weights.bin', not in a file of the model's folder "
+            "(ONNX's external data is relative to it)");
+  EXPECT_EQ(read_error("weights.bin", 100),
+            ": initializer 'conv.weight' lies past the end of its data file " + dir + "/weights.bin (100 bytes): truncated?");
+  EXPECT_NE(read_error("missing.bin", 1000).find("'s data file " + dir + "/missing.bin cannot be opened"), std::string::npos);
+  std::filesystem::remove_all(folder);
 }
 
 TEST(OnnxGraph, NamesNodesAndAttributesInMessages) {
@@ -196,8 +242,8 @@ TEST(OnnxGraph, RefusesInitializersItCannotRead) {
   EXPECT_EQ(with_weight([](auto& t) { t.clear_raw_data(); }),
             "m.onnx: truncated: initializer 'conv.weight' has no data for its 108 elements");
   EXPECT_EQ(with_weight([](auto& t) { t.set_data_location(pb::TensorProto::EXTERNAL); }),
-            "m.onnx: initializer 'conv.weight' keeps its data in another file, which ddl does not read (export the "
-            "model as one file)");
+            "m.onnx: initializer 'conv.weight' keeps its data in another file, which ddl reads from the model's path "
+            "only");
   // Integer tensors of every width ddl reads.
   auto m = tiny_cnn();
   auto* t = m.mutable_graph()->add_initializer();
