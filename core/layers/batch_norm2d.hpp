@@ -38,6 +38,9 @@ class BatchNorm2d : public Layer {
   std::vector<StateView> state() override;
 
  private:
+  // The tensor's memory under primitive_md_.
+  dnnl::memory as_primitive(Context& ctx, const Tensor& t) const;
+
   BatchNorm2dOptions opt_;
   ParamMemory scale_, shift_;
   AlignedBuffer<float> running_mean_, running_var_;
@@ -49,6 +52,7 @@ class BatchNorm2d : public Layer {
   Tensor mean_, variance_, workspace_;
   dnnl::memory running_mean_mem_, running_var_mem_;
   const Tensor* src_ = nullptr;
+  dnnl::memory::desc primitive_md_;  // the input as the primitives see it (rank 3 as rank 4)
 };
 
 }  // namespace ddl

@@ -1,6 +1,9 @@
 // Every layer's backward against central finite differences, including padding and stride edge cases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.hpp"
 #include "core/layers/batch_norm2d.hpp"
 #include "core/layers/conv2d.hpp"
@@ -9,6 +12,7 @@
 #include "core/layers/flatten.hpp"
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
+#include "core/rng.hpp"
 #include "tests/core/gradient_check.hpp"
 
 namespace ddl {
@@ -205,6 +209,59 @@ TEST(BatchNorm2dGradient, TrainingStatistics) {
 TEST(BatchNorm2dGradient, FusedRelu) {
   BatchNorm2d bn({.channels = 3, .relu = true});
   check_gradients(bn, {4, 3, 3, 3}, {.step = 1e-3f, .abs_tolerance = 5e-3f, .rel_tolerance = 3e-2f});
+}
+
+TEST(BatchNorm2dGradient, OneAndThreeDimensionalInputs) {  // BatchNorm1d on [N, C] and [N, C, L]
+  BatchNorm2d flat({.channels = 3}), tokens({.channels = 3});
+  check_gradients(flat, {6, 3}, {.step = 1e-2f, .abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f});
+  check_gradients(tokens, {4, 3, 5}, {.step = 1e-2f, .abs_tolerance = 3e-3f, .rel_tolerance = 3e-2f});
+}
+
+// [64, 6, 256] as BatchNorm1d gets it after a flatten: y and dx within float32's rounding of the formulas worked
+// in double (oneDNN's [N, C, L] kernel summed 30x less precisely, 3e-5 in y).
+TEST(BatchNorm2dOutput, ThreeDimensionalInputWithinFloatRoundingOfTheFormula) {
+  const int n = 64, c = 6, l = 256, size = n * c * l;
+  Context ctx;
+  BatchNorm2d bn({.channels = c});
+  AlignedBuffer<float> p(2 * c), g(2 * c);
+  for (int k = 0; k < c; ++k) p[k] = 1.0f + 0.1f * k;
+  bn.bind({{p.span().subspan(0, c), g.span().subspan(0, c)}, {p.span().subspan(c, c), g.span().subspan(c, c)}}, ctx);
+  bn.setup(ctx, plain_desc({n, c, l}), Mode::train, true);
+  Tensor x(plain_desc({n, c, l}), ctx.engine()), dy(plain_desc({n, c, l}), ctx.engine());
+  Rng rng(1);
+  for (int i = 0; i < size; ++i) {
+    x.data()[i] = std::max(0.0f, 0.5f + 0.3f * rng.normal());  // a ReLU's output
+    dy.data()[i] = 0.3f * rng.normal();
+  }
+  const Tensor& out = bn.forward(ctx, x);
+  const std::vector<float> y(out.data(), out.data() + size);
+  const Tensor& dx = bn.backward(ctx, dy);
+  double worst_y = 0, worst_dx = 0;
+  for (int k = 0; k < c; ++k) {
+    const auto at = [&](int b, int j) { return (b * c + k) * l + j; };
+    double sum = 0, squares = 0, sum_g = 0, sum_gx = 0;
+    for (int b = 0; b < n; ++b)
+      for (int j = 0; j < l; ++j) sum += x.data()[at(b, j)];
+    const double mean = sum / (n * l);
+    for (int b = 0; b < n; ++b)
+      for (int j = 0; j < l; ++j) squares += std::pow(x.data()[at(b, j)] - mean, 2);
+    const double rstd = 1 / std::sqrt(squares / (n * l) + 1e-5);
+    for (int b = 0; b < n; ++b)
+      for (int j = 0; j < l; ++j) {
+        const double normal = (x.data()[at(b, j)] - mean) * rstd;
+        worst_y = std::max(worst_y, std::abs(p[k] * normal - y[at(b, j)]));
+        sum_g += dy.data()[at(b, j)];
+        sum_gx += dy.data()[at(b, j)] * normal;
+      }
+    for (int b = 0; b < n; ++b)
+      for (int j = 0; j < l; ++j) {
+        const double normal = (x.data()[at(b, j)] - mean) * rstd;
+        const double want = p[k] * rstd * (dy.data()[at(b, j)] - (sum_g + normal * sum_gx) / (n * l));
+        worst_dx = std::max(worst_dx, std::abs(want - dx.data()[at(b, j)]));
+      }
+  }
+  EXPECT_LT(worst_y, 3e-6);
+  EXPECT_LT(worst_dx, 3e-6);
 }
 
 }  // namespace
