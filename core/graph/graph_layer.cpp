@@ -32,6 +32,8 @@ GraphLayer::GraphLayer(std::vector<ParamSpec> params, std::vector<GraphConstant>
 
 std::vector<StateView> GraphLayer::state() {
   std::vector<StateView> views;
+  for (std::size_t c = 0; c < constants_.size(); ++c)
+    if (constants_[c].running) views.push_back({"constant" + std::to_string(c), constants_[c].values, {}});
   for (std::size_t k = 0; k < ops_.size(); ++k)
     if (const auto state = ops_[k]->generator_state(); !state.empty())
       views.push_back({"op" + std::to_string(k) + ".rng", {}, state});

@@ -24,6 +24,9 @@ namespace ddl {
 struct GraphConstant {
   dims_t dims;
   std::vector<float> values;
+  // A statistic an operator moves in training (a BatchNormalization's running mean and variance): part of the
+  // layer's state, which checkpoints keep.
+  bool running = false;
 };
 
 // Where the batch is in the layer's input: the axis that is `per_batch` times the batch size (attention's
@@ -47,7 +50,7 @@ class GraphLayer : public Layer {
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
-  // The generators of its random operators, "op<k>.rng".
+  // Its running statistics, "constant<c>", then the generators of its random operators, "op<k>.rng".
   std::vector<StateView> state() override;
   bool accumulate_gradients(bool on) override {
     accumulate_ = on;

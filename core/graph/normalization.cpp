@@ -1,5 +1,5 @@
-// The normalisation family: LayerNormalization (on oneDNN's layer normalization) over the axes from `axis` on,
-// and InstanceNormalization over each image's channel (GroupNorm as PyTorch exports it: a Reshape to
+// The normalisation family: BatchNormalization where a piece holds one, LayerNormalization (on oneDNN's layer
+// normalization) over the axes from `axis` on, and InstanceNormalization over each image's channel (GroupNorm as PyTorch exports it: a Reshape to
 // [N, groups, -1], InstanceNormalization, a Reshape back, a per-channel Mul and Add).
 #include <cmath>
 #include <optional>
@@ -142,7 +142,87 @@ class InstanceNormOp : public Operator {
   std::vector<float> mean_, rstd_;  // by image and channel
 };
 
+// BatchNormalization over [N, C, ...] (BatchNorm1d on [N, C] and [N, C, L], BatchNorm2d): in training each
+// channel normalised by the batch's statistics, which move the running mean and variance (inputs 3 and 4, which
+// the graph layer keeps as state) by 1 - momentum, the variance unbiased as PyTorch's; in evaluation by the
+// running statistics.
+class BatchNormOp : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    const dims_t& x = input(in, 0).dims;
+    if (x.size() < 2) spec_.fail("ddl normalises [N, C, ...], not " + shapes::text(x));
+    for (std::size_t i = 1; i < 5; ++i)
+      if (product(input(in, i).dims) != static_cast<std::size_t>(x[1]))
+        spec_.fail("its scale, bias, mean and variance do not hold one number a channel of " + shapes::text(x));
+    return x;
+  }
+  void setup(Context&, OpInputs, const OpValue& out, bool train) override {
+    train_ = train;
+    images_ = out.dims[0];
+    channels_ = out.dims[1];
+    length_ = static_cast<dim>(product(out.dims)) / (images_ * channels_);
+    mean_.assign(channels_, 0.0f);
+    rstd_.assign(channels_, 0.0f);
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    const float epsilon = spec_.real("epsilon", 1e-5f), momentum = spec_.real("momentum", 0.9f);
+    const float *x = in[0]->data, *scale = in[1]->data, *shift = in[2]->data;
+    float *running_mean = in[3]->data, *running_var = in[4]->data;
+    const double count = static_cast<double>(images_ * length_);
+#pragma omp parallel for if (images_ * channels_ * length_ >= static_cast<dim>(walk::kParallelFrom))
+    for (dim c = 0; c < channels_; ++c) {
+      double mean = running_mean[c], variance = running_var[c];
+      if (train_) {
+        double sum = 0, squares = 0;
+        for_channel(c, [&](dim i) { sum += x[i]; });
+        mean = sum / count;
+        for_channel(c, [&](dim i) { squares += (x[i] - mean) * (x[i] - mean); });
+        variance = squares / count;
+        running_mean[c] = static_cast<float>(momentum * running_mean[c] + (1 - momentum) * mean);
+        const double unbiased = count > 1 ? variance * count / (count - 1) : variance;
+        running_var[c] = static_cast<float>(momentum * running_var[c] + (1 - momentum) * unbiased);
+      }
+      mean_[c] = static_cast<float>(mean);
+      rstd_[c] = static_cast<float>(1.0 / std::sqrt(variance + epsilon));
+      for_channel(c, [&](dim i) { out.data[i] = scale[c] * (x[i] - mean_[c]) * rstd_[c] + shift[c]; });
+    }
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    const float *x = in[0]->data, *scale = in[1]->data, *gy = out.grad;
+    float *gx = in[0]->grad, *gscale = in[1]->grad, *gshift = in[2]->grad;
+    const double count = static_cast<double>(images_ * length_);
+#pragma omp parallel for if (images_ * channels_ * length_ >= static_cast<dim>(walk::kParallelFrom))
+    for (dim c = 0; c < channels_; ++c) {
+      double sum_g = 0, sum_gx = 0;  // of the gradient, and of the gradient times the normalised input
+      for_channel(c, [&](dim i) {
+        sum_g += gy[i];
+        sum_gx += gy[i] * (x[i] - mean_[c]) * rstd_[c];
+      });
+      if (gscale) gscale[c] += static_cast<float>(sum_gx);
+      if (gshift) gshift[c] += static_cast<float>(sum_g);
+      if (!gx) continue;
+      const float mean_g = static_cast<float>(sum_g / count), mean_gx = static_cast<float>(sum_gx / count);
+      for_channel(c, [&](dim i) {
+        gx[i] += scale[c] * rstd_[c] * (gy[i] - mean_g - (x[i] - mean_[c]) * rstd_[c] * mean_gx);
+      });
+    }
+  }
+
+ private:
+  // fn(i) for the offset i of each of channel c's elements.
+  template <class F>
+  void for_channel(dim c, F fn) const {
+    for (dim n = 0; n < images_; ++n)
+      for (dim k = 0, at = (n * channels_ + c) * length_; k < length_; ++k) fn(at + k);
+  }
+  bool train_ = false;
+  dim images_ = 1, channels_ = 1, length_ = 1;
+  std::vector<float> mean_, rstd_;  // by channel: the statistics this step normalised by
+};
+
 const OperatorRecord kNormalizationRecords[] = {
+    {"BatchNormalization", "normalisation", make<BatchNormOp>, "[N, C, ...]; a chain's is ddl's BatchNorm2d layer on oneDNN"},
     {"LayerNormalization", "normalisation", make<LayerNormOp>, "any axis; the shift may be left out"},
     {"InstanceNormalization", "normalisation", make<InstanceNormOp>, "[N, C, ...] of rank 3 or more"},
 };

@@ -1,7 +1,8 @@
 // The shape and indexing family: operators that move numbers without computing on them (Reshape, Transpose,
-// Slice, Gather, Concat, Expand, Tile...). Those that keep the numbers as they are (Reshape, Squeeze,
+// Slice, Gather, Concat, Expand, Tile, Pad...). Those that keep the numbers as they are (Reshape, Squeeze,
 // Identity) share their input's storage.
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/graph/operator_registry.hpp"
 #include "core/graph/tensor_walk.hpp"
@@ -193,6 +194,72 @@ class TileOp : public Operator {
   }
 };
 
+// Pad of any axes but the first (the batch's), in constant, reflect or edge mode (F.pad, nn.ZeroPad2d,
+// nn.ReflectionPad2d, nn.ReplicationPad2d); negative pads crop. Each output element reads one input element
+// or the constant: the map is worked out at set-up.
+class PadOp : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    const dims_t& x = input(in, 0).dims;
+    const auto& pads = integers(spec_, 1);
+    if (spec_.integer_input(3)) spec_.fail("ddl takes a Pad of every axis, without axes");
+    if (pads.size() != 2 * x.size()) spec_.fail("its pads do not fit " + shapes::text(x));
+    if (pads[0] != 0 || pads[x.size()] != 0) spec_.fail("ddl pads no batch axis (the first)");
+    const std::string mode = spec_.text("mode", "constant");
+    if (mode != "constant" && mode != "reflect" && mode != "edge")
+      spec_.fail("its mode " + mode + " is not constant, reflect or edge");
+    dims_t out = x;
+    for (std::size_t d = 0; d < x.size(); ++d) {
+      const std::int64_t before = pads[d], after = pads[d + x.size()];
+      if (std::abs(before) > (1 << 24) || std::abs(after) > (1 << 24)) spec_.fail("its pads are out of range");
+      out[d] += before + after;
+      if (out[d] < 1) spec_.fail("crops " + shapes::text(x) + " to nothing");
+      if (mode == "reflect" && (before >= x[d] || after >= x[d]))
+        spec_.fail("reflects " + std::to_string(std::max(before, after)) + " elements of an axis of " + std::to_string(x[d]));
+    }
+    return out;
+  }
+  void setup(Context&, OpInputs in, const OpValue& out, bool) override {
+    const dims_t& x = in[0]->dims;
+    const auto& pads = integers(spec_, 1);
+    const std::string mode = spec_.text("mode", "constant");
+    // Per axis, the input index each output index reads, -1 for the constant.
+    std::vector<std::vector<dim>> from(x.size());
+    for (std::size_t d = 0; d < x.size(); ++d)
+      for (dim o = 0; o < out.dims[d]; ++o) {
+        dim i = o - pads[d];
+        if (mode == "reflect") i = i < 0 ? -i : i >= x[d] ? 2 * (x[d] - 1) - i : i;
+        if (mode == "edge") i = std::clamp<dim>(i, 0, x[d] - 1);
+        from[d].push_back(i >= 0 && i < x[d] ? i : -1);
+      }
+    const dims_t strides = shapes::strides_of(x);
+    source_.assign(product(out.dims), 0);
+    for (std::size_t o = 0; o < source_.size(); ++o) {
+      dim at = 0, rest = static_cast<dim>(o);
+      for (std::size_t d = x.size(); d-- > 0 && at >= 0;) {
+        const dim i = from[d][rest % out.dims[d]];
+        at = i < 0 ? -1 : at + i * strides[d];
+        rest /= out.dims[d];
+      }
+      source_[o] = at;
+    }
+    value_ = constant_number(in, 2, 0.0f);
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    for (std::size_t o = 0; o < source_.size(); ++o) out.data[o] = source_[o] < 0 ? value_ : in[0]->data[source_[o]];
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    if (float* g = in[0]->grad)  // in order: reflected elements add into one input element from several places
+      for (std::size_t o = 0; o < source_.size(); ++o)
+        if (source_[o] >= 0) g[source_[o]] += out.grad[o];
+  }
+
+ private:
+  std::vector<dim> source_;
+  float value_ = 0;
+};
+
 // Concat along an axis, and Gather at indices known before the graph runs: parts of the output, each a
 // block of an input.
 class Parts : public Operator {
@@ -271,6 +338,7 @@ const OperatorRecord kShapeOpsRecords[] = {
     {"Expand", "shape and indexing", make<Strided>, ""},
     {"Slice", "shape and indexing", make<Strided>, "bounds, axes and steps (either sign) that do not follow the batch"},
     {"Tile", "shape and indexing", make<TileOp>, ""},
+    {"Pad", "shape and indexing", make<PadOp>, "constant, reflect or edge, of any axes but the batch's; negative pads crop"},
     {"Concat", "shape and indexing", make<Parts>, "any axis"},
     {"Gather", "shape and indexing", make<Parts>, "indices known before the graph runs, one or a list"},
 };

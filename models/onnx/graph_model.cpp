@@ -120,10 +120,8 @@ class Builder {
       if (!piece) throw;
       if (piece->end == from) throw InputError(onnx::one_line(g_.source + ": the piece from '" + from + "' computes nothing"));
       v = piece->end;
-      // Its random operators' generators (a Dropout's) have no initializer.
-      std::vector<std::string> state(piece->layer->state().size());
-      random_layers_ += !state.empty();
-      return {std::move(piece->layer), std::move(piece->params), std::move(state)};
+      random_layers_ += std::count(piece->state.begin(), piece->state.end(), "") > 0;
+      return {std::move(piece->layer), std::move(piece->params), std::move(piece->state)};
     }
   }
   Built layer_or_block(std::string& v) {

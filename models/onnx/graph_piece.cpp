@@ -16,10 +16,9 @@ static_assert(kBatch == kBatchTimes, "folded shapes and the graph layer name the
 
 using dim = dnnl::memory::dim;
 
-// The operators that ddl's own layers take and a piece does not: a piece that holds one is left to the layers.
-bool layer_only(const std::string& op) {
-  return op == "BatchNormalization" || op == "Pad" || op == "ChannelShuffle";
-}
+// The operators that ddl's own layers take and a piece does not (a ChannelShuffle, fuse_patterns.hpp): a piece
+// that holds one is left to the layers.
+bool layer_only(const std::string& op) { return op == "ChannelShuffle"; }
 
 // The operators ddl's own layers take too: among them alone the layers' refusal stands.
 bool layers_take(const std::string& op) {
@@ -69,6 +68,10 @@ class PieceBuilder {
       return std::nullopt;
     }
     value_[from] = 0;
+    // A BatchNormalization's running statistics are state the piece moves, not parameters.
+    for (const std::size_t n : region->nodes)
+      if (const Node& node = g_.nodes[n]; node.op == "BatchNormalization")
+        for (std::size_t i = 3; i < std::min<std::size_t>(node.inputs.size(), 5); ++i) running_.insert(node.inputs[i]);
     // Parameters first, then constants, then the operations' outputs: the GraphLayer's numbering.
     for (const bool parameters : {true, false})
       for (const std::size_t n : region->nodes)
@@ -78,10 +81,12 @@ class PieceBuilder {
           const Constant& c = g_.constants.at(in);
           if (c.integer) continue;  // given to the operator as numbers
           value_[in] = static_cast<int>(1 + params_.size() + constants_.size());
-          if (parameters)
+          if (parameters) {
             params_.push_back(in);
-          else
-            constants_.push_back({dims_t(c.dims.begin(), c.dims.end()), c.floats});
+          } else {
+            constants_.push_back({dims_t(c.dims.begin(), c.dims.end()), c.floats, running_.count(in) > 0});
+            if (running_.count(in)) state_.push_back(in);
+          }
         }
     // nn.Linear at opset 13, x @ W^T + b: the weight's Transpose that only the MatMul reads is read in
     // place, and the bias that an Add alone gives the product is the product's own (oneDNN's matmul bias).
@@ -130,6 +135,8 @@ class PieceBuilder {
     if (const auto it = g_.batch_axes.find(from); it != g_.batch_axes.end()) batch = {it->second.axis, it->second.per_batch};
     piece.layer = std::make_unique<GraphLayer>(std::move(specs), std::move(constants_), std::move(ops_), batch, seed);
     piece.params = params_;
+    piece.state = state_;
+    piece.state.resize(piece.layer->state().size());  // its generators (a Dropout's) start from no initializer
     piece.end = region->end;
     return piece;
   }
@@ -137,7 +144,7 @@ class PieceBuilder {
  private:
   bool is_constant(const std::string& v) const { return v.empty() || g_.constants.count(v); }
   bool is_parameter(const std::string& v) const {
-    return g_.initializers.count(v) && g_.constants.count(v) && !g_.constants.at(v).integer;
+    return g_.initializers.count(v) && g_.constants.count(v) && !g_.constants.at(v).integer && !running_.count(v);
   }
   // Dims of a bias added to every row of `cols` columns: [cols] or [1, cols].
   static bool is_row(const std::vector<std::int64_t>& dims, std::int64_t cols) {
@@ -251,6 +258,8 @@ class PieceBuilder {
   std::map<std::string, std::pair<std::string, std::string>> with_bias_;  // a product: its bias, the sum's value
   std::map<std::string, int> value_;
   std::vector<std::string> params_;
+  std::set<std::string> running_;  // BatchNormalization's running statistics
+  std::vector<std::string> state_;  // the initializers the running statistics start from, in state() order
   std::vector<GraphConstant> constants_;
   std::vector<OpSpec> ops_;
   std::string last_output_;

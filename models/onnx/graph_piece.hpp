@@ -19,14 +19,15 @@ namespace ddl::onnx {
 struct GraphPiece {
   std::unique_ptr<Layer> layer;
   std::vector<std::string> params;  // the initializers its parameters start from, in param_specs() order
+  std::vector<std::string> state;   // those its state starts from, in state() order; "" for a generator's
   std::string end;                  // the value it computes
 };
 
 // The piece from value `from`; `readers` gives, for each value computed on images, the nodes that read it (a
 // node once per input it reads it as), and `from_parameters` the values computed from constants and
 // parameters alone (a weight's Transpose before its MatMul). nullopt where no such piece is found, or where
-// one of its nodes is one of ddl's layers that a piece does not take (a BatchNormalization: the caller's own refusal
-// then stands). Throws InputError naming the node where an operator is neither, or comes with attributes or
+// one of its nodes is one of ddl's layers that a piece does not take (a ChannelShuffle: the caller's own
+// refusal then stands). Throws InputError naming the node where an operator is neither, or comes with attributes or
 // inputs its operators cannot take.
 // `seed` seeds its random operators (GraphLayer).
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,

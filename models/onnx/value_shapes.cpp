@@ -1,6 +1,5 @@
 #include "models/onnx/value_shapes.hpp"
 
-#include <set>
 #include <string>
 
 #include "core/graph/operator_registry.hpp"
@@ -28,9 +27,8 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
       return std::nullopt;  // the builder names the problem
     }
   }
-  // Those ddl's own layers take alone.
-  static const std::set<std::string> same = {"BatchNormalization", "ChannelShuffle"};
-  if (same.count(node.op)) return x;
+  // ChannelShuffle: ddl's own layer (fuse_patterns.hpp), not an ONNX operator.
+  if (node.op == "ChannelShuffle") return x;
   if (node.op == "Equal") {
     if (dims.size() < 2 || !dims[1]) return std::nullopt;
     try {
@@ -38,16 +36,6 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
     } catch (const InputError&) {
       return std::nullopt;
     }
-  }
-  if (node.op == "Pad") {
-    const Dims* pads = values.size() > 1 && values[1] && values[1]->integer ? &values[1]->ints : nullptr;
-    if (!pads || pads->size() != 2 * x.size()) return std::nullopt;
-    Dims out = x;
-    for (std::size_t d = 0; d < x.size(); ++d)
-      if (__builtin_add_overflow(out[d], (*pads)[d], &out[d]) ||
-          __builtin_add_overflow(out[d], (*pads)[d + x.size()], &out[d]) || out[d] < 0)
-        return std::nullopt;
-    return out;
   }
   return std::nullopt;
 }

@@ -108,7 +108,7 @@ class CBAM(nn.Module):
         super().__init__()
         self.c1 = nn.Conv2d(3, 8, 3, padding=1)
         self.mlp = nn.Sequential(nn.Conv2d(8, 2, 1), nn.ReLU(), nn.Conv2d(2, 8, 1))
-        self.sa = nn.Conv2d(2, 1, 7, padding=3)
+        self.sa = nn.Sequential(nn.Conv2d(2, 1, 7, padding=3, bias=False), nn.BatchNorm2d(1))  # CBAM's BasicConv
         self.fc = nn.Linear(8, 10)
     def forward(self, x):
         x = F.relu(self.c1(x))
@@ -117,6 +117,19 @@ class CBAM(nn.Module):
         m = torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1)
         x = x * torch.sigmoid(self.sa(m))
         return self.fc(x.mean([2, 3]))
+
+
+class PadsAndNorms(nn.Module):  # reflected and replicated borders; a BatchNorm1d over tokens inside a piece
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Sequential(nn.ReflectionPad2d(1), nn.Conv2d(3, 6, 3, stride=2))
+        self.c2 = nn.Sequential(nn.ReplicationPad2d((1, 2, 0, 1)), nn.Conv2d(6, 6, (2, 4)))
+        self.bn = nn.BatchNorm1d(6)
+        self.fc = nn.Linear(6, 10)
+    def forward(self, x):
+        t = F.relu(self.c2(F.relu(self.c1(x)))).flatten(2)  # [N, 6, 256]
+        w = torch.softmax(self.bn(t), 1)  # over the channels: along the tokens its bias would cancel
+        return self.fc((w * t).sum(-1))
 
 
 class Activations(nn.Module):
@@ -513,7 +526,7 @@ class OnnxImport(unittest.TestCase):
         convolution's tokens, slices and joins along rows, a BatchNorm1d head: against float64 PyTorch as float32
         PyTorch is."""
         for index, module in enumerate((GroupNormNet(), UpsampleNet(), CBAM(), Activations(), AttnPool(), ConcatOfRows(),
-                                        HalfTheRowsConvolved(), Bn1dHead())):
+                                        HalfTheRowsConvolved(), Bn1dHead(), PadsAndNorms())):
             with self.subTest(module=type(module).__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(module, f"lab_{type(module).__name__}", steps=2)
