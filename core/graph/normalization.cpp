@@ -1,6 +1,5 @@
 // The normalisation family: BatchNormalization where a piece holds one, LayerNormalization (on oneDNN's layer
-// normalization) over the axes from `axis` on, and InstanceNormalization over each image's channel (GroupNorm as PyTorch exports it: a Reshape to
-// [N, groups, -1], InstanceNormalization, a Reshape back, a per-channel Mul and Add).
+// normalization) over the axes from `axis` on, GroupNormalization and InstanceNormalization.
 #include <cmath>
 #include <optional>
 
@@ -79,8 +78,10 @@ class LayerNormOp : public Operator {
   std::vector<float> zeros_;
 };
 
-// Each [N, C, ...] image's channel normalised over its other axes, then scaled and shifted per channel.
-class InstanceNormOp : public Operator {
+// Each [N, C, ...] image's channels in groups, each group normalised over its channels and other axes, then
+// scaled and shifted per channel: GroupNormalization (num_groups; PyTorch's GroupNorm export is fused into one,
+// fuse_patterns.hpp) and InstanceNormalization (a group a channel).
+class GroupNormOp : public Operator {
  public:
   using Operator::Operator;
   dims_t output_dims(OpInputs in, std::int64_t) const override {
@@ -88,58 +89,69 @@ class InstanceNormOp : public Operator {
     if (x.size() < 3) spec_.fail("ddl normalises [N, C, ...] of rank 3 or more, not " + shapes::text(x));
     if (product(input(in, 1).dims) != static_cast<std::size_t>(x[1]) || product(input(in, 2).dims) != static_cast<std::size_t>(x[1]))
       spec_.fail("its scale and shift do not hold one number a channel of " + shapes::text(x));
+    if (groups(x) < 1 || x[1] % groups(x) != 0)
+      spec_.fail(std::to_string(groups(x)) + " groups do not divide the " + std::to_string(x[1]) + " channels");
     return x;
   }
   void setup(Context&, OpInputs, const OpValue& out, bool) override {
     channels_ = out.dims[1];
-    length_ = static_cast<dim>(product(out.dims)) / (out.dims[0] * channels_);
-    mean_.assign(out.dims[0] * channels_, 0.0f);
+    plane_ = static_cast<dim>(product(out.dims)) / (out.dims[0] * channels_);
+    per_group_ = channels_ / groups(out.dims);
+    mean_.assign(out.dims[0] * groups(out.dims), 0.0f);
     rstd_.assign(mean_.size(), 0.0f);
   }
   void forward(Context&, OpInputs in, OpValue& out) override {
     const float epsilon = spec_.real("epsilon", 1e-5f);
     const float *x = in[0]->data, *scale = in[1]->data, *shift = in[2]->data;
-    const dim rows = static_cast<dim>(mean_.size());
-#pragma omp parallel for if (rows * length_ >= static_cast<dim>(walk::kParallelFrom))
+    const dim rows = static_cast<dim>(mean_.size()), length = per_group_ * plane_;
+#pragma omp parallel for if (rows * length >= static_cast<dim>(walk::kParallelFrom))
     for (dim r = 0; r < rows; ++r) {
-      const float* xr = x + r * length_;
+      const float* xr = x + r * length;
       double sum = 0, squares = 0;
-      for (dim k = 0; k < length_; ++k) sum += xr[k];
-      const double mean = sum / static_cast<double>(length_);
-      for (dim k = 0; k < length_; ++k) squares += (xr[k] - mean) * (xr[k] - mean);
+      for (dim k = 0; k < length; ++k) sum += xr[k];
+      const double mean = sum / static_cast<double>(length);
+      for (dim k = 0; k < length; ++k) squares += (xr[k] - mean) * (xr[k] - mean);
       mean_[r] = static_cast<float>(mean);
-      rstd_[r] = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(length_) + epsilon));
-      const dim c = r % channels_;
-      for (dim k = 0; k < length_; ++k) out.data[r * length_ + k] = scale[c] * (xr[k] - mean_[r]) * rstd_[r] + shift[c];
+      rstd_[r] = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(length) + epsilon));
+      for (dim k = 0; k < length; ++k) {
+        const dim c = channel(r, k);
+        out.data[r * length + k] = scale[c] * (xr[k] - mean_[r]) * rstd_[r] + shift[c];
+      }
     }
   }
   void backward(Context&, OpInputs in, const OpValue& out, float*) override {
     const float *x = in[0]->data, *scale = in[1]->data, *gy = out.grad;
     float *gx = in[0]->grad, *gscale = in[1]->grad, *gshift = in[2]->grad;
-    const dim rows = static_cast<dim>(mean_.size());
+    const dim rows = static_cast<dim>(mean_.size()), length = per_group_ * plane_;
     for (dim r = 0; r < rows; ++r) {
-      const dim c = r % channels_;
-      double sum_g = 0, sum_gx = 0;  // of the gradient, and of the gradient times the normalised input
-      for (dim k = 0; k < length_; ++k) {
-        const float normal = (x[r * length_ + k] - mean_[r]) * rstd_[r];
-        sum_g += gy[r * length_ + k];
-        sum_gx += gy[r * length_ + k] * normal;
+      double sum_g = 0, sum_gx = 0;  // of the gradient times the scale, and of that times the normalised input
+      for (dim k = 0; k < length; ++k) {
+        const dim c = channel(r, k), i = r * length + k;
+        const float normal = (x[i] - mean_[r]) * rstd_[r];
+        if (gscale) gscale[c] += gy[i] * normal;
+        if (gshift) gshift[c] += gy[i];
+        sum_g += gy[i] * scale[c];
+        sum_gx += gy[i] * scale[c] * normal;
       }
-      if (gscale) gscale[c] += static_cast<float>(sum_gx);
-      if (gshift) gshift[c] += static_cast<float>(sum_g);
       if (!gx) continue;
-      const float mean_g = static_cast<float>(sum_g / static_cast<double>(length_));
-      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(length_));
-      for (dim k = 0; k < length_; ++k) {
-        const float normal = (x[r * length_ + k] - mean_[r]) * rstd_[r];
-        gx[r * length_ + k] += scale[c] * rstd_[r] * (gy[r * length_ + k] - mean_g - normal * mean_gx);
+      const float mean_g = static_cast<float>(sum_g / static_cast<double>(length));
+      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(length));
+      for (dim k = 0; k < length; ++k) {
+        const dim c = channel(r, k), i = r * length + k;
+        const float normal = (x[i] - mean_[r]) * rstd_[r];
+        gx[i] += rstd_[r] * (gy[i] * scale[c] - mean_g - normal * mean_gx);
       }
     }
   }
 
  private:
-  dim channels_ = 1, length_ = 1;
-  std::vector<float> mean_, rstd_;  // by image and channel
+  dim groups(const dims_t& x) const {
+    return spec_.type == "InstanceNormalization" ? x[1] : spec_.integer("num_groups", 0);
+  }
+  // The channel of element k of row r (an image's group).
+  dim channel(dim r, dim k) const { return r % (channels_ / per_group_) * per_group_ + k / plane_; }
+  dim channels_ = 1, plane_ = 1, per_group_ = 1;
+  std::vector<float> mean_, rstd_;  // by image and group
 };
 
 // BatchNormalization over [N, C, ...] (BatchNorm1d on [N, C] and [N, C, L], BatchNorm2d): in training each
@@ -224,7 +236,8 @@ class BatchNormOp : public Operator {
 const OperatorRecord kNormalizationRecords[] = {
     {"BatchNormalization", "normalisation", make<BatchNormOp>, "[N, C, ...]; a chain's is ddl's BatchNorm2d layer on oneDNN"},
     {"LayerNormalization", "normalisation", make<LayerNormOp>, "any axis; the shift may be left out"},
-    {"InstanceNormalization", "normalisation", make<InstanceNormOp>, "[N, C, ...] of rank 3 or more"},
+    {"InstanceNormalization", "normalisation", make<GroupNormOp>, "[N, C, ...] of rank 3 or more"},
+    {"GroupNormalization", "normalisation", make<GroupNormOp>, "per-channel scale and bias (ONNX 21's); PyTorch's GroupNorm export is fused into one"},
 };
 
 }  // namespace

@@ -375,6 +375,7 @@ class Builder {
     using dnnl::algorithm;
     if (n.op == "Sigmoid") return std::make_unique<Eltwise>("sigmoid", algorithm::eltwise_logistic);
     if (n.op == "Tanh") return std::make_unique<Eltwise>("tanh", algorithm::eltwise_tanh);
+    if (n.op == "Mish") return std::make_unique<Eltwise>("mish", algorithm::eltwise_mish);  // fuse_patterns.hpp
     // x * min(max(x / 6 + 1 / 2, 0), 1): oneDNN 3 takes the 1/6 and 1/2 as alpha and beta, 2.6 ignores them.
     if (n.op == "HardSwish")
       return std::make_unique<Eltwise>("hard swish", algorithm::eltwise_hardswish, 1.0f / 6, 0.5f);
@@ -641,7 +642,7 @@ GraphModel define_graph_model(const std::string& name, const ModelConfig& config
                                        config.graph->weights_elsewhere);
   onnx::fold_constants(graph);
   chain_concats(graph);
-  onnx::fuse_norms_and_gelus(graph);
+  onnx::fuse_norms_and_activations(graph);
   onnx::fuse_channel_shuffles(graph);
   onnx::split_into_slices(graph);
   return Builder(graph, config).build();

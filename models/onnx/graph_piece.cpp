@@ -25,7 +25,7 @@ bool layers_take(const std::string& op) {
   static const std::set<std::string> taken = {
       "Conv",    "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LeakyRelu",
       "Clip",    "HardSigmoid",        "HardSwish", "Pad",       "ChannelShuffle",    "Identity",      "Dropout",
-      "Relu",    "Sigmoid",            "Tanh",    "Gemm",        "ReduceMean",        "Flatten",       "Reshape",
+      "Relu",    "Sigmoid",            "Tanh",    "Gemm",        "ReduceMean",        "Flatten",       "Reshape", "Mish",
       "Add",     "Mul",                "Concat",  "Slice"};
   return taken.count(op) > 0;
 }

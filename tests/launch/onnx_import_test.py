@@ -531,6 +531,28 @@ class OnnxImport(unittest.TestCase):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(module, f"lab_{type(module).__name__}", steps=2)
 
+    def test_group_norm_and_mish_run_as_one_operator_each(self):
+        """nn.GroupNorm's export (a Reshape, InstanceNormalization, a Reshape back, Mul, Add) and F.mish's
+        (Softplus, Tanh, Mul) are rewritten as one GroupNormalization and one oneDNN mish: the model printed says so."""
+        class GroupNormMish(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+                self.gn = nn.GroupNorm(4, 8)
+                self.fc = nn.Linear(8, 10)
+
+            def forward(self, x):
+                return self.fc(F.mish(self.gn(self.c1(x))).mean([2, 3]))
+        onnx_file = self.path("group_norm_mish.onnx")
+        export(GroupNormMish(), onnx_file, 13)
+        out = run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.data, "--epochs", 1,
+                  "--steps-per-epoch", 1, "--threads", 1, "--progress", "never").stdout
+        layers = out.split("total parameters")[0]
+        self.assertIn("graph of 1 operators (GroupNormalization 1)", layers)
+        self.assertRegex(layers, r"\n +\d+ +mish ")
+        self.assertNotIn("InstanceNormalization", layers)
+        self.assertNotIn("Softplus", layers)
+
     def test_lars_and_lamb_train_as_their_papers_formulas(self):
         lars = (["--optimizer", "lars", "--momentum", 0.9, "--weight-decay", 5e-4, "--lars-trust", 0.02],
                 lambda params, lr: Lars(params, lr, momentum=0.9, weight_decay=5e-4, eta=0.02))
