@@ -204,7 +204,7 @@ class PadOp : public Operator {
     const dims_t& x = input(in, 0).dims;
     const auto& pads = integers(spec_, 1);
     if (spec_.integer_input(3)) spec_.fail("ddl takes a Pad of every axis, without axes");
-    if (pads.size() != 2 * x.size()) spec_.fail("its pads do not fit " + shapes::text(x));
+    if (x.empty() || pads.size() != 2 * x.size()) spec_.fail("its pads do not fit " + shapes::text(x));
     if (pads[0] != 0 || pads[x.size()] != 0) spec_.fail("ddl pads no batch axis (the first)");
     const std::string mode = spec_.text("mode", "constant");
     if (mode != "constant" && mode != "reflect" && mode != "edge")

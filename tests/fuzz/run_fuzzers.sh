@@ -4,7 +4,8 @@
 # bounded from its seed corpus (tests/fuzz/corpus/<target>/). A crash, a sanitizer report, an exception other
 # than InputError, a hang (-timeout) or an allocation over the limits fails the run; the input is kept in
 # build-fuzz/artifacts/. Exit 77 (skipped) when clang or libFuzzer is missing.
-#   bash tests/fuzz/run_fuzzers.sh [TARGET...]     (dataset checkpoint image_folder cifar_binary config_file onnx_graph)
+#   bash tests/fuzz/run_fuzzers.sh [TARGET...]     (dataset checkpoint image_folder cifar_binary config_file onnx_graph
+#                                                   graph_operators)
 #   DDL_FUZZ_SECONDS=N  per target (default 20)    DDL_FUZZ_RUNS=N  inputs per target at most (default 20000)
 #   DDL_FUZZ_BUILD=DIR  build folder (default <repository>/build-fuzz)
 set -euo pipefail
@@ -12,7 +13,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${DDL_FUZZ_BUILD:-$root/build-fuzz}
 seconds=${DDL_FUZZ_SECONDS:-20}
 runs=${DDL_FUZZ_RUNS:-20000}
-targets=(dataset checkpoint image_folder cifar_binary config_file onnx_graph)
+targets=(dataset checkpoint image_folder cifar_binary config_file onnx_graph graph_operators)
 [ $# -eq 0 ] || targets=("$@")
 
 work=$(mktemp -d /tmp/ddl-fuzz-XXXXXX)
