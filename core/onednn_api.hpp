@@ -112,6 +112,46 @@ inline dnnl::convolution_backward_weights::primitive_desc make_conv_backward_wei
 #endif
 }
 
+// The deconvolution (a convolution's transpose, ONNX's ConvTranspose) takes the convolution's arguments in
+// the same order; its weights are [OC, IC, k...] ([G, OC / G, IC / G, k...]) of the output's channels.
+inline dnnl::deconvolution_forward::primitive_desc make_deconv_forward_pd(
+    const dnnl::engine& eng, dnnl::prop_kind prop, dnnl::algorithm alg, const md_t& src, const md_t& weights,
+    const md_t& bias, const md_t& dst, const dims_vec& strides, const dims_vec& dilates, const dims_vec& padding_l,
+    const dims_vec& padding_r) {
+#if DNNL_VERSION_MAJOR >= 3
+  return {eng, prop, alg, src, weights, bias, dst, strides, dilates, padding_l, padding_r};
+#else
+  return {dnnl::deconvolution_forward::desc(prop, alg, src, weights, bias, dst, strides, dilates, padding_l, padding_r),
+          eng};
+#endif
+}
+
+inline dnnl::deconvolution_backward_data::primitive_desc make_deconv_backward_data_pd(
+    const dnnl::engine& eng, dnnl::algorithm alg, const md_t& diff_src, const md_t& weights, const md_t& diff_dst,
+    const dims_vec& strides, const dims_vec& dilates, const dims_vec& padding_l, const dims_vec& padding_r,
+    const dnnl::deconvolution_forward::primitive_desc& hint) {
+#if DNNL_VERSION_MAJOR >= 3
+  return {eng, alg, diff_src, weights, diff_dst, strides, dilates, padding_l, padding_r, hint};
+#else
+  return {
+      dnnl::deconvolution_backward_data::desc(alg, diff_src, weights, diff_dst, strides, dilates, padding_l, padding_r),
+      eng, hint};
+#endif
+}
+
+inline dnnl::deconvolution_backward_weights::primitive_desc make_deconv_backward_weights_pd(
+    const dnnl::engine& eng, dnnl::algorithm alg, const md_t& src, const md_t& diff_weights, const md_t& diff_bias,
+    const md_t& diff_dst, const dims_vec& strides, const dims_vec& dilates, const dims_vec& padding_l,
+    const dims_vec& padding_r, const dnnl::deconvolution_forward::primitive_desc& hint) {
+#if DNNL_VERSION_MAJOR >= 3
+  return {eng, alg, src, diff_weights, diff_bias, diff_dst, strides, dilates, padding_l, padding_r, hint};
+#else
+  return {dnnl::deconvolution_backward_weights::desc(alg, src, diff_weights, diff_bias, diff_dst, strides, dilates,
+                                                     padding_l, padding_r),
+          eng, hint};
+#endif
+}
+
 inline dnnl::inner_product_forward::primitive_desc make_inner_product_forward_pd(
     const dnnl::engine& eng, dnnl::prop_kind prop, const md_t& src, const md_t& weights, const md_t& bias,
     const md_t& dst, const dnnl::primitive_attr& attr = dnnl::primitive_attr()) {

@@ -125,13 +125,17 @@ class GroupNormOp : public Operator {
     const dim rows = static_cast<dim>(mean_.size()), length = per_group_ * plane_;
     for (dim r = 0; r < rows; ++r) {
       double sum_g = 0, sum_gx = 0;  // of the gradient times the scale, and of that times the normalised input
-      for (dim k = 0; k < length; ++k) {
-        const dim c = channel(r, k), i = r * length + k;
-        const float normal = (x[i] - mean_[r]) * rstd_[r];
-        if (gscale) gscale[c] += gy[i] * normal;
-        if (gshift) gshift[c] += gy[i];
-        sum_g += gy[i] * scale[c];
-        sum_gx += gy[i] * scale[c] * normal;
+      for (dim j = 0; j < per_group_; ++j) {  // a channel's elements are a run of the row
+        const dim c = channel(r, j * plane_), at = r * length + j * plane_;
+        double g = 0, gx_hat = 0;
+        for (dim k = 0; k < plane_; ++k) {
+          g += gy[at + k];
+          gx_hat += gy[at + k] * (x[at + k] - mean_[r]) * rstd_[r];
+        }
+        if (gscale) gscale[c] += static_cast<float>(gx_hat);
+        if (gshift) gshift[c] += static_cast<float>(g);
+        sum_g += g * scale[c];
+        sum_gx += gx_hat * scale[c];
       }
       if (!gx) continue;
       const float mean_g = static_cast<float>(sum_g / static_cast<double>(length));

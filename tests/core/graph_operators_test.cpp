@@ -119,6 +119,16 @@ TEST(GraphOperatorsGradient, Normalisation) {
                      g.add("Add", {g.add("Mul", {back, 1}), 2});
                      return g.make();
                    }});
+  cases.push_back({"GroupNormalization, 2 groups of 3 channels", {2, 6, 2, 3},
+                   one("GroupNormalization", {0, 1, 2}, {{"num_groups", ints({2})}, {"epsilon", real(1e-3f)}}, {},
+                       {param("s", {6}), param("b", {6})})});
+  // Batch statistics in training; the running mean and variance are state the operator moves.
+  const auto batch_norm = [](dims_t running) {
+    return one("BatchNormalization", {0, 1, 2, 3, 4}, {{"epsilon", real(1e-3f)}}, {}, {param("s", {3}), param("b", {3})},
+               {{running, {0.1f, 0.2f, 0.3f}, true}, {running, {1.0f, 2.0f, 0.5f}, true}});
+  };
+  cases.push_back({"BatchNormalization of [N, C, H, W]", {4, 3, 2, 2}, batch_norm({3})});
+  cases.push_back({"BatchNormalization of [N, C] (BatchNorm1d)", {5, 3}, batch_norm({3})});
   cases.push_back({"LayerNormalization from axis 1, without a shift", {2, 3, 4},
                    one("LayerNormalization", {0, 1}, {{"axis", ints({1})}, {"epsilon", real(1e-3f)}}, {}, {param("s", {3, 4})})});
   check_all(cases);
@@ -134,6 +144,10 @@ TEST(GraphOperatorsGradient, ShapeAndIndexing) {
                    one("Gather", {0, -1}, {{"axis", ints({1})}}, {{1, integers({4, 1, -1})}})});
   cases.push_back({"Flatten from axis 2", {2, 3, 4, 2}, one("Flatten", {0}, {{"axis", ints({2})}})});
   cases.push_back({"Expand", {2, 1, 4}, one("Expand", {0, -1}, {}, {{1, integers({3, 1})}})});
+  for (const char* mode : {"constant", "reflect", "edge"})
+    cases.push_back({std::string("Pad, ") + mode + ", a crop on one side", {2, 3, 4, 3},
+                     one("Pad", {0, -1, 1}, {{"mode", text(mode)}}, {{1, integers({0, 1, 2, -1, 0, 0, 1, 2})}}, {},
+                         {{{}, {0.5f}}})});
   check_all(cases);
 }
 
@@ -146,6 +160,32 @@ TEST(GraphOperatorsGradient, ConvolutionAndPooling) {
   cases.push_back({"Conv in 2 groups, auto_pad SAME_UPPER", {2, 4, 5, 5},
                    one("Conv", {0, 1}, {{"group", ints({2})}, {"strides", ints({2, 2})}, {"auto_pad", text("SAME_UPPER")}},
                        {}, {param("w", {6, 2, 3, 3})})});
+  // ConvTranspose's weight is [C_in, C_out / group, k...].
+  cases.push_back({"ConvTranspose 3x3, stride 2, pads 1, output_padding 1, bias (nn.ConvTranspose2d)", {2, 3, 4, 4},
+                   one("ConvTranspose", {0, 1, 2},
+                       {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})}, {"output_padding", ints({1, 1})}}, {},
+                       {param("w", {3, 4, 3, 3}), param("b", {4})})});
+  cases.push_back({"ConvTranspose 2x3 in 2 groups, strides 2x1, dilations 1x2, uneven pads, output_padding, bias",
+                   {2, 4, 3, 4},
+                   one("ConvTranspose", {0, 1, 2},
+                       {{"group", ints({2})}, {"strides", ints({2, 1})}, {"dilations", ints({1, 2})},
+                        {"pads", ints({1, 0, 0, 2})}, {"output_padding", ints({1, 0})}},
+                       {}, {param("w", {4, 3, 2, 3}), param("b", {6})})});
+  cases.push_back({"ConvTranspose 1-d, stride 3, uneven pads, output_padding 2, bias", {2, 3, 5},
+                   one("ConvTranspose", {0, 1, 2},
+                       {{"strides", ints({3})}, {"pads", ints({2, 1})}, {"output_padding", ints({2})}}, {},
+                       {param("w", {3, 2, 4}), param("b", {2})})});
+  cases.push_back({"ConvTranspose 3-d, strides 2x1x2, dilations 1x1x2, pads", {1, 2, 3, 3, 2},
+                   one("ConvTranspose", {0, 1, 2},
+                       {{"strides", ints({2, 1, 2})}, {"dilations", ints({1, 1, 2})}, {"pads", ints({0, 1, 0, 1, 0, 0})}},
+                       {}, {param("w", {2, 2, 2, 3, 2}), param("b", {2})})});
+  cases.push_back({"ConvTranspose auto_pad SAME_LOWER, no bias", {2, 2, 3, 3},
+                   one("ConvTranspose", {0, 1}, {{"strides", ints({2, 2})}, {"auto_pad", text("SAME_LOWER")}}, {},
+                       {param("w", {2, 3, 3, 3})})});
+  // Output rows past the last window's reach: only the bias lands there.
+  cases.push_back({"ConvTranspose to an output_shape one row longer than its windows reach", {2, 2, 3, 4},
+                   one("ConvTranspose", {0, 1, 2}, {{"strides", ints({2, 2})}, {"output_shape", ints({8, 9})}}, {},
+                       {param("w", {2, 2, 3, 3}), param("b", {2})})});
   cases.push_back({"MaxPool 3x2, strides 2x1, ceil_mode", {2, 3, 7, 6},
                    one("MaxPool", {0}, {{"kernel_shape", ints({3, 2})}, {"strides", ints({2, 1})}, {"ceil_mode", ints({1})}}),
                    kFine});
@@ -198,6 +238,77 @@ TEST(GraphOperatorsOutput, ResizeMatchesPyTorchsInterpolation) {
             (std::vector<float>{0, 0, 1, 1, 0, 0, 1, 1, 2, 2, 3, 3, 2, 2, 3, 3}));
 }
 
+TEST(GraphOperatorsOutput, ConvTransposeMatchesPyTorchs) {
+  // F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1): x [1, 2, 3, 3], w [2, 2, 3, 3].
+  GraphBuilder plain({}, {{{2, 2, 3, 3}, {-0.75, 0.5,  0,     -0.5,  0.75, 0.25,  -0.25, -0.75, 0.5,   0,    -0.5, 0.75,
+                                          0.25,  -0.25, -0.75, 0.5,   0,    -0.5,  0.75,  0.25,  -0.25, -0.75, 0.5,  0,
+                                          -0.5,  0.75, 0.25,  -0.25, -0.75, 0.5,   0,     -0.5,  0.75,  0.25,  -0.25, -0.75}},
+                          {{2}, {0.5, -1}}});
+  plain.add("ConvTranspose", {0, 1, 2}, {{"strides", ints({2, 2})}, {"pads", ints({1, 1, 1, 1})},
+                                         {"output_padding", ints({1, 1})}, {"kernel_shape", ints({3, 3})}});
+  GraphLayer strided = plain.build();
+  const std::vector<float> expected = {
+      -0.625, -0.25,  1,      3.125,  -1.5,   0.25,   5,      -1.75,  -0.625, 5.625,  -0.75,  -1.25,  2.875,  1.625,
+      0.375,  -0.5,   0.625,  0.125,  0.5,    1.125,  -1,     3,      3,      -0.125, 2.25,   2.125,  -0.25,  0,
+      0,      0,      -0.625, 2.375,  -0.625, -0.375, 3.5,    0,      -1.125, 2.25,   -1,     -2.375, 0.5,    -2.125,
+      -3.375, 2.125,  -0.375, -3,     -1.5,   1.5,    -2.125, -2,     -0.625, -2.5,   -1.875, 2,      -2.625, -0.875,
+      0.375,  -1.875, -2.125, -2.625, -1.75,  -2.125, -0.25,  -2.625, -1.5,   2,      -1.125, -2.75,  -0.625, -0.375,
+      -1.5,   -1.5};
+  const auto y = run_forward(strided, {1, 2, 3, 3},
+                             {-2.5, 1, -1, 2.5, 0.5, -1.5, 2, 0, -2, 1.5, -0.5, -2.5, 1, -1, 2.5, 0.5, -1.5, 2});
+  ASSERT_EQ(y.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(y[i], expected[i], 1e-5f) << i;
+
+  // F.conv_transpose2d(x, w, stride=(2, 1), dilation=(1, 2), groups=2, output_padding=(1, 0))[:, :, 1:, :-2]:
+  // ONNX's pads (1, 0) at the beginning and (0, 2) at the end. x [1, 4, 2, 3], w [4, 1, 2, 3].
+  GraphBuilder grouped({}, {{{4, 1, 2, 3}, {-0.75, 0, 0.75, -0.25, 0.5, -0.5, 0.25, -0.75, 0, 0.75, -0.25, 0.5,
+                                            -0.5, 0.25, -0.75, 0, 0.75, -0.25, 0.5, -0.5, 0.25, -0.75, 0, 0.75}}});
+  grouped.add("ConvTranspose", {0, 1}, {{"group", ints({2})}, {"strides", ints({2, 1})}, {"dilations", ints({1, 2})},
+                                        {"pads", ints({1, 0, 0, 2})}, {"output_padding", ints({1, 0})}});
+  GraphLayer in_groups = grouped.build();
+  const std::vector<float> expected_grouped = {
+      0.125, 1.375,  -0.5,  -0.25, 0,     -1.25, 0.875, 0,     -0.375, 1.875, -1.75, 0.625, -0.5, -0.625,
+      -0.375, 0,     0,     0,     0,     0,     1.5,   -0.375, 1.875, -0.75, -0.625, 0.75, -1.5, 0.125,
+      1,     -0.125, -0.75, 0.75,  -1.5,  1.5,   0.875, 0,     0,     0,     0,     0};
+  const auto z = run_forward(in_groups, {1, 4, 2, 3}, {-2, 0.5, -1.5, 1, -1, 1.5, -0.5, 2, 0, -2, 0.5, -1.5,
+                                                       1, -1, 1.5, -0.5, 2, 0, -2, 0.5, -1.5, 1, -1, 1.5});
+  ASSERT_EQ(z.size(), expected_grouped.size());
+  for (std::size_t i = 0; i < expected_grouped.size(); ++i) EXPECT_NEAR(z[i], expected_grouped[i], 1e-5f) << i;
+}
+
+// What oneDNN's deconvolution cannot take is refused with one line that names the node, not computed wrong.
+TEST(GraphOperatorsOutput, ConvTransposeRefusesWhatOneDnnCannotTake) {
+  const auto refusal = [](dims_t weight, std::map<std::string, OpAttribute> attributes) -> std::string {
+    OpSpec spec;
+    spec.type = "ConvTranspose";
+    spec.name = "net.onnx: ConvTranspose node 'up'";
+    spec.inputs = {0, 1};
+    spec.attributes = std::move(attributes);
+    const OpValue x{{1, 2, 4, 4}}, w{std::move(weight)};
+    const std::vector<const OpValue*> in = {&x, &w};
+    try {
+      const dims_t out = make_operator(spec)->output_dims(in, 1);
+      return "none: " + shapes::text(out);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+  };
+  // PyTorch takes output_padding below the stride or the dilation; oneDNN below the stride plus the end pad.
+  EXPECT_EQ(refusal({2, 3, 3, 3}, {{"dilations", ints({2, 2})}, {"output_padding", ints({1, 1})}}),
+            "net.onnx: ConvTranspose node 'up': its output_padding 1 is not below its stride plus its end pad (oneDNN's)");
+  EXPECT_EQ(refusal({2, 3, 3, 3}, {{"dilations", ints({2, 2})}, {"output_padding", ints({1, 1})}, {"pads", ints({0, 0, 1, 1})}}),
+            "none: [1x3x8x8]");
+  // 1x1 windows at stride 2 reach 7 rows of the 8 that SAME asks: the row missing is the first for SAME_UPPER
+  // (a begin pad of -1), the last for SAME_LOWER (an end pad of -1, as output_padding 1 would be).
+  EXPECT_EQ(refusal({2, 3, 1, 1}, {{"strides", ints({2, 2})}, {"auto_pad", text("SAME_UPPER")}}),
+            "net.onnx: ConvTranspose node 'up': its output_shape or auto_pad asks for a negative begin pad, which "
+            "oneDNN cannot take");
+  EXPECT_EQ(refusal({2, 3, 1, 1}, {{"strides", ints({2, 2})}, {"auto_pad", text("SAME_LOWER")}}), "none: [1x3x8x8]");
+  EXPECT_EQ(refusal({2, 3, 3, 3}, {{"strides", ints({2, 2})}, {"output_shape", ints({5, 5})}}), "none: [1x3x5x5]");
+  EXPECT_EQ(refusal({2, 3, 3, 3}, {{"kernel_shape", ints({2, 2})}}),
+            "net.onnx: ConvTranspose node 'up': its kernel_shape is not its weight's [2x3x3x3]");
+}
+
 TEST(GraphOperatorsOutput, ReductionsAndActivationsFollowTheirFormulas) {
   const std::vector<float> x = {1, -2, 3, 0.5f, 4, -1};  // [2, 3]
   const auto reduce = [&](const std::string& type) {
@@ -225,6 +336,36 @@ TEST(GraphOperatorsOutput, ReductionsAndActivationsFollowTheirFormulas) {
     EXPECT_NEAR(mish[i], x[i] * std::tanh(sp), 1e-5);
     EXPECT_NEAR(selu[i], x[i] > 0 ? 1.0507009873554805 * x[i] : 1.0507009873554805 * 1.6732632423543772 * std::expm1(x[i]), 1e-5);
   }
+}
+
+TEST(GraphOperatorsOutput, PadsAndBatchStatisticsFollowPyTorch) {
+  const auto pad = [](const std::string& mode) {  // a row [1, 2, 3]: 2 before, 1 after (F.pad's modes)
+    GraphBuilder g({}, {{{}, {0.5f}}});
+    g.add("Pad", {0, -1, 1}, {{"mode", text(mode)}}, {{1, integers({0, 2, 0, 1})}});
+    GraphLayer layer = g.build();
+    return run_forward(layer, {1, 3}, {1, 2, 3});
+  };
+  EXPECT_EQ(pad("constant"), (std::vector<float>{0.5f, 0.5f, 1, 2, 3, 0.5f}));
+  EXPECT_EQ(pad("reflect"), (std::vector<float>{3, 2, 1, 2, 3, 2}));
+  EXPECT_EQ(pad("edge"), (std::vector<float>{1, 1, 1, 2, 3, 3}));
+
+  // BatchNorm1d on [4, 1] (1, 2, 3, 6): mean 3, biased variance 3.5, unbiased 14/3; PyTorch's momentum 0.1
+  // is ONNX's 0.9 of the running value.
+  GraphBuilder g({}, {{{1}, {1.0f}}, {{1}, {0.0f}}, {{1}, {0.0f}, true}, {{1}, {1.0f}, true}});
+  g.add("BatchNormalization", {0, 1, 2, 3, 4}, {{"momentum", real(0.9f)}});
+  GraphLayer layer = g.build();
+  Context ctx;
+  layer.bind({}, ctx);
+  layer.setup(ctx, plain_desc({4, 1}), Mode::train, false);
+  Tensor x(plain_desc({4, 1}), ctx.engine());
+  const float values[] = {1, 2, 3, 6};
+  std::copy(values, values + 4, x.data());
+  const Tensor& y = layer.forward(ctx, x);
+  EXPECT_NEAR(y.data()[3], 3 / std::sqrt(3.5 + 1e-5), 1e-5);
+  const auto state = layer.state();
+  ASSERT_EQ(state.size(), 2u);
+  EXPECT_NEAR(state[0].floats[0], 0.1f * 3, 1e-6);
+  EXPECT_NEAR(state[1].floats[0], 0.9f + 0.1f * 14 / 3, 1e-6);
 }
 
 TEST(GraphOperatorsRegistry, EveryRecordIsFoundByItsTypeAndAnUnknownOneIsNamed) {

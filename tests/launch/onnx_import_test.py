@@ -132,6 +132,19 @@ class PadsAndNorms(nn.Module):  # reflected and replicated borders; a BatchNorm1
         return self.fc((w * t).sum(-1))
 
 
+class Decoder(nn.Module):  # transposed convolutions: output_padding, groups and dilation, a BatchNorm after one
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.up1 = nn.ConvTranspose2d(8, 8, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.bn = nn.BatchNorm2d(8)
+        self.up2 = nn.ConvTranspose2d(8, 4, (2, 3), dilation=(1, 2), padding=(0, 2))
+        self.fc = nn.Linear(4, 10)
+    def forward(self, x):
+        y = F.relu(self.bn(self.up1(F.relu(self.down(x)))))
+        return self.fc(self.up2(y).mean([2, 3]))
+
+
 class Activations(nn.Module):
     def __init__(self):
         super().__init__()
@@ -522,11 +535,11 @@ class OnnxImport(unittest.TestCase):
 
     def test_networks_labs_write_train_as_in_pytorch(self):
         """GroupNorm and InstanceNorm, upsampling and bilinear interpolation, CBAM's attention (paths that meet
-        in different nodes), activations with no layer of ddl's, a rectangular kernel, attention over a
-        convolution's tokens, slices and joins along rows, a BatchNorm1d head: against float64 PyTorch as float32
-        PyTorch is."""
+        in different nodes) with a BatchNorm among them, activations with no layer of ddl's, a rectangular kernel,
+        attention over a convolution's tokens, slices and joins along rows, a BatchNorm1d head, reflected and
+        replicated borders, transposed convolutions: against float64 PyTorch as float32 PyTorch is."""
         for index, module in enumerate((GroupNormNet(), UpsampleNet(), CBAM(), Activations(), AttnPool(), ConcatOfRows(),
-                                        HalfTheRowsConvolved(), Bn1dHead(), PadsAndNorms())):
+                                        HalfTheRowsConvolved(), Bn1dHead(), PadsAndNorms(), Decoder())):
             with self.subTest(module=type(module).__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(module, f"lab_{type(module).__name__}", steps=2)
