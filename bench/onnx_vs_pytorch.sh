@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Imported graphs against PyTorch: each torchvision model, exported to ONNX at SIZE x SIZE in training
+# Imported graphs against PyTorch: each torchvision model (or bench/lab_networks.py's lab_unet: GroupNorms and
+# upsampling), exported to ONNX at SIZE x SIZE in training
 # mode (dropout and stochastic depth off in both), trained step by step by ddl from the graph (build/bench/model_step FILE.onnx)
 # and by PyTorch eager from the same module definition (bench/torch_model_step.py --size), batch 32, the
 # same threads, one after the other in one run; prints images/s, peak memory and the ratios.
@@ -21,11 +22,13 @@ for m in $models; do
 import sys
 import torch
 import torchvision
-sys.path.insert(0, "launch")
+sys.path[:0] = ["launch", "bench"]
 import ddl_torch
+import lab_networks
 name, size, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 kwargs = {"image_size": size} if name.startswith("vit_") else {}  # position embeddings: one per patch
-model = getattr(torchvision.models, name)(num_classes=1000, **kwargs).train()
+model = (lab_networks.lab_network(name, 1000) if name.startswith("lab_") else
+         getattr(torchvision.models, name)(num_classes=1000, **kwargs)).train()
 for module in model.modules():
     # A mask PyTorch draws in the graph: the export would keep it fixed (dropout), or PyTorch 1.13 cannot
     # export it in training mode (stochastic depth's Bernoulli). At 0 both are the identity.

@@ -1,4 +1,4 @@
-"""The PyTorch half of bench/models_vs_pytorch.sh: one torchvision model's training step (random images,
+"""The PyTorch half of bench/models_vs_pytorch.sh: one torchvision model's (or bench/lab_networks.py's) training step (random images,
 forward, cross-entropy, backward, SGD with momentum) on `threads` threads; prints seconds per step,
 images/s and peak memory in the same form as build/bench/model_step. --bf16: the forward and the loss
 under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision. --size=N: images of
@@ -22,8 +22,13 @@ steps = int(args[2]) if len(args) > 2 else 5
 threads = int(args[3]) if len(args) > 3 else 2
 torch.set_num_threads(threads)
 torch.manual_seed(1)
-# A vision transformer is built for the image size (its position embeddings are one per patch).
-model = getattr(torchvision.models, name)(num_classes=1000, **({"image_size": size} if name.startswith("vit_") else {}))
+# A vision transformer is built for the image size (its position embeddings are one per patch); lab_* are
+# bench/lab_networks.py's.
+if name.startswith("lab_"):
+    import lab_networks
+    model = lab_networks.lab_network(name, 1000)
+else:
+    model = getattr(torchvision.models, name)(num_classes=1000, **({"image_size": size} if name.startswith("vit_") else {}))
 model.train()
 if no_dropout:  # as bench/onnx_vs_pytorch.sh exports the graphs ddl trains
     for module in model.modules():
