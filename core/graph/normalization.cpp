@@ -121,31 +121,40 @@ class GroupNormOp : public Operator {
   }
   void backward(Context&, OpInputs in, const OpValue& out, float*) override {
     const float *x = in[0]->data, *scale = in[1]->data, *gy = out.grad;
-    float *gx = in[0]->grad, *gscale = in[1]->grad, *gshift = in[2]->grad;
+    float* gx = in[0]->grad;
     const dim rows = static_cast<dim>(mean_.size()), length = per_group_ * plane_;
+    // By image and channel, summed in double over the channel's run of the row: the gradient, and the gradient
+    // times the normalised input. The rows are the threads'; the parameters' sums over images come after.
+    sums_.assign(2 * rows * per_group_, 0.0);
+    double* sum_g = sums_.data();
+    double* sum_gx = sum_g + rows * per_group_;
+#pragma omp parallel for if (rows * length >= static_cast<dim>(walk::kParallelFrom))
     for (dim r = 0; r < rows; ++r) {
-      double sum_g = 0, sum_gx = 0;  // of the gradient times the scale, and of that times the normalised input
-      for (dim j = 0; j < per_group_; ++j) {  // a channel's elements are a run of the row
-        const dim c = channel(r, j * plane_), at = r * length + j * plane_;
-        double g = 0, gx_hat = 0;
+      double row_g = 0, row_gx = 0;  // of the gradient times the scale, and of that times the normalised input
+      for (dim j = 0; j < per_group_; ++j) {
+        const dim c = channel(r, j * plane_), at = r * length + j * plane_, k0 = r * per_group_ + j;
         for (dim k = 0; k < plane_; ++k) {
-          g += gy[at + k];
-          gx_hat += gy[at + k] * (x[at + k] - mean_[r]) * rstd_[r];
+          sum_g[k0] += gy[at + k];
+          sum_gx[k0] += gy[at + k] * (x[at + k] - mean_[r]) * rstd_[r];
         }
-        if (gscale) gscale[c] += static_cast<float>(gx_hat);
-        if (gshift) gshift[c] += static_cast<float>(g);
-        sum_g += g * scale[c];
-        sum_gx += gx_hat * scale[c];
+        row_g += sum_g[k0] * scale[c];
+        row_gx += sum_gx[k0] * scale[c];
       }
       if (!gx) continue;
-      const float mean_g = static_cast<float>(sum_g / static_cast<double>(length));
-      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(length));
+      const float mean_g = static_cast<float>(row_g / static_cast<double>(length));
+      const float mean_gx = static_cast<float>(row_gx / static_cast<double>(length));
       for (dim k = 0; k < length; ++k) {
         const dim c = channel(r, k), i = r * length + k;
         const float normal = (x[i] - mean_[r]) * rstd_[r];
         gx[i] += rstd_[r] * (gy[i] * scale[c] - mean_g - normal * mean_gx);
       }
     }
+    for (dim r = 0; r < rows; ++r)
+      for (dim j = 0; j < per_group_; ++j) {
+        const dim c = channel(r, j * plane_), k0 = r * per_group_ + j;
+        if (in[1]->grad) in[1]->grad[c] += static_cast<float>(sum_gx[k0]);
+        if (in[2]->grad) in[2]->grad[c] += static_cast<float>(sum_g[k0]);
+      }
   }
 
  private:
@@ -156,6 +165,7 @@ class GroupNormOp : public Operator {
   dim channel(dim r, dim k) const { return r % (channels_ / per_group_) * per_group_ + k / plane_; }
   dim channels_ = 1, plane_ = 1, per_group_ = 1;
   std::vector<float> mean_, rstd_;  // by image and group
+  std::vector<double> sums_;        // backward's, by image and channel
 };
 
 // BatchNormalization over [N, C, ...] (BatchNorm1d on [N, C] and [N, C, L], BatchNorm2d): in training each

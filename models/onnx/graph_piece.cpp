@@ -47,73 +47,10 @@ class PieceBuilder {
 
   std::optional<GraphPiece> build(const std::string& from, std::uint64_t seed) {
     const auto region = find_region(from);
-    if (!region) return std::nullopt;
-    // An operator neither the layers nor a piece have is named. One that only the layers have (a Conv) in
-    // a piece that needs a piece's operators (a Transpose) is named with them; among the layers' operators
-    // alone the layers' own refusal stands.
-    const Node* held = nullptr;  // a node only the layers take
-    for (const std::size_t n : region->nodes) {
-      const Node& node = g_.nodes[n];
-      if (node.outputs.empty() || node.outputs[0].empty()) refuse(node, "it has no output");
-      if (!find_operator(node.op) && !layer_only(node.op))
-        refuse(node, "ddl does not support this operator (docs/onnx.md lists those it does)");
-      if (!held && layer_only(node.op)) held = &node;
-    }
-    if (held) {
-      for (const std::size_t n : region->nodes)
-        if (const Node& node = g_.nodes[n]; !layers_take(node.op))
-          refuse(node, "ddl runs this operator in a piece of N-d operations (docs/onnx.md, \"Pieces\"), and the "
-                       "piece it would be in, from '" + from + "' to '" + region->end + "', also holds " +
-                       held->describe() + ", which a piece cannot");
-      return std::nullopt;
-    }
+    if (!region || !all_operators_known(*region, from)) return std::nullopt;
     value_[from] = 0;
-    // A BatchNormalization's running statistics are state the piece moves, not parameters.
-    for (const std::size_t n : region->nodes)
-      if (const Node& node = g_.nodes[n]; node.op == "BatchNormalization")
-        for (std::size_t i = 3; i < std::min<std::size_t>(node.inputs.size(), 5); ++i) running_.insert(node.inputs[i]);
-    // Parameters first, then constants, then the operations' outputs: the GraphLayer's numbering.
-    for (const bool parameters : {true, false})
-      for (const std::size_t n : region->nodes)
-        for (const std::size_t i : data_inputs(g_.nodes[n])) {
-          const std::string& in = g_.nodes[n].inputs[i];
-          if (value_.count(in) || !g_.constants.count(in) || is_parameter(in) != parameters) continue;
-          const Constant& c = g_.constants.at(in);
-          if (c.integer) continue;  // given to the operator as numbers
-          value_[in] = static_cast<int>(1 + params_.size() + constants_.size());
-          if (parameters) {
-            params_.push_back(in);
-          } else {
-            constants_.push_back({dims_t(c.dims.begin(), c.dims.end()), c.floats, running_.count(in) > 0});
-            if (running_.count(in)) state_.push_back(in);
-          }
-        }
-    // nn.Linear at opset 13, x @ W^T + b: the weight's Transpose that only the MatMul reads is read in
-    // place, and the bias that an Add alone gives the product is the product's own (oneDNN's matmul bias).
-    std::set<std::size_t> taken_in;
-    std::map<std::string, std::size_t> position;
-    for (const std::size_t n : region->nodes) position[g_.nodes[n].outputs.at(0)] = n;
-    for (const std::size_t n : region->nodes) {
-      const Node& node = g_.nodes[n];
-      if (node.op != "MatMul" || node.inputs.size() != 2 || !position.count(node.inputs[1])) continue;
-      const Node& t = g_.nodes[position.at(node.inputs[1])];
-      if (t.op != "Transpose" || t.integers("perm", {1, 0}) != std::vector<std::int64_t>{1, 0} ||
-          !is_parameter(t.inputs.at(0)) || g_.constants.at(t.inputs[0]).dims.size() != 2 ||
-          readers_of(node.inputs[1]) != 1)
-        continue;
-      read_transposed_[node.inputs[1]] = t.inputs[0];
-      taken_in.insert(position.at(node.inputs[1]));
-      const auto r = readers_.find(node.outputs.at(0));
-      if (r == readers_.end() || r->second.size() != 1 || node.outputs[0] == g_.output) continue;
-      const Node& plus = g_.nodes[r->second[0]];
-      if (plus.op != "Add" || plus.inputs.size() != 2 || plus.outputs.empty()) continue;
-      const std::string& bias = plus.inputs[plus.inputs[0] == node.outputs[0] ? 1 : 0];
-      if (is_parameter(bias) && is_row(g_.constants.at(bias).dims, g_.constants.at(t.inputs[0]).dims[0]) &&
-          position.count(plus.outputs[0])) {
-        with_bias_[node.outputs[0]] = {bias, plus.outputs[0]};
-        taken_in.insert(position.at(plus.outputs[0]));
-      }
-    }
+    number_parameters_and_constants(*region);
+    const std::set<std::size_t> taken_in = linear_layers(*region);
     for (const std::size_t n : region->nodes)
       if (!taken_in.count(n)) translate(g_.nodes[n]);
     if (last_output_ != region->end) {
@@ -142,6 +79,81 @@ class PieceBuilder {
   }
 
  private:
+  // An operator neither the layers nor a piece have is named. One that only the layers have (a
+  // ChannelShuffle) in a piece that needs a piece's operators (a Transpose) is named with them; among the
+  // layers' operators alone the layers' own refusal stands (false).
+  bool all_operators_known(const Region& region, const std::string& from) const {
+    const Node* held = nullptr;  // a node only the layers take
+    for (const std::size_t n : region.nodes) {
+      const Node& node = g_.nodes[n];
+      if (node.outputs.empty() || node.outputs[0].empty()) refuse(node, "it has no output");
+      if (!find_operator(node.op) && !layer_only(node.op))
+        refuse(node, "ddl does not support this operator (docs/onnx.md lists those it does)");
+      if (!held && layer_only(node.op)) held = &node;
+    }
+    if (!held) return true;
+    for (const std::size_t n : region.nodes)
+      if (const Node& node = g_.nodes[n]; !layers_take(node.op))
+        refuse(node, "ddl runs this operator in a piece of N-d operations (docs/onnx.md, \"Pieces\"), and the "
+                     "piece it would be in, from '" + from + "' to '" + region.end + "', also holds " +
+                     held->describe() + ", which a piece cannot");
+    return false;
+  }
+
+  // Parameters first, then constants, then the operations' outputs: the GraphLayer's numbering. A
+  // BatchNormalization's running statistics are constants the piece moves (its state), not parameters.
+  void number_parameters_and_constants(const Region& region) {
+    for (const std::size_t n : region.nodes)
+      if (const Node& node = g_.nodes[n]; node.op == "BatchNormalization")
+        for (std::size_t i = 3; i < std::min<std::size_t>(node.inputs.size(), 5); ++i) running_.insert(node.inputs[i]);
+    for (const bool parameters : {true, false})
+      for (const std::size_t n : region.nodes)
+        for (const std::size_t i : data_inputs(g_.nodes[n])) {
+          const std::string& in = g_.nodes[n].inputs[i];
+          if (value_.count(in) || !g_.constants.count(in) || is_parameter(in) != parameters) continue;
+          const Constant& c = g_.constants.at(in);
+          if (c.integer) continue;  // given to the operator as numbers
+          value_[in] = static_cast<int>(1 + params_.size() + constants_.size());
+          if (parameters) {
+            params_.push_back(in);
+          } else {
+            constants_.push_back({dims_t(c.dims.begin(), c.dims.end()), c.floats, running_.count(in) > 0});
+            if (running_.count(in)) state_.push_back(in);
+          }
+        }
+  }
+
+  // nn.Linear at opset 13, x @ W^T + b: the weight's Transpose that only the MatMul reads is read in place,
+  // and the bias that an Add alone gives the product is the product's own (oneDNN's matmul bias). The nodes
+  // so taken into a MatMul.
+  std::set<std::size_t> linear_layers(const Region& region) {
+    std::set<std::size_t> taken_in;
+    std::map<std::string, std::size_t> position;
+    for (const std::size_t n : region.nodes) position[g_.nodes[n].outputs.at(0)] = n;
+    for (const std::size_t n : region.nodes) {
+      const Node& node = g_.nodes[n];
+      if (node.op != "MatMul" || node.inputs.size() != 2 || !position.count(node.inputs[1])) continue;
+      const Node& t = g_.nodes[position.at(node.inputs[1])];
+      if (t.op != "Transpose" || t.integers("perm", {1, 0}) != std::vector<std::int64_t>{1, 0} ||
+          !is_parameter(t.inputs.at(0)) || g_.constants.at(t.inputs[0]).dims.size() != 2 ||
+          readers_of(node.inputs[1]) != 1)
+        continue;
+      read_transposed_[node.inputs[1]] = t.inputs[0];
+      taken_in.insert(position.at(node.inputs[1]));
+      const auto r = readers_.find(node.outputs.at(0));
+      if (r == readers_.end() || r->second.size() != 1 || node.outputs[0] == g_.output) continue;
+      const Node& plus = g_.nodes[r->second[0]];
+      if (plus.op != "Add" || plus.inputs.size() != 2 || plus.outputs.empty()) continue;
+      const std::string& bias = plus.inputs[plus.inputs[0] == node.outputs[0] ? 1 : 0];
+      if (is_parameter(bias) && is_row(g_.constants.at(bias).dims, g_.constants.at(t.inputs[0]).dims[0]) &&
+          position.count(plus.outputs[0])) {
+        with_bias_[node.outputs[0]] = {bias, plus.outputs[0]};
+        taken_in.insert(position.at(plus.outputs[0]));
+      }
+    }
+    return taken_in;
+  }
+
   bool is_constant(const std::string& v) const { return v.empty() || g_.constants.count(v); }
   bool is_parameter(const std::string& v) const {
     return g_.initializers.count(v) && g_.constants.count(v) && !g_.constants.at(v).integer && !running_.count(v);
