@@ -3,6 +3,7 @@
 // `ddl_transpose_b` (set by the importer for nn.Linear's x @ W^T) reads a [cols, inner] weight transposed in
 // place; a third input [cols] is a bias added to every row.
 #include <algorithm>
+#include <cctype>
 
 #include "core/graph/operator_registry.hpp"
 #include "core/graph/tensor_walk.hpp"
@@ -123,10 +124,109 @@ class MatMulOp : public Operator {
   MatmulProduct forward_, grad_a_, grad_b_;
 };
 
+// Einsum of two operands that is one batched matrix product (MaxViT's attention, "bghid,bghjd->bghij" and
+// "bghij,bghjd->bghid"): each letter once in a term; every letter of an operand in the other one or in the
+// result; at most one letter of the first operand alone (the rows), one of the second alone (the columns) and
+// one summed over; the letters of all three are batch axes. The operands and the result are read in place under
+// strides, on oneDNN's matmul, as [batch..., rows, sum] by [batch..., sum, cols].
+class EinsumOp : public Operator {
+ public:
+  explicit EinsumOp(OpSpec spec) : Operator(std::move(spec)) {
+    std::string equation;
+    for (const char c : spec_.text("equation", "")) if (c != ' ') equation += c;
+    const auto comma = equation.find(','), arrow = equation.find("->");
+    if (comma == std::string::npos || equation.find(',', comma + 1) != std::string::npos || equation.find('.') != std::string::npos)
+      spec_.fail("ddl takes an Einsum of two operands without ellipsis, not '" + equation + "'");
+    a_ = equation.substr(0, comma);
+    b_ = equation.substr(comma + 1, arrow == std::string::npos ? std::string::npos : arrow - comma - 1);
+    if (arrow != std::string::npos) c_ = equation.substr(arrow + 2);
+    for (char l = 'A'; arrow == std::string::npos && l <= 'z'; ++l)  // implicit: the letters seen once, in order
+      if (std::count(a_.begin(), a_.end(), l) + std::count(b_.begin(), b_.end(), l) == 1) c_ += l;
+    for (const std::string* term : {&a_, &b_, &c_})
+      for (const char l : *term)
+        if (std::count(term->begin(), term->end(), l) != 1 || !std::isalpha(static_cast<unsigned char>(l)))
+          spec_.fail("ddl takes each letter once in a term, not '" + equation + "'");
+    for (const char l : a_ + b_ + c_)
+      if (std::string& g = group(l, equation); g.find(l) == std::string::npos) g += l;
+    if (rows_.size() > 1 || cols_.size() > 1 || sum_.size() > 1)
+      spec_.fail("'" + equation + "' is not one batched matrix product");
+    rows_.resize(1, '\0'), cols_.resize(1, '\0'), sum_.resize(1, '\0');
+    std::string batch;
+    for (const char l : c_)
+      if (batch_.find(l) != std::string::npos) batch += l;
+    batch_ = batch;  // in the result's order
+  }
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    const dims_t &a = input(in, 0).dims, &b = input(in, 1).dims;
+    if (a.size() != a_.size() || b.size() != b_.size())
+      spec_.fail("its operands " + shapes::text(a) + " and " + shapes::text(b) + " do not fit '" + a_ + "," + b_ + "'");
+    dims_t out;
+    for (const char l : c_) out.push_back(size_of(l, a, b));
+    for (const char l : sum_.substr(0, sum_.find('\0'))) size_of(l, a, b);
+    return out;
+  }
+  void setup(Context& ctx, OpInputs in, const OpValue& out, bool train) override {
+    const dims_t &a = in[0]->dims, &b = in[1]->dims;
+    const char r = rows_[0], k = sum_[0], c = cols_[0];
+    a_md_ = seen(a_, a, {r, k});
+    b_md_ = seen(b_, b, {k, c});
+    c_md_ = seen(c_, out.dims, {r, c});
+    forward_ = MatmulProduct(ctx, a_md_, b_md_, c_md_, 1.0f);
+    if (!train) return;
+    b_t_ = seen(b_, b, {c, k});
+    a_t_ = seen(a_, a, {k, r});
+    grad_a_ = MatmulProduct(ctx, c_md_, b_t_, a_md_, 1.0f, {}, true);
+    grad_b_ = MatmulProduct(ctx, a_t_, c_md_, b_md_, 1.0f, {}, true);
+  }
+  void forward(Context& ctx, OpInputs in, OpValue& out) override {
+    forward_(ctx, walk::over(a_md_, ctx, in[0]->data), walk::over(b_md_, ctx, in[1]->data), walk::over(c_md_, ctx, out.data));
+  }
+  void backward(Context& ctx, OpInputs in, const OpValue& out, float*) override {
+    const dnnl::memory gy = walk::over(c_md_, ctx, out.grad);
+    if (in[0]->grad) grad_a_(ctx, gy, walk::over(b_t_, ctx, in[1]->data), walk::over(a_md_, ctx, in[0]->grad));
+    if (in[1]->grad) grad_b_(ctx, walk::over(a_t_, ctx, in[0]->data), gy, walk::over(b_md_, ctx, in[1]->grad));
+  }
+
+ private:
+  // The letter's group: in all three the batch, in both operands the sum, else the rows or the columns.
+  std::string& group(char l, const std::string& equation) {
+    const bool in_a = a_.find(l) != std::string::npos, in_b = b_.find(l) != std::string::npos;
+    const bool in_c = c_.find(l) != std::string::npos;
+    if (in_a && in_b) return in_c ? batch_ : sum_;
+    if (in_c && (in_a || in_b)) return in_a ? rows_ : cols_;
+    spec_.fail("'" + equation + "' sums over a letter of one operand, or gives one of neither");
+  }
+  dim size_of(char l, const dims_t& a, const dims_t& b) const {
+    const auto ia = a_.find(l), ib = b_.find(l);
+    if (ia != std::string::npos && ib != std::string::npos && a[ia] != b[ib])
+      spec_.fail("its operands " + shapes::text(a) + " and " + shapes::text(b) + " differ along '" + std::string(1, l) + "'");
+    return ia != std::string::npos ? a[ia] : b[ib];
+  }
+  // A term's tensor seen as [batch..., x, y] under its own strides; a letter '\0' is an axis of 1.
+  dnnl::memory::desc seen(const std::string& term, const dims_t& dims, std::initializer_list<char> last) const {
+    const dims_t own = shapes::strides_of(dims);
+    dims_t d, s;
+    std::string order = batch_;
+    order.append(last.begin(), last.end());
+    for (const char l : order) {
+      const auto at = l == '\0' ? std::string::npos : term.find(l);
+      d.push_back(at == std::string::npos ? 1 : dims[at]);
+      s.push_back(at == std::string::npos ? 1 : own[at]);
+    }
+    return walk::strided(d, s);
+  }
+  // Letters: the operands', the result's, and each group's (the rows, columns and sum one letter or '\0').
+  std::string a_, b_, c_, batch_, rows_, cols_, sum_;
+  dnnl::memory::desc a_md_, b_md_, c_md_, a_t_, b_t_;
+  MatmulProduct forward_, grad_a_, grad_b_;
+};
+
 const OperatorRecord kMatrixRecords[] = {
     {"MatMul", "matrix products", make<MatMulOp>,
      "operands of rank 2 or more; the second one matrix (a weight) or with the first's batch axes"},
     {"Gemm", "matrix products", make<MatMulOp>, "transA 0, alpha = beta = 1"},
+    {"Einsum", "matrix products", make<EinsumOp>,
+     "two operands, one batched matrix product: each letter once a term, at most one of rows, of columns and summed over"},
 };
 
 }  // namespace

@@ -326,6 +326,58 @@ class Parts : public Operator {
   dims_t into_;
 };
 
+// ScatterND without reduction: the data with the slices that the indices (known before the graph runs) name
+// replaced by the updates (swin_t's attention mask, made of slices assigned in a tensor of zeros). Where two
+// indices name one element the last one wins, and takes its gradient. Each output element's source is worked
+// out at set-up.
+class ScatterOp : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    const dims_t& data = input(in, 0).dims;
+    if (spec_.text("reduction", "none") != "none") spec_.fail("ddl scatters without reduction");
+    const auto index = spec_.integers.find(1);
+    if (index == spec_.integers.end()) spec_.fail("its indices are not integers known before the graph runs");
+    const dims_t& at = index->second.dims;
+    if (at.empty() || at.back() > static_cast<dim>(data.size()))
+      spec_.fail("its indices " + shapes::text(at) + " do not index data " + shapes::text(data));
+    dims_t updates(at.begin(), at.end() - 1);
+    updates.insert(updates.end(), data.begin() + at.back(), data.end());
+    if (input(in, 2).dims != updates)
+      spec_.fail("its updates " + shapes::text(in[2]->dims) + " are not the " + shapes::text(updates) + " its indices take");
+    return data;
+  }
+  void setup(Context&, OpInputs in, const OpValue& out, bool) override {
+    const dims_t& data = in[0]->dims;
+    const IntegerInput& index = spec_.integers.at(1);
+    const std::size_t depth = index.dims.back(), tuples = product(dims_t(index.dims.begin(), index.dims.end() - 1));
+    const dims_t strides = shapes::strides_of(data);
+    const std::size_t block = product(dims_t(data.begin() + depth, data.end()));
+    writer_.assign(product(out.dims), -1);
+    for (std::size_t t = 0; t < tuples; ++t) {
+      dim at = 0;
+      for (std::size_t d = 0; d < depth; ++d) {
+        const dim i = index.values[t * depth + d], length = data[d];
+        if (i < -length || i >= length) spec_.fail("index " + std::to_string(i) + " is outside " + shapes::text(data));
+        at += (i < 0 ? i + length : i) * strides[d];
+      }
+      for (std::size_t k = 0; k < block; ++k) writer_[at + k] = static_cast<dim>(t * block + k);
+    }
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    for (std::size_t o = 0; o < writer_.size(); ++o) out.data[o] = writer_[o] < 0 ? in[0]->data[o] : in[2]->data[writer_[o]];
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    float *data = in[0]->grad, *updates = in[2]->grad;
+    for (std::size_t o = 0; o < writer_.size(); ++o)
+      if (writer_[o] < 0 && data) data[o] += out.grad[o];
+      else if (writer_[o] >= 0 && updates) updates[writer_[o]] += out.grad[o];
+  }
+
+ private:
+  std::vector<dim> writer_;  // by output element: the update element written there, -1 for the data's own
+};
+
 const OperatorRecord kShapeOpsRecords[] = {
     {"Identity", "shape and indexing", make<SameNumbers>, ""},
     {"Cast", "shape and indexing", make<SameNumbers>, "to float, on values computed on images"},
@@ -341,6 +393,7 @@ const OperatorRecord kShapeOpsRecords[] = {
     {"Pad", "shape and indexing", make<PadOp>, "constant, reflect or edge, of any axes but the batch's; negative pads crop"},
     {"Concat", "shape and indexing", make<Parts>, "any axis"},
     {"Gather", "shape and indexing", make<Parts>, "indices known before the graph runs, one or a list"},
+    {"ScatterND", "shape and indexing", make<ScatterOp>, "indices known before the graph runs; no reduction"},
 };
 
 }  // namespace

@@ -7,15 +7,24 @@
 // which is always the batch: a Shape of such a value may only be read at index 0 (torch's
 // x.view(x.size(0), -1)). A node that reads a parameter (a float initializer) is never folded: it is part
 // of what training computes (a weight's Transpose before its MatMul, a class token's Expand).
+//
+// The table below computes integers (shapes) and moves numbers of either kind. Computation on constant real
+// numbers that it lacks (swin_t's attention mask: a ScatterND into zeros, a Sub of two views of it) is the
+// registry's operator (core/graph/) run forward on the constants, as a graph layer runs it: the same
+// forward as on images, no second interpreter.
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 
+#include "core/context.hpp"
 #include "core/error.hpp"
+#include "core/graph/operator_registry.hpp"
 #include "core/graph/shape_rules.hpp"
 #include "models/onnx/message_text.hpp"
 #include "models/onnx/onnx_graph.hpp"
+#include "models/onnx/op_spec.hpp"
 #include "models/onnx/value_shapes.hpp"
 
 namespace ddl::onnx {
@@ -307,10 +316,19 @@ Constant range(const Op& op) {
   return out;
 }
 
-// Add, Sub, Mul and Div, on integers only: shapes. Real numbers on constants are weights, not shapes.
+// x mod y: with fmod the sign of x (C's %), without it the sign of y (Python's %, as PyTorch exports it).
+bool modulo(const Op& op, std::int64_t x, std::int64_t y, std::int64_t& r) {
+  if (y == 0) op.fail("divides by 0");
+  if (y == -1) return (r = 0), false;
+  r = x % y;
+  if (op.node.integer("fmod", 0) == 0 && r != 0 && (r < 0) != (y < 0)) r += y;
+  return false;
+}
+
+// Add, Sub, Mul, Div and Mod, on integers (shapes); on real numbers they are the registry's (run_operator).
 Constant arithmetic(const Op& op) {
   const Constant &a = op.input(0), &b = op.input(1);
-  if (!a.integer || !b.integer) op.fail("computes on real numbers; ddl folds integer (shape) arithmetic only");
+  same_kind(op, a, b);
   Dims dims = shapes::broadcast(a.dims, b.dims);
   const std::size_t n = op.size(dims);
   const auto ia = broadcast_index(a.dims, dims, n), ib = broadcast_index(b.dims, dims, n);
@@ -328,6 +346,7 @@ Constant arithmetic(const Op& op) {
       overflow = y == -1 && x == std::numeric_limits<std::int64_t>::min();
       if (!overflow) r = x / y;
     }
+    if (name == "Mod") overflow = modulo(op, x, y, r);
     if (overflow) op.fail("overflows int64");
   }
   return out;
@@ -339,19 +358,72 @@ Constant reshape(const Op& op) {
   return out;
 }
 
-using Fold = Constant (*)(const Op&);
+// Not, of integers (a comparison's 0s and 1s).
+Constant logical_not(const Op& op) {
+  Constant out = op.input(0);
+  if (!out.integer) op.fail("negates real numbers");
+  for (auto& v : out.ints) v = v == 0;
+  return out;
+}
+
+struct Fold {
+  Constant (*compute)(const Op&);
+  bool reals;  // whether it takes real numbers too (it moves or compares them); else the registry computes on them
+};
 const std::map<std::string, Fold>& operations() {
-  static const std::map<std::string, Fold> table = {{"Constant", constant}, {"ConstantOfShape", constant_of_shape},
-                                                    {"Gather", gather},     {"Unsqueeze", unsqueeze},
-                                                    {"Squeeze", squeeze},   {"Concat", concat},
-                                                    {"Cast", cast},         {"Slice", slice},
-                                                    {"Equal", equal},       {"Where", where},
-                                                    {"Expand", expand},     {"Range", range},
-                                                    {"Add", arithmetic},    {"Sub", arithmetic},
-                                                    {"Mul", arithmetic},    {"Div", arithmetic},
-                                                    {"Reshape", reshape},   {"Transpose", transpose},
-                                                    {"Identity", identity}};
+  static const std::map<std::string, Fold> table = {
+      {"Constant", {constant, true}}, {"ConstantOfShape", {constant_of_shape, true}},
+      {"Gather", {gather, true}},     {"Unsqueeze", {unsqueeze, true}},
+      {"Squeeze", {squeeze, true}},   {"Concat", {concat, true}},
+      {"Cast", {cast, true}},         {"Slice", {slice, true}},
+      {"Equal", {equal, true}},       {"Where", {where, true}},
+      {"Expand", {expand, true}},     {"Reshape", {reshape, true}},
+      {"Transpose", {transpose, true}}, {"Identity", {identity, true}},
+      {"Range", {range, false}},      {"Not", {logical_not, false}},
+      {"Add", {arithmetic, false}},   {"Sub", {arithmetic, false}},
+      {"Mul", {arithmetic, false}},   {"Div", {arithmetic, false}},
+      {"Mod", {arithmetic, false}}};
   return table;
+}
+
+// The registry's operator for the node run forward on its constants: real numbers as values, integers as
+// the numbers an operator takes (a ScatterND's indices, a Reshape's shape), as a graph layer gives them.
+Constant run_operator(const Op& op, Context& ctx, std::int64_t batch) {
+  if (!find_operator(op.node.op)) op.fail("computes on constants only, and ddl folds only shape arithmetic");
+  std::vector<OpValue> held(op.in.size());
+  std::vector<const OpValue*> in(op.in.size(), nullptr);
+  for (std::size_t i = 0; i < op.in.size(); ++i)
+    if (op.has(i) && !op.in[i]->integer) {
+      held[i] = {op.in[i]->dims, const_cast<float*>(op.in[i]->floats.data()), nullptr, true};
+      in[i] = &held[i];
+    }
+  const std::unique_ptr<Operator> made = make_operator(op_spec(op.graph.source, op.node, op.in));
+  // Folded, a Dropout's mask would be drawn once (or, set up for evaluation, never): it is a graph's operator.
+  if (!made->generator_state().empty()) op.fail("draws random numbers on constants only, which ddl does not fold");
+  OpValue out{made->output_dims(in, batch), nullptr, nullptr, false};
+  Constant value{out.dims, false, std::vector<float>(op.size(out.dims)), {}};
+  out.data = value.floats.data();
+  made->setup(ctx, in, out, false);
+  made->forward(ctx, in, out);
+  return value;
+}
+
+// The node's value from its known inputs: by the table, or by the registry's operator where it computes on real
+// numbers that the table does not.
+Constant fold_node(const Op& op, std::int64_t batch, std::unique_ptr<Context>& ctx) {
+  const auto fold = operations().find(op.node.op);
+  const bool reals = std::any_of(op.in.begin(), op.in.end(), [](const Constant* c) { return c && !c->integer; });
+  const bool registry = fold == operations().end() || (reals && !fold->second.reals);
+  if (registry && !reals) op.fail("computes on constants only, and ddl folds only shape arithmetic");
+  // A second output would be left without the node that gives it.
+  if (op.node.outputs.size() != 1) op.fail("has " + std::to_string(op.node.outputs.size()) + " outputs; ddl folds one");
+  try {
+    if (!registry) return fold->second.compute(op);
+    if (!ctx) ctx = std::make_unique<Context>();
+    return run_operator(op, *ctx, batch);
+  } catch (const shapes::ShapeError& e) {
+    op.fail(e.what());
+  }
 }
 
 // What one evaluation knows: the outputs of the nodes it folded.
@@ -361,7 +433,20 @@ struct Evaluation {
   std::map<std::string, Dims> shapes;  // of the values computed on images, where value_shapes knows them
 };
 
-Evaluation evaluate(const Graph& graph, std::int64_t batch) {
+// The dims of what a node computes on images (or parameters), where value_shapes knows them.
+std::optional<Dims> dims_on_images(const Op& op, const std::map<std::string, Dims>& shapes) {
+  std::vector<std::optional<Dims>> dims;
+  for (std::size_t k = 0; k < op.node.inputs.size(); ++k) {
+    const auto image = shapes.find(op.node.inputs[k]);
+    dims.push_back(image != shapes.end() ? std::optional<Dims>(image->second)
+                   : op.in[k]             ? std::optional<Dims>(op.in[k]->dims)
+                                          : std::nullopt);
+  }
+  return output_dims(op.node, dims, op.in);
+}
+
+// `ctx`: the oneDNN engine the registry's operators run on, made where one is first needed.
+Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Context>& ctx) {
   Evaluation e;
   e.folded.assign(graph.nodes.size(), false);
   // A Shape's output -> the value whose shape it is, where ddl knows only the first dimension, the batch.
@@ -430,27 +515,11 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch) {
               "launch/export_onnx.py does) and with tied ones, "
               "which ddl does not train");
     if (on_images || on_parameters) {
-      std::vector<std::optional<Dims>> dims;
-      for (std::size_t k = 0; k < node.inputs.size(); ++k) {
-        const auto image = shapes.find(node.inputs[k]);
-        dims.push_back(image != shapes.end() ? std::optional<Dims>(image->second)
-                       : op.in[k]             ? std::optional<Dims>(op.in[k]->dims)
-                                              : std::nullopt);
-      }
-      if (auto computed = output_dims(node, dims, op.in)) shapes[out] = std::move(*computed);
+      if (auto computed = dims_on_images(op, shapes)) shapes[out] = std::move(*computed);
       continue;
     }
-    const auto fold = operations().find(node.op);
-    if (!batch_size && fold == operations().end())
-      op.fail("computes on constants only, and ddl folds only shape arithmetic");
-    // A second output would be left without the node that gives it.
-    if (node.outputs.size() != 1) op.fail("has " + std::to_string(node.outputs.size()) + " outputs; ddl folds one");
-    Constant value;
-    try {
-      value = batch_size ? Constant{op.in[1]->dims, true, {}, Dims(op.size(op.in[1]->dims), batch)} : fold->second(op);
-    } catch (const shapes::ShapeError& e) {
-      op.fail(e.what());
-    }
+    Constant value = batch_size ? Constant{op.in[1]->dims, true, {}, Dims(op.size(op.in[1]->dims), batch)}
+                                : fold_node(op, batch, ctx);
     // A Constant's value is the file's; what is computed from it is bounded in all.
     if (node.op != "Constant" && (total += value.size()) > kMaxAll) op.fail("takes folding past 2^24 values in all");
     e.values[out] = std::move(value);
@@ -482,14 +551,16 @@ Constant keep_batch(const Graph& graph, const Node& node, Constant one, const Co
 
 void fold_constants(Graph& graph) {
   Evaluation one, two;
+  std::unique_ptr<Context> ctx;
   try {
-    one = evaluate(graph, 1);
-    two = evaluate(graph, 2);
+    one = evaluate(graph, 1, ctx);
+    two = evaluate(graph, 2, ctx);
   } catch (const InputError& e) {
     // Node's accessors name the node, not the file.
     if (std::string_view(e.what()).starts_with(graph.source + ": ")) throw;
     throw InputError(one_line(graph.source + ": " + e.what()));
   }
+  for (const auto& [name, dims] : one.shapes) graph.ranks[name] = dims.size();
   for (const auto& [name, dims] : one.shapes)
     if (const auto it = two.shapes.find(name); it != two.shapes.end() && it->second.size() == dims.size())
       for (std::size_t d = 0; d < dims.size(); ++d)

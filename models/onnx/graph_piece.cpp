@@ -190,7 +190,10 @@ class PieceBuilder {
       for (const auto& [value, count] : unread)
         if (count > 0) live.push_back(value);
       if (live.empty()) return std::nullopt;
-      if (live.size() == 1) {
+      // A piece ends in a value that a layer can hand on: of rank 5 at most (MaxViT's window partition is of
+      // rank 6 between two reshapes).
+      const auto rank = live.size() == 1 ? g_.ranks.find(live[0]) : g_.ranks.end();
+      if (live.size() == 1 && (rank == g_.ranks.end() || rank->second <= 5)) {
         if (live[0] == from) return std::nullopt;  // only a node whose output nothing reads was taken
         region.nodes.assign(taken.begin(), taken.end());
         region.end = live[0];

@@ -85,6 +85,8 @@ struct Graph {
     std::int64_t per_batch = 1;
   };
   std::map<std::string, BatchAxis> batch_axes;
+  // The rank of each value computed on images, where folding learned it.
+  std::map<std::string, std::size_t> ranks;
 };
 
 // Parses and checks a model; `source` names it in messages. Initializers listed in `weights_elsewhere`

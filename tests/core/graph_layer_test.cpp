@@ -153,6 +153,74 @@ TEST(GraphLayerShapes, AnOperatorThatCannotTakeItsInputsIsNamed) {
   EXPECT_THROW(unknown.build(), InputError);
 }
 
+// ScatterND (swin_t's attention mask, assigned slices): rows of a parameter written into x [2, 3, 4], row
+// [1, 2] twice (the last write wins and takes the gradient); then two elements of a second parameter, one at a
+// negative index. Updates of other dims than the indices take are named.
+TEST(GraphLayerGradient, ScatterNDWritesRowsAndElements) {
+  GraphBuilder g({param("rows", {3, 4}), param("two", {2})}, {});
+  const int written = g.add("ScatterND", {0, -1, 1}, {}, {{1, {{3, 2}, {1, 2, 0, 0, 1, 2}}}});
+  g.add("ScatterND", {written, -1, 2}, {}, {{1, {{2, 3}, {0, 1, 1, 1, -3, 3}}}});
+  GraphLayer piece = g.build();
+  EXPECT_EQ(check_gradients(piece, {2, 3, 4}), 0u);
+
+  GraphBuilder wrong({param("rows", {3, 3})}, {});
+  wrong.add("ScatterND", {0, -1, 1}, {}, {{1, {{3, 2}, {1, 2, 0, 0, 1, 2}}}});
+  GraphLayer not_rows = wrong.build();
+  Context ctx;
+  BoundParams bound(not_rows, std::vector<float>(9, 0.0f), ctx);
+  try {
+    not_rows.setup(ctx, plain_desc({2, 3, 4}), Mode::infer, false);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "ScatterND node: its updates [3x3] are not the [3x4] its indices take");
+  }
+}
+
+TEST(GraphLayerOutput, ScatterNDWritesTheLastUpdate) {
+  // x [1, 4] (a row of four) with elements 3, 1 and 3 again set to 10, 20, 30.
+  GraphBuilder g({}, {{{3}, {10, 20, 30}}});
+  g.add("ScatterND", {0, -1, 1}, {}, {{1, {{3, 2}, {0, 3, 0, 1, 0, 3}}}});
+  GraphLayer piece = g.build();
+  Context ctx;
+  piece.bind({}, ctx);
+  piece.setup(ctx, plain_desc({1, 4}), Mode::infer, false);
+  Tensor x(plain_desc({1, 4}), ctx.engine());
+  std::fill(x.data(), x.data() + 4, 1.0f);
+  const Tensor& y = piece.forward(ctx, x);
+  EXPECT_EQ(std::vector<float>(y.data(), y.data() + 4), (std::vector<float>{1, 20, 1, 30}));
+}
+
+// MaxViT's attention as PyTorch 1.13 exports it: q k^T and (softmax) v as Einsums of [b, g, h, i, d] values.
+TEST(GraphLayerGradient, EinsumsAsBatchedProducts) {
+  GraphBuilder g({param("k", {2, 2, 2, 3, 4}), param("v", {2, 2, 2, 3, 5}), param("w", {2, 2, 2, 3, 4})}, {});
+  const int scores = g.add("Einsum", {0, 1}, {{"equation", text("bghid,bghjd->bghij")}});  // [2, 2, 2, 3, 3]
+  const int soft = g.add("Softmax", {scores}, {{"axis", ints({-1})}});
+  const int mixed = g.add("Einsum", {soft, 2}, {{"equation", text("bghij,bghjd->bghid")}});  // [2, 2, 2, 3, 5]
+  // Batch letters in other orders, the summed letter first, the result's axes transposed.
+  const int turned = g.add("Einsum", {mixed, 0}, {{"equation", text("bghid , hgbie -> hbgde")}});  // [2, 2, 2, 5, 4]
+  g.add("Einsum", {turned, 3}, {{"equation", text("hbgde,bghje->bghdj")}});  // [2, 2, 2, 5, 3]
+  GraphLayer piece = g.build();
+  EXPECT_EQ(check_gradients(piece, {2, 2, 2, 3, 4}), 0u);
+  // Without "->": the letters seen once, in alphabetical order ("ik").
+  GraphBuilder h({param("w", {4, 2})}, {});
+  h.add("Einsum", {0, 1}, {{"equation", text("ij,jk")}});
+  GraphLayer implicit = h.build();
+  EXPECT_EQ(check_gradients(implicit, {3, 4}), 0u);
+}
+
+TEST(GraphLayerShapes, EinsumsOtherThanOneBatchedProductAreNamed) {
+  for (const char* equation : {"ij,jk,kl->il", "...ij,...jk->...ik", "ii,ij->j", "ij,kl->ijkl", "ij,jk->i", "ij,jk->iz"}) {
+    GraphBuilder g({param("w", {3, 3})}, {});
+    g.add("Einsum", {0, 1}, {{"equation", text(equation)}});
+    try {
+      g.build();
+      FAIL() << equation;
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("Einsum node: ", 0), 0u) << e.what();
+    }
+  }
+}
+
 // A Dropout at ratio 1/4 on x [64, 100] of ones, as PyTorch's training export writes it (training_mode 1).
 GraphLayer dropout_piece(bool training_mode) {
   GraphBuilder g({}, {{{}, {0.25f}}});

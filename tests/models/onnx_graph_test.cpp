@@ -389,6 +389,83 @@ TEST(OnnxGraph, FoldsEachOperationOfShapeArithmetic) {
   EXPECT_EQ(c.ints, (std::vector<std::int64_t>{5, 2}));
 }
 
+TEST(OnnxGraph, FoldsModAndNotOfIntegers) {
+  // Mod as Python's % (the sign of the divisor, as PyTorch exports it) and with fmod as C's (the dividend's).
+  for (const std::int64_t fmod : {0, 1}) {
+    Constant c = folded([&](auto& g) {
+      add_constant(g, "a", {5}, {7, -7, 7, -7, 6});
+      add_constant(g, "b", {5}, {3, 3, -3, -3, 3});
+      set_int(add_node(g, "Mod", {"a", "b"}, {"value"}), "fmod", fmod);
+    });
+    EXPECT_EQ(c.ints, fmod ? (std::vector<std::int64_t>{1, -1, 1, -1, 0}) : (std::vector<std::int64_t>{1, 2, -2, -1, 0}));
+  }
+  Constant c = folded([](auto& g) {
+    add_constant(g, "a", {3}, {4, 5, 8});
+    add_constant(g, "four", {}, {4});
+    add_node(g, "Mod", {"a", "four"}, {"rest"});
+    add_constant(g, "zero", {}, {0});
+    add_node(g, "Equal", {"rest", "zero"}, {"whole"});
+    add_node(g, "Not", {"whole"}, {"value"});
+  });
+  EXPECT_EQ(c.ints, (std::vector<std::int64_t>{0, 1, 0}));
+}
+
+// swin_t's attention mask in small: slices of a tensor of zeros assigned (ScatterND), the difference of two
+// views of it, and masked_fill's Equal, Not and Where; the real numbers computed by the registry's operators.
+TEST(OnnxGraph, FoldsRealNumbersOnConstantsByTheRegistrysOperators) {
+  const auto real = [](auto& g, const std::string& name, const Dims& dims, const Dims& values) {
+    add_constant(g, name + "_int", dims, values);
+    set_int(add_node(g, "Cast", {name + "_int"}, {name}), "to", 1);
+  };
+  Constant c = folded([&](auto& g) {
+    add_constant(g, "four", {1}, {4});
+    add_node(g, "ConstantOfShape", {"four"}, {"zeros"});
+    add_constant(g, "at", {2, 1}, {1, 2});
+    real(g, "fives", {2}, {5, 5});
+    add_node(g, "ScatterND", {"zeros", "at", "fives"}, {"mask"});  // [0, 5, 5, 0]
+    add_constant(g, "axis_0", {1}, {0});
+    add_constant(g, "axis_1", {1}, {1});
+    add_node(g, "Unsqueeze", {"mask", "axis_0"}, {"row"});
+    add_node(g, "Unsqueeze", {"mask", "axis_1"}, {"column"});
+    add_node(g, "Sub", {"row", "column"}, {"apart"});  // [4, 4]
+    real(g, "zero", {}, {0});
+    add_node(g, "Equal", {"apart", "zero"}, {"same"});
+    add_node(g, "Not", {"same"}, {"other"});
+    real(g, "hundred", {}, {-100});
+    add_node(g, "Where", {"other", "hundred", "zero"}, {"filled"});
+    real(g, "two", {}, {2});
+    add_node(g, "Div", {"filled", "two"}, {"value"});
+  });
+  EXPECT_EQ(c.dims, (std::vector<std::int64_t>{4, 4}));
+  EXPECT_FALSE(c.integer);
+  EXPECT_EQ(c.floats, (std::vector<float>{0, -50, -50, 0, -50, 0, 0, -50, -50, 0, 0, -50, 0, -50, -50, 0}));
+}
+
+TEST(OnnxGraph, RefusesRealNumbersOnConstantsThatTheRegistryRefuses) {
+  pb::GraphProto g;
+  *g.add_input() = value_info("input", {kFree, 1, 1, 10});
+  *g.add_output() = value_info("logits", {kFree, 10});
+  add_constant(g, "a", {2}, {1, 2});
+  set_int(add_node(g, "Cast", {"a"}, {"ra"}), "to", 1);
+  add_constant(g, "b", {3}, {1, 2, 3});
+  set_int(add_node(g, "Cast", {"b"}, {"rb"}), "to", 1);
+  add_node(g, "Sub", {"ra", "rb"}, {"value"}, "/Sub");
+  add_node(g, "Mul", {"input", "value"}, {"logits"});
+  EXPECT_EQ(fold_error(model_of(g)), "m.onnx: Sub node in the network's own forward (/Sub): cannot broadcast [2] with [3]");
+  g.mutable_node(4)->set_op_type("Sin");
+  g.mutable_node(4)->mutable_input()->RemoveLast();
+  EXPECT_EQ(fold_error(model_of(g)),
+            "m.onnx: Sin node in the network's own forward (/Sub, torch.sin): computes on constants only, and ddl folds only "
+            "shape arithmetic");
+  g.mutable_node(4)->set_op_type("ScatterND");  // of integers: not shape arithmetic ddl folds
+  g.mutable_node(4)->set_input(0, "a");
+  g.mutable_node(4)->add_input("b");
+  g.mutable_node(4)->add_input("a");
+  EXPECT_EQ(fold_error(model_of(g)),
+            "m.onnx: ScatterND node in the network's own forward (/Sub, an indexed assignment, x[...] = v): computes on "
+            "constants only, and ddl folds only shape arithmetic");
+}
+
 TEST(OnnxGraph, RefusesAnInitializerPassedOnThroughAnIdentity) {
   // PyTorch's export in eval mode merges equal initializers and hands the one left to each user so.
   auto m = tiny_cnn();
