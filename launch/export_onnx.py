@@ -5,11 +5,13 @@
 Imports the class from the file (its folder on sys.path, so that its own imports work), builds it with --args
 as keyword arguments and exports it as docs/onnx.md says: in training mode (BatchNorms and their statistics
 kept), every parameter an initializer under its state_dict name, input "images" [batch, C, H, W], output
-"logits" [batch, classes], TorchScript's exporter. Then ddl_train plans a run of it (--plan-only, which builds
+"logits" [batch, classes], TorchScript's exporter; torchvision's stochastic depth as a dropout of a mask a row
+(exportable_stochastic_depth), so that nobody sets p to 0 to export. Then ddl_train plans a run of it (--plan-only, which builds
 the layers and times a few steps) on two random images made for the purpose: the file is ready, or ddl's
 reason why not. Bad input and a graph ddl refuses end in one line and exit 2.
 """
 import argparse
+import contextlib
 import importlib.util
 import io
 import json
@@ -85,6 +87,32 @@ def keyword_arguments(text):
     return values
 
 
+def exportable_stochastic_depth(x, p, mode, training=True):
+    """torchvision's stochastic_depth as the TorchScript exporter can write it in training mode (its
+    Bernoulli it cannot): x times a dropout of ones, one a row (mode "row") or one for the batch, which keeps
+    each with probability 1 - p and scales it by 1 / (1 - p), as torchvision's mask does. The ones are the
+    first element of each row times 0 plus 1 (Slice, Mul, Add), so that their batch follows the images'; ddl
+    draws the dropout's mask afresh each step."""
+    if not training or p == 0.0:
+        return x
+    first = (slice(None),) if mode == "row" else (slice(0, 1),)
+    ones = x[first + (slice(0, 1),) * (x.dim() - 1)] * 0 + 1
+    return x * torch.nn.functional.dropout(ones, p, True)
+
+
+@contextlib.contextmanager
+def stochastic_depth_exportable():
+    """torchvision.ops.stochastic_depth (and StochasticDepth, which calls it) replaced for the export only."""
+    import torchvision.ops
+    module = sys.modules["torchvision.ops.stochastic_depth"]  # torchvision.ops.stochastic_depth is the function
+    original = module.stochastic_depth
+    module.stochastic_depth = torchvision.ops.stochastic_depth = exportable_stochastic_depth
+    try:
+        yield
+    finally:
+        module.stochastic_depth = torchvision.ops.stochastic_depth = original
+
+
 def export_graph(model, shape, opset):
     """The module's ONNX graph, exported as ddl needs it. Tracing runs the module once in training mode,
     which moves each BatchNorm's running statistics a momentum's step towards the dummy batch's (running_var
@@ -94,7 +122,7 @@ def export_graph(model, shape, opset):
     before = {name: b.detach().clone() for name, b in model.named_buffers()}
     model.train()
     written = io.BytesIO()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), stochastic_depth_exportable():
         # Every BatchNorm's num_batches_tracked += 1, which ONNX has no place for and ddl does not need.
         warnings.filterwarnings("ignore", message=".*Removing mutation from node aten::add_ on block input")
         torch.onnx.export(model, torch.zeros(2, *shape), written, opset_version=opset,

@@ -1,5 +1,7 @@
 #include "core/layers/gate.hpp"
 
+#include <numeric>
+
 #include "core/error.hpp"
 #include "core/onednn_api.hpp"
 
@@ -32,9 +34,11 @@ dnnl::memory::desc Gate::setup(Context& ctx, const dnnl::memory::desc& src, Mode
   const dims_t in = dims_of(src), factors = dims_of(factors_md_);
   // Factors of src's own shape (1x1 planes included) multiply element by element.
   const bool per_channel = factors != in && in.size() == 4 && factors == dims_t{in[0], in[1], 1, 1};
-  if (!per_channel && factors != in)
+  // One factor an image: stochastic depth's mask as launch/export_onnx.py exports it.
+  const bool per_image = factors != in && in.size() == 4 && factors == dims_t{in[0], 1, 1, 1};
+  if (!per_channel && !per_image && factors != in)
     throw InputError(name_ + ": its path gives " + to_string(factors) + " for input " + to_string(in) +
-                     "; a gate gives one factor an image and a channel, or one an element");
+                     "; a gate gives one factor an image, one an image and a channel, or one an element");
   src_md_ = src;
   scale_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, factors_md_, src));
   reset_output(ctx, src);
@@ -45,15 +49,19 @@ dnnl::memory::desc Gate::setup(Context& ctx, const dnnl::memory::desc& src, Mode
   to_factors_layout_.reset();
   if (mode == Mode::infer) return src;
   times_src_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, src, src));
-  if (per_channel) {
-    const dnnl::memory::desc any(factors, dt::f32, dnnl::memory::format_tag::any);
+  per_image_md_ = per_image ? plain_desc(factors) : dnnl::memory::desc();
+  if (per_channel || per_image) {
+    // The plane's mean of diff_dst * src, [N, C, 1, 1]: plain where the channels are then summed.
+    const dims_t means = {in[0], in[1], 1, 1};
+    const dnnl::memory::desc mean_md = per_image ? plain_desc(means) : dnnl::memory::desc(means, dt::f32, tag::any);
     const auto pd = make_pooling_forward_pd(ctx.engine(), dnnl::prop_kind::forward_inference,
-                                            algorithm::pooling_avg_exclude_padding, src, any, {1, 1},
+                                            algorithm::pooling_avg_exclude_padding, src, mean_md, {1, 1},
                                             {in[2], in[3]}, {0, 0}, {0, 0});
     mean_plane_ = dnnl::pooling_forward(pd);
     plane_mean_md_ = pd.dst_desc();
     plane_size_ = static_cast<float>(in[2] * in[3]);
-    if (plane_mean_md_ != factors_md_) to_factors_layout_.emplace(ctx, plane_mean_md_, factors_md_);
+    const dnnl::memory::desc& given = per_image ? per_image_md_ : plane_mean_md_;
+    if (given != factors_md_) to_factors_layout_.emplace(ctx, given, factors_md_);
   } else if (factors_md_ != src) {
     to_factors_layout_.emplace(ctx, src, factors_md_);
   }
@@ -86,6 +94,14 @@ const Tensor& Gate::backward(Context& ctx, const Tensor& diff_dst) {
     float* sum = mean.data();  // [N, C]: the padding of a blocked layout stays 0
     for (std::size_t i = 0; i < plane_mean_md_.get_size() / sizeof(float); ++i) sum[i] *= plane_size_;
     product = std::move(mean);
+  }
+  if (per_image_md_) {  // [N, C] plain, summed over the channels
+    Tensor sums = ctx.lease(per_image_md_);
+    const auto images = dims_of(per_image_md_)[0], channels = dims_of(plane_mean_md_)[1];
+    for (dnnl::memory::dim n = 0; n < images; ++n)
+      sums.data()[n] = std::accumulate(product.data() + n * channels, product.data() + (n + 1) * channels, 0.0f);
+    ctx.give_back(product);
+    product = std::move(sums);
   }
   Tensor diff_factors;
   if (to_factors_layout_) {

@@ -1,9 +1,11 @@
 // A gate, dst = src * gate(src): over channels, as squeeze-and-excitation blocks have it (Hu et al., 2018),
 // where the gate's path (global pooling, two 1x1 convolutions, a sigmoid) gives one factor an image and a
-// channel, [N, C, 1, 1], broadcast over the plane; or element by element, where the path gives src's shape
+// channel, [N, C, 1, 1], broadcast over the plane; one factor an image, [N, 1, 1, 1] (stochastic depth's
+// mask); or element by element, where the path gives src's shape
 // (an imported graph's SiLU and hard swish are one eltwise instead: models/onnx). Backward: the
 // gradient reaches src directly (diff_dst times the factors) and through the path, from the factors'
-// gradient, diff_dst times src (summed over the plane for channel factors). One layer, like a residual
+// gradient, diff_dst times src (summed over the plane for channel factors, and over the channels too for
+// an image's). One layer, like a residual
 // block: a pipeline never separates the two uses of src.
 #pragma once
 
@@ -45,6 +47,7 @@ class Gate : public Layer {
   float plane_size_ = 1.0f;
   std::optional<Copy> to_factors_layout_;  // the factors' gradient from the mean's or the product's layout
   dnnl::memory::desc src_md_, factors_md_, plane_mean_md_;
+  dnnl::memory::desc per_image_md_;  // [N, 1, 1, 1] plain, for one factor an image; else empty
   const Tensor* src_ = nullptr;
   const Tensor* factors_ = nullptr;
 };

@@ -322,6 +322,17 @@ TEST(GateGradient, SqueezeAndExcitationOnOnePixel) {
   check_gradients(gate, {2, 16, 1, 1});
 }
 
+// One factor an image, [N, 1, 1, 1] (stochastic depth's mask as exported), after a blocked convolution.
+TEST(GateGradient, OneFactorAnImage) {
+  Sequential path;
+  path.emplace<Pool2d>(Pool2dOptions{.kind = PoolKind::global_avg});
+  path.emplace<Conv2d>(Conv2dOptions{.in_channels = 16, .out_channels = 1, .kernel = 1});
+  path.emplace<Eltwise>("sigmoid", dnnl::algorithm::eltwise_logistic);
+  Sequential chain = conv_body(3, 16, 1, false);
+  chain.emplace<Gate>("gate", std::move(path));
+  check_gradients(chain, {2, 3, 5, 5}, kPiecewise);
+}
+
 TEST(GateGradient, PathOfAnotherShapeIsAnError) {
   Sequential path;
   path.emplace<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 2, .stride = 2});

@@ -16,6 +16,7 @@ BIN = os.environ.get("DDL_BIN_DIR", os.path.join(ROOT, "build", "launch"))
 EXPORT = os.path.join(ROOT, "launch", "export_onnx.py")
 
 try:
+    import h5py
     import numpy
     import onnx
     import torch
@@ -29,6 +30,7 @@ except ImportError as e:
 HELPERS = "WIDTH = 8\n"
 NETS = '''
 import torch
+import torchvision
 from torch import nn
 from helpers import WIDTH
 
@@ -47,6 +49,22 @@ class SmallCnn(nn.Module):
     def forward(self, x):
         x = nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
         return self.fc(self.drop(torch.flatten(x, 1)))
+
+
+class Deep(nn.Module):  # residual blocks with torchvision's stochastic depth, as its ConvNeXt and Swin have
+    def __init__(self, p=0.25):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.body = nn.Conv2d(8, 8, 3, padding=1)
+        self.drop_row = torchvision.ops.StochasticDepth(p, "row")
+        self.drop_batch = torchvision.ops.StochasticDepth(p, "batch")
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = x + self.drop_row(torch.relu(self.body(x)))
+        x = x + self.drop_batch(torch.relu(self.body(x)))
+        return self.fc(x.mean([2, 3]))
 
 
 class Cosine(nn.Module):
@@ -91,6 +109,19 @@ class ExportOnnx(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.dir, name)
 
+    def images(self):
+        """A dataset of 4 random 32x32 images in 2 classes, made once."""
+        data = self.path("images.h5")
+        if not os.path.exists(data):
+            images = self.path("images")
+            for label in ("a", "b"):
+                os.makedirs(os.path.join(images, label))
+                for i in range(2):
+                    pixels = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8)
+                    torchvision.io.write_png(pixels, os.path.join(images, label, f"{i}.png"))
+            run(os.path.join(BIN, "ddl_data"), "import", "--from", images, "--output", data)
+        return data
+
     def test_a_cnn_exports_with_its_names_and_statistics_and_trains(self):
         onnx_file = self.path("cnn.onnx")
         out = export("--module", f"{self.nets}:SmallCnn", "--input", "3x32x32", "--output", onnx_file)
@@ -113,19 +144,37 @@ class ExportOnnx(unittest.TestCase):
         self.assertFalse(os.path.exists(onnx_file + ".tmp"))
 
         # One step of training on images of its own size.
-        images = self.path("images")
-        for label in ("a", "b"):
-            os.makedirs(os.path.join(images, label))
-            for i in range(2):
-                pixels = torch.randint(0, 256, (3, 32, 32), dtype=torch.uint8)
-                torchvision.io.write_png(pixels, os.path.join(images, label, f"{i}.png"))
-        data = self.path("images.h5")
-        run(os.path.join(BIN, "ddl_data"), "import", "--from", images, "--output", data)
         checkpoints = self.path("cnn.ck")
-        run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", data, "--num-classes", 10, "--epochs", 1,
+        run(os.path.join(BIN, "ddl_train"), "--model", onnx_file, "--train", self.images(), "--num-classes", 10, "--epochs", 1,
             "--steps-per-epoch", 1, "--batch-size", 4, "--threads", 1, "--progress", "never", "--checkpoint-dir",
             checkpoints)
         self.assertTrue(os.path.exists(os.path.join(checkpoints, "last.h5")))
+
+    def test_stochastic_depth_exports_and_draws_its_masks_in_ddl(self):
+        """torchvision's StochasticDepth (PyTorch 1.13 cannot export its Bernoulli in training mode) is exported as
+        a dropout of one number a row, or one for the batch: a mask per step, kept with 1 - p, scaled by 1 / (1 - p)."""
+        onnx_file = self.path("deep.onnx")
+        export("--module", f"{self.nets}:Deep", "--input", "3x32x32", "--output", onnx_file)
+        graph = onnx.load(onnx_file).graph
+        dropouts = [n for n in graph.node if n.op_type == "Dropout"]
+        self.assertEqual(len(dropouts), 2)
+        ratios = {numpy_helper.to_array(t).item() for t in graph.initializer if t.name in {n.input[1] for n in dropouts}}
+        ratios |= {numpy_helper.to_array(n.attribute[0].t).item() for n in graph.node
+                   if n.op_type == "Constant" and n.output[0] in {d.input[1] for d in dropouts}}
+        self.assertEqual(ratios, {0.25})
+        # ddl trains it with the masks drawn: the same run at p = 0 ends elsewhere.
+        data = self.images()
+        finals = []
+        for p, name in ((0.25, "deep"), (0.0, "kept")):
+            path = self.path(f"{name}.onnx")
+            if p == 0.0:
+                export("--module", f"{self.nets}:Deep", "--args", '{"p": 0.0}', "--input", "3x32x32", "--output", path)
+            run(os.path.join(BIN, "ddl_train"), "--model", path, "--train", data, "--num-classes", 10, "--epochs", 2,
+                "--batch-size", 4, "--threads", 1, "--progress", "never", "--seed", 3, "--checkpoint-dir",
+                self.path(f"{name}.ck"))
+            with h5py.File(self.path(f"{name}.ck/last.h5"), "r") as f:
+                finals.append(numpy.asarray(f["params"]))
+        self.assertGreater(numpy.abs(finals[0] - finals[1]).max(), 1e-5)
 
     def test_args_are_the_constructors_keyword_arguments(self):
         onnx_file = self.path("args.onnx")
