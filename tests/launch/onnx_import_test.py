@@ -889,6 +889,17 @@ class OnnxImport(unittest.TestCase):
         out = run(*train, *common, "--epochs", 2, "--resume", "auto").stdout
         self.assertIn("resumed from", out)
 
+    def test_a_graph_of_many_forks_and_joins_trains_in_ranks_and_stages_as_one_rank(self):
+        """CBAM's block (paths that meet in different nodes, a value read by many nodes, several joins) without its
+        BatchNorm, whose batch statistics would differ with the ranks' batches: 2 ranks, 2 pipeline stages and the
+        split classifier as one rank."""
+        torch.manual_seed(6)
+        module = CBAM()
+        module.sa = nn.Conv2d(2, 1, 7, padding=3)
+        graph = self.path("forks_and_joins.onnx")
+        export(module, graph, 13)
+        self.assert_layouts_train_as_one_rank(graph)
+
     def test_resnet18s_graph_in_two_stages_trains_as_one_rank(self):
         # One rank takes the same micro-batches, so that every BatchNorm sees the same images (as for the
         # built-in resnet18: DdlTrain.PipelinesMatchOneRankForResnet18). The classifier split gathers the
