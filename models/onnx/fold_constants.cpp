@@ -431,7 +431,37 @@ struct Evaluation {
   std::vector<bool> folded;  // by node
   std::map<std::string, Constant> values;
   std::map<std::string, Dims> shapes;  // of the values computed on images, where value_shapes knows them
+  // A Shape's output -> the value whose shape it is, where ddl knows only the first dimension, the batch.
+  std::map<std::string, std::string> batch_only;
+
+  // A value folded or a constant of the graph; nullptr for one computed on images.
+  const Constant* known(const Graph& graph, const std::string& name) const {
+    if (const auto it = values.find(name); it != values.end()) return &it->second;
+    if (const auto it = graph.constants.find(name); it != graph.constants.end()) return &it->second;
+    return nullptr;
+  }
 };
+
+// A Shape node: its value where the dims of its input are known; else only its first dimension, the batch,
+// may be read further on.
+void fold_shape(const Op& op, Evaluation& e) {
+  const std::string &of = op.node.inputs[0], &out = op.node.outputs[0];
+  if (of.empty() || op.node.outputs.size() != 1) op.fail("is not a Shape of one input to one output");
+  const auto image = e.shapes.find(of);
+  const Constant* value = e.known(op.graph, of);
+  const Dims dims = image != e.shapes.end() ? image->second : value ? value->dims : Dims();
+  const auto rank = static_cast<std::int64_t>(dims.size());
+  const auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + rank : v, 0, rank); };
+  const std::int64_t first = clamp(op.node.integer("start", 0)), last = clamp(op.node.integer("end", rank));
+  if (image == e.shapes.end() && !value) {
+    if (first != 0 || e.batch_only.count(of))
+      op.fail("needs the shape of '" + of + "', which ddl cannot know before the layers are built");
+    e.batch_only[out] = of;
+    return;
+  }
+  e.values[out] = {{std::max<std::int64_t>(last - first, 0)}, true, {}, {}};
+  if (last > first) e.values[out].ints.assign(dims.begin() + first, dims.begin() + last);
+}
 
 // The dims of what a node computes on images (or parameters), where value_shapes knows them.
 std::optional<Dims> dims_on_images(const Op& op, const std::map<std::string, Dims>& shapes) {
@@ -449,16 +479,9 @@ std::optional<Dims> dims_on_images(const Op& op, const std::map<std::string, Dim
 Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Context>& ctx) {
   Evaluation e;
   e.folded.assign(graph.nodes.size(), false);
-  // A Shape's output -> the value whose shape it is, where ddl knows only the first dimension, the batch.
-  std::map<std::string, std::string> batch_only;
   std::map<std::string, Dims>& shapes = e.shapes;
   shapes[graph.input] = graph.image_shape;
   shapes[graph.input].insert(shapes[graph.input].begin(), batch);
-  const auto known = [&](const std::string& name) -> const Constant* {
-    if (const auto it = e.values.find(name); it != e.values.end()) return &it->second;
-    if (const auto it = graph.constants.find(name); it != graph.constants.end()) return &it->second;
-    return nullptr;
-  };
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
     const Node& node = graph.nodes[i];
@@ -466,21 +489,7 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Cont
     if (node.outputs.empty() || node.outputs[0].empty()) continue;
     const std::string& out = node.outputs[0];
     if (node.op == "Shape" && node.inputs.size() == 1) {
-      const std::string& of = node.inputs[0];
-      if (of.empty() || node.outputs.size() != 1) op.fail("is not a Shape of one input to one output");
-      const auto image = shapes.find(of);
-      Dims dims = image != shapes.end() ? image->second : known(of) ? known(of)->dims : Dims();
-      const auto rank = static_cast<std::int64_t>(dims.size());
-      const auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + rank : v, 0, rank); };
-      const std::int64_t first = clamp(op.node.integer("start", 0)), last = clamp(op.node.integer("end", rank));
-      if (image == shapes.end() && !known(of)) {
-        if (first != 0 || batch_only.count(of))
-          op.fail("needs the shape of '" + of + "', which ddl cannot know before the layers are built");
-        batch_only[out] = of;
-      } else {
-        e.values[out] = {{std::max<std::int64_t>(last - first, 0)}, true, {}, {}};
-        if (last > first) e.values[out].ints.assign(dims.begin() + first, dims.begin() + last);
-      }
+      fold_shape(op, e);
       e.folded[i] = true;
       continue;
     }
@@ -488,9 +497,9 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Cont
     for (const std::string& in : node.inputs) {
       if (in.empty()) {
         op.in.push_back(nullptr);
-      } else if (const auto it = batch_only.find(in); it != batch_only.end()) {
+      } else if (const auto it = e.batch_only.find(in); it != e.batch_only.end()) {
         // Index 0 of a shape whose other dimensions ddl does not know: the batch.
-        const Constant* index = node.inputs.size() == 2 && in == node.inputs[0] ? known(node.inputs[1]) : nullptr;
+        const Constant* index = node.inputs.size() == 2 && in == node.inputs[0] ? e.known(graph, node.inputs[1]) : nullptr;
         const bool reads_batch = node.op == "Gather" && node.integer("axis", 0) == 0 && index && index->integer &&
                                  std::all_of(index->ints.begin(), index->ints.end(), [](auto v) { return v == 0; });
         if (!reads_batch)
@@ -498,7 +507,7 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Cont
         op.in.push_back(nullptr);
         batch_size = true;
       } else {
-        op.in.push_back(known(in));
+        op.in.push_back(e.known(graph, in));
         on_images = on_images || !op.in.back();
       }
     }
@@ -511,9 +520,8 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Cont
     if (on_parameters && node.op == "Identity")
       op.fail("passes on initializer '" + node.inputs.at(0) +
               "' under another name, as PyTorch's export does with initializers of equal values in eval mode "
-              "(export with model.train(), training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False, as "
-              "launch/export_onnx.py does) and with tied ones, "
-              "which ddl does not train");
+              "(export with model.train(), training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False, "
+              "as launch/export_onnx.py does) and with tied ones, which ddl does not train");
     if (on_images || on_parameters) {
       if (auto computed = dims_on_images(op, shapes)) shapes[out] = std::move(*computed);
       continue;
