@@ -1,7 +1,8 @@
 // The element-wise family: functions of one value (on oneDNN's eltwise where it has the function, loops
-// otherwise), arithmetic of two with numpy's broadcasting, and Where.
+// otherwise), arithmetic, comparisons and logic of two with numpy's broadcasting, and Where.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numbers>
 #include <optional>
 
@@ -61,6 +62,12 @@ std::unique_ptr<Operator> eltwise(OpSpec spec) {
   return std::make_unique<EltwiseOp>(std::move(spec), A, alpha, beta);
 }
 
+// Rules whose output is flat in their inputs wherever it is defined, marked `flat`: comparisons and logic
+// (0 or 1, PyTorch's bool tensors) and the steps Sign, Floor, Ceil and Round. No gradient flows back through
+// them, as in PyTorch; they have no slopes.
+template <class Rule>
+constexpr bool kFlat = requires { Rule::flat; };
+
 // An element-wise function by loops: Rule::f(x, alpha, beta) and its slope Rule::df(x, y, alpha, beta).
 template <class Rule>
 class LoopUnary : public Operator {
@@ -77,13 +84,15 @@ class LoopUnary : public Operator {
 #pragma omp parallel for if (n >= walk::kParallelFrom)
     for (std::size_t i = 0; i < n; ++i) y[i] = Rule::f(x[i], a, b);
   }
-  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
-    float* gx = in[0]->grad;
-    if (!gx) return;
-    const std::size_t n = product(out.dims);
-    const float *x = in[0]->data, *y = out.data, *gy = out.grad, a = alpha_, b = beta_;
+  void backward(Context&, [[maybe_unused]] OpInputs in, [[maybe_unused]] const OpValue& out, float*) override {
+    if constexpr (!kFlat<Rule>) {
+      float* gx = in[0]->grad;
+      if (!gx) return;
+      const std::size_t n = product(out.dims);
+      const float *x = in[0]->data, *y = out.data, *gy = out.grad, a = alpha_, b = beta_;
 #pragma omp parallel for if (n >= walk::kParallelFrom)
-    for (std::size_t i = 0; i < n; ++i) gx[i] += gy[i] * Rule::df(x[i], y[i], a, b);
+      for (std::size_t i = 0; i < n; ++i) gx[i] += gy[i] * Rule::df(x[i], y[i], a, b);
+    }
   }
 
  private:
@@ -136,6 +145,26 @@ struct HardSigmoid {  // max(0, min(1, alpha x + beta)): oneDNN 2.6 has no such 
   }
 };
 
+// The steps, and Not of 0s and 1s: flat.
+struct Step : NoParams {
+  static constexpr bool flat = true;
+};
+struct Sign : Step {
+  static float f(float x, float, float) { return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f; }
+};
+struct Floor : Step {
+  static float f(float x, float, float) { return std::floor(x); }
+};
+struct Ceil : Step {
+  static float f(float x, float, float) { return std::ceil(x); }
+};
+struct Round : Step {  // halves to even, as ONNX and torch.round: the default rounding mode's
+  static float f(float x, float, float) { return std::nearbyint(x); }
+};
+struct Not : Step {
+  static float f(float x, float, float) { return x == 0.0f ? 1.0f : 0.0f; }
+};
+
 // Two values with numpy's broadcasting: Rule::f(a, b), and the slopes Rule::da(a, b, y) and Rule::db(a, b, y).
 template <class Rule>
 class Binary : public Operator {
@@ -151,7 +180,12 @@ class Binary : public Operator {
     walk::in_parallel(out.dims, shapes::broadcast_strides(a.dims, out.dims), shapes::broadcast_strides(b.dims, out.dims),
                       [&](std::size_t o, dim i, dim j) { y[o] = Rule::f(x0[i], x1[j]); });
   }
-  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+  void backward(Context&, [[maybe_unused]] OpInputs in, [[maybe_unused]] const OpValue& out, float*) override {
+    if constexpr (!kFlat<Rule>) slopes(in, out);
+  }
+
+ private:
+  void slopes(OpInputs in, const OpValue& out) {
     const OpValue &a = *in[0], &b = *in[1];
     const dims_t sa = shapes::broadcast_strides(a.dims, out.dims), sb = shapes::broadcast_strides(b.dims, out.dims);
     const float *x0 = a.data, *x1 = b.data, *y = out.data, *gy = out.grad;
@@ -208,6 +242,41 @@ struct PReluRule {  // x, and the trained slope for x < 0
   static float da(float x, float s, float) { return x < 0 ? s : 1.0f; }
   static float db(float x, float, float) { return x < 0 ? x : 0.0f; }
 };
+// a mod b, with the sign of b (fmod 0: Python's %, torch.remainder) or of a (fmod 1: C's fmod, torch.fmod).
+// PyTorch's slopes: 1 in a, and -floor(a / b) (remainder) or -trunc(a / b) (fmod) in b.
+template <bool C>
+struct ModRule {
+  static float f(float a, float b) {
+    float r = std::fmod(a, b);
+    if (!C && r != 0.0f && (r < 0.0f) != (b < 0.0f)) r += b;
+    return r;
+  }
+  static float da(float, float, float) { return 1.0f; }
+  static float db(float a, float b, float) { return C ? -std::trunc(a / b) : -std::floor(a / b); }
+};
+
+// Comparisons and logic: 1 or 0, flat. Logic reads any number but 0 as true.
+template <class Compare>
+struct Predicate {
+  static constexpr bool flat = true;
+  static float f(float a, float b) { return Compare{}(a, b) ? 1.0f : 0.0f; }
+};
+struct Xor {
+  bool operator()(float a, float b) const { return (a != 0.0f) != (b != 0.0f); }
+};
+struct And {
+  bool operator()(float a, float b) const { return a != 0.0f && b != 0.0f; }
+};
+struct Or {
+  bool operator()(float a, float b) const { return a != 0.0f || b != 0.0f; }
+};
+
+std::unique_ptr<Operator> modulo(OpSpec spec) {
+  const std::int64_t fmod = spec.integer("fmod", 0);
+  if (fmod != 0 && fmod != 1) spec.fail("its fmod " + std::to_string(fmod) + " is not 0 or 1");
+  if (fmod == 1) return std::make_unique<Binary<ModRule<true>>>(std::move(spec));
+  return std::make_unique<Binary<ModRule<false>>>(std::move(spec));
+}
 
 // Min and Max take two values in ddl (ONNX allows any number).
 template <class Rule>
@@ -267,6 +336,9 @@ class WhereOp : public Operator {
 };
 
 using dnnl::algorithm;
+constexpr std::string_view kComparison = "numpy broadcasting; 1 or 0, no gradient";
+constexpr std::string_view kLogic = "of 0s and 1s (any other number true); no gradient";
+constexpr std::string_view kStep = "zero gradient, as PyTorch's";
 const OperatorRecord kElementwiseRecords[] = {
     {"Relu", "element-wise", eltwise<algorithm::eltwise_relu>, ""},
     {"LeakyRelu", "element-wise", eltwise<algorithm::eltwise_relu>, ""},
@@ -298,6 +370,20 @@ const OperatorRecord kElementwiseRecords[] = {
     {"Min", "element-wise", two_of<MinRule>, "two values"},
     {"PRelu", "element-wise", make<Binary<PReluRule>>, ""},
     {"Where", "element-wise", make<WhereOp>, "the condition constant or a computed value of 0s and 1s"},
+    {"Mod", "element-wise", modulo, "numpy broadcasting; fmod 0 (the divisor's sign, Python's) or 1 (the dividend's, C's)"},
+    {"Equal", "element-wise", make<Binary<Predicate<std::equal_to<>>>>, kComparison},
+    {"Less", "element-wise", make<Binary<Predicate<std::less<>>>>, kComparison},
+    {"Greater", "element-wise", make<Binary<Predicate<std::greater<>>>>, kComparison},
+    {"LessOrEqual", "element-wise", make<Binary<Predicate<std::less_equal<>>>>, kComparison},
+    {"GreaterOrEqual", "element-wise", make<Binary<Predicate<std::greater_equal<>>>>, kComparison},
+    {"Not", "element-wise", make<LoopUnary<Not>>, kLogic},
+    {"And", "element-wise", make<Binary<Predicate<And>>>, kLogic},
+    {"Or", "element-wise", make<Binary<Predicate<Or>>>, kLogic},
+    {"Xor", "element-wise", make<Binary<Predicate<Xor>>>, kLogic},
+    {"Sign", "element-wise", make<LoopUnary<Sign>>, kStep},
+    {"Floor", "element-wise", make<LoopUnary<Floor>>, kStep},
+    {"Ceil", "element-wise", make<LoopUnary<Ceil>>, kStep},
+    {"Round", "element-wise", make<LoopUnary<Round>>, "halves to even; zero gradient, as PyTorch's"},
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The reductions family: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceL2, ReduceSumSquare and
-// ReduceLogSumExp over any axes, keeping them or not; Softmax (oneDNN's) and LogSoftmax along any axis.
+// ReduceLogSumExp over any axes, keeping them or not; Softmax (oneDNN's) and LogSoftmax along any axis; CumSum,
+// the running sums along an axis.
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -169,6 +170,59 @@ class LogSoftmaxOp : public SoftmaxOp {
   dim outer_ = 1, inner_ = 1, length_ = 1;
 };
 
+// CumSum along an axis (an integer known before the graph runs), inclusive or exclusive (each sum without
+// its own element), from the front or reversed (from the back). The gradient is the output gradient's
+// running sums the other way, with the same exclusive. Sums in double, as PyTorch's CPU cumsum.
+class CumSumOp : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    const dims_t& x = input(in, 0).dims;
+    axis(in, x);
+    return x;
+  }
+  void setup(Context&, OpInputs in, const OpValue& out, bool) override {
+    const dim a = axis(in, out.dims);
+    outer_ = inner_ = 1;
+    for (dim d = 0; d < a; ++d) outer_ *= out.dims[d];
+    for (std::size_t d = a + 1; d < out.dims.size(); ++d) inner_ *= out.dims[d];
+    length_ = out.dims[a];
+    exclusive_ = spec_.integer("exclusive", 0) != 0;
+    reverse_ = spec_.integer("reverse", 0) != 0;
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override { scan(in[0]->data, out.data, reverse_, false); }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    if (in[0]->grad) scan(out.grad, in[0]->grad, !reverse_, true);
+  }
+
+ private:
+  dim axis(OpInputs in, const dims_t& x) const {
+    const auto* given = spec_.integer_input(1);
+    if ((in.size() > 1 && in[1]) || !given || given->size() != 1)
+      spec_.fail("its axis is not one integer known before the graph runs");
+    return shapes::axis_in(given->front(), x.size());
+  }
+  // The running sums of `from` along the axis, written to `to` or, where `add`, added to it.
+  void scan(const float* from, float* to, bool reverse, bool add) const {
+    const dim length = length_, inner = inner_;
+    const bool exclusive = exclusive_;
+#pragma omp parallel for collapse(2) if (outer_ * inner_ * length_ >= static_cast<dim>(walk::kParallelFrom))
+    for (dim o = 0; o < outer_; ++o)
+      for (dim i = 0; i < inner; ++i) {
+        double sum = 0;
+        for (dim s = 0; s < length; ++s) {
+          const dim at = (o * length + (reverse ? length - 1 - s : s)) * inner + i;
+          const double before = sum;
+          sum += from[at];
+          const float value = static_cast<float>(exclusive ? before : sum);
+          to[at] = add ? to[at] + value : value;
+        }
+      }
+  }
+  dim outer_ = 1, inner_ = 1, length_ = 1;
+  bool exclusive_ = false, reverse_ = false;
+};
+
 const OperatorRecord kReductionsRecords[] = {
     {"ReduceSum", "reductions", make<Reduce>, "axes known before the graph runs"},
     {"ReduceMean", "reductions", make<Reduce>, "axes known before the graph runs"},
@@ -181,6 +235,7 @@ const OperatorRecord kReductionsRecords[] = {
     {"GlobalMaxPool", "reductions", make<Reduce>, ""},
     {"Softmax", "reductions", make<SoftmaxOp>, "any axis"},
     {"LogSoftmax", "reductions", make<LogSoftmaxOp>, "any axis"},
+    {"CumSum", "reductions", make<CumSumOp>, "axis known before the graph runs; exclusive and reverse"},
 };
 
 }  // namespace

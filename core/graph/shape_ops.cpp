@@ -1,5 +1,5 @@
 // The shape and indexing family: operators that move numbers without computing on them (Reshape, Transpose,
-// Slice, Gather, Concat, Expand, Tile, Pad...). Those that keep the numbers as they are (Reshape, Squeeze,
+// Slice, Gather, Concat, Expand, Tile, Pad, Trilu...). Those that keep the numbers as they are (Reshape, Squeeze,
 // Identity) share their input's storage.
 #include <algorithm>
 #include <cstdlib>
@@ -378,6 +378,57 @@ class ScatterOp : public Operator {
   std::vector<dim> writer_;  // by output element: the update element written there, -1 for the data's own
 };
 
+// Trilu: the upper (upper 1, ONNX's default) or lower triangle of the last two axes from the k-th diagonal
+// (torch.triu, torch.tril), the other elements 0; the gradient passes to the elements kept. k is an integer
+// known before the graph runs, 0 where left out.
+class TriluOp : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    const dims_t& x = input(in, 0).dims;
+    if (x.size() < 2) spec_.fail("ddl takes the triangles of a tensor of rank 2 or more, not " + shapes::text(x));
+    diagonal(in);
+    return x;
+  }
+  void setup(Context&, OpInputs in, const OpValue& out, bool) override {
+    k_ = diagonal(in);
+    upper_ = spec_.integer("upper", 1) != 0;
+    rows_ = out.dims[out.dims.size() - 2];
+    cols_ = out.dims.back();
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    const float* x = in[0]->data;
+    const std::size_t n = product(out.dims);
+#pragma omp parallel for if (n >= walk::kParallelFrom)
+    for (std::size_t o = 0; o < n; ++o) out.data[o] = kept(o) ? x[o] : 0.0f;
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    float* g = in[0]->grad;
+    if (!g) return;
+    const std::size_t n = product(out.dims);
+#pragma omp parallel for if (n >= walk::kParallelFrom)
+    for (std::size_t o = 0; o < n; ++o)
+      if (kept(o)) g[o] += out.grad[o];
+  }
+
+ private:
+  std::int64_t diagonal(OpInputs in) const {
+    if (in.size() > 1 && in[1]) spec_.fail("its k is not an integer known before the graph runs");
+    const auto* k = spec_.integer_input(1);
+    if (!k) return 0;
+    if (k->size() != 1 || k->front() <= kBatchTimes) spec_.fail("its k is not one integer that does not follow the batch");
+    return k->front();
+  }
+  // Whether element o (row i, column j of its matrix) is in the triangle.
+  bool kept(std::size_t o) const {
+    const dim j = static_cast<dim>(o) % cols_, i = static_cast<dim>(o) / cols_ % rows_;
+    return upper_ ? j - i >= k_ : j - i <= k_;
+  }
+  std::int64_t k_ = 0;
+  bool upper_ = true;
+  dim rows_ = 1, cols_ = 1;
+};
+
 const OperatorRecord kShapeOpsRecords[] = {
     {"Identity", "shape and indexing", make<SameNumbers>, ""},
     {"Cast", "shape and indexing", make<SameNumbers>, "to float, on values computed on images"},
@@ -394,6 +445,7 @@ const OperatorRecord kShapeOpsRecords[] = {
     {"Concat", "shape and indexing", make<Parts>, "any axis"},
     {"Gather", "shape and indexing", make<Parts>, "indices known before the graph runs, one or a list"},
     {"ScatterND", "shape and indexing", make<ScatterOp>, "indices known before the graph runs; no reduction"},
+    {"Trilu", "shape and indexing", make<TriluOp>, "on the last two axes; k known before the graph runs"},
 };
 
 }  // namespace

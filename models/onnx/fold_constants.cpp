@@ -268,15 +268,21 @@ Constant transpose(const Op& op) {
   return take(data, n == 0 ? std::vector<std::size_t>{} : indices(dims, stepped, 0, n), dims);
 }
 
-Constant equal(const Op& op) {
+// Equal, Less, Greater, LessOrEqual, GreaterOrEqual of two integer or two real constants: booleans, which are
+// integers 0 and 1 here.
+Constant compare(const Op& op) {
   const Constant &a = op.input(0), &b = op.input(1);
   same_kind(op, a, b);
   Dims dims = shapes::broadcast(a.dims, b.dims);
   const std::size_t n = op.size(dims);
   const auto ia = broadcast_index(a.dims, dims, n), ib = broadcast_index(b.dims, dims, n);
+  const std::string& name = op.node.op;
+  const auto holds = [&](auto x, auto y) {
+    return name == "Equal" ? x == y : name == "Less" ? x < y : name == "Greater" ? x > y : name == "LessOrEqual" ? x <= y : x >= y;
+  };
   Constant out{std::move(dims), true, {}, Dims(n)};
   for (std::size_t k = 0; k < n; ++k)
-    out.ints[k] = a.integer ? a.ints[ia[k]] == b.ints[ib[k]] : a.floats[ia[k]] == b.floats[ib[k]];
+    out.ints[k] = a.integer ? holds(a.ints[ia[k]], b.ints[ib[k]]) : holds(a.floats[ia[k]], b.floats[ib[k]]);
   return out;
 }
 
@@ -358,12 +364,24 @@ Constant reshape(const Op& op) {
   return out;
 }
 
-// Not, of integers (a comparison's 0s and 1s).
-Constant logical_not(const Op& op) {
+// Not, And, Or and Xor of booleans (a comparison's 0s and 1s).
+Constant logical(const Op& op) {
   Constant out = op.input(0);
-  if (!out.integer) op.fail("negates real numbers");
-  for (auto& v : out.ints) v = v == 0;
-  return out;
+  if (!out.integer || (op.node.op != "Not" && !op.input(1).integer)) op.fail("takes booleans, not real numbers");
+  if (op.node.op == "Not") {
+    for (auto& v : out.ints) v = v == 0;
+    return out;
+  }
+  const Constant& b = op.input(1);
+  Dims dims = shapes::broadcast(out.dims, b.dims);
+  const std::size_t n = op.size(dims);
+  const auto ia = broadcast_index(out.dims, dims, n), ib = broadcast_index(b.dims, dims, n);
+  Constant result{std::move(dims), true, {}, Dims(n)};
+  for (std::size_t k = 0; k < n; ++k) {
+    const bool x = out.ints[ia[k]] != 0, y = b.ints[ib[k]] != 0;
+    result.ints[k] = op.node.op == "And" ? x && y : op.node.op == "Or" ? x || y : x != y;
+  }
+  return result;
 }
 
 struct Fold {
@@ -376,10 +394,14 @@ const std::map<std::string, Fold>& operations() {
       {"Gather", {gather, true}},     {"Unsqueeze", {unsqueeze, true}},
       {"Squeeze", {squeeze, true}},   {"Concat", {concat, true}},
       {"Cast", {cast, true}},         {"Slice", {slice, true}},
-      {"Equal", {equal, true}},       {"Where", {where, true}},
+      {"Equal", {compare, true}},     {"Less", {compare, true}},
+      {"Greater", {compare, true}},   {"LessOrEqual", {compare, true}},
+      {"GreaterOrEqual", {compare, true}}, {"Where", {where, true}},
       {"Expand", {expand, true}},     {"Reshape", {reshape, true}},
       {"Transpose", {transpose, true}}, {"Identity", {identity, true}},
-      {"Range", {range, false}},      {"Not", {logical_not, false}},
+      {"Range", {range, false}},      {"Not", {logical, false}},
+      {"And", {logical, false}},      {"Or", {logical, false}},
+      {"Xor", {logical, false}},
       {"Add", {arithmetic, false}},   {"Sub", {arithmetic, false}},
       {"Mul", {arithmetic, false}},   {"Div", {arithmetic, false}},
       {"Mod", {arithmetic, false}}};

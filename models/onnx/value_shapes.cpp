@@ -29,14 +29,6 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
   }
   // ChannelShuffle: ddl's own layer (fuse_patterns.hpp), not an ONNX operator.
   if (node.op == "ChannelShuffle") return x;
-  if (node.op == "Equal") {
-    if (dims.size() < 2 || !dims[1]) return std::nullopt;
-    try {
-      return shapes::broadcast(x, *dims[1]);
-    } catch (const InputError&) {
-      return std::nullopt;
-    }
-  }
   return std::nullopt;
 }
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <optional>
 
 #include "core/error.hpp"
 #include "core/graph/operator_registry.hpp"
@@ -82,6 +83,25 @@ TEST(GraphOperatorsGradient, ElementWise) {
                      g.add("Where", {-1, 0, 1}, {}, {{0, {{3, 1}, {1, 0, 1}}}});
                      return g.make();
                    }});
+  // A comparison's 1s and 0s as Where's condition (a leaky ReLU written out): the gradient flows through the
+  // branch taken, none through the comparison.
+  cases.push_back({"Where of a Greater", {2, 3, 4}, [] {
+                     GraphBuilder g({}, {{{}, {0.0f}}, {{}, {0.1f}}});
+                     g.add("Where", {g.add("Greater", {0, 1}), 0, g.add("Mul", {0, 2})});
+                     return g.make();
+                   }, kFine});
+  // Mod of the input times 5 by a computed divisor in [1, 2] or [-2, -1]: the slopes 1 and -floor(a / b)
+  // (fmod 0) or -trunc(a / b) (fmod 1), PyTorch's, away from the jumps where a / b is whole.
+  for (const std::int64_t fmod : {0, 1})
+    for (const float shift : {1.5f, -1.5f})
+      cases.push_back({"Mod, fmod " + std::to_string(fmod) + (shift > 0 ? ", divisor in [1, 2]" : ", divisor in [-2, -1]"),
+                       {2, 3, 5},
+                       [fmod, shift] {
+                         GraphBuilder g({param("b", {5})}, {{{}, {5.0f}}, {{}, {shift}}});
+                         g.add("Mod", {g.add("Mul", {0, 2}), g.add("Add", {1, 3})}, {{"fmod", ints({fmod})}});
+                         return g.make();
+                       },
+                       kFine});
   check_all(cases);
 }
 
@@ -96,6 +116,14 @@ TEST(GraphOperatorsGradient, Reductions) {
   }
   cases.push_back({"ReduceSum with its axes an input (opset 13)", {2, 3, 4},
                    one("ReduceSum", {0, -1}, {{"keepdims", ints({0})}}, {{1, integers({1})}})});
+  for (const std::int64_t exclusive : {0, 1})
+    for (const std::int64_t reverse : {0, 1})
+      for (const std::int64_t axis : {1, -1})
+        cases.push_back({"CumSum along " + std::to_string(axis) + ", exclusive " + std::to_string(exclusive) +
+                             ", reverse " + std::to_string(reverse),
+                         {2, 3, 4},
+                         one("CumSum", {0, -1}, {{"exclusive", ints({exclusive})}, {"reverse", ints({reverse})}},
+                             {{1, integers({axis}, true)}})});
   cases.push_back({"GlobalAveragePool", {2, 3, 4, 5}, one("GlobalAveragePool", {0})});
   cases.push_back({"GlobalMaxPool", {2, 3, 4, 5}, one("GlobalMaxPool", {0}), kFine});
   for (const std::int64_t axis : {1, -1}) {
@@ -144,6 +172,9 @@ TEST(GraphOperatorsGradient, ShapeAndIndexing) {
                    one("Gather", {0, -1}, {{"axis", ints({1})}}, {{1, integers({4, 1, -1})}})});
   cases.push_back({"Flatten from axis 2", {2, 3, 4, 2}, one("Flatten", {0}, {{"axis", ints({2})}})});
   cases.push_back({"Expand", {2, 1, 4}, one("Expand", {0, -1}, {}, {{1, integers({3, 1})}})});
+  cases.push_back({"Trilu upper, k left out", {2, 3, 4, 5}, one("Trilu", {0})});
+  cases.push_back({"Trilu lower, k -1", {2, 3, 4, 5}, one("Trilu", {0, -1}, {{"upper", ints({0})}}, {{1, integers({-1}, true)}})});
+  cases.push_back({"Trilu upper, k 2", {2, 4, 3}, one("Trilu", {0, -1}, {{"upper", ints({1})}}, {{1, integers({2}, true)}})});
   for (const char* mode : {"constant", "reflect", "edge"})
     cases.push_back({std::string("Pad, ") + mode + ", a crop on one side", {2, 3, 4, 3},
                      one("Pad", {0, -1, 1}, {{"mode", text(mode)}}, {{1, integers({0, 1, 2, -1, 0, 0, 1, 2})}}, {},
@@ -366,6 +397,112 @@ TEST(GraphOperatorsOutput, PadsAndBatchStatisticsFollowPyTorch) {
   ASSERT_EQ(state.size(), 2u);
   EXPECT_NEAR(state[0].floats[0], 0.1f * 3, 1e-6);
   EXPECT_NEAR(state[1].floats[0], 0.9f + 0.1f * 14 / 3, 1e-6);
+}
+
+// One operator of type `type` on the input [1, n] (x) and the constants, forward.
+std::vector<float> forward_of(const std::string& type, std::vector<int> inputs, const std::vector<float>& x,
+                              std::vector<GraphConstant> constants = {}, std::map<std::string, OpAttribute> attributes = {},
+                              std::map<std::size_t, IntegerInput> integers = {}, dims_t dims = {}) {
+  GraphBuilder g({}, std::move(constants));
+  g.add(type, std::move(inputs), std::move(attributes), std::move(integers));
+  GraphLayer layer = g.build();
+  return run_forward(layer, dims.empty() ? dims_t{1, static_cast<std::int64_t>(x.size())} : dims, x);
+}
+
+TEST(GraphOperatorsOutput, ComparisonsAndLogicGiveOnesAndZerosWithBroadcasting) {
+  const std::vector<float> x = {1, -2, 3, 0.5f, 4, -1};  // [2, 3] against a row [1, 0, 3]
+  const auto compare = [&](const std::string& type) {
+    return forward_of(type, {0, 1}, x, {{{3}, {1, 0, 3}}}, {}, {}, {2, 3});
+  };
+  EXPECT_EQ(compare("Equal"), (std::vector<float>{1, 0, 1, 0, 0, 0}));
+  EXPECT_EQ(compare("Less"), (std::vector<float>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(compare("Greater"), (std::vector<float>{0, 0, 0, 0, 1, 0}));
+  EXPECT_EQ(compare("LessOrEqual"), (std::vector<float>{1, 1, 1, 1, 0, 1}));
+  EXPECT_EQ(compare("GreaterOrEqual"), (std::vector<float>{1, 0, 1, 0, 1, 0}));
+  // The constant first, a column [0, 1] broadcast along the rows: 0 < [1, -2, 3], 1 < [0.5, 4, -1].
+  EXPECT_EQ(forward_of("Less", {1, 0}, x, {{{2, 1}, {0, 1}}}, {}, {}, {2, 3}), (std::vector<float>{1, 0, 1, 0, 1, 0}));
+
+  const std::vector<float> a = {0, 0, 1, 1}, b = {0, 1, 0, 1};  // the truth table, b a constant
+  EXPECT_EQ(forward_of("And", {0, 1}, a, {{{4}, b}}), (std::vector<float>{0, 0, 0, 1}));
+  EXPECT_EQ(forward_of("Or", {0, 1}, a, {{{4}, b}}), (std::vector<float>{0, 1, 1, 1}));
+  EXPECT_EQ(forward_of("Xor", {0, 1}, a, {{{4}, b}}), (std::vector<float>{0, 1, 1, 0}));
+  EXPECT_EQ(forward_of("Not", {0}, a), (std::vector<float>{1, 1, 0, 0}));
+
+  // Where reads the comparison's 1s and 0s as its condition: x where x > 0, else 0.1 x.
+  GraphBuilder g({}, {{{}, {0.0f}}, {{}, {0.1f}}});
+  g.add("Where", {g.add("Greater", {0, 1}), 0, g.add("Mul", {0, 2})});
+  GraphLayer leaky = g.build();
+  const auto y = run_forward(leaky, {2, 3}, x);
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(y[i], x[i] > 0 ? x[i] : 0.1f * x[i]) << i;
+}
+
+TEST(GraphOperatorsOutput, ModAndStepsFollowPythonAndC) {
+  const std::vector<float> a = {5.5f, -5.5f, 5.5f, -5.5f, 3, -3, 0.75f};
+  const GraphConstant b = {{7}, {2, 2, -2, -2, 1.5f, 1.5f, -4}};
+  // Python's 5.5 % 2, -5.5 % 2, 5.5 % -2, -5.5 % -2, 3 % 1.5, -3 % 1.5, 0.75 % -4 (torch.remainder's).
+  EXPECT_EQ(forward_of("Mod", {0, 1}, a, {b}), (std::vector<float>{1.5f, 0.5f, -0.5f, -1.5f, 0, 0, -3.25f}));
+  EXPECT_EQ(forward_of("Mod", {0, 1}, a, {b}, {{"fmod", ints({0})}}), forward_of("Mod", {0, 1}, a, {b}));
+  // C's fmod (torch.fmod's): the dividend's sign.
+  EXPECT_EQ(forward_of("Mod", {0, 1}, a, {b}, {{"fmod", ints({1})}}),
+            (std::vector<float>{1.5f, -1.5f, 1.5f, -1.5f, 0, 0, 0.75f}));
+
+  const std::vector<float> x = {-1.5f, -0.5f, 0, 0.5f, 1.5f, 2.5f, 2.3f, -2.7f};
+  EXPECT_EQ(forward_of("Sign", {0}, x), (std::vector<float>{-1, -1, 0, 1, 1, 1, 1, -1}));
+  EXPECT_EQ(forward_of("Floor", {0}, x), (std::vector<float>{-2, -1, 0, 0, 1, 2, 2, -3}));
+  EXPECT_EQ(forward_of("Ceil", {0}, x), (std::vector<float>{-1, 0, 0, 1, 2, 3, 3, -2}));
+  EXPECT_EQ(forward_of("Round", {0}, x), (std::vector<float>{-2, 0, 0, 0, 2, 2, 2, -3}));  // halves to even
+}
+
+TEST(GraphOperatorsOutput, TriluAndCumSumFollowTorchs) {
+  std::vector<float> x(12);  // [1, 3, 4]: 1 to 12
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
+  const auto trilu = [&](std::int64_t upper, std::optional<std::int64_t> k) {
+    std::map<std::size_t, IntegerInput> given;
+    if (k) given[1] = integers({*k}, true);
+    return forward_of("Trilu", {0, -1}, x, {}, {{"upper", ints({upper})}}, given, {1, 3, 4});
+  };
+  EXPECT_EQ(trilu(1, std::nullopt), (std::vector<float>{1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12}));  // torch.triu(x)
+  EXPECT_EQ(trilu(1, 1), (std::vector<float>{0, 2, 3, 4, 0, 0, 7, 8, 0, 0, 0, 12}));
+  EXPECT_EQ(trilu(0, -1), (std::vector<float>{0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0}));  // torch.tril(x, -1)
+  EXPECT_EQ(trilu(0, 2), (std::vector<float>{1, 2, 3, 0, 5, 6, 7, 8, 9, 10, 11, 12}));
+
+  const std::vector<float> y = {1, 2, 3, 4, 5, 6};  // [2, 3]
+  const auto cumsum = [&](std::int64_t axis, std::int64_t exclusive, std::int64_t reverse) {
+    return forward_of("CumSum", {0, -1}, y, {}, {{"exclusive", ints({exclusive})}, {"reverse", ints({reverse})}},
+                      {{1, integers({axis}, true)}}, {2, 3});
+  };
+  EXPECT_EQ(cumsum(1, 0, 0), (std::vector<float>{1, 3, 6, 4, 9, 15}));
+  EXPECT_EQ(cumsum(-1, 1, 0), (std::vector<float>{0, 1, 3, 0, 4, 9}));
+  EXPECT_EQ(cumsum(1, 0, 1), (std::vector<float>{6, 5, 3, 15, 11, 6}));
+  EXPECT_EQ(cumsum(1, 1, 1), (std::vector<float>{5, 3, 0, 11, 6, 0}));
+  EXPECT_EQ(cumsum(0, 0, 0), (std::vector<float>{1, 2, 3, 5, 7, 9}));
+}
+
+// What the new operators cannot take is refused with one line that names the node.
+TEST(GraphOperatorsOutput, TriluCumSumAndModRefuseWhatTheyCannotTake) {
+  const auto refusal = [](const std::string& type, dims_t dims, std::map<std::string, OpAttribute> attributes,
+                          std::map<std::size_t, IntegerInput> given, std::size_t inputs) -> std::string {
+    OpSpec spec;
+    spec.type = type;
+    spec.name = "net.onnx: " + type + " node 'n'";
+    spec.inputs.assign(inputs, -1);
+    spec.inputs[0] = 0;
+    spec.attributes = std::move(attributes);
+    spec.integers = std::move(given);
+    const OpValue x{std::move(dims)}, other{{}};
+    std::vector<const OpValue*> in = {&x};
+    if (inputs > 1) in.push_back(spec.integers.count(1) ? nullptr : &other);
+    try {
+      return "none: " + shapes::text(make_operator(spec)->output_dims(in, 1));
+    } catch (const InputError& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(refusal("Trilu", {4}, {}, {}, 1), "net.onnx: Trilu node 'n': ddl takes the triangles of a tensor of rank 2 or more, not [4]");
+  EXPECT_EQ(refusal("Trilu", {2, 3, 4}, {}, {}, 2), "net.onnx: Trilu node 'n': its k is not an integer known before the graph runs");
+  EXPECT_EQ(refusal("CumSum", {2, 3}, {}, {}, 2), "net.onnx: CumSum node 'n': its axis is not one integer known before the graph runs");
+  EXPECT_EQ(refusal("CumSum", {2, 3}, {}, {{1, integers({1})}}, 2), "none: [2x3]");
+  EXPECT_EQ(refusal("Mod", {2, 3}, {{"fmod", ints({2})}}, {}, 2), "net.onnx: Mod node 'n': its fmod 2 is not 0 or 1");
 }
 
 TEST(GraphOperatorsRegistry, EveryRecordIsFoundByItsTypeAndAnUnknownOneIsNamed) {

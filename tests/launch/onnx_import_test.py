@@ -145,6 +145,25 @@ class Decoder(nn.Module):  # transposed convolutions: output_padding, groups and
         return self.fc(self.up2(y).mean([2, 3]))
 
 
+class ScansAndMasks(nn.Module):  # a comparison feeding Where, CumSum, Trilu, % and torch.fmod on image values
+    def __init__(self, classes=10):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.fc = nn.Linear(8 * 4 + 8, classes)
+
+    def forward(self, x):
+        h = F.max_pool2d(self.c1(x), 2)
+        m = h.mean(1, keepdim=True)                           # Greater broadcasts it
+        h = torch.where(h > m, h, 0.5 * h + 0.5 * m)          # continuous where h == m
+        h = torch.cumsum(h, dim=3) / 16
+        h = torch.triu(self.c2(h), diagonal=1)
+        f = F.avg_pool2d(h, 4).flatten(1)
+        g = h.mean([2, 3])
+        g = g + 0.5 * (g % 0.25) + 0.5 * torch.fmod(g, -0.3)  # Div/Floor/Mul/Sub; Mod fmod 1
+        return self.fc(torch.cat([f, g], 1))
+
+
 class Activations(nn.Module):
     def __init__(self):
         super().__init__()
@@ -544,6 +563,11 @@ class OnnxImport(unittest.TestCase):
             with self.subTest(module=type(module).__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(module, f"lab_{type(module).__name__}", steps=2)
+
+    def test_comparisons_scans_and_triangles_train_as_in_pytorch(self):
+        """A comparison feeding Where, CumSum, Trilu (opset 14), % and torch.fmod on image values, in pieces."""
+        torch.manual_seed(60)
+        self.assert_trains_as_in_pytorch(ScansAndMasks(), "lab_ScansAndMasks", steps=3, lr=0.2, opset=14)
 
     def test_group_norm_and_mish_run_as_one_operator_each(self):
         """nn.GroupNorm's export (a Reshape, InstanceNormalization, a Reshape back, Mul, Add) and F.mish's

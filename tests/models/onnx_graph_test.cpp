@@ -408,6 +408,20 @@ TEST(OnnxGraph, FoldsModAndNotOfIntegers) {
     add_node(g, "Not", {"whole"}, {"value"});
   });
   EXPECT_EQ(c.ints, (std::vector<std::int64_t>{0, 1, 0}));
+  // Comparisons of integers and of real numbers are booleans, which And, Or and Xor combine.
+  Constant logic = folded([](auto& g) {
+    add_constant(g, "a", {4}, {1, 2, 3, 4});
+    add_constant(g, "two", {}, {2});
+    add_node(g, "Less", {"a", "two"}, {"less"});
+    add_node(g, "GreaterOrEqual", {"a", "two"}, {"at_least"});
+    add_node(g, "Or", {"less", "at_least"}, {"either"});
+    add_constant(g, "three", {}, {3});
+    set_int(add_node(g, "Cast", {"a"}, {"reals"}), "to", 1);
+    set_int(add_node(g, "Cast", {"three"}, {"real_three"}), "to", 1);
+    add_node(g, "Greater", {"reals", "real_three"}, {"over"});
+    add_node(g, "Xor", {"either", "over"}, {"value"});
+  });
+  EXPECT_EQ(logic.ints, (std::vector<std::int64_t>{1, 1, 1, 0}));
 }
 
 // swin_t's attention mask in small: slices of a tensor of zeros assigned (ScatterND), the difference of two
