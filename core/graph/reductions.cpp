@@ -223,6 +223,48 @@ class CumSumOp : public Operator {
   bool exclusive_ = false, reverse_ = false;
 };
 
+// ArgMax and ArgMin along an axis (keepdims, select_last_index): the index as a float, as ONNX's int64 is the
+// graph's float here. An index is no function of the values a gradient could flow through: backward adds
+// nothing.
+class ArgOp : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    dims_t out = input(in, 0).dims;
+    const auto a = static_cast<std::size_t>(shapes::axis_in(spec_.integer("axis", 0), out.size()));
+    if (spec_.integer("keepdims", 1))
+      out[a] = 1;
+    else
+      out.erase(out.begin() + static_cast<std::ptrdiff_t>(a));
+    return out;
+  }
+  void setup(Context&, OpInputs in, const OpValue&, bool) override {
+    const dims_t& x = in[0]->dims;
+    const dim a = shapes::axis_in(spec_.integer("axis", 0), x.size());
+    outer_ = inner_ = 1;
+    for (dim d = 0; d < a; ++d) outer_ *= x[d];
+    for (std::size_t d = a + 1; d < x.size(); ++d) inner_ *= x[d];
+    length_ = x[a];
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    const bool largest = spec_.type == "ArgMax", last = spec_.integer("select_last_index", 0) != 0;
+    const float* x = in[0]->data;
+    for (dim o = 0; o < outer_; ++o)
+      for (dim i = 0; i < inner_; ++i) {
+        dim best = 0;
+        for (dim s = 1; s < length_; ++s) {
+          const float v = x[(o * length_ + s) * inner_ + i], b = x[(o * length_ + best) * inner_ + i];
+          if ((largest ? v > b : v < b) || (last && v == b)) best = s;
+        }
+        out.data[o * inner_ + i] = static_cast<float>(best);
+      }
+  }
+  void backward(Context&, OpInputs, const OpValue&, float*) override {}
+
+ private:
+  dim outer_ = 1, inner_ = 1, length_ = 1;
+};
+
 const OperatorRecord kReductionsRecords[] = {
     {"ReduceSum", "reductions", make<Reduce>, "axes known before the graph runs"},
     {"ReduceMean", "reductions", make<Reduce>, "axes known before the graph runs"},
@@ -236,6 +278,8 @@ const OperatorRecord kReductionsRecords[] = {
     {"Softmax", "reductions", make<SoftmaxOp>, "any axis"},
     {"LogSoftmax", "reductions", make<LogSoftmaxOp>, "any axis"},
     {"CumSum", "reductions", make<CumSumOp>, "axis known before the graph runs; exclusive and reverse"},
+    {"ArgMax", "reductions", make<ArgOp>, "the index as a float; no gradient"},
+    {"ArgMin", "reductions", make<ArgOp>, "the index as a float; no gradient"},
 };
 
 }  // namespace

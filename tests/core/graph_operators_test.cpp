@@ -505,6 +505,20 @@ TEST(GraphOperatorsOutput, TriluCumSumAndModRefuseWhatTheyCannotTake) {
   EXPECT_EQ(refusal("Mod", {2, 3}, {{"fmod", ints({2})}}, {}, 2), "net.onnx: Mod node 'n': its fmod 2 is not 0 or 1");
 }
 
+TEST(GraphOperatorsOutput, ArgMaxAndArgMinGiveTheIndexFirstOrLast) {
+  const std::vector<float> x = {1, 3, 3, 0, 2, 0};  // [2, 3]
+  const auto arg = [&](const std::string& type, std::int64_t axis, std::int64_t last, std::int64_t keep) {
+    GraphBuilder g({}, {});
+    g.add(type, {0}, {{"axis", ints({axis})}, {"select_last_index", ints({last})}, {"keepdims", ints({keep})}});
+    GraphLayer layer = g.build();
+    return run_forward(layer, {2, 3}, x);
+  };
+  EXPECT_EQ(arg("ArgMax", 1, 0, 1), (std::vector<float>{1, 1}));
+  EXPECT_EQ(arg("ArgMax", 1, 1, 0), (std::vector<float>{2, 1}));
+  EXPECT_EQ(arg("ArgMin", -1, 1, 1), (std::vector<float>{0, 2}));
+  EXPECT_EQ(arg("ArgMax", 0, 0, 0), (std::vector<float>{0, 0, 0}));
+}
+
 TEST(GraphOperatorsRegistry, EveryRecordIsFoundByItsTypeAndAnUnknownOneIsNamed) {
   for (const auto family : {elementwise_operators(), normalization_operators(), shape_operators(), reduction_operators(),
                             matrix_operators(), convolution_operators(), resampling_operators()})
