@@ -20,7 +20,7 @@ import sys
 
 # What Debian calls the package of each Python module these tools use.
 DEBIAN_PACKAGES = {"torch": "python3-torch", "torchvision": "python3-torchvision", "h5py": "python3-h5py",
-                   "onnx": "python3-onnx", "numpy": "python3-numpy"}
+                   "onnx": "python3-onnx", "numpy": "python3-numpy", "PIL.Image": "python3-pil"}
 
 # ddl's models and their default image sizes.
 MODELS = {

@@ -158,12 +158,13 @@ def check_with_ddl(args, graph, shape):
                             "launch/setup.sh, set DDL_BIN_DIR, or give --no-check)")
     dims = graph.graph.output[0].type.tensor_type.shape.dim
     classes = dims[1].dim_value if len(dims) == 2 else 0  # else ddl_train says what it thinks of the output
+    image = ddl_torch.need("PIL.Image")
     with tempfile.TemporaryDirectory(prefix="ddl_export_onnx_") as folder:
         for label in ("a", "b"):
             os.makedirs(os.path.join(folder, "images", label))
             seed = torch.Generator().manual_seed(ord(label))
-            pixels = torch.randint(0, 256, shape, dtype=torch.uint8, generator=seed)
-            ddl_torch.torchvision.io.write_png(pixels, os.path.join(folder, "images", label, "0.png"))
+            pixels = torch.randint(0, 256, (shape[1], shape[2], shape[0]), dtype=torch.uint8, generator=seed)
+            image.fromarray(pixels.numpy()).save(os.path.join(folder, "images", label, "0.png"))
         data = os.path.join(folder, "check.h5")
         made = subprocess.run([ddl_data, "import", "--from", os.path.join(folder, "images"), "--output", data],
                               capture_output=True, text=True)

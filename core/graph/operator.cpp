@@ -31,7 +31,13 @@ const std::vector<std::int64_t>* OpSpec::integer_input(std::size_t i) const {
   return it == integers.end() ? nullptr : &it->second.values;
 }
 
-void OpSpec::fail(const std::string& problem) const { throw InputError(name + ": " + problem); }
+void OpSpec::fail(const std::string& problem) const {
+  std::string line = name + ": " + problem;
+  // Names and attributes come from the file: a control character in one must not break the message's line.
+  for (char& c : line)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  throw InputError(line);
+}
 
 const OpValue& Operator::input(OpInputs in, std::size_t i) const {
   if (i >= in.size() || !in[i]) spec_.fail("input " + std::to_string(i + 1) + " is missing");

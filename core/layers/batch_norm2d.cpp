@@ -113,7 +113,8 @@ const Tensor& BatchNorm2d::backward(Context& ctx, const Tensor& diff_dst) {
 }
 
 dnnl::memory BatchNorm2d::as_primitive(Context& ctx, const Tensor& t) const {
-  return t.desc() == primitive_md_ ? t.memory() : dnnl::memory(primitive_md_, ctx.engine(), t.memory().get_data_handle());
+  if (dims_of(t.desc()).size() != 3) return t.memory();
+  return dnnl::memory(primitive_md_, ctx.engine(), t.memory().get_data_handle());
 }
 
 std::vector<StateView> BatchNorm2d::state() {

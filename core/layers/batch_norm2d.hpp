@@ -38,7 +38,7 @@ class BatchNorm2d : public Layer {
   std::vector<StateView> state() override;
 
  private:
-  // The tensor's memory under primitive_md_.
+  // A rank-3 tensor's memory seen as primitive_md_'s rank 4; any other tensor's own.
   dnnl::memory as_primitive(Context& ctx, const Tensor& t) const;
 
   BatchNorm2dOptions opt_;

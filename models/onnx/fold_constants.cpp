@@ -277,8 +277,16 @@ Constant compare(const Op& op) {
   const std::size_t n = op.size(dims);
   const auto ia = broadcast_index(a.dims, dims, n), ib = broadcast_index(b.dims, dims, n);
   const std::string& name = op.node.op;
-  const auto holds = [&](auto x, auto y) {
-    return name == "Equal" ? x == y : name == "Less" ? x < y : name == "Greater" ? x > y : name == "LessOrEqual" ? x <= y : x >= y;
+  enum { equal, less, greater, at_most, at_least };
+  const int rule = name == "Equal" ? equal : name == "Less" ? less : name == "Greater" ? greater : name == "LessOrEqual" ? at_most : at_least;
+  const auto holds = [rule](auto x, auto y) {
+    switch (rule) {
+      case equal: return x == y;
+      case less: return x < y;
+      case greater: return x > y;
+      case at_most: return x <= y;
+      default: return x >= y;
+    }
   };
   Constant out{std::move(dims), true, {}, Dims(n)};
   for (std::size_t k = 0; k < n; ++k)
@@ -323,12 +331,11 @@ Constant range(const Op& op) {
 }
 
 // x mod y: with fmod the sign of x (C's %), without it the sign of y (Python's %, as PyTorch exports it).
-bool modulo(const Op& op, std::int64_t x, std::int64_t y, std::int64_t& r) {
+std::int64_t modulo(const Op& op, std::int64_t x, std::int64_t y) {
   if (y == 0) op.fail("divides by 0");
-  if (y == -1) return (r = 0), false;
-  r = x % y;
-  if (op.node.integer("fmod", 0) == 0 && r != 0 && (r < 0) != (y < 0)) r += y;
-  return false;
+  if (y == -1) return 0;  // x % -1 overflows for the smallest x
+  const std::int64_t r = x % y;
+  return op.node.integer("fmod", 0) == 0 && r != 0 && (r < 0) != (y < 0) ? r + y : r;
 }
 
 // Add, Sub, Mul, Div and Mod, on integers (shapes); on real numbers they are the registry's (run_operator).
@@ -352,7 +359,7 @@ Constant arithmetic(const Op& op) {
       overflow = y == -1 && x == std::numeric_limits<std::int64_t>::min();
       if (!overflow) r = x / y;
     }
-    if (name == "Mod") overflow = modulo(op, x, y, r);
+    if (name == "Mod") r = modulo(op, x, y);
     if (overflow) op.fail("overflows int64");
   }
   return out;
@@ -377,9 +384,10 @@ Constant logical(const Op& op) {
   const std::size_t n = op.size(dims);
   const auto ia = broadcast_index(out.dims, dims, n), ib = broadcast_index(b.dims, dims, n);
   Constant result{std::move(dims), true, {}, Dims(n)};
+  const bool conjunction = op.node.op == "And", disjunction = op.node.op == "Or";  // else Xor
   for (std::size_t k = 0; k < n; ++k) {
     const bool x = out.ints[ia[k]] != 0, y = b.ints[ib[k]] != 0;
-    result.ints[k] = op.node.op == "And" ? x && y : op.node.op == "Or" ? x || y : x != y;
+    result.ints[k] = conjunction ? x && y : disjunction ? x || y : x != y;
   }
   return result;
 }
@@ -420,13 +428,22 @@ Constant run_operator(const Op& op, Context& ctx, std::int64_t batch) {
       in[i] = &held[i];
     }
   const std::unique_ptr<Operator> made = make_operator(op_spec(op.graph.source, op.node, op.in));
-  // Folded, a Dropout's mask would be drawn once (or, set up for evaluation, never): it is a graph's operator.
-  if (!made->generator_state().empty()) op.fail("draws random numbers on constants only, which ddl does not fold");
   OpValue out{made->output_dims(in, batch), nullptr, nullptr, false};
+  // A Dropout that drops nothing (ratio 0, training_mode false) is its input; folded, one that drops would
+  // draw its mask once (or, set up for evaluation, never): it is a graph's operator.
+  if (!made->generator_state().empty()) {
+    if (made->aliases_input(in)) return op.input(0);
+    op.fail("draws random numbers on constants only, which ddl does not fold");
+  }
   Constant value{out.dims, false, std::vector<float>(op.size(out.dims)), {}};
   out.data = value.floats.data();
   made->setup(ctx, in, out, false);
   made->forward(ctx, in, out);
+  if (op.node.op == "ArgMax" || op.node.op == "ArgMin") {  // ONNX's indices are int64
+    value.integer = true;
+    value.ints.assign(value.floats.begin(), value.floats.end());
+    value.floats.clear();
+  }
   return value;
 }
 
@@ -590,7 +607,7 @@ void fold_constants(Graph& graph) {
     if (std::string_view(e.what()).starts_with(graph.source + ": ")) throw;
     throw InputError(one_line(graph.source + ": " + e.what()));
   }
-  for (const auto& [name, dims] : one.shapes) graph.ranks[name] = dims.size();
+  for (const auto& [name, dims] : one.shapes) graph.dims[name] = dims;
   for (const auto& [name, dims] : one.shapes)
     if (const auto it = two.shapes.find(name); it != two.shapes.end() && it->second.size() == dims.size())
       for (std::size_t d = 0; d < dims.size(); ++d)

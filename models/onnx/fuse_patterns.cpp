@@ -191,12 +191,19 @@ void group_norms(Fusion& f) {
   };
   for (const Node& to_groups : f.g.nodes) {
     const auto* grouped = to_groups.op == "Reshape" && to_groups.inputs.size() == 2 ? ints(to_groups.inputs[1]) : nullptr;
-    if (!grouped || grouped->size() != 3 || ((*grouped)[0] != kBatch && (*grouped)[0] != 0) || (*grouped)[2] != -1) continue;
+    if (!grouped || grouped->size() != 3 || ((*grouped)[0] != kBatch && (*grouped)[0] != 0) || (*grouped)[1] < 1 ||
+        (*grouped)[2] != -1)
+      continue;
     const Node* norm = f.reader(to_groups.outputs.at(0), "InstanceNormalization");
     if (!norm || norm->inputs.size() != 3 || !filled(norm->inputs[1], 1.0f) || !filled(norm->inputs[2], 0.0f)) continue;
     const Node* back = f.reader(norm->outputs.at(0), "Reshape");
     const auto* shape = back && back->inputs.size() == 2 ? ints(back->inputs[1]) : nullptr;
-    if (!shape || shape->size() < 3 || (*shape)[0] != kBatch || (*shape)[1] % (*grouped)[1] != 0) continue;
+    // Back to the input's own dims, of whole groups.
+    const auto x = f.g.dims.find(to_groups.inputs[0]);
+    if (!shape || x == f.g.dims.end() || shape->size() != x->second.size() || shape->size() < 3 ||
+        (*shape)[0] != kBatch || !std::equal(shape->begin() + 1, shape->end(), x->second.begin() + 1) ||
+        (*shape)[1] % (*grouped)[1] != 0)
+      continue;
     const Node* scale = f.reader(back->outputs.at(0), "Mul");
     const Node* shift = scale ? f.reader(scale->outputs.at(0), "Add") : nullptr;
     if (!shift || scale->inputs.size() != 2 || shift->inputs.size() != 2) continue;

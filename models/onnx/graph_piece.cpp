@@ -192,8 +192,8 @@ class PieceBuilder {
       if (live.empty()) return std::nullopt;
       // A piece ends in a value that a layer can hand on: of rank 5 at most (MaxViT's window partition is of
       // rank 6 between two reshapes).
-      const auto rank = live.size() == 1 ? g_.ranks.find(live[0]) : g_.ranks.end();
-      if (live.size() == 1 && (rank == g_.ranks.end() || rank->second <= 5)) {
+      const auto dims = live.size() == 1 ? g_.dims.find(live[0]) : g_.dims.end();
+      if (live.size() == 1 && (dims == g_.dims.end() || dims->second.size() <= 5)) {
         if (live[0] == from) return std::nullopt;  // only a node whose output nothing reads was taken
         region.nodes.assign(taken.begin(), taken.end());
         region.end = live[0];

@@ -280,7 +280,7 @@ const char* torch_function(const std::string& op) {
       {"TopK", "torch.topk"}, {"NonZero", "torch.nonzero or a boolean mask"},
       {"ScatterND", "an indexed assignment, x[...] = v"}, {"ScatterElements", "torch.scatter"},
       {"GatherElements", "torch.gather"}, {"GatherND", "indexing by tensors"}, {"Einsum", "torch.einsum"},
-      {"CumSum", "torch.cumsum"}, {"Trilu", "torch.triu or torch.tril"}, {"Mod", "torch.remainder or %"},
+      {"CumSum", "torch.cumsum"}, {"Trilu", "torch.triu or torch.tril"}, {"Mod", "torch.fmod"},
       {"ArgMax", "torch.argmax"}, {"ArgMin", "torch.argmin"}, {"GridSample", "F.grid_sample"},
       {"RoiAlign", "torchvision.ops.roi_align"}, {"NonMaxSuppression", "torchvision.ops.nms"},
       {"Loop", "a Python loop over tensor values"}, {"If", "a Python if on a tensor's value"},

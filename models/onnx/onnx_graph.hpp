@@ -85,8 +85,8 @@ struct Graph {
     std::int64_t per_batch = 1;
   };
   std::map<std::string, BatchAxis> batch_axes;
-  // The rank of each value computed on images, where folding learned it.
-  std::map<std::string, std::size_t> ranks;
+  // The dims of each value computed on images for a batch of 1, where folding learned them.
+  std::map<std::string, std::vector<std::int64_t>> dims;
 };
 
 // Parses and checks a model; `source` names it in messages. Initializers listed in `weights_elsewhere`

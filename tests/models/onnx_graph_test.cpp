@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/error.hpp"
+#include "models/onnx/fuse_patterns.hpp"
 #include "models/onnx/onnx_graph.hpp"
 #include "tests/models/onnx_builder.hpp"
 
@@ -607,6 +608,62 @@ TEST(OnnxGraph, ReadsAFileAndNamesAMissingOne) {
   std::remove(path.c_str());
   EXPECT_EQ(error_of([&] { read_onnx(path); }), path + ": cannot open: No such file or directory");
   EXPECT_EQ(error_of([&] { read_onnx(::testing::TempDir()); }), ::testing::TempDir() + ": a folder, not an ONNX file");
+}
+
+// nn.GroupNorm as PyTorch exports it on input [batch, 4, 2, 2]: to `groups` ([0, groups, -1]),
+// InstanceNormalization of ones and zeros, back to [batch, back...] (the input's Shape where empty), times the
+// weight and plus the bias, unsqueezed; then pooled to [batch, 4]. The nodes left of the GroupNorm's.
+std::vector<std::string> ops_after_fusion(const Dims& groups, const Dims& back) {
+  pb::GraphProto g;
+  *g.add_input() = value_info("input", {kFree, 4, 2, 2});
+  *g.add_output() = value_info("logits", {kFree, 4});
+  add_constant(g, "to_groups", {3}, groups);
+  add_node(g, "Reshape", {"input", "to_groups"}, {"grouped"}, "/gn/Reshape");
+  *g.add_initializer() = float_tensor("ones", {2});
+  *g.add_initializer() = float_tensor("zeros", {2});
+  for (const auto& [name, value] : {std::pair<std::string, float>{"ones", 1.0f}, {"zeros", 0.0f}}) {
+    auto* t = &g.mutable_initializer()->at(g.initializer_size() - (name == "ones" ? 2 : 1));
+    t->clear_raw_data();
+    t->clear_float_data();
+    for (int i = 0; i < 2; ++i) t->add_float_data(value);
+  }
+  add_node(g, "InstanceNormalization", {"grouped", "ones", "zeros"}, {"normal"}, "/gn/InstanceNormalization");
+  add_node(g, "Shape", {"input"}, {"shape"}, "/gn/Shape");
+  if (!back.empty()) {  // [the batch, back...]
+    add_constant(g, "zero", {}, {0});
+    set_int(add_node(g, "Gather", {"shape", "zero"}, {"batch"}, "/gn/Gather"), "axis", 0);
+    add_constant(g, "first", {1}, {0});
+    add_node(g, "Unsqueeze", {"batch", "first"}, {"batch_1"}, "/gn/Unsqueeze_2");
+    add_constant(g, "rest", {static_cast<std::int64_t>(back.size())}, back);
+    set_int(add_node(g, "Concat", {"batch_1", "rest"}, {"back_to"}, "/gn/Concat"), "axis", 0);
+  }
+  add_node(g, "Reshape", {"normal", back.empty() ? "shape" : "back_to"}, {"back"}, "/gn/Reshape_1");
+  *g.add_initializer() = float_tensor("gn.weight", {4});
+  *g.add_initializer() = float_tensor("gn.bias", {4});
+  add_constant(g, "axes", {2}, {1, 2});
+  add_node(g, "Unsqueeze", {"gn.weight", "axes"}, {"weight"}, "/gn/Unsqueeze");
+  add_node(g, "Unsqueeze", {"gn.bias", "axes"}, {"bias"}, "/gn/Unsqueeze_1");
+  add_node(g, "Mul", {"back", "weight"}, {"scaled"}, "/gn/Mul");
+  add_node(g, "Add", {"scaled", "bias"}, {"normalised"}, "/gn/Add");
+  add_node(g, "GlobalAveragePool", {"normalised"}, {"pool"}, "/pool");
+  set_int(add_node(g, "Flatten", {"pool"}, {"logits"}, "/Flatten"), "axis", 1);
+  Graph graph = parse_onnx(bytes_of(model_of(std::move(g))), "gn.onnx");
+  fold_constants(graph);
+  fuse_norms_and_activations(graph);
+  std::vector<std::string> ops;
+  for (const Node& n : graph.nodes)
+    if (n.op != "Unsqueeze" && n.op != "GlobalAveragePool" && n.op != "Flatten") ops.push_back(n.op);
+  return ops;
+}
+
+TEST(OnnxGraph, GroupNormIsFusedWhereItsPatternMatchesOnly) {
+  EXPECT_EQ(ops_after_fusion({0, 2, -1}, {}), (std::vector<std::string>{"GroupNormalization"}));
+  const std::vector<std::string> unfused = {"Reshape", "InstanceNormalization", "Reshape", "Mul", "Add"};
+  // ONNX's 0 keeps a dimension: [0, 0, -1] is no grouping ddl can read (it was a division by zero).
+  EXPECT_EQ(ops_after_fusion({0, 0, -1}, {}), unfused);
+  // Back to the input's dims given as numbers after the batch, and to other dims of the same rank.
+  EXPECT_EQ(ops_after_fusion({0, 2, -1}, {4, 2, 2}), (std::vector<std::string>{"GroupNormalization"}));
+  EXPECT_EQ(ops_after_fusion({0, 2, -1}, {4, 4, 1}), unfused);
 }
 
 }  // namespace
