@@ -12,6 +12,8 @@
 #   bash bench/planner_table.sh MODEL [RANKS] [STEPS] [DATA.h5]        ranks on this machine
 #   DDL_HOSTS=3 bash bench/planner_table.sh MODEL 3 [STEPS] [DATA.h5]  3 network-namespace hosts over TCP,
 #                                                                     one rank each (root)
+# DDL_RUN_TIMEOUT=S stops any one run after S seconds (its row: failed). Each row is printed as soon as its
+# last round has run, so a job cut short keeps the rows it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:?model}
@@ -21,6 +23,8 @@ data=${4:-runs/sample/train.h5}
 hosts=${DDL_HOSTS:-0}
 [ "$hosts" -eq 0 ] || ranks=$hosts
 rounds=${DDL_ROUNDS:-1}
+limit=()
+[ -z "${DDL_RUN_TIMEOUT:-}" ] || limit=(timeout --foreground -k 5 "$DDL_RUN_TIMEOUT")
 [ -x build/launch/ddl_train ] || bash launch/setup.sh
 [ -f "$data" ] || bash launch/run_sample.sh --epochs 1 --steps-per-epoch 1 > /dev/null
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
@@ -35,7 +39,7 @@ launch() {  # ddl_train ARGS on the ranks: its stdout
     bash tests/launch/three_hosts.sh run "$work/job" --threads 1 "$@" > /dev/null
     cat "$work/job/out.txt" "$work/job/err.txt"
   else
-    mpirun --oversubscribe -np "$ranks" build/launch/ddl_train --threads 1 "$@" 2>&1
+    "${limit[@]}" mpirun --oversubscribe -np "$ranks" build/launch/ddl_train --threads 1 "$@" 2>&1
   fi
 }
 
@@ -132,20 +136,20 @@ options+=("$batch --strategy auto")
 
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $model, 100 classes," \
   "global batch $global, $where, $steps steps an epoch, $rounds round(s)"
-# Rounds run every layout in turn, so that what drifts on the machine meets every layout alike.
+printf '%-34s %8s %9s %7s %9s %9s %7s %8s\n' layout img/s "peak MB" "comm %" "step s" "planned" "off" loss
+# Rounds run every layout in turn, so that what drifts on the machine meets every layout alike; a layout's
+# row follows its last round.
 for r in $(seq 1 "$rounds"); do
   for i in "${!options[@]}"; do
     read -ra opts <<< "${options[$i]}"
     if [ "${opts[0]}" = one ]; then
-      build/launch/ddl_train "${common[@]}" "${opts[@]:1}" --threads "$threads" > "$work/$i.$r" 2>&1 || true
+      "${limit[@]}" build/launch/ddl_train "${common[@]}" "${opts[@]:1}" --threads "$threads" > "$work/$i.$r" 2>&1 || true
     else
       launch "${common[@]}" "${opts[@]}" > "$work/$i.$r" || true
     fi
+    [ "$r" -eq "$rounds" ] || continue
+    outputs=()
+    for k in $(seq 1 "$rounds"); do outputs+=("$work/$i.$k"); done
+    row "${labels[$i]}" "${outputs[@]}"
   done
-done
-printf '%-34s %8s %9s %7s %9s %9s %7s %8s\n' layout img/s "peak MB" "comm %" "step s" "planned" "off" loss
-for i in "${!labels[@]}"; do
-  outputs=()
-  for r in $(seq 1 "$rounds"); do outputs+=("$work/$i.$r"); done
-  row "${labels[$i]}" "${outputs[@]}"
 done

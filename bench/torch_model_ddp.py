@@ -1,7 +1,8 @@
 """PyTorch DDP (gloo) with a torchvision model on CPU, the peer of bench/strategies.sh: `ranks` processes of
 `threads` threads, random 224x224 images, SGD with momentum, `batch` images per rank; one warm-up step, then
-`steps` timed. Prints images/s over all ranks and the largest rank's peak memory.
-    /usr/bin/python3 bench/torch_model_ddp.py MODEL RANKS THREADS BATCH STEPS
+`steps` timed. Prints images/s over all ranks and the largest rank's peak memory. --bf16: the forward and
+the loss under torch.autocast("cpu", dtype=torch.bfloat16), as bench/torch_model_step.py.
+    /usr/bin/python3 bench/torch_model_ddp.py MODEL RANKS THREADS BATCH STEPS [--bf16]
 """
 import os
 import resource
@@ -14,7 +15,7 @@ import torch.multiprocessing as mp
 import torchvision
 
 
-def worker(rank, name, ranks, threads, batch, steps, queue):
+def worker(rank, name, ranks, threads, batch, steps, bf16, queue):
     torch.set_num_threads(threads)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = "29533"
@@ -28,7 +29,9 @@ def worker(rank, name, ranks, threads, batch, steps, queue):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
         opt.step()
 
     step()
@@ -43,10 +46,12 @@ def worker(rank, name, ranks, threads, batch, steps, queue):
 
 
 if __name__ == "__main__":
-    name, ranks, threads, batch, steps = sys.argv[1], *map(int, sys.argv[2:6])
+    bf16 = "--bf16" in sys.argv
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    name, ranks, threads, batch, steps = args[0], *map(int, args[1:5])
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, name, ranks, threads, batch, steps, queue)) for r in range(ranks)]
+    procs = [ctx.Process(target=worker, args=(r, name, ranks, threads, batch, steps, bf16, queue)) for r in range(ranks)]
     for p in procs:
         p.start()
     results = []
@@ -61,5 +66,5 @@ if __name__ == "__main__":
     for p in procs:
         p.join()
     seconds = max(r[0] for r in results)
-    print(f"torch ddp {name} ranks {ranks} threads {threads} batch {batch}: "
+    print(f"torch ddp {name} {'bf16' if bf16 else 'f32'} ranks {ranks} threads {threads} batch {batch}: "
           f"{ranks * batch * steps / seconds:.1f} images/s, peak RSS {max(r[1] for r in results):.0f} MB (largest rank)")
