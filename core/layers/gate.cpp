@@ -49,6 +49,7 @@ dnnl::memory::desc Gate::setup(Context& ctx, const dnnl::memory::desc& src, Mode
   to_factors_layout_.reset();
   if (mode == Mode::infer) return src;
   times_src_ = dnnl::binary(make_binary_pd(ctx.engine(), algorithm::binary_mul, src, src, src));
+  per_image_ = per_image;
   per_image_md_ = per_image ? plain_desc(factors) : dnnl::memory::desc();
   if (per_channel || per_image) {
     // The plane's mean of diff_dst * src, [N, C, 1, 1]: plain where the channels are then summed.
@@ -95,7 +96,7 @@ const Tensor& Gate::backward(Context& ctx, const Tensor& diff_dst) {
     for (std::size_t i = 0; i < plane_mean_md_.get_size() / sizeof(float); ++i) sum[i] *= plane_size_;
     product = std::move(mean);
   }
-  if (per_image_md_) {  // [N, C] plain, summed over the channels
+  if (per_image_) {  // [N, C] plain, summed over the channels
     Tensor sums = ctx.lease(per_image_md_);
     const auto images = dims_of(per_image_md_)[0], channels = dims_of(plane_mean_md_)[1];
     for (dnnl::memory::dim n = 0; n < images; ++n)

@@ -47,7 +47,10 @@ class Gate : public Layer {
   float plane_size_ = 1.0f;
   std::optional<Copy> to_factors_layout_;  // the factors' gradient from the mean's or the product's layout
   dnnl::memory::desc src_md_, factors_md_, plane_mean_md_;
-  dnnl::memory::desc per_image_md_;  // [N, 1, 1, 1] plain, for one factor an image; else empty
+  // One factor an image: its gradient summed over the channels into per_image_md_, [N, 1, 1, 1] plain. (A
+  // default desc is no false in oneDNN 3, where it is a handle: the flag says it.)
+  bool per_image_ = false;
+  dnnl::memory::desc per_image_md_;
   const Tensor* src_ = nullptr;
   const Tensor* factors_ = nullptr;
 };
