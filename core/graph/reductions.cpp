@@ -13,6 +13,19 @@ namespace {
 
 using walk::dim;
 
+// A tensor as the loops along one axis see it: the elements before the axis (outer), along it, and after it
+// (inner, the stride along it).
+struct Lines {
+  dim outer = 1, length = 1, inner = 1;
+};
+Lines lines_along(const dims_t& dims, dim axis) {
+  Lines lines;
+  for (dim d = 0; d < axis; ++d) lines.outer *= dims[d];
+  for (std::size_t d = axis + 1; d < dims.size(); ++d) lines.inner *= dims[d];
+  lines.length = dims[axis];
+  return lines;
+}
+
 class Reduce : public Operator {
  public:
   // GlobalAveragePool and GlobalMaxPool are the mean and the maximum over the axes after [N, C], kept.
@@ -134,18 +147,15 @@ class LogSoftmaxOp : public SoftmaxOp {
   using SoftmaxOp::SoftmaxOp;
   void setup(Context&, OpInputs, const OpValue& out, bool) override {
     const dim axis = shapes::axis_in(spec_.integer("axis", -1), out.dims.size());
-    outer_ = inner_ = 1;
-    for (dim d = 0; d < axis; ++d) outer_ *= out.dims[d];
-    for (std::size_t d = axis + 1; d < out.dims.size(); ++d) inner_ *= out.dims[d];
-    length_ = out.dims[axis];
+    lines_ = lines_along(out.dims, axis);
   }
   void forward(Context&, OpInputs in, OpValue& out) override {
     each_line(in[0]->data, out.data, [&](const float* x, float* y) {
       float m = -std::numeric_limits<float>::infinity(), sum = 0.0f;
-      for (dim k = 0; k < length_; ++k) m = std::max(m, x[k * inner_]);
-      for (dim k = 0; k < length_; ++k) sum += std::exp(x[k * inner_] - m);
+      for (dim k = 0; k < lines_.length; ++k) m = std::max(m, x[k * lines_.inner]);
+      for (dim k = 0; k < lines_.length; ++k) sum += std::exp(x[k * lines_.inner] - m);
       const float shift = m + std::log(sum);
-      for (dim k = 0; k < length_; ++k) y[k * inner_] = x[k * inner_] - shift;
+      for (dim k = 0; k < lines_.length; ++k) y[k * lines_.inner] = x[k * lines_.inner] - shift;
     });
   }
   void backward(Context&, OpInputs in, const OpValue& out, float*) override {
@@ -154,8 +164,8 @@ class LogSoftmaxOp : public SoftmaxOp {
     each_line(out.data, in[0]->grad, [&](const float* y, float* gx) {
       const std::ptrdiff_t at = y - out.data;
       float sum = 0.0f;
-      for (dim k = 0; k < length_; ++k) sum += gy[at + k * inner_];
-      for (dim k = 0; k < length_; ++k) gx[k * inner_] += gy[at + k * inner_] - std::exp(y[k * inner_]) * sum;
+      for (dim k = 0; k < lines_.length; ++k) sum += gy[at + k * lines_.inner];
+      for (dim k = 0; k < lines_.length; ++k) gx[k * lines_.inner] += gy[at + k * lines_.inner] - std::exp(y[k * lines_.inner]) * sum;
     });
   }
 
@@ -163,11 +173,11 @@ class LogSoftmaxOp : public SoftmaxOp {
   // fn(from, to) at the start of each line along the axis.
   template <class F>
   void each_line(const float* from, float* to, F&& fn) const {
-#pragma omp parallel for collapse(2) if (outer_ * inner_ * length_ >= static_cast<dim>(walk::kParallelFrom))
-    for (dim o = 0; o < outer_; ++o)
-      for (dim i = 0; i < inner_; ++i) fn(from + o * length_ * inner_ + i, to + o * length_ * inner_ + i);
+#pragma omp parallel for collapse(2) if (lines_.outer * lines_.inner * lines_.length >= static_cast<dim>(walk::kParallelFrom))
+    for (dim o = 0; o < lines_.outer; ++o)
+      for (dim i = 0; i < lines_.inner; ++i) fn(from + o * lines_.length * lines_.inner + i, to + o * lines_.length * lines_.inner + i);
   }
-  dim outer_ = 1, inner_ = 1, length_ = 1;
+  Lines lines_;
 };
 
 // CumSum along an axis (an integer known before the graph runs), inclusive or exclusive (each sum without
@@ -183,10 +193,7 @@ class CumSumOp : public Operator {
   }
   void setup(Context&, OpInputs in, const OpValue& out, bool) override {
     const dim a = axis(in, out.dims);
-    outer_ = inner_ = 1;
-    for (dim d = 0; d < a; ++d) outer_ *= out.dims[d];
-    for (std::size_t d = a + 1; d < out.dims.size(); ++d) inner_ *= out.dims[d];
-    length_ = out.dims[a];
+    lines_ = lines_along(out.dims, a);
     exclusive_ = spec_.integer("exclusive", 0) != 0;
     reverse_ = spec_.integer("reverse", 0) != 0;
   }
@@ -204,10 +211,10 @@ class CumSumOp : public Operator {
   }
   // The running sums of `from` along the axis, written to `to` or, where `add`, added to it.
   void scan(const float* from, float* to, bool reverse, bool add) const {
-    const dim length = length_, inner = inner_;
+    const dim length = lines_.length, inner = lines_.inner;
     const bool exclusive = exclusive_;
-#pragma omp parallel for collapse(2) if (outer_ * inner_ * length_ >= static_cast<dim>(walk::kParallelFrom))
-    for (dim o = 0; o < outer_; ++o)
+#pragma omp parallel for collapse(2) if (lines_.outer * lines_.inner * lines_.length >= static_cast<dim>(walk::kParallelFrom))
+    for (dim o = 0; o < lines_.outer; ++o)
       for (dim i = 0; i < inner; ++i) {
         double sum = 0;
         for (dim s = 0; s < length; ++s) {
@@ -219,7 +226,7 @@ class CumSumOp : public Operator {
         }
       }
   }
-  dim outer_ = 1, inner_ = 1, length_ = 1;
+  Lines lines_;
   bool exclusive_ = false, reverse_ = false;
 };
 
@@ -241,28 +248,25 @@ class ArgOp : public Operator {
   void setup(Context&, OpInputs in, const OpValue&, bool) override {
     const dims_t& x = in[0]->dims;
     const dim a = shapes::axis_in(spec_.integer("axis", 0), x.size());
-    outer_ = inner_ = 1;
-    for (dim d = 0; d < a; ++d) outer_ *= x[d];
-    for (std::size_t d = a + 1; d < x.size(); ++d) inner_ *= x[d];
-    length_ = x[a];
+    lines_ = lines_along(x, a);
   }
   void forward(Context&, OpInputs in, OpValue& out) override {
     const bool largest = spec_.type == "ArgMax", last = spec_.integer("select_last_index", 0) != 0;
     const float* x = in[0]->data;
-    for (dim o = 0; o < outer_; ++o)
-      for (dim i = 0; i < inner_; ++i) {
+    for (dim o = 0; o < lines_.outer; ++o)
+      for (dim i = 0; i < lines_.inner; ++i) {
         dim best = 0;
-        for (dim s = 1; s < length_; ++s) {
-          const float v = x[(o * length_ + s) * inner_ + i], b = x[(o * length_ + best) * inner_ + i];
+        for (dim s = 1; s < lines_.length; ++s) {
+          const float v = x[(o * lines_.length + s) * lines_.inner + i], b = x[(o * lines_.length + best) * lines_.inner + i];
           if ((largest ? v > b : v < b) || (last && v == b)) best = s;
         }
-        out.data[o * inner_ + i] = static_cast<float>(best);
+        out.data[o * lines_.inner + i] = static_cast<float>(best);
       }
   }
   void backward(Context&, OpInputs, const OpValue&, float*) override {}
 
  private:
-  dim outer_ = 1, inner_ = 1, length_ = 1;
+  Lines lines_;
 };
 
 const OperatorRecord kReductionsRecords[] = {
