@@ -3,6 +3,7 @@
 // `ddl_transpose_b` (set by the importer for nn.Linear's x @ W^T) reads a [cols, inner] weight transposed in
 // place; a third input [cols] is a bias added to every row.
 #include <algorithm>
+#include <array>
 #include <cctype>
 
 #include "core/graph/operator_registry.hpp"
@@ -124,37 +125,81 @@ class MatMulOp : public Operator {
   MatmulProduct forward_, grad_a_, grad_b_;
 };
 
+// An Einsum's equation, spaces dropped: the operands' terms and the result's (for an implicit result the
+// letters seen once, in alphabetical order).
+struct EinsumTerms {
+  std::vector<std::string> operands;
+  std::string result;
+};
+
+EinsumTerms einsum_terms(const OpSpec& spec) {
+  std::string equation;
+  for (const char c : spec.text("equation", "")) if (c != ' ') equation += c;
+  if (equation.find('.') != std::string::npos) spec.fail("ddl takes an Einsum without ellipsis, not '" + equation + "'");
+  const auto arrow = equation.find("->");
+  EinsumTerms t;
+  std::string left = equation.substr(0, arrow);
+  for (std::size_t from = 0;;) {
+    const auto comma = left.find(',', from);
+    t.operands.push_back(left.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (comma == std::string::npos) break;
+    from = comma + 1;
+  }
+  if (arrow != std::string::npos) t.result = equation.substr(arrow + 2);
+  for (char l = 'A'; arrow == std::string::npos && l <= 'z'; ++l)
+    if (std::count(left.begin(), left.end(), l) == 1) t.result += l;
+  std::vector<const std::string*> all = {&t.result};
+  for (const auto& term : t.operands) all.push_back(&term);
+  for (const std::string* term : all)
+    for (const char l : *term)
+      if (std::count(term->begin(), term->end(), l) != 1 || !std::isalpha(static_cast<unsigned char>(l)))
+        spec.fail("ddl takes each letter once in a term, not '" + equation + "'");
+  return t;
+}
+
+// The letters of a two-operand product by role: in all three terms the batch, in both operands the sum, else
+// the rows (the first operand's) or the columns (the second's). Empty `problem` where it is one batched matrix
+// product: no letter of one term alone, and the rows, the columns and the sum each letters side by side in the
+// same order in both terms that hold them, so that each is one axis of the plain tensors.
+struct ProductLetters {
+  std::string batch, rows, cols, sum, problem;
+};
+
+ProductLetters product_letters(const std::string& a, const std::string& b, const std::string& c) {
+  ProductLetters p;
+  const auto has = [](const std::string& term, char l) { return term.find(l) != std::string::npos; };
+  for (const char l : a + b + c) {
+    std::string* group = nullptr;
+    if (has(a, l) && has(b, l)) group = has(c, l) ? &p.batch : &p.sum;
+    else if (has(c, l) && (has(a, l) || has(b, l))) group = has(a, l) ? &p.rows : &p.cols;
+    if (!group) p.problem = "it sums over a letter of one operand, or gives one of neither";
+    else if (!has(*group, l)) *group += l;
+  }
+  const auto together = [&](const std::string& group, const std::string& term) {
+    return group.empty() || term.find(group) != std::string::npos;
+  };
+  if (p.problem.empty() && !(together(p.rows, a) && together(p.rows, c) && together(p.cols, b) &&
+                             together(p.cols, c) && together(p.sum, a) && together(p.sum, b)))
+    p.problem = "its rows, columns or summed letters are not side by side in the same order in each term";
+  std::string batch;  // in the result's order
+  for (const char l : c)
+    if (has(p.batch, l)) batch += l;
+  p.batch = batch;
+  return p;
+}
+
 // Einsum of two operands that is one batched matrix product (MaxViT's attention, "bghid,bghjd->bghij" and
-// "bghij,bghjd->bghid"): each letter once in a term; every letter of an operand in the other one or in the
-// result; at most one letter of the first operand alone (the rows), one of the second alone (the columns) and
-// one summed over; the letters of all three are batch axes. The operands and the result are read in place under
+// "bghij,bghjd->bghid"; a token-wise product "nti,ij->ntj"): product_letters' rules; the letters of all three
+// terms are batch axes. The operands and the result are read in place under
 // strides, on oneDNN's matmul, as [batch..., rows, sum] by [batch..., sum, cols].
 class EinsumOp : public Operator {
  public:
-  explicit EinsumOp(OpSpec spec) : Operator(std::move(spec)) {
-    std::string equation;
-    for (const char c : spec_.text("equation", "")) if (c != ' ') equation += c;
-    const auto comma = equation.find(','), arrow = equation.find("->");
-    if (comma == std::string::npos || equation.find(',', comma + 1) != std::string::npos || equation.find('.') != std::string::npos)
-      spec_.fail("ddl takes an Einsum of two operands without ellipsis, not '" + equation + "'");
-    a_ = equation.substr(0, comma);
-    b_ = equation.substr(comma + 1, arrow == std::string::npos ? std::string::npos : arrow - comma - 1);
-    if (arrow != std::string::npos) c_ = equation.substr(arrow + 2);
-    for (char l = 'A'; arrow == std::string::npos && l <= 'z'; ++l)  // implicit: the letters seen once, in order
-      if (std::count(a_.begin(), a_.end(), l) + std::count(b_.begin(), b_.end(), l) == 1) c_ += l;
-    for (const std::string* term : {&a_, &b_, &c_})
-      for (const char l : *term)
-        if (std::count(term->begin(), term->end(), l) != 1 || !std::isalpha(static_cast<unsigned char>(l)))
-          spec_.fail("ddl takes each letter once in a term, not '" + equation + "'");
-    for (const char l : a_ + b_ + c_)
-      if (std::string& g = group(l, equation); g.find(l) == std::string::npos) g += l;
-    if (rows_.size() > 1 || cols_.size() > 1 || sum_.size() > 1)
-      spec_.fail("'" + equation + "' is not one batched matrix product");
-    rows_.resize(1, '\0'), cols_.resize(1, '\0'), sum_.resize(1, '\0');
-    std::string batch;
-    for (const char l : c_)
-      if (batch_.find(l) != std::string::npos) batch += l;
-    batch_ = batch;  // in the result's order
+  EinsumOp(OpSpec spec, std::string a, std::string b, std::string c)
+      : Operator(std::move(spec)), a_(std::move(a)), b_(std::move(b)), c_(std::move(c)) {
+    ProductLetters p = product_letters(a_, b_, c_);
+    if (!p.problem.empty()) spec_.fail("'" + a_ + "," + b_ + "->" + c_ + "': " + p.problem);
+    batch_ = p.batch;
+    rows_ = p.rows, cols_ = p.cols, sum_ = p.sum;
   }
   dims_t output_dims(OpInputs in, std::int64_t) const override {
     const dims_t &a = input(in, 0).dims, &b = input(in, 1).dims;
@@ -162,12 +207,12 @@ class EinsumOp : public Operator {
       spec_.fail("its operands " + shapes::text(a) + " and " + shapes::text(b) + " do not fit '" + a_ + "," + b_ + "'");
     dims_t out;
     for (const char l : c_) out.push_back(size_of(l, a, b));
-    for (const char l : sum_.substr(0, sum_.find('\0'))) size_of(l, a, b);
+    for (const char l : sum_) size_of(l, a, b);
     return out;
   }
   void setup(Context& ctx, OpInputs in, const OpValue& out, bool train) override {
     const dims_t &a = in[0]->dims, &b = in[1]->dims;
-    const char r = rows_[0], k = sum_[0], c = cols_[0];
+    const std::string &r = rows_, &k = sum_, &c = cols_;
     a_md_ = seen(a_, a, {r, k});
     b_md_ = seen(b_, b, {k, c});
     c_md_ = seen(c_, out.dims, {r, c});
@@ -188,45 +233,103 @@ class EinsumOp : public Operator {
   }
 
  private:
-  // The letter's group: in all three the batch, in both operands the sum, else the rows or the columns.
-  std::string& group(char l, const std::string& equation) {
-    const bool in_a = a_.find(l) != std::string::npos, in_b = b_.find(l) != std::string::npos;
-    const bool in_c = c_.find(l) != std::string::npos;
-    if (in_a && in_b) return in_c ? batch_ : sum_;
-    if (in_c && (in_a || in_b)) return in_a ? rows_ : cols_;
-    spec_.fail("'" + equation + "' sums over a letter of one operand, or gives one of neither");
-  }
   dim size_of(char l, const dims_t& a, const dims_t& b) const {
     const auto ia = a_.find(l), ib = b_.find(l);
     if (ia != std::string::npos && ib != std::string::npos && a[ia] != b[ib])
       spec_.fail("its operands " + shapes::text(a) + " and " + shapes::text(b) + " differ along '" + std::string(1, l) + "'");
     return ia != std::string::npos ? a[ia] : b[ib];
   }
-  // A term's tensor seen as [batch..., x, y] under its own strides; a letter '\0' is an axis of 1.
-  dnnl::memory::desc seen(const std::string& term, const dims_t& dims, std::initializer_list<char> last) const {
+  // A term's tensor seen as [batch..., x, y] under its own strides, x and y each a group of letters side by
+  // side (one axis of their sizes' product); a group the term lacks, or an empty one, is an axis of 1.
+  dnnl::memory::desc seen(const std::string& term, const dims_t& dims, std::initializer_list<std::string> last) const {
     const dims_t own = shapes::strides_of(dims);
     dims_t d, s;
-    std::string order = batch_;
-    order.append(last.begin(), last.end());
-    for (const char l : order) {
-      const auto at = l == '\0' ? std::string::npos : term.find(l);
-      d.push_back(at == std::string::npos ? 1 : dims[at]);
-      s.push_back(at == std::string::npos ? 1 : own[at]);
+    for (const char l : batch_) {
+      d.push_back(dims[term.find(l)]);
+      s.push_back(own[term.find(l)]);
+    }
+    for (const std::string& group : last) {
+      const auto at = group.empty() ? std::string::npos : term.find(group);
+      dim size = 1;
+      for (std::size_t i = 0; at != std::string::npos && i < group.size(); ++i) size *= dims[at + i];
+      d.push_back(size);
+      s.push_back(at == std::string::npos ? 1 : own[at + group.size() - 1]);
     }
     return walk::strided(d, s);
   }
-  // Letters: the operands', the result's, and each group's (the rows, columns and sum one letter or '\0').
+  // Letters: the operands', the result's, and each group's.
   std::string a_, b_, c_, batch_, rows_, cols_, sum_;
   dnnl::memory::desc a_md_, b_md_, c_md_, a_t_, b_t_;
   MatmulProduct forward_, grad_a_, grad_b_;
 };
 
+// Einsum of three operands: two of them first (the first pair in operand order whose product and then the
+// product with the third are each one batched matrix product), then the third, through an intermediate kept
+// from forward to backward.
+class ChainedEinsumOp : public Operator {
+ public:
+  ChainedEinsumOp(OpSpec spec, const EinsumTerms& t) : Operator(std::move(spec)) {
+    for (const auto& [x, y, z] : {std::array{0, 1, 2}, std::array{1, 2, 0}, std::array{0, 2, 1}}) {
+      const std::string &a = t.operands[x], &b = t.operands[y], &c = t.operands[z];
+      std::string between;  // the pair's letters still read: by the third operand or the result
+      for (const char l : a + b)
+        if ((c + t.result).find(l) != std::string::npos && between.find(l) == std::string::npos) between += l;
+      if (!product_letters(a, b, between).problem.empty() || !product_letters(between, c, t.result).problem.empty())
+        continue;
+      order_ = {std::size_t(x), std::size_t(y), std::size_t(z)};
+      first_ = std::make_unique<EinsumOp>(spec_, a, b, between);
+      second_ = std::make_unique<EinsumOp>(spec_, between, c, t.result);
+      return;
+    }
+    spec_.fail("ddl takes an Einsum of three operands as two batched matrix products, which this one is not");
+  }
+  dims_t output_dims(OpInputs in, std::int64_t batch) const override {
+    OpValue pair{first_->output_dims(pair_inputs(in), batch)};
+    const std::array<const OpValue*, 2> then = {&pair, &input(in, order_[2])};
+    return second_->output_dims(then, batch);
+  }
+  void setup(Context& ctx, OpInputs in, const OpValue& out, bool train) override {
+    between_.dims = first_->output_dims(pair_inputs(in), 0);
+    data_.assign(static_cast<std::size_t>(shapes::count(between_.dims)), 0.0f);
+    between_.data = data_.data();
+    first_->setup(ctx, pair_inputs(in), between_, train);
+    second_->setup(ctx, then_inputs(in), out, train);
+  }
+  void forward(Context& ctx, OpInputs in, OpValue& out) override {
+    first_->forward(ctx, pair_inputs(in), between_);
+    second_->forward(ctx, then_inputs(in), out);
+  }
+  void backward(Context& ctx, OpInputs in, const OpValue& out, float* scratch) override {
+    grad_.assign(data_.size(), 0.0f);
+    between_.grad = grad_.data();
+    second_->backward(ctx, then_inputs(in), out, scratch);
+    first_->backward(ctx, pair_inputs(in), between_, scratch);
+    between_.grad = nullptr;
+  }
+
+ private:
+  std::array<const OpValue*, 2> pair_inputs(OpInputs in) const { return {&input(in, order_[0]), &input(in, order_[1])}; }
+  std::array<const OpValue*, 2> then_inputs(OpInputs in) const { return {&between_, &input(in, order_[2])}; }
+  std::array<std::size_t, 3> order_{};
+  std::unique_ptr<EinsumOp> first_, second_;
+  OpValue between_;
+  std::vector<float> data_, grad_;
+};
+
+std::unique_ptr<Operator> make_einsum(OpSpec spec) {
+  const EinsumTerms t = einsum_terms(spec);
+  if (t.operands.size() == 2) return std::make_unique<EinsumOp>(std::move(spec), t.operands[0], t.operands[1], t.result);
+  if (t.operands.size() == 3) return std::make_unique<ChainedEinsumOp>(std::move(spec), t);
+  spec.fail("ddl takes an Einsum of two or three operands, not " + std::to_string(t.operands.size()));
+}
+
 const OperatorRecord kMatrixRecords[] = {
     {"MatMul", "matrix products", make<MatMulOp>,
      "operands of rank 2 or more; the second one matrix (a weight) or with the first's batch axes"},
     {"Gemm", "matrix products", make<MatMulOp>, "transA 0, alpha = beta = 1"},
-    {"Einsum", "matrix products", make<EinsumOp>,
-     "two operands, one batched matrix product: each letter once a term, at most one of rows, of columns and summed over"},
+    {"Einsum", "matrix products", make_einsum,
+     "two operands as one batched matrix product: each letter once a term, the letters of the rows, of the "
+     "columns and of the sum each side by side; three as two such products"},
 };
 
 }  // namespace

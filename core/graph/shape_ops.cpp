@@ -2,6 +2,7 @@
 // Slice, Gather, Concat, Expand, Tile, Pad, Trilu...). Those that keep the numbers as they are (Reshape, Squeeze,
 // Identity) share their input's storage.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/graph/operator_registry.hpp"
@@ -326,6 +327,64 @@ class Parts : public Operator {
   dims_t into_;
 };
 
+// Gather at indices computed on the images (a codebook's entries at each vector's nearest, from an ArgMin): the
+// indices are a value of whole numbers held as floats, read when the graph runs; they take no gradient.
+class GatherAt : public Operator {
+ public:
+  using Operator::Operator;
+  dims_t output_dims(OpInputs in, std::int64_t) const override {
+    return shapes::gather(input(in, 0).dims, spec_.integer("axis", 0), input(in, 1).dims);
+  }
+  void setup(Context&, OpInputs in, const OpValue&, bool) override {
+    const dims_t& a = in[0]->dims;
+    const dim axis = shapes::axis_in(spec_.integer("axis", 0), a.size());
+    outer_ = shapes::count(dims_t(a.begin(), a.begin() + axis));
+    along_ = a[axis];
+    inner_ = shapes::count(dims_t(a.begin() + axis + 1, a.end()));
+    count_ = shapes::count(in[1]->dims);
+  }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    const std::vector<dim> rows = indices(*in[1]);
+#pragma omp parallel for
+    for (dim o = 0; o < outer_; ++o)
+      for (dim q = 0; q < count_; ++q)
+        std::copy_n(in[0]->data + (o * along_ + rows[q]) * inner_, inner_, out.data + (o * count_ + q) * inner_);
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    if (!in[0]->grad) return;
+    const std::vector<dim> rows = indices(*in[1]);
+    // An index may come twice: each row of the outer axes adds its own rows in order.
+#pragma omp parallel for
+    for (dim o = 0; o < outer_; ++o)
+      for (dim q = 0; q < count_; ++q) {
+        float* g = in[0]->grad + (o * along_ + rows[q]) * inner_;
+        const float* dy = out.grad + (o * count_ + q) * inner_;
+        for (dim i = 0; i < inner_; ++i) g[i] += dy[i];
+      }
+  }
+
+ private:
+  // The indices as rows along the axis, negative ones from its end; one out of range is named.
+  std::vector<dim> indices(const OpValue& index) const {
+    std::vector<dim> rows(static_cast<std::size_t>(count_));
+    for (dim q = 0; q < count_; ++q) {
+      const float given = index.data[q];
+      const dim i = static_cast<dim>(std::nearbyint(given));
+      rows[q] = i < 0 ? i + along_ : i;
+      if (!(std::abs(given) < 1e15f) || rows[q] < 0 || rows[q] >= along_)
+        spec_.fail("index " + std::to_string(given) + " is outside an axis of " + std::to_string(along_));
+    }
+    return rows;
+  }
+  dim outer_ = 1, along_ = 1, inner_ = 1, count_ = 0;
+};
+
+// Gather's indices known before the graph runs are parts; computed ones are read as the graph runs.
+std::unique_ptr<Operator> make_gather(OpSpec spec) {
+  if (spec.integers.count(1)) return make<Parts>(std::move(spec));
+  return make<GatherAt>(std::move(spec));
+}
+
 // ScatterND without reduction: the data with the slices that the indices (known before the graph runs) name
 // replaced by the updates (swin_t's attention mask, made of slices assigned in a tensor of zeros). Where two
 // indices name one element the last one wins, and takes its gradient. Each output element's source is worked
@@ -443,7 +502,7 @@ const OperatorRecord kShapeOpsRecords[] = {
     {"Tile", "shape and indexing", make<TileOp>, ""},
     {"Pad", "shape and indexing", make<PadOp>, "constant, reflect or edge, of any axes but the batch's; negative pads crop"},
     {"Concat", "shape and indexing", make<Parts>, "any axis"},
-    {"Gather", "shape and indexing", make<Parts>, "indices known before the graph runs, one or a list"},
+    {"Gather", "shape and indexing", make_gather, "indices known before the graph runs or computed; no gradient to them"},
     {"ScatterND", "shape and indexing", make<ScatterOp>, "indices known before the graph runs; no reduction"},
     {"Trilu", "shape and indexing", make<TriluOp>, "on the last two axes; k known before the graph runs"},
 };

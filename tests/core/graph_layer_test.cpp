@@ -208,8 +208,53 @@ TEST(GraphLayerGradient, EinsumsAsBatchedProducts) {
   EXPECT_EQ(check_gradients(implicit, {3, 4}), 0u);
 }
 
+// Three operands: as two products, the first pair the first in operand order that is one (here the second and
+// third: the first two share no letter).
+TEST(GraphLayerGradient, EinsumsOfThreeOperands) {
+  GraphBuilder g({param("a", {2, 3, 4}), param("b", {2, 4, 5})}, {});
+  g.add("Einsum", {0, 1, 2}, {{"equation", text("bij,bjk,bkl->bil")}});  // [2, 3, 5]
+  GraphLayer batched = g.build();
+  EXPECT_EQ(check_gradients(batched, {2, 3, 3}), 0u);
+  GraphBuilder h({param("kl", {4, 5}), param("jk", {3, 4})}, {});
+  h.add("Einsum", {0, 1, 2}, {{"equation", text("ij,kl,jk->il")}});  // [2, 5]
+  GraphLayer reordered = h.build();
+  EXPECT_EQ(check_gradients(reordered, {2, 3}), 0u);
+  // A bilinear form between tokens: rows of two letters side by side ("nt"), then a batched product.
+  GraphBuilder f({param("u", {4, 4})}, {});
+  f.add("Einsum", {0, 1, 0}, {{"equation", text("nti,ij,nsj->nts")}});  // [2, 3, 3]
+  GraphLayer bilinear = f.build();
+  EXPECT_EQ(check_gradients(bilinear, {2, 3, 4}), 0u);
+}
+
+// Forward against the sum written out: (x a) b for x [2, 3], a [3, 4], b [4, 2].
+TEST(GraphLayerForward, EinsumOfThreeOperandsIsTheWrittenOutSum) {
+  Context ctx;
+  GraphBuilder g({param("a", {3, 4}), param("b", {4, 2})}, {});
+  g.add("Einsum", {0, 1, 2}, {{"equation", text("ij,jk,kl")}});
+  GraphLayer piece = g.build();
+  std::vector<float> a(12), b(8), x(6);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = 0.1f * float(i) - 0.5f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = 0.3f - 0.07f * float(i);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 1.0f + 0.25f * float(i);
+  AlignedBuffer<float> av(12), bv(8), ag(12), bg(8);
+  std::copy(a.begin(), a.end(), av.span().begin());
+  std::copy(b.begin(), b.end(), bv.span().begin());
+  piece.bind({{av.span(), ag.span()}, {bv.span(), bg.span()}}, ctx);
+  piece.setup(ctx, plain_desc({2, 3}), Mode::infer, false);
+  Tensor input(plain_desc({2, 3}), ctx.engine());
+  std::copy(x.begin(), x.end(), input.data());
+  const Tensor& y = piece.forward(ctx, input);
+  for (int i = 0; i < 2; ++i)
+    for (int l = 0; l < 2; ++l) {
+      double sum = 0;
+      for (int j = 0; j < 3; ++j)
+        for (int k = 0; k < 4; ++k) sum += double(x[i * 3 + j]) * a[j * 4 + k] * b[k * 2 + l];
+      EXPECT_NEAR(y.data()[i * 2 + l], sum, 1e-5) << i << "," << l;
+    }
+}
+
 TEST(GraphLayerShapes, EinsumsOtherThanOneBatchedProductAreNamed) {
-  for (const char* equation : {"ij,jk,kl->il", "...ij,...jk->...ik", "ii,ij->j", "ij,kl->ijkl", "ij,jk->i", "ij,jk->iz"}) {
+  for (const char* equation : {"ij,jk,kl,lm->im", "ij,kl,mn->ijkl", "...ij,...jk->...ik", "ii,ij->j", "ij,kl->ikjl", "ij,jk->i", "ij,jk->iz"}) {
     GraphBuilder g({param("w", {3, 3})}, {});
     g.add("Einsum", {0, 1}, {{"equation", text(equation)}});
     try {

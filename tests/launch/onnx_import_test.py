@@ -164,6 +164,22 @@ class ScansAndMasks(nn.Module):  # a comparison feeding Where, CumSum, Trilu, % 
         return self.fc(torch.cat([f, g], 1))
 
 
+class CodebookAndBilinear(nn.Module):  # a codebook at each token's nearest entry (ArgMin, Gather); a 3-operand einsum
+    def __init__(self, classes=10):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=4, padding=1)
+        self.codebook = nn.Parameter(torch.randn(16, 8))
+        self.u = nn.Parameter(torch.randn(8, 8) / 4)
+        self.fc = nn.Linear(8, classes)
+
+    def forward(self, x):
+        h = self.c1(x).flatten(2).transpose(1, 2)                   # [N, 64, 8]
+        d = (h.unsqueeze(2) - self.codebook).pow(2).sum(-1)        # [N, 64, 16]
+        h = h + self.codebook[d.argmin(-1)]                        # Gather at computed indices
+        m = torch.einsum("nti,ij,nsj->nts", h, self.u, h) / 8      # [N, 64, 64]
+        return self.fc(torch.softmax(m, -1).bmm(h).mean(1))
+
+
 class Activations(nn.Module):
     def __init__(self):
         super().__init__()
@@ -568,6 +584,12 @@ class OnnxImport(unittest.TestCase):
         """A comparison feeding Where, CumSum, Trilu (opset 14), % and torch.fmod on image values, in pieces."""
         torch.manual_seed(60)
         self.assert_trains_as_in_pytorch(ScansAndMasks(), "lab_ScansAndMasks", steps=3, lr=0.2, opset=14)
+
+    def test_a_codebook_lookup_and_a_three_operand_einsum_train_as_in_pytorch(self):
+        """A VQ-VAE's codebook read at each token's nearest entry (Gather at indices an ArgMin computes, the
+        codebook trained through it) and a bilinear form between tokens as one einsum of three operands."""
+        torch.manual_seed(61)
+        self.assert_trains_as_in_pytorch(CodebookAndBilinear(), "lab_CodebookAndBilinear", steps=3, lr=0.2)
 
     def test_group_norm_and_mish_run_as_one_operator_each(self):
         """nn.GroupNorm's export (a Reshape, InstanceNormalization, a Reshape back, Mul, Add) and F.mish's
