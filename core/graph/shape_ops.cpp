@@ -369,9 +369,9 @@ class GatherAt : public Operator {
     std::vector<dim> rows(static_cast<std::size_t>(count_));
     for (dim q = 0; q < count_; ++q) {
       const float given = index.data[q];
-      const dim i = static_cast<dim>(std::nearbyint(given));
+      const dim i = std::abs(given) < 1e15f ? static_cast<dim>(std::nearbyint(given)) : -along_ - 1;  // NaN too
       rows[q] = i < 0 ? i + along_ : i;
-      if (!(std::abs(given) < 1e15f) || rows[q] < 0 || rows[q] >= along_)
+      if (rows[q] < 0 || rows[q] >= along_)
         spec_.fail("index " + std::to_string(given) + " is outside an axis of " + std::to_string(along_));
     }
     return rows;
