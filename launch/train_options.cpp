@@ -305,6 +305,11 @@ po::options_description output_options(TrainOptions& o, OptionTexts& t) {
       "start from the weights of this checkpoint (ddl_train's, or launch/import_torch.py's), not its optimizer "
       "state or epochs; a classifier for another class count starts afresh. --resume wins when it finds one")(
       "metrics", po::value(&o.metrics_path), "per-epoch figures to this file (.csv, or .jsonl for JSON lines)")(
+      "tensorboard", po::value(&o.tensorboard_dir),
+      "write TensorBoard event files to this folder: the train loss and learning rate every --tensorboard-every "
+      "steps, each epoch's figures (docs/faults-and-observability.md lists the tags)")(
+      "tensorboard-every", po::value(&o.tensorboard_every)->default_value(o.tensorboard_every),
+      "STEPS between two per-step points in TensorBoard")(
       "timeline", po::value(&o.timeline_path),
       "write every rank's forward, backward, communication and data-wait spans to this Chrome trace (.json)")(
       "progress", po::value(&o.progress)->default_value(o.progress),
@@ -415,6 +420,7 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.batch_size >= 1, "--batch-size must be at least 1");
   require(o.steps_per_epoch >= 0, "--steps-per-epoch must be >= 0");
+  require(o.tensorboard_every >= 1, "--tensorboard-every must be at least 1");
   // NaN fails every comparison, so each check below is written to pass only real values.
   require(o.lr > 0 && std::isfinite(o.lr), "--lr must be a positive number");
   require(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1)");

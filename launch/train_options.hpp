@@ -102,6 +102,8 @@ struct TrainOptions {
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5
   std::string init;    // a checkpoint whose weights a fresh run starts from
   std::string metrics_path;
+  std::string tensorboard_dir;  // event files for TensorBoard (tensorboard_log.hpp)
+  int tensorboard_every = 10;   // steps between two per-step scalars
   std::string timeline_path;  // Chrome trace of every rank's spans
   std::string progress = "auto";  // auto | always | never
   bool profile = false;

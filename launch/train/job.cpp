@@ -227,6 +227,11 @@ void Job::prepare_outputs() {
     if (!folder.empty() && !std::filesystem::is_directory(folder))
       throw InputError("--metrics " + o.metrics_path + ": there is no folder " + folder.string());
   }
+  if (world.rank() == 0 && !o.tensorboard_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.tensorboard_dir, ec);
+    if (ec) throw InputError("--tensorboard " + o.tensorboard_dir + ": " + ec.message());
+  }
   if (!o.checkpoint_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.checkpoint_dir, ec);

@@ -15,6 +15,7 @@
 #include "core/train/directory_lock.hpp"
 #include "core/train/timeline.hpp"
 #include "launch/metrics_log.hpp"
+#include "launch/tensorboard_log.hpp"
 #include "launch/replanner.hpp"
 #include "launch/train_options.hpp"
 #include "models/registry.hpp"
@@ -55,6 +56,7 @@ struct Job {
   std::uint64_t steps_since_checkpoint = 0;
   std::unique_ptr<DirectoryLock> checkpoint_lock;  // rank 0's, with a checkpoint folder
   std::optional<MetricsLog> metrics;               // rank 0's, with --metrics
+  std::optional<TensorBoardLog> tensorboard;       // rank 0's, with --tensorboard, from the first epoch trained
   Timeline timeline;                               // --timeline: every layout's events
 };
 

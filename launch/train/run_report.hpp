@@ -15,6 +15,7 @@ namespace ddl {
 // The figures of an epoch, the largest or summed over the ranks.
 struct EpochFigures {
   int epoch = 0;  // counted from 1
+  std::uint64_t step = 0;  // optimizer steps since the run began, at the epoch's end
   PassMetrics train, val;
   bool validated = false;
   double lr = 0;

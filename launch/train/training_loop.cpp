@@ -78,6 +78,8 @@ class TrainingLoop {
   bool stopped_ = false;  // by a signal, agreed at the end of the epoch's steps
   double seconds_trained_ = 0;
   std::size_t steps_trained_ = 0;
+  std::uint64_t global_step_ = 0;  // optimizer steps since the run began, resumed ones too: TensorBoard's x axis
+  std::size_t epoch_steps_ = 0;    // the steps of an epoch
   PassMetrics last_val_;
   StopSignals& stop_signals_;
 };
@@ -173,8 +175,29 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
   if (link_) link_->take_wait_seconds();
   if (MpiTensorGroup* tensor = session_.grid.tensor_group()) tensor->take_bytes_sent();
   std::size_t step_in_epoch = first_step;
+  const std::uint64_t first_global_step = static_cast<std::uint64_t>(epoch) * steps + first_step;
+  global_step_ = first_global_step;
+  epoch_steps_ = steps;
+  if (lead_ && !o_.tensorboard_dir.empty() && !job_.tensorboard)
+    job_.tensorboard.emplace(o_.tensorboard_dir, !job_.resume_path.empty(), first_global_step);
   EpochHooks hooks;
-  if (bar_) hooks.progress = [&](const StepProgress& p) { progress.update(p); };
+  // The loss over the last --tensorboard-every steps, from the running mean over the epoch's steps so far
+  // (every step has as many images). A pipeline's first stage, rank 0, sees no loss.
+  double loss_total_before = 0;
+  std::size_t logged_step = first_step;
+  const bool per_step_scalars = job_.tensorboard && layout_.stages == 1;
+  if (bar_ || per_step_scalars)
+    hooks.progress = [&](const StepProgress& p) {
+      if (bar_) progress.update(p);
+      global_step_ = first_global_step + (p.step - first_step);
+      if (!per_step_scalars || (p.step - logged_step < static_cast<std::size_t>(o_.tensorboard_every) && p.step < steps))
+        return;
+      const double total = p.loss * static_cast<double>(p.step - first_step);
+      job_.tensorboard->scalars(global_step_, {{"train/loss", (total - loss_total_before) / double(p.step - logged_step)},
+                                               {"train/learning_rate", trainer_->last_lr()}});
+      loss_total_before = total;
+      logged_step = p.step;
+    };
   hooks.after_step = [&] {
     const bool end = (*after_step_)(++step_in_epoch == steps && epoch + 1 == o_.epochs);
     progress_mark_.step_done(static_cast<std::uint64_t>(epoch), step_in_epoch, steps);
@@ -235,6 +258,7 @@ std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& 
 EpochFigures TrainingLoop::reduce_figures(int epoch, const PassMetrics& tr) {
   EpochFigures f;
   f.epoch = epoch + 1;
+  f.step = static_cast<std::uint64_t>(epoch + 1) * epoch_steps_;
   f.train = tr;
   f.lr = trainer_->last_lr();
   const auto comm = group_.take_stats();
