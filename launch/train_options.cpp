@@ -192,7 +192,13 @@ po::options_description training_options(TrainOptions& o, OptionTexts& t) {
       "adam-beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2, "0.999"), "adam and lamb beta2")(
       "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, "1e-07"),
       "adam and lamb epsilon (Keras 1e-7)")(
-      "seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation, shuffling, augmentation, dropout");
+      "seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation, shuffling, augmentation, dropout")(
+      "label-smoothing", po::value(&o.label_smoothing)->default_value(o.label_smoothing, "0"),
+      "E in [0, 1): train towards (1 - E) on the label and E spread over all classes (PyTorch's label_smoothing)")(
+      "eval-every", po::value(&o.eval_every)->default_value(o.eval_every),
+      "validate every N epochs, and after the last")(
+      "target-accuracy", po::value(&o.target_accuracy)->default_value(0.0, "0"),
+      "end the run at the first validation whose top-1 accuracy reaches this (0: train every epoch)");
   return training;
 }
 
@@ -305,6 +311,9 @@ po::options_description output_options(TrainOptions& o, OptionTexts& t) {
       "start from the weights of this checkpoint (ddl_train's, or launch/import_torch.py's), not its optimizer "
       "state or epochs; a classifier for another class count starts afresh. --resume wins when it finds one")(
       "metrics", po::value(&o.metrics_path), "per-epoch figures to this file (.csv, or .jsonl for JSON lines)")(
+      "mlperf-log", po::value(&o.mlperf_log),
+      "write MLPerf Training's :::MLLOG lines to this file: the submission's keys, run and epoch marks, each "
+      "evaluation's accuracy and the run's stop (docs/training.md)")(
       "tensorboard", po::value(&o.tensorboard_dir),
       "write TensorBoard event files to this folder: the train loss and learning rate every --tensorboard-every "
       "steps, each epoch's figures (docs/faults-and-observability.md lists the tags)")(
@@ -421,6 +430,9 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(o.batch_size >= 1, "--batch-size must be at least 1");
   require(o.steps_per_epoch >= 0, "--steps-per-epoch must be >= 0");
   require(o.tensorboard_every >= 1, "--tensorboard-every must be at least 1");
+  require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  require(o.eval_every >= 1, "--eval-every must be at least 1");
+  require(o.target_accuracy >= 0 && o.target_accuracy <= 1, "--target-accuracy must be in [0, 1]");
   // NaN fails every comparison, so each check below is written to pass only real values.
   require(o.lr > 0 && std::isfinite(o.lr), "--lr must be a positive number");
   require(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1)");
@@ -515,6 +527,7 @@ std::string TrainOptions::describe() const {
     << "\nmomentum = " << momentum << "\nlars-trust = " << lars_trust
     << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
     << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed
+    << "\nlabel-smoothing = " << label_smoothing
     << "\nallreduce = " << option_word(allreduce_algorithm) << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
     << "\nscale-lr = " << scale_lr << "\npipeline-stages = " << pipeline_stages
     << "\nmicro-batches = " << micro_batches << "\npartition = " << to_string(partition) << "\nschedule = " << option_word(pipeline_schedule)

@@ -53,6 +53,11 @@ struct TrainOptions {
   bool nesterov = false;
   float weight_decay = 0.0f;
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_epsilon = 1e-7f;
+  float label_smoothing = 0.0f;
+  // Validation every this many epochs and after the last; the run ends at the first that reaches the target
+  // accuracy (0: none).
+  int eval_every = 1;
+  double target_accuracy = 0;
   std::uint64_t seed = 1;
   // system
   int threads = 0;                 // 0: this node's cores shared among its ranks
@@ -102,6 +107,7 @@ struct TrainOptions {
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5
   std::string init;    // a checkpoint whose weights a fresh run starts from
   std::string metrics_path;
+  std::string mlperf_log;  // MLPerf's :::MLLOG lines (mlperf_log.hpp)
   std::string tensorboard_dir;  // event files for TensorBoard (tensorboard_log.hpp)
   int tensorboard_every = 10;   // steps between two per-step scalars
   std::string timeline_path;  // Chrome trace of every rank's spans

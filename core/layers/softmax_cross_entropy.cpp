@@ -7,6 +7,11 @@
 
 namespace ddl {
 
+SoftmaxCrossEntropy::SoftmaxCrossEntropy(float label_smoothing) : smoothing_(label_smoothing) {
+  if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f))
+    throw InputError("label smoothing " + std::to_string(label_smoothing) + " is not in [0, 1)");
+}
+
 LossSums SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, std::span<const std::int32_t> labels) {
   const dims_t d = logits.dims();
   if (d.size() != 2 || logits.desc() != plain_desc(d))
@@ -30,16 +35,19 @@ LossSums SoftmaxCrossEntropy::forward(Context& ctx, const Tensor& logits, std::s
                        ")");
     const std::size_t argmax = std::max_element(row, row + k) - row;
     const float max = row[argmax];
-    double sum = 0.0;
+    double sum = 0.0, row_sum = 0.0;
     for (std::size_t j = 0; j < k; ++j) {
       grow[j] = std::exp(row[j] - max);
       sum += grow[j];
+      row_sum += row[j];
     }
-    sums.loss += std::log(sum) + max - row[label];
+    const double spread = smoothing_ / static_cast<double>(k);  // every class's share of the smoothing
+    sums.loss += std::log(sum) + max - (1.0 - smoothing_) * row[label] - spread * row_sum;
     sums.correct += argmax == static_cast<std::size_t>(label);
     const float scale = static_cast<float>(1.0 / (sum * static_cast<double>(n)));
-    for (std::size_t j = 0; j < k; ++j) grow[j] *= scale;
-    grow[label] -= 1.0f / static_cast<float>(n);
+    const auto off = static_cast<float>(spread / static_cast<double>(n));
+    for (std::size_t j = 0; j < k; ++j) grow[j] = grow[j] * scale - off;
+    grow[label] -= (1.0f - smoothing_) / static_cast<float>(n);
   }
   return sums;
 }

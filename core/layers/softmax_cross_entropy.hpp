@@ -1,5 +1,7 @@
 // Softmax cross-entropy on plain logits [N, K] and integer labels, computed stably as
-//   loss_n = logsumexp(z_n) - z_n[y_n],   d(mean loss)/dz = (softmax(z) - onehot(y)) / N.
+//   loss_n = logsumexp(z_n) - sum_j q_nj z_nj,   d(mean loss)/dz = (softmax(z) - q) / N,
+// with targets q = (1 - e) onehot(y) + e / K: label smoothing e (Szegedy et al. 2016; PyTorch's
+// CrossEntropyLoss(label_smoothing=e)), 0 for plain one-hot targets.
 // Forward also counts correct top-1 predictions, so one pass yields both training metrics.
 #pragma once
 
@@ -18,11 +20,14 @@ struct LossSums {
 
 class SoftmaxCrossEntropy {
  public:
+  // Throws InputError where e is not in [0, 1).
+  explicit SoftmaxCrossEntropy(float label_smoothing = 0.0f);
   LossSums forward(Context& ctx, const Tensor& logits, std::span<const std::int32_t> labels);
   // Gradient of the batch-mean loss with respect to the logits of the last forward.
   const Tensor& backward();
 
  private:
+  float smoothing_;
   Tensor diff_logits_;
 };
 

@@ -36,7 +36,8 @@ void grow(std::vector<Tensor>& v, std::size_t n) {
 }  // namespace
 
 Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, const LrSchedule& schedule,
-                 ReplicaGroup& replicas, StageLink* link, const MicroBatching& batching, TensorGroup* tensor)
+                 ReplicaGroup& replicas, StageLink* link, const MicroBatching& batching, TensorGroup* tensor,
+                 float label_smoothing)
     : ctx_(ctx),
       slots_(std::move(slots)),
       optimizer_(optimizer),
@@ -45,6 +46,7 @@ Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, 
       link_(link),
       batching_(batching),
       tensor_(tensor),
+      loss_(label_smoothing),
       whole_ranges_(slots_.empty() ? decltype(whole_ranges_){} : slots_[0]->whole_param_ranges()) {
   if (slots_.empty()) throw Error("trainer: no model");
   const int needed = slots_needed(batching_, stage(), stages());

@@ -59,9 +59,11 @@ class Trainer {
   // ranks this one splits layers with (null: none); when a split layer gathers their batch, the loss
   // covers the group's images. The gradients of whole parameters are averaged over the group as well: below
   // a gather each rank trained them on its own images, elsewhere the average keeps the copies alike.
+  // label_smoothing: the loss's (softmax_cross_entropy.hpp), in training and evaluation alike.
   // Subscribes to the models' gradients-ready hooks for its lifetime.
   Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, const LrSchedule& schedule,
-          ReplicaGroup& replicas, StageLink* link, const MicroBatching& batching, TensorGroup* tensor = nullptr);
+          ReplicaGroup& replicas, StageLink* link, const MicroBatching& batching, TensorGroup* tensor = nullptr,
+          float label_smoothing = 0.0f);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

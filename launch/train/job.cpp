@@ -145,6 +145,8 @@ void choose_subsets(Job& job, const ImageDataset& train) {
     job.val_subset.assign(order.begin(), order.begin() + n_val);
     job.train_subset.assign(order.begin() + n_val, order.end());
   }
+  if (job.val_subset.empty() && o.target_accuracy > 0)
+    throw InputError("--target-accuracy needs validation images (--val or --val-fraction)");
 }
 
 // An imported graph's model: checkpoints keep the graph (without the weights they hold themselves) and
@@ -226,6 +228,10 @@ void Job::prepare_outputs() {
     const auto folder = std::filesystem::path(o.metrics_path).parent_path();
     if (!folder.empty() && !std::filesystem::is_directory(folder))
       throw InputError("--metrics " + o.metrics_path + ": there is no folder " + folder.string());
+  }
+  if (world.rank() == 0 && !o.mlperf_log.empty()) {
+    mlperf.emplace(o.mlperf_log);
+    mlperf->start("init_start", "", began);
   }
   if (world.rank() == 0 && !o.tensorboard_dir.empty()) {
     std::error_code ec;

@@ -15,6 +15,7 @@
 #include "core/train/directory_lock.hpp"
 #include "core/train/timeline.hpp"
 #include "launch/metrics_log.hpp"
+#include "launch/mlperf_log.hpp"
 #include "launch/tensorboard_log.hpp"
 #include "launch/replanner.hpp"
 #include "launch/train_options.hpp"
@@ -57,6 +58,9 @@ struct Job {
   std::unique_ptr<DirectoryLock> checkpoint_lock;  // rank 0's, with a checkpoint folder
   std::optional<MetricsLog> metrics;               // rank 0's, with --metrics
   std::optional<TensorBoardLog> tensorboard;       // rank 0's, with --tensorboard, from the first epoch trained
+  std::optional<MlperfLog> mlperf;                 // rank 0's, with --mlperf-log
+  bool mlperf_run_started = false;                 // its run_start written (the first layout's)
+  MlperfLog::Clock::time_point began = MlperfLog::Clock::now();  // MLPerf's init_start
   Timeline timeline;                               // --timeline: every layout's events
 };
 

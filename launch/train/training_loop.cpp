@@ -17,6 +17,7 @@
 #include "core/train/resources.hpp"
 #include "launch/error_line.hpp"
 #include "launch/progress_bar.hpp"
+#include "launch/text_fields.hpp"
 #include "launch/train/after_step.hpp"
 #include "launch/train/checkpoints.hpp"
 #include "launch/train/progress_mark.hpp"
@@ -61,6 +62,20 @@ class TrainingLoop {
   SessionEnd move_to_next_layout();
   SessionEnd stop_midway(const PassMetrics& tr, int epoch, std::size_t steps);
   SessionEnd finish(int code);
+  // MLPerf's submission keys, init_stop and run_start: once a job, when the first layout starts training.
+  void log_run_start();
+  // This rank's images of the epoch, in batches of the layout's.
+  std::vector<std::size_t> epoch_indices(int epoch) const {
+    auto indices = training_indices(job_.train_subset.size(), o_.seed, epoch, layout_.data_rank(session_.position()),
+                                    layout_.data_ranks(), layout_.batch);
+    if (o_.steps_per_epoch > 0)
+      indices.resize(std::min(indices.size(), static_cast<std::size_t>(o_.steps_per_epoch) * layout_.batch));
+    return indices;
+  }
+  // Whether epoch (from 0) ends with a validation: every --eval-every epochs and the last.
+  bool validates(int epoch) const {
+    return !job_.val_subset.empty() && ((epoch + 1) % o_.eval_every == 0 || epoch + 1 == o_.epochs);
+  }
 
   Job& job_;
   Session& session_;
@@ -80,6 +95,7 @@ class TrainingLoop {
   std::size_t steps_trained_ = 0;
   std::uint64_t global_step_ = 0;  // optimizer steps since the run began, resumed ones too: TensorBoard's x axis
   std::size_t epoch_steps_ = 0;    // the steps of an epoch
+  bool target_reached_ = false;    // by a validation's accuracy (--target-accuracy)
   PassMetrics last_val_;
   StopSignals& stop_signals_;
 };
@@ -116,7 +132,7 @@ SessionEnd TrainingLoop::run() {
   if (o_.profile || job_.replanner)
     for (Model* m : copies) m->attach_profiler(&profiler_);
   trainer_.emplace(session_.ctx, copies, *session_.optimizer, session_.schedule, group_, link_ ? &*link_ : nullptr,
-                   session_.micro_batching, session_.grid.tensor_group());
+                   session_.micro_batching, session_.grid.tensor_group(), o_.label_smoothing);
   if (lead_ && !o_.metrics_path.empty() && !job_.metrics)
     job_.metrics.emplace(o_.metrics_path, !job_.resume_path.empty());
   // Open MPI hands its ranks a pseudo-terminal even when mpirun's own output goes to a file, so under
@@ -128,8 +144,9 @@ SessionEnd TrainingLoop::run() {
   stop_signals_.arm();
   after_step_.emplace(job_, session_, profiler_, stop_signals_.received());
   try {
+    if (lead_) log_run_start();
     if (!o_.timeline_path.empty()) trainer_->record(&job_.timeline);
-    for (auto epoch = static_cast<int>(job_.state.epochs_done); epoch < o_.epochs; ++epoch) {
+    for (auto epoch = static_cast<int>(job_.state.epochs_done); epoch < o_.epochs && !target_reached_; ++epoch) {
       PassMetrics tr;
       if (auto end = train_steps(epoch, tr)) return std::move(*end);
       if (auto end = end_epoch(epoch, tr)) return std::move(*end);
@@ -144,6 +161,10 @@ SessionEnd TrainingLoop::run() {
       if (o_.profile && steps_trained_) print_profile(profiler_, seconds_trained_, steps_trained_);
       if (!job_.val_subset.empty() && last_val_.images > 0)
         std::printf("final validation accuracy %.4f (best %.4f)\n", last_val_.accuracy, job_.state.best_accuracy);
+      // Without a target, a run that trained every epoch succeeded.
+      if (job_.mlperf)
+        job_.mlperf->stop("run_stop", std::string("\"status\": ") +
+                                          (target_reached_ || o_.target_accuracy == 0 ? "\"success\"" : "\"aborted\""));
     }
     world_.barrier();
     return finish(0);
@@ -154,10 +175,7 @@ SessionEnd TrainingLoop::run() {
 
 std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) {
   const int batch = layout_.batch;
-  auto indices = training_indices(job_.train_subset.size(), o_.seed, epoch, layout_.data_rank(session_.position()),
-                                  layout_.data_ranks(), batch);
-  if (o_.steps_per_epoch > 0)
-    indices.resize(std::min(indices.size(), static_cast<std::size_t>(o_.steps_per_epoch) * batch));
+  auto indices = epoch_indices(epoch);
   const std::size_t steps = indices.size() / batch;
   // A run stopped in the middle of an epoch resumes at the step after the last one it finished.
   const std::size_t first_step =
@@ -168,6 +186,13 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
                      " steps: resume with the global batch it was written with (--global-batch " +
                      std::to_string(layout_.global_batch()) + " now)");
   indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(first_step * batch));
+  if (job_.mlperf && first_step == 0) {
+    const std::string number = "\"epoch_num\": " + std::to_string(epoch + 1);
+    if (!job_.val_subset.empty() && epoch % o_.eval_every == 0)  // the epochs up to an evaluation
+      job_.mlperf->start("block_start", "\"first_epoch_num\": " + std::to_string(epoch + 1) + ", \"epoch_count\": " +
+                                            std::to_string(std::min(o_.eval_every, o_.epochs - epoch)));
+    job_.mlperf->start("epoch_start", number);
+  }
   BatchLoader* loader = session_.train_loader ? &*session_.train_loader : nullptr;
   if (loader) loader->start(select(job_.train_subset, indices), true, o_.seed, epoch, first_step);
   ProgressBar progress(epoch + 1, o_.epochs);
@@ -224,13 +249,25 @@ std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& 
   HangDetector& hang = *world_.hang_detector();
   hang.set_phase("evaluation");
   share_group_state(session_);
-  if (!job_.val_subset.empty()) {
+  if (job_.mlperf) job_.mlperf->stop("epoch_stop", "\"epoch_num\": " + std::to_string(epoch + 1));
+  if (validates(epoch)) {
+    if (job_.mlperf) job_.mlperf->start("eval_start", "\"epoch_num\": " + std::to_string(epoch + 1));
     const GridPosition& p = session_.position();
     const auto mine = evaluation_indices(job_.val_subset.size(), p.replica, layout_.replicas);
     if (session_.val_loader) session_.val_loader->start(select(job_.val_subset, mine), false, o_.seed, epoch);
     figures.val = trainer_->evaluate(session_.val_loader ? &*session_.val_loader : nullptr, mine.size());
     figures.validated = true;
     last_val_ = figures.val;
+    // One vote, as for best.h5: every rank must stop after the same epoch.
+    double reached[1] = {o_.target_accuracy > 0 && figures.val.accuracy >= o_.target_accuracy ? 1.0 : 0.0};
+    world_.allreduce_max(reached);
+    target_reached_ = reached[0] > 0;
+    if (job_.mlperf) {
+      const std::string number = "\"epoch_num\": " + std::to_string(epoch + 1);
+      job_.mlperf->stop("eval_stop", number);
+      job_.mlperf->point("eval_accuracy", std::to_string(figures.val.accuracy), number);
+      job_.mlperf->stop("block_stop", "\"first_epoch_num\": " + std::to_string(epoch / o_.eval_every * o_.eval_every + 1));
+    }
   }
   double peak_mb[1] = {static_cast<double>(peak_resident_bytes()) / (1 << 20)};
   world_.allreduce_max(peak_mb);
@@ -245,7 +282,11 @@ std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& 
   hang.set_phase("checkpoint");
   save_checkpoints("by the end of epoch " + std::to_string(epoch + 1), best);
   if (lead_) report_epoch(job_, session_, figures);
+  if (target_reached_ && lead_)
+    std::printf("reached the target accuracy %.4f after epoch %d (%.4f): the run ends here\n", o_.target_accuracy,
+                epoch + 1, figures.val.accuracy);
   if (stopped_) return stop_midway(tr, epoch + 1, 0);
+  if (target_reached_) return std::nullopt;
   if (!after_step_->next() && job_.replanner && o_.replan_every == TrainOptions::kReplanEachEpoch &&
       epoch + 1 < o_.epochs)
     after_step_->consider_replan();
@@ -338,8 +379,52 @@ SessionEnd TrainingLoop::stop_midway(const PassMetrics& tr, int epoch, std::size
       std::printf("; %s holds it: continue with --resume auto\n", last.c_str());
     std::fflush(stdout);
   }
+  if (job_.mlperf) job_.mlperf->stop("run_stop", "\"status\": \"aborted\"");
   const int signal = after_step_->signal();
   return finish(128 + (signal != 0 ? signal : SIGTERM));
+}
+
+void TrainingLoop::log_run_start() {
+  if (!job_.mlperf || job_.mlperf_run_started) return;
+  job_.mlperf_run_started = true;
+  MlperfLog& log = *job_.mlperf;
+  const auto text = [](const std::string& s) { return json_string(s); };
+  const auto number = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.9g", v);
+    return std::string(b);
+  };
+  // ResNet-50 is MLPerf's "resnet"; another model is named as it is.
+  log.point("submission_benchmark", text(o_.model.rfind("resnet50", 0) == 0 ? "resnet" : o_.model));
+  log.point("submission_division", text("open"));
+  log.point("submission_org", text("ddl"));
+  log.point("submission_platform", text(std::to_string(world_.size()) + " ranks x " + std::to_string(job_.threads) +
+                                        " threads" + (job_.nodes.empty() ? "" : ", " + job_.nodes)));
+  log.point("submission_status", text("onprem"));
+  log.point("cache_clear", "false");
+  log.point("seed", std::to_string(o_.seed));
+  log.point("global_batch_size", std::to_string(layout_.global_batch()));
+  log.point("train_samples", std::to_string(job_.train_subset.size()));
+  log.point("eval_samples", std::to_string(job_.val_subset.size()));
+  log.point("gradient_accumulation_steps", "1");
+  log.point("opt_name", text(o_.optimizer));
+  // MLPerf names the schedule's keys after the optimizer: lars_opt_..., sgd_opt_... (opt_... for the others).
+  const std::string opt = o_.optimizer == "lars" || o_.optimizer == "sgd" ? o_.optimizer + "_opt_" : "opt_";
+  const LrSchedule& s = session_.schedule;
+  log.point(opt + "base_learning_rate", number(s.base_lr));
+  log.point(opt + "learning_rate_warmup_epochs", number(s.warmup_epochs));
+  if (s.policy == LrPolicy::poly) {
+    log.point(opt + "end_learning_rate", "0");
+    log.point(opt + "learning_rate_decay_poly_power", number(s.power));
+    log.point(opt + "learning_rate_decay_steps", std::to_string(static_cast<long long>(
+                                                     std::llround(s.total_epochs * static_cast<double>(epoch_indices(0).size() / layout_.batch)))));
+  }
+  if (o_.optimizer != "adam") log.point(opt + "momentum", number(o_.momentum));
+  log.point(opt + "weight_decay", number(o_.weight_decay));
+  if (o_.optimizer == "lars") log.point("lars_epsilon", "0");
+  log.point("label_smoothing", number(o_.label_smoothing));
+  log.stop("init_stop");
+  log.start("run_start");
 }
 
 SessionEnd TrainingLoop::finish(int code) {

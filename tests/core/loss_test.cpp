@@ -34,9 +34,31 @@ TEST(SoftmaxCrossEntropy, StableForHugeLogits) {
   EXPECT_NEAR(g[1], -1.0f, 1e-6);
 }
 
-TEST(SoftmaxCrossEntropy, GradientMatchesFiniteDifferences) {
+// Label smoothing 0.1 over 3 classes: targets 0.1/3 everywhere and 0.9 more at the label (PyTorch's
+// CrossEntropyLoss(label_smoothing=0.1) gives 2.3076 for row 0 and 1.0986 for row 1).
+TEST(SoftmaxCrossEntropy, SmoothedLabelsMatchHandComputation) {
   Context ctx;
-  SoftmaxCrossEntropy loss;
+  SoftmaxCrossEntropy loss(0.1f);
+  Tensor z = test::from_plain(ctx, {1, 2, 3, 0, 0, 0}, plain_desc({2, 3}));
+  std::vector<std::int32_t> labels = {0, 1};
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  const double row0 = lse - 0.9 * 1.0 - 0.1 / 3 * (1.0 + 2.0 + 3.0);
+  EXPECT_NEAR(row0, 2.3076, 1e-4);
+  EXPECT_NEAR(loss.forward(ctx, z, labels).loss, row0 + std::log(3.0), 1e-5);
+  // d(mean)/dz = (softmax - q) / 2: row 1 is uniform, so its gradient is (1/3 - q) / 2.
+  const float* g = loss.backward().data();
+  EXPECT_NEAR(g[3], (1.0 / 3 - 0.1 / 3) / 2, 1e-6);
+  EXPECT_NEAR(g[4], (1.0 / 3 - 0.9 - 0.1 / 3) / 2, 1e-6);
+  EXPECT_THROW(SoftmaxCrossEntropy(1.0f), InputError);
+  EXPECT_THROW(SoftmaxCrossEntropy(-0.1f), InputError);
+}
+
+class SoftmaxCrossEntropyGradient : public ::testing::TestWithParam<float> {};
+INSTANTIATE_TEST_SUITE_P(LabelSmoothing, SoftmaxCrossEntropyGradient, ::testing::Values(0.0f, 0.1f, 0.5f));
+
+TEST_P(SoftmaxCrossEntropyGradient, MatchesFiniteDifferences) {
+  Context ctx;
+  SoftmaxCrossEntropy loss(GetParam());
   const std::size_t n = 3, k = 5;
   auto values = test::random_values(n * k, 5, -3, 3);
   std::vector<std::int32_t> labels = {4, 0, 2};

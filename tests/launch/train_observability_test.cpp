@@ -3,6 +3,7 @@
 // Summary decoded by hand; the figures equal the metrics file's, and a resumed run goes on under the same tags.
 #include <cstring>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "tests/launch/process_test_fixture.hpp"
@@ -187,6 +188,75 @@ TEST_F(DdlTrain, ATensorBoardFolderThatCannotBeMadeIsNamed) {
   EXPECT_NE(r.err.find("ddl_train: error (rank 0): --tensorboard " + file + "/board: Not a directory"), std::string::npos)
       << r.err;
   EXPECT_LT(r.seconds, 20.0);
+}
+
+// The reference recipe's parts on the sample: label smoothing, validation every 2 epochs, a target that ends
+// the run at the first validation reaching it, and MLPerf's log of it.
+TEST_F(DdlTrain, ATargetAccuracyEndsTheRunAndTheMlperfLogTellsIt) {
+  const std::string log = scratch() / "mlperf.log";
+  const auto r = run(kMpirun + " -np 2 " + kTrain +
+                     train_args("--model seed_cnn --epochs 12 --steps-per-epoch 20 --batch-size 32 --threads 1 "
+                                "--optimizer lars --lr 1 --lr-schedule poly --warmup-epochs 1 --label-smoothing 0.1 "
+                                "--eval-every 2 --target-accuracy 0.2 --mlperf-log " + log));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string reached = "reached the target accuracy 0.2000 after epoch ";
+  const auto at = r.out.find(reached);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const int last = std::stoi(r.out.substr(at + reached.size()));
+  EXPECT_EQ(last % 2, 0);
+  EXPECT_LT(last, 12);
+  EXPECT_EQ(r.out.find("epoch " + std::to_string(last + 1) + "/12"), std::string::npos) << r.out;
+  // Validation only every second epoch.
+  const auto epoch_line = [&](int epoch) {
+    const auto from = r.out.find("epoch " + std::to_string(epoch) + "/12  ");
+    return from == std::string::npos ? std::string() : r.out.substr(from, r.out.find('\n', from) - from);
+  };
+  EXPECT_EQ(epoch_line(1).find("val loss"), std::string::npos) << epoch_line(1);
+  EXPECT_NE(epoch_line(2).find("val loss"), std::string::npos) << epoch_line(2);
+
+  // Every line one JSON object of MLPerf's form; the events in their order.
+  const std::regex line(
+      R"re(:::MLLOG \{"namespace": "", "time_ms": \d{13}, "event_type": "(INTERVAL_START|INTERVAL_END|POINT_IN_TIME)", )re"
+      R"re("key": "([a-z_]+)", "value": (null|true|false|-?[0-9.e+-]+|"[^"\\]*"), )re"
+      R"re("metadata": \{"file": "ddl_train", "lineno": 0((, "[a-z_]+": ("[a-z]+"|\d+))*)\}\})re");
+  std::ifstream in(log);
+  std::vector<std::string> keys;
+  std::map<std::string, std::string> values, metadata;
+  std::vector<std::string> accuracies;
+  for (std::string text; std::getline(in, text);) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(text, m, line)) << text;
+    keys.push_back(m[2]);
+    values[m[2]] = m[3];
+    metadata[m[2]] = m[4];
+    if (m[2] == "eval_accuracy") accuracies.push_back(m[3]);
+  }
+  ASSERT_GE(keys.size(), 10u);
+  EXPECT_EQ(keys.front(), "init_start");
+  EXPECT_EQ(keys.back(), "run_stop");
+  EXPECT_EQ(metadata["run_stop"], R"(, "status": "success")");
+  const auto index = [&](const std::string& key) { return std::find(keys.begin(), keys.end(), key) - keys.begin(); };
+  EXPECT_LT(index("init_stop"), index("run_start"));
+  EXPECT_LT(index("run_start"), index("epoch_start"));
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), "epoch_start"), last);
+  EXPECT_EQ(std::count(keys.begin(), keys.end(), "epoch_stop"), last);
+  EXPECT_EQ(static_cast<int>(accuracies.size()), last / 2);
+  EXPECT_GE(std::stod(accuracies.back()), 0.2);
+  for (std::size_t i = 0; i + 1 < accuracies.size(); ++i) EXPECT_LT(std::stod(accuracies[i]), 0.2);
+  EXPECT_EQ(metadata["eval_accuracy"], ", \"epoch_num\": " + std::to_string(last));
+  EXPECT_EQ(values["global_batch_size"], "64");
+  EXPECT_EQ(values["opt_name"], "\"lars\"");
+  EXPECT_EQ(values["lars_opt_base_learning_rate"], "1");
+  EXPECT_EQ(values["lars_opt_learning_rate_warmup_epochs"], "1");
+  EXPECT_EQ(values["lars_opt_learning_rate_decay_poly_power"], "2");
+  EXPECT_EQ(values["lars_opt_learning_rate_decay_steps"], "240");
+  EXPECT_EQ(values["train_samples"], "4800");
+  EXPECT_EQ(values["eval_samples"], std::to_string(kValImages));
+}
+
+TEST_F(DdlTrain, ATargetWithoutValidationImagesIsRefused) {
+  expect_clean_error(run(kTrain + " --train " + (*dir_ / "sample.h5") + " --progress never --target-accuracy 0.5"),
+                     "--target-accuracy needs validation images (--val or --val-fraction)");
 }
 
 }  // namespace
