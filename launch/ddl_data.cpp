@@ -1,10 +1,12 @@
 // ddl_data: imports images into ddl's HDF5 dataset format and describes datasets.
 //   ddl_data import --from DIR [--format folder|cifar10|cifar100] --output OUT.h5 [--shards K]
 //                   [--val-fraction F --seed S [--val-output VAL.h5]] [--threads N] [--resize S]
+//                   [--store pixels|encoded [--quality Q] [--max-side N]]
 //   ddl_data info FILE.h5       (a dataset, or a checkpoint of ddl_train)
 //   ddl_data model NAME [--num-classes N] [--image-size S] [--patch-size P --depth L --width D --heads H]
 //                               (the model's parameters and layer state, a line each, as checkpoints name them)
 #include <boost/program_options.hpp>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -16,6 +18,7 @@
 
 #include "core/data/cifar_binary.hpp"
 #include "core/data/dataset_writer.hpp"
+#include "core/data/encoded_import.hpp"
 #include "core/data/hdf5.hpp"
 #include "core/data/image_dataset.hpp"
 #include "core/data/image_folder.hpp"
@@ -80,10 +83,52 @@ ImageSet resized(const ImageSet& set, int size) {
   return out;
 }
 
+std::string default_val_output(const std::string& output) {
+  const fs::path p(output);
+  return (p.parent_path() / (p.stem().string() + "_val" + p.extension().string())).string();
+}
+
+// A line redrawn on a terminal, or a line every tenth of the way otherwise: files, rate, time left.
+class ImportProgress {
+ public:
+  void operator()(std::size_t done, std::size_t total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double rate = done / std::max(s, 1e-9);
+    const bool terminal = isatty(STDOUT_FILENO);
+    if (!terminal && done * 10 / total == shown_ * 10 / total && done != total) return;
+    shown_ = done;
+    const double left = (total - done) / std::max(rate, 1e-9);
+    std::printf("%simporting %zu/%zu files  %.0f files/s  %.0f s left%s", terminal ? "\r" : "", done, total, rate, left,
+                terminal && done != total ? "  " : "\n");
+    std::fflush(stdout);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::size_t shown_ = 0;
+};
+
+int import_encoded_folder(const std::vector<std::string>& inputs, const EncodedImportOptions& o) {
+  if (inputs.size() != 1) throw InputError("--format folder takes one root directory");
+  const auto t0 = std::chrono::steady_clock::now();
+  const ImageFolderListing listing = list_image_folder(inputs[0]);
+  ImportProgress progress;
+  const EncodedImportResult r = import_encoded(listing, o, std::ref(progress));
+  const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("imported %zu images (encoded, %zu classes; %zu re-encoded at quality %d) in %.2f s (%.0f files/s, %d "
+              "threads): %zu train, %zu validation; %.1f MB stored for %.1f MB of files (%.3fx)\n",
+              r.train + r.val, listing.class_names.size(), r.reencoded, o.quality, total_s,
+              (r.train + r.val) / std::max(total_s, 1e-9), o.threads, r.train, r.val, r.stored_bytes / 1e6,
+              r.input_bytes / 1e6, static_cast<double>(r.stored_bytes) / std::max<double>(r.input_bytes, 1));
+  for (const auto& f : r.written) std::printf("  wrote %s\n", f.c_str());
+  return 0;
+}
+
 int run_import(const std::vector<std::string>& args) {
   std::vector<std::string> inputs;
   std::string format = "auto", output, val_output;
-  int shards = 1, threads = 0, resize = 0;
+  int shards = 1, threads = 0, resize = 0, quality = 90, max_side = 0;
+  std::string store = "pixels";
   double val_fraction = 0.0;
   std::uint64_t seed = 1;
   po::options_description opts("ddl_data import");
@@ -97,7 +142,13 @@ int run_import(const std::vector<std::string>& args) {
       "seed", po::value(&seed)->default_value(seed), "seed of the shuffle and the split")(
       "threads", po::value(&threads)->default_value(0), "decoding threads (0: all cores)")(
       "resize", po::value(&resize)->default_value(0),
-      "scale each image's shorter side to S and keep the centre S x S (0: keep the images' own size)");
+      "scale each image's shorter side to S and keep the centre S x S (0: keep the images' own size)")(
+      "store", po::value(&store)->default_value(store),
+      "pixels: decoded, every image one size | encoded: each JPEG file's bytes as they are, any size (PNGs and "
+      "images over --max-side written as JPEG at --quality); the loader decodes them (an image folder only)")(
+      "quality", po::value(&quality)->default_value(quality), "--store encoded: JPEG quality of what is re-encoded")(
+      "max-side", po::value(&max_side)->default_value(0),
+      "--store encoded: re-encode images whose longer side exceeds N, scaled to N (0: keep every size)");
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(opts).run(), vm);
@@ -118,6 +169,14 @@ int run_import(const std::vector<std::string>& args) {
   if (resize < 0) throw InputError("--resize must be positive (or 0 to keep the size)");
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (format == "auto") format = detect_format(inputs);
+  if (store != "pixels" && store != "encoded") throw InputError("--store must be pixels or encoded, not '" + store + "'");
+  if (store == "encoded") {
+    if (format != "folder") throw InputError("--store encoded takes an image folder (<root>/<class>/<image>)");
+    if (resize > 0) throw InputError("--store encoded keeps each image's size: give --max-side, not --resize");
+    if (max_side < 0) throw InputError("--max-side must be positive (or 0 to keep every size)");
+    if (val_output.empty()) val_output = default_val_output(output);
+    return import_encoded_folder(inputs, {output, val_output, shards, val_fraction, seed, threads, quality, max_side});
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   ImageSet set;
@@ -138,10 +197,7 @@ int run_import(const std::vector<std::string>& args) {
                      " images holds out nothing");
   auto written = write_image_dataset(train, output, shards);
   if (val.size() > 0) {
-    if (val_output.empty()) {
-      const fs::path p(output);
-      val_output = (p.parent_path() / (p.stem().string() + "_val" + p.extension().string())).string();
-    }
+    if (val_output.empty()) val_output = default_val_output(output);
     try {
       for (auto& f : write_image_dataset(val, val_output, 1)) written.push_back(f);
     } catch (...) {
@@ -197,8 +253,19 @@ void describe_checkpoint(const std::string& path) {
 
 void describe_dataset(const std::string& path) {
   ImageDataset ds(path);
-  std::printf("dataset %s\n  images %zu, shape %dx%dx%d (H x W x C), %zu classes, format version 1\n", path.c_str(),
-              ds.size(), ds.height(), ds.width(), ds.channels(), ds.num_classes());
+  if (ds.encoded()) {
+    int low = ds.image_height(0), high = low;
+    for (std::size_t i = 0; i < ds.size(); ++i)
+      for (const int side : {ds.image_height(i), ds.image_width(i)}) {
+        low = std::min(low, side);
+        high = std::max(high, side);
+      }
+    std::printf("dataset %s\n  images %zu, encoded JPEG files, sides %d to %d pixels, %zu classes, format version 2\n",
+                path.c_str(), ds.size(), low, high, ds.num_classes());
+  } else {
+    std::printf("dataset %s\n  images %zu, shape %dx%dx%d (H x W x C), %zu classes, format version 1\n", path.c_str(),
+                ds.size(), ds.height(), ds.width(), ds.channels(), ds.num_classes());
+  }
   std::printf("  shards %zu\n", ds.files().size());
   for (std::size_t s = 0; s < ds.files().size(); ++s)
     std::printf("    %s: %zu images\n", ds.files()[s].c_str(), ds.shard_size(s));

@@ -14,6 +14,7 @@ struct EpochRecord {
   double train_loss, train_accuracy, val_loss, val_accuracy;
   double epoch_seconds, images_per_second, lr, peak_rss_mb;
   double comm_wait_share, pipeline_wait_share;  // of the epoch's time: all-reduce waits, pipeline idle
+  double data_wait_share;  // of the epoch's time the step waited for the loader (the slowest rank's)
   // The measured step against the planner's prediction (--strategy other than manual; 0 otherwise).
   double step_seconds, planned_step_seconds, planned_comm_share;
   int ranks;  // of the job that trained the epoch: a restart on fewer shows here

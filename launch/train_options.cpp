@@ -157,7 +157,16 @@ po::options_description data_options(TrainOptions& o, OptionTexts& t) {
       "random-resized-crop", po::bool_switch(&o.random_resized_crop),
       "augment: torchvision's random-resized-crop (area 8-100%, aspect 3/4-4/3) to the model's input size")(
       "random-crop-padding", po::value(&o.random_crop_padding)->default_value(0),
-      "augment: random crops after zero padding by this many pixels");
+      "augment: random crops after zero padding by this many pixels")(
+      "loader-threads", po::value(&o.loader_threads)->default_value(0),
+      "threads a rank decodes JPEG files on (a dataset imported with --store encoded; 0: the cores the compute "
+      "threads leave, at least one)")(
+      "val-crop-fraction", po::value(&o.val_crop_fraction)->default_value(o.val_crop_fraction, "0.875"),
+      "encoded datasets' evaluation: the centre crop, this fraction of the shorter side (torchvision's resize to "
+      "size / 0.875, then the centre)")(
+      "corrupt-images", po::value(&o.corrupt_images)->default_value(o.corrupt_images),
+      "refuse | skip: a JPEG that does not decode ends the run naming it, or is skipped (another image of its "
+      "batch takes its place; the count is printed each epoch)");
   return data;
 }
 
@@ -430,6 +439,9 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(o.batch_size >= 1, "--batch-size must be at least 1");
   require(o.steps_per_epoch >= 0, "--steps-per-epoch must be >= 0");
   require(o.tensorboard_every >= 1, "--tensorboard-every must be at least 1");
+  require(o.loader_threads >= 0 && o.loader_threads <= 1024, "--loader-threads must be in [0, 1024]");
+  require(o.val_crop_fraction > 0 && o.val_crop_fraction <= 1, "--val-crop-fraction must be in (0, 1]");
+  require(o.corrupt_images == "refuse" || o.corrupt_images == "skip", "--corrupt-images must be refuse or skip");
   require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   require(o.eval_every >= 1, "--eval-every must be at least 1");
   require(o.target_accuracy >= 0 && o.target_accuracy <= 1, "--target-accuracy must be in [0, 1]");
@@ -518,7 +530,7 @@ std::string TrainOptions::describe() const {
   std::ostringstream s;
   s << "model = " << model << "\nnum-classes = " << num_classes << "\nimage-size = " << image_size
     << "\ndropout = " << dropout << "\npatch-size = " << patch_size << "\ndepth = " << depth << "\nwidth = " << width
-    << "\nheads = " << heads << "\nrandom-resized-crop = " << random_resized_crop << "\ntrain = " << train_path << "\nval = " << val_path
+    << "\nheads = " << heads << "\nrandom-resized-crop = " << random_resized_crop << "\nval-crop-fraction = " << val_crop_fraction << "\ntrain = " << train_path << "\nval = " << val_path
     << "\nval-fraction = " << val_fraction << "\nnormalize = " << normalize << "\nrandom-flip = " << random_flip
     << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
     << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr

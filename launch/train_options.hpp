@@ -33,6 +33,11 @@ struct TrainOptions {
   bool random_flip = false;
   int random_crop_padding = 0;
   bool random_resized_crop = false;
+  // Encoded datasets (JPEG files): decoding threads a rank (0: the cores the compute threads leave, at least
+  // one), the evaluation's centre crop of the shorter side, and whether a corrupt image is skipped.
+  int loader_threads = 0;
+  float val_crop_fraction = 0.875f;
+  std::string corrupt_images = "refuse";  // refuse | skip
   // training
   int epochs = 10;
   int batch_size = 64;

@@ -1,9 +1,14 @@
 #include "core/data/batch_loader.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <utility>
 
 #include "core/bf16.hpp"
 #include "core/data/image_resize.hpp"
+#include "core/data/jpeg_region.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "core/vector_clones.hpp"
@@ -21,6 +26,15 @@ BatchLoader::BatchLoader(const std::string& path, const Preprocessing& prep, std
     if (!(s > 0)) throw InputError("normalisation standard deviations must be positive");
   if (prep_.random_crop_padding < 0) throw InputError("random crop padding must be non-negative");
   if (prep_.out_height < 0 || prep_.out_width < 0) throw InputError("image output size must be positive");
+  if (reader_.encoded()) {
+    if (prep_.out_height == 0 || prep_.out_width == 0) throw Error(path + ": an encoded dataset needs an output size");
+    if (prep_.random_crop_padding > 0)
+      throw InputError(path + ": holds JPEG files of any size; augment them with --random-resized-crop, not "
+                              "--random-crop-padding (a pixel dataset's)");
+    if (prep_.decode_threads < 1) throw InputError("the loader needs at least one decoding thread");
+    if (!(prep_.val_crop_fraction > 0 && prep_.val_crop_fraction <= 1))
+      throw InputError("the evaluation's crop fraction must be in (0, 1]");
+  }
 }
 
 BatchLoader::~BatchLoader() { stop(); }
@@ -58,7 +72,9 @@ const Batch* BatchLoader::next() {
     holding_ = false;
     cv_.notify_all();
   }
+  const auto began = std::chrono::steady_clock::now();
   cv_.wait(lock, [&] { return produced_ > consumed_ || error_ || produced_ == total_batches_; });
+  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   if (produced_ > consumed_) {
     holding_ = true;
     return &slots_[consumed_++ % slots_.size()];
@@ -67,7 +83,18 @@ const Batch* BatchLoader::next() {
   return nullptr;
 }
 
+double BatchLoader::take_wait_seconds() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(waited_, 0.0);
+}
+
+std::size_t BatchLoader::take_skipped() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(skipped_, std::size_t{0});
+}
+
 std::shared_ptr<const ImageCache> BatchLoader::keep_in_memory(std::span<const std::size_t> indices) {
+  if (reader_.encoded()) throw Error("BatchLoader::keep_in_memory: an encoded dataset is read from its file");
   stop();
   cache_.reset();  // before the new one is read: not both in memory
   cache_ = std::make_shared<const ImageCache>(reader_, indices);
@@ -179,6 +206,7 @@ void prepare_image(const std::uint8_t* hwc, int h, int w, int c, const Preproces
 }
 
 void BatchLoader::fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index) {
+  if (reader_.encoded()) return fill_encoded(batch, indices, batch_index);
   const int h = reader_.height(), w = reader_.width(), c = reader_.channels();
   const int oh = out_height(), ow = out_width();
   const std::size_t n = indices.size(), plane = static_cast<std::size_t>(oh) * ow, floats = c * plane;
@@ -247,6 +275,82 @@ void BatchLoader::augment_one(const std::uint8_t* img, const std::vector<float>&
       std::copy_n(in + static_cast<std::size_t>(w - 1 - x + dx) * c, c, out_row + static_cast<std::size_t>(x) * c);
   }
   planes_from_pixels(shifted_.data(), plane, c, scale.data(), shift.data(), out);
+}
+
+CropBox BatchLoader::centre_box(int h, int w) const {
+  const int oh = out_height(), ow = out_width();
+  // The shorter side resized to out / fraction: the output's pixels are `step` image pixels each.
+  const float step = static_cast<float>(std::min(h, w)) * prep_.val_crop_fraction / static_cast<float>(std::min(oh, ow));
+  const float bh = std::min(static_cast<float>(h), step * oh), bw = std::min(static_cast<float>(w), step * ow);
+  return {(h - bh) / 2, (w - bw) / 2, bh, bw};
+}
+
+void BatchLoader::fill_encoded(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index) {
+  const int c = 3, oh = out_height(), ow = out_width();
+  const std::size_t n = indices.size(), plane = static_cast<std::size_t>(oh) * ow, floats = c * plane;
+  const dnnl::memory::desc md = plain_desc({static_cast<dnnl::memory::dim>(n), c, oh, ow}, prep_.type);
+  if (batch.images.empty() || batch.images.desc() != md) batch.images = Tensor(md, ctx_.engine());
+  batch.labels.resize(n);
+  encoded_.resize(std::max(encoded_.size(), n));
+  std::vector<CropBox> boxes(n);
+  std::vector<char> flips(n, 0);
+  Rng rng = Rng::derived(seed_, 0xa09 + epoch_, batch_index);
+  for (std::size_t i = 0; i < n; ++i) {
+    reader_.read_encoded(indices[i], encoded_[i]);
+    batch.labels[i] = reader_.labels()[indices[i]];
+    const int h = reader_.image_height(indices[i]), w = reader_.image_width(indices[i]);
+    boxes[i] = augment_ && prep_.random_resized_crop ? random_resized_crop(h, w, rng) : centre_box(h, w);
+    flips[i] = augment_ && prep_.random_flip && rng.uniform() < 0.5f;
+  }
+  const ChannelAffine a = channel_affine(prep_, c);
+  const bool bf16 = prep_.type == dt::bf16;
+  auto* bf16_images = static_cast<std::uint16_t*>(batch.images.memory().get_data_handle());
+  std::vector<std::string> failures(n);
+  const auto decode = [&](std::size_t first, std::size_t step) {
+    std::vector<float> image(bf16 ? floats : 0);
+    for (std::size_t i = first; i < n; i += step) {
+      float* out = bf16 ? image.data() : batch.images.data() + i * floats;
+      try {
+        const JpegRegion r = decode_jpeg_region(encoded_[i], boxes[i], oh, ow, "image");
+        resample(r.pixels.rgb.data(), r.pixels.height, r.pixels.width, c, r.box, oh, ow, [&](int y, int x, int k, float v) {
+          out[k * plane + static_cast<std::size_t>(y) * ow + (flips[i] ? ow - 1 - x : x)] = v * a.scale[k] + a.shift[k];
+        });
+      } catch (const InputError& e) {
+        failures[i] = e.what();
+        continue;
+      }
+      if (bf16) bf16_from_floats(out, floats, bf16_images + i * floats);
+    }
+  };
+  {
+    const auto step = static_cast<std::size_t>(std::max(1, prep_.decode_threads));
+    std::vector<std::jthread> helpers;
+    for (std::size_t t = 1; t < std::min(step, n); ++t) helpers.emplace_back(decode, t, step);
+    decode(0, step);
+  }
+  settle_corrupt(batch, indices, failures, floats * (bf16 ? 2 : 4));
+}
+
+// A corrupt image is named (its file and index) and ends the pass, or, skipped, is replaced by the first
+// good image of its batch (pixels and label), and counted.
+void BatchLoader::settle_corrupt(Batch& batch, std::span<const std::size_t> indices,
+                                 const std::vector<std::string>& failures, std::size_t image_bytes) {
+  const auto bad = [&](std::size_t i) { return !failures[i].empty(); };
+  const std::size_t n = indices.size();
+  std::size_t good = 0;
+  while (good < n && bad(good)) ++good;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!bad(i)) continue;
+    const std::string what = reader_.files().size() == 1 ? reader_.files()[0] : "the dataset";
+    const std::string message = what + ": image " + std::to_string(indices[i]) + ": " +
+                                failures[i].substr(failures[i].find(':') + 2);
+    if (!prep_.skip_corrupt || good == n) throw InputError(message + (prep_.skip_corrupt ? " (a whole batch of them)" : ""));
+    auto* images = static_cast<std::uint8_t*>(batch.images.memory().get_data_handle());
+    std::memcpy(images + i * image_bytes, images + good * image_bytes, image_bytes);
+    batch.labels[i] = batch.labels[good];
+    std::lock_guard lock(mutex_);
+    ++skipped_;
+  }
 }
 
 }  // namespace ddl

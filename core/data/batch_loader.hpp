@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -30,7 +31,14 @@ struct Preprocessing {
   bool random_flip = false;
   int random_crop_padding = 0;  // 0: no crop
   bool random_resized_crop = false;
-  int out_height = 0, out_width = 0;  // 0: the stored size
+  int out_height = 0, out_width = 0;  // 0: the stored size (an encoded dataset needs them given)
+  // Encoded datasets (JPEG files, image_dataset.hpp): the threads that decode a batch (the loader's own among
+  // them), the evaluation's centre crop as a fraction of the shorter side (torchvision's resize to
+  // size / 0.875, then the centre), and what a corrupt image does: skip it (another image of its batch takes
+  // its place, counted) or end the run naming it.
+  int decode_threads = 1;
+  float val_crop_fraction = 0.875f;
+  bool skip_corrupt = false;
   // The batch's element type: bf16 where the model's first layer takes it (no conversion in the step).
   dnnl::memory::data_type type = dnnl::memory::data_type::f32;
 };
@@ -74,11 +82,21 @@ class BatchLoader {
   std::shared_ptr<const ImageCache> keep_in_memory(std::span<const std::size_t> indices);
   // Serves the images that `cache` holds (read by a loader of the same dataset) from memory. Stops a pass.
   void keep_in_memory(std::shared_ptr<const ImageCache> cache);
+  // Seconds next() waited for a batch, and corrupt images skipped, since the last call. Between passes.
+  double take_wait_seconds();
+  std::size_t take_skipped();
 
  private:
   void produce();
   void stop();
   void fill(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index);
+  // An encoded dataset's batch: bytes read here, each image's box and flip drawn here in order, then decoded
+  // (only the box's region, jpeg_region.hpp), resampled and normalised on decode_threads threads.
+  void fill_encoded(Batch& batch, std::span<const std::size_t> indices, std::uint64_t batch_index);
+  // One image's box for evaluation, or for training without a random-resized-crop: the centre crop.
+  CropBox centre_box(int h, int w) const;
+  void settle_corrupt(Batch& batch, std::span<const std::size_t> indices, const std::vector<std::string>& failures,
+                      std::size_t image_bytes);
   // One image with this batch's random flip, crop or resized crop (augment_), as pixel * scale + shift.
   void augment_one(const std::uint8_t* image, const std::vector<float>& scale, const std::vector<float>& shift,
                    Rng& rng, float* out);
@@ -95,6 +113,9 @@ class BatchLoader {
   std::vector<const std::uint8_t*> images_;  // a batch's images, in the cache or in pixels_
   std::vector<std::uint8_t> shifted_;        // one image flipped or moved by a random crop
   std::vector<float> image_floats_;          // one image before its conversion to bf16
+  std::vector<std::vector<std::uint8_t>> encoded_;  // a batch's JPEG files
+  double waited_ = 0;       // in next(), the consumer's
+  std::size_t skipped_ = 0;  // corrupt images, the producer's (read between passes)
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -409,6 +409,7 @@ void read_slice(const Handle& loc, const std::string& name, std::size_t offset, 
   template void read_dataset_into<T>(const Handle&, const std::string&, std::span<T>, const std::string&);
 DDL_H5_INSTANTIATE(float)
 DDL_H5_INSTANTIATE(std::int32_t)
+DDL_H5_INSTANTIATE(std::int64_t)
 DDL_H5_INSTANTIATE(std::uint64_t)
 DDL_H5_INSTANTIATE(std::uint8_t)
 #undef DDL_H5_INSTANTIATE

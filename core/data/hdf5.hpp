@@ -59,7 +59,7 @@ Handle open_dataset(const Handle& loc, const std::string& name, const std::strin
 // Shape of a dataset.
 std::vector<hsize_t> dataset_shape(const Handle& dataset, const std::string& context);
 
-// Whole 1-D or N-D datasets of a native type (float, int32, uint64, uint8).
+// Whole 1-D or N-D datasets of a native type (float, int32, int64, uint64, uint8).
 template <typename T>
 void write_dataset(const Handle& loc, const std::string& name, std::span<const T> data,
                    const std::vector<hsize_t>& shape);

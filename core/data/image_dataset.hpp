@@ -20,10 +20,16 @@ class ImageDataset {
   explicit ImageDataset(const std::string& path);
 
   std::size_t size() const { return labels_.size(); }
+  // Whether the images are JPEG files (format version 2, ddl_data import --store encoded), each of its own
+  // size, rather than pixels of one size.
+  bool encoded() const { return encoded_; }
+  // Of every image; 0 for an encoded dataset, whose sizes are each image's (image_height, image_width).
   int height() const { return height_; }
   int width() const { return width_; }
   int channels() const { return channels_; }
   std::size_t image_bytes() const { return static_cast<std::size_t>(height_) * width_ * channels_; }
+  int image_height(std::size_t index) const { return encoded_ ? sizes_[2 * index] : height_; }
+  int image_width(std::size_t index) const { return encoded_ ? sizes_[2 * index + 1] : width_; }
   const std::vector<std::string>& class_names() const { return class_names_; }
   std::size_t num_classes() const { return class_names_.size(); }
   const std::vector<std::int32_t>& labels() const { return labels_; }
@@ -36,13 +42,21 @@ class ImageDataset {
   // image_bytes(), [N, H, W, C]). Not thread-safe: one reader per thread. A file cut short since it was
   // opened is an InputError: HDF5 would read the missing bytes as zeros.
   void read(std::span<const std::size_t> indices, std::span<std::uint8_t> pixels);
+  // An encoded dataset's image `index`: its JPEG file's bytes, into `bytes` (resized to them).
+  void read_encoded(std::size_t index, std::vector<std::uint8_t>& bytes);
 
  private:
   struct Shard {
-    h5::Handle file, images, file_space;
+    h5::Handle file, images, file_space;  // images: /images, or /encoded
     std::uintmax_t bytes_at_open = 0;
     bool chunk_per_image = false;  // unfiltered chunks of one image each: read whole, past HDF5's selections
+    std::vector<std::int64_t> offsets;  // encoded: image i's bytes are [offsets[i], offsets[i + 1])
   };
+  // Each checks one file's structure and returns its labels.
+  std::vector<std::int32_t> open_pixels(Shard& shard, const std::string& f, bool first);
+  std::vector<std::int32_t> open_encoded(Shard& shard, const std::string& f);
+  std::size_t shard_of(std::size_t index) const;
+  void check_not_cut_short(std::size_t shard) const;
   std::vector<std::string> files_;
   std::vector<Shard> shards_;
   std::vector<std::size_t> shard_begin_;  // global index of each shard's first image, plus the total
@@ -50,6 +64,8 @@ class ImageDataset {
   std::vector<std::int32_t> labels_;
   std::vector<double> mean_, std_;
   int height_ = 0, width_ = 0, channels_ = 0;
+  bool encoded_ = false;
+  std::vector<std::int32_t> sizes_;  // encoded: each image's height and width
   h5::Handle one_image_space_;
 };
 

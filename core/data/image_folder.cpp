@@ -29,26 +29,25 @@ bool is_image_file_name(const fs::path& p) {
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
-ImageSet import_image_folder(const std::string& root, int threads, int resize) {
+ImageFolderListing list_image_folder(const std::string& root) {
   if (!fs::exists(root)) throw InputError(root + ": no such directory");
   if (!fs::is_directory(root)) throw InputError(root + ": not a directory");
-  ImageSet set;
-  std::vector<std::string> files;
+  ImageFolderListing out;
   for (const auto& entry : fs::directory_iterator(root))
-    if (entry.is_directory() && !is_hidden(entry.path())) set.class_names.push_back(entry.path().filename().string());
-  std::sort(set.class_names.begin(), set.class_names.end());
-  if (set.class_names.empty()) throw InputError(root + ": no class sub-directories (<root>/<class>/<image>)");
+    if (entry.is_directory() && !is_hidden(entry.path())) out.class_names.push_back(entry.path().filename().string());
+  std::sort(out.class_names.begin(), out.class_names.end());
+  if (out.class_names.empty()) throw InputError(root + ": no class sub-directories (<root>/<class>/<image>)");
   std::vector<std::string> empty_classes;
-  for (std::size_t c = 0; c < set.class_names.size(); ++c) {
+  for (std::size_t c = 0; c < out.class_names.size(); ++c) {
     std::vector<std::string> class_files;
-    const fs::path dir = fs::path(root) / set.class_names[c];
+    const fs::path dir = fs::path(root) / out.class_names[c];
     for (const auto& entry : fs::directory_iterator(dir))
       if (entry.is_regular_file() && !is_hidden(entry.path()) && is_image_file_name(entry.path()))
         class_files.push_back(entry.path().string());
     if (class_files.empty()) empty_classes.push_back(dir.string());
     std::sort(class_files.begin(), class_files.end());
-    files.insert(files.end(), class_files.begin(), class_files.end());
-    set.labels.insert(set.labels.end(), class_files.size(), static_cast<std::int32_t>(c));
+    out.files.insert(out.files.end(), class_files.begin(), class_files.end());
+    out.labels.insert(out.labels.end(), class_files.size(), static_cast<std::int32_t>(c));
   }
   // A class without images would still be a label the model must predict and never sees: refused, as
   // torchvision's ImageFolder refuses it, naming the folders.
@@ -58,6 +57,15 @@ ImageSet import_image_folder(const std::string& root, int threads, int resize) {
     throw InputError(std::string(empty_classes.size() == 1 ? "a class folder has" : "class folders have") +
                      " no .jpg, .jpeg or .png image: " + names + " (add images or remove the folder)");
   }
+  return out;
+}
+
+ImageSet import_image_folder(const std::string& root, int threads, int resize) {
+  ImageFolderListing listing = list_image_folder(root);
+  ImageSet set;
+  set.class_names = std::move(listing.class_names);
+  set.labels = std::move(listing.labels);
+  const std::vector<std::string>& files = listing.files;
 
   // The first image fixes the size (unless resizing); the workers check every other image against it.
   if (resize < 0) throw InputError("--resize must be positive");

@@ -23,13 +23,18 @@ ImageSet subset(const ImageSet& all, const std::vector<std::size_t>& order, std:
 
 }  // namespace
 
-std::pair<ImageSet, ImageSet> shuffle_split(const ImageSet& all, double validation_fraction, std::uint64_t seed) {
-  if (!(validation_fraction >= 0.0 && validation_fraction < 1.0))
-    throw InputError("validation fraction must be in [0, 1), got " + std::to_string(validation_fraction));
-  std::vector<std::size_t> order(all.size());
+std::vector<std::size_t> shuffled_order(std::size_t n, std::uint64_t seed) {
+  std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   Rng rng = Rng::derived(seed, 0x5e1);
   for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  return order;
+}
+
+std::pair<ImageSet, ImageSet> shuffle_split(const ImageSet& all, double validation_fraction, std::uint64_t seed) {
+  if (!(validation_fraction >= 0.0 && validation_fraction < 1.0))
+    throw InputError("validation fraction must be in [0, 1), got " + std::to_string(validation_fraction));
+  const std::vector<std::size_t> order = shuffled_order(all.size(), seed);
   const auto n_val = static_cast<std::size_t>(validation_fraction * static_cast<double>(all.size()));
   return {subset(all, order, n_val, all.size()), subset(all, order, 0, n_val)};
 }

@@ -21,5 +21,7 @@ struct ImageSet {
 // Splits off a random fraction for validation: returns {train, validation}, both in the shuffled order
 // that the seed defines (so shards and both parts are class-balanced in expectation).
 std::pair<ImageSet, ImageSet> shuffle_split(const ImageSet& all, double validation_fraction, std::uint64_t seed);
+// The order shuffle_split puts n images in: the validation part is its first fraction, the rest is training.
+std::vector<std::size_t> shuffled_order(std::size_t n, std::uint64_t seed);
 
 }  // namespace ddl

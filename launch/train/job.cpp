@@ -95,6 +95,8 @@ Preprocessing preprocessing(const TrainOptions& o, const Model& whole, const Ima
   prep.random_flip = o.random_flip;
   prep.random_crop_padding = o.random_crop_padding;
   prep.random_resized_crop = o.random_resized_crop;
+  prep.val_crop_fraction = o.val_crop_fraction;
+  prep.skip_corrupt = o.corrupt_images == "skip";
   if (o.normalize == "imagenet") {
     prep.normalize_mean_std = true;
     prep.mean = kImageNetMean;
@@ -115,6 +117,10 @@ Preprocessing preprocessing(const TrainOptions& o, const Model& whole, const Ima
 double images_to_keep_in_memory(Job& job, double bytes) {
   const TrainOptions& o = job.options;
   if (o.cache_images == "off") return 0;
+  if (bytes < 0) {
+    if (o.cache_images == "on") throw InputError("--cache-images on: " + o.train_path + " holds JPEG files, decoded each step");
+    return 0;
+  }
   std::vector<double> share{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
                                                   : default_memory_limit(job.world.split_shared().size())};
   job.world.allreduce_min(share);
@@ -133,7 +139,8 @@ void choose_subsets(Job& job, const ImageDataset& train) {
   job.train_subset = every_index(train.size());
   if (!o.val_path.empty()) {
     const ImageDataset val(o.val_path);
-    if (val.height() != train.height() || val.width() != train.width() || val.channels() != train.channels())
+    if (val.height() != train.height() || val.width() != train.width() || val.channels() != train.channels() ||
+        val.encoded() != train.encoded())
       throw InputError(o.val_path + ": images are " + image_shape(val) + ", the training set's " + image_shape(train));
     if (val.class_names() != train.class_names())
       throw InputError(o.val_path + ": class names differ from the training set's");
@@ -169,6 +176,7 @@ void keep_graph(Job& job, GraphModel graph) {
 }  // namespace
 
 std::string image_shape(const ImageDataset& ds) {
+  if (ds.encoded()) return "JPEG files of any size";
   return std::to_string(ds.height()) + "x" + std::to_string(ds.width()) + "x" + std::to_string(ds.channels());
 }
 
@@ -178,6 +186,7 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
   const TrainOptions& o = options;
   const int on_this_node = world.split_shared().size();
   threads = o.threads > 0 ? o.threads : default_threads(on_this_node);
+  loader_threads = o.loader_threads > 0 ? o.loader_threads : std::max(1, cores_left_to_a_rank(on_this_node, threads));
   std::vector<double> largest_node{static_cast<double>(on_this_node)};
   world.allreduce_max(largest_node);
   ranks_per_node = static_cast<int>(largest_node[0]);
@@ -197,8 +206,10 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
     }
     check_model_input(o, *whole, train);
     prep = preprocessing(o, *whole, train);
+    prep.decode_threads = loader_threads;
     if (!o.plan_only) choose_subsets(*this, train);  // a plan reads no validation set
-    image_bytes = static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
+    // An encoded dataset is read from its file, decoded each step.
+    image_bytes = train.encoded() ? -1.0 : static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
     state.model_name = whole->name();
     state.seed = o.seed;
     state.class_names = train.class_names();

@@ -41,7 +41,11 @@ void print_run_notes(const Job& job, const Session& session) {
   const Layout& l = session.layout();
   const ImageDataset& data = session.train_loader->dataset();
   const dims_t& in = session.model->input_shape();
-  if (data.height() != in[1] || data.width() != in[2])
+  if (data.encoded())
+    std::printf("JPEG files decoded on %d loader threads a rank, %s to %ldx%ld\n", job.loader_threads,
+                o.random_resized_crop ? "random-resized-cropped" : "centre-cropped", static_cast<long>(in[1]),
+                static_cast<long>(in[2]));
+  else if (data.height() != in[1] || data.width() != in[2])
     std::printf("%s images resampled to %ldx%ld (bilinear)\n", image_shape(data).c_str(), static_cast<long>(in[1]),
                 static_cast<long>(in[2]));
   std::printf("optimizer %s, schedule %s\n", session.optimizer->describe().c_str(),
@@ -128,6 +132,8 @@ void report_epoch(Job& job, const Session& session, const EpochFigures& f) {
     std::printf("  comm wait %.1f%%  %.2f MB all-reduced/step", 100.0 * f.comm_share,
                 f.reduced_bytes / steps / (1 << 20));
   if (l.stages > 1) std::printf("  pipeline wait %.1f%%", 100.0 * f.pipeline_wait_s / tr.seconds);
+  std::printf("  data wait %.1f%%", 100.0 * f.data_wait_share);
+  if (f.skipped > 0) std::printf("  %.0f corrupt images skipped", f.skipped);
   if (l.tensor > 1) std::printf("  tensor group %.0f bytes/step sent per rank", f.tensor_bytes / steps);
   // Three significant digits: a small model's step of a few milliseconds is compared within 10%.
   if (predicted > 0) std::printf("  step %.3g s (planned %.3g s)", step_seconds, predicted);
@@ -135,13 +141,14 @@ void report_epoch(Job& job, const Session& session, const EpochFigures& f) {
   std::fflush(stdout);
   if (job.metrics)
     job.metrics->write({f.epoch, tr.loss, tr.accuracy, f.val.loss, f.val.accuracy, tr.seconds, tr.images_per_second(),
-                        f.lr, f.peak_mb, f.comm_share, f.pipeline_wait_s / tr.seconds, step_seconds, predicted,
+                        f.lr, f.peak_mb, f.comm_share, f.pipeline_wait_s / tr.seconds, f.data_wait_share, step_seconds, predicted,
                         session.chosen.predicted_comm_share, job.world.size()});
   if (job.tensorboard) {
     std::vector<std::pair<std::string, double>> scalars = {
         {"epoch/train_loss", tr.loss},        {"epoch/train_accuracy", tr.accuracy},
         {"epoch/images_per_second", tr.images_per_second()}, {"epoch/step_seconds", step_seconds},
-        {"epoch/learning_rate", f.lr},        {"epoch/peak_memory_mb", f.peak_mb}};
+        {"epoch/learning_rate", f.lr},        {"epoch/peak_memory_mb", f.peak_mb},
+        {"epoch/data_wait_share", f.data_wait_share}};
     if (f.validated) {
       scalars.emplace_back("epoch/val_loss", f.val.loss);
       scalars.emplace_back("epoch/val_accuracy", f.val.accuracy);

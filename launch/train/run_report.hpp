@@ -23,6 +23,8 @@ struct EpochFigures {
   double comm_share = 0;       // of the slowest rank's epoch spent waiting for all-reduces
   double reduced_bytes = 0;    // all-reduced, every stage's share once
   double pipeline_wait_s = 0;  // the stages' mean
+  double data_wait_share = 0;  // of the epoch the step waited for images, the slowest rank's
+  double skipped = 0;          // corrupt images skipped, over every rank
   double tensor_bytes = 0;     // sent by the busiest rank to its tensor group
 };
 

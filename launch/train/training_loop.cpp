@@ -316,6 +316,15 @@ EpochFigures TrainingLoop::reduce_figures(int epoch, const PassMetrics& tr) {
   MpiTensorGroup* tensor = session_.grid.tensor_group();
   double tensor_bytes[1] = {tensor ? tensor->take_bytes_sent() : 0.0};
   world_.allreduce_max(tensor_bytes);
+  // The loader's wait and skipped images: the slowest rank's wait, every rank's skips. Ranks without a
+  // loader (a pipeline's later stages) wait for their stage link instead.
+  BatchLoader* loader = session_.train_loader ? &*session_.train_loader : nullptr;
+  double data_wait[1] = {loader && tr.seconds > 0 ? loader->take_wait_seconds() / tr.seconds : 0.0};
+  world_.allreduce_max(data_wait);
+  double skipped[1] = {loader ? static_cast<double>(loader->take_skipped()) : 0.0};
+  world_.allreduce_sum(skipped);
+  f.data_wait_share = data_wait[0];
+  f.skipped = skipped[0];
   f.comm_share = comm_share[0];
   f.reduced_bytes = bytes[0];
   f.pipeline_wait_s = pipeline_wait[0];
