@@ -71,8 +71,8 @@ ImageDataset::ImageDataset(const std::string& path) : files_(dataset_files(path)
     if (s == 0) encoded_ = version == fmt::kEncodedVersion;
     if (encoded_ != (version == fmt::kEncodedVersion))
       throw InputError(f + ": holds " + (encoded_ ? "pixels" : "encoded images") + ", " + files_[0] + " the other");
-    auto names = h5::read_strings_attribute(shard.file, "class_names", f);
     const auto labels = encoded_ ? open_encoded(shard, f) : open_pixels(shard, f, s == 0);
+    auto names = h5::read_strings_attribute(shard.file, "class_names", f);
     if (s == 0) {
       class_names_ = names;
       mean_ = h5::read_doubles_attribute(shard.file, "channel_mean", f);
