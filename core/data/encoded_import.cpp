@@ -97,6 +97,13 @@ struct ChannelSums {
     }
     count += static_cast<double>(rgb.size() / 3);
   }
+  void merge(const ChannelSums& other) {
+    for (int c = 0; c < 3; ++c) {
+      sum[c] += other.sum[c];
+      squares[c] += other.squares[c];
+    }
+    count += other.count;
+  }
   std::vector<double> mean() const { return {sum[0] / count, sum[1] / count, sum[2] / count}; }
   std::vector<double> stddev() const {
     std::vector<double> out(3);
@@ -149,12 +156,12 @@ class Importer {
       for (std::size_t at = begin; at < end; at += kBatchFiles) {
         const std::vector<std::size_t> batch(images.begin() + static_cast<std::ptrdiff_t>(at),
                                              images.begin() + static_cast<std::ptrdiff_t>(std::min(end, at + kBatchFiles)));
-        std::vector<EncodedImage> encoded = encode_batch(batch);
+        // The statistics' sample: images of the part's first kStatisticsImages, in the shuffled order.
+        const std::size_t sampled = at < kStatisticsImages ? std::min(batch.size(), kStatisticsImages - at) : 0;
+        std::vector<EncodedImage> encoded = encode_batch(batch, sampled, sums);
         if (!writer)  // chunks of about one image of the first batch: a read touches little besides its image
           writer = std::make_unique<EncodedShardWriter>(
               file, ShardPlace{s, shards, begin, images.size()}, listing_.class_names, chunk_bytes(encoded));
-        for (std::size_t i = 0; i < encoded.size() && at + i < kStatisticsImages; ++i)
-          sums.add(encoded[i], listing_.files[batch[i]]);
         writer->append(encoded);
         done_ += batch.size();
         if (progress_) progress_(done_, listing_.files.size());
@@ -169,8 +176,10 @@ class Importer {
     }
   }
 
-  std::vector<EncodedImage> encode_batch(const std::vector<std::size_t>& batch) {
+  // The batch's files as stored, on the workers; the first `sampled` also decoded small into `sums`.
+  std::vector<EncodedImage> encode_batch(const std::vector<std::size_t>& batch, std::size_t sampled, ChannelSums& sums) {
     std::vector<EncodedImage> out(batch.size());
+    std::vector<ChannelSums> sample(sampled);
     std::vector<char> reencoded(batch.size(), 0);
     std::vector<std::uint64_t> input(batch.size(), 0);
     std::exception_ptr failure;
@@ -181,6 +190,7 @@ class Importer {
           bool again = false;
           out[i] = encode_file(listing_.files[batch[i]], listing_.labels[batch[i]], o_, again, input[i]);
           reencoded[i] = again;
+          if (i < sampled) sample[i].add(out[i], listing_.files[batch[i]]);
         } catch (...) {
           std::lock_guard lock(failure_mutex);
           if (!failure) failure = std::current_exception();
@@ -193,6 +203,7 @@ class Importer {
       for (int t = 0; t < std::max(1, o_.threads); ++t) workers.emplace_back(work, static_cast<std::size_t>(t));
     }
     if (failure) std::rethrow_exception(failure);
+    for (const ChannelSums& one : sample) sums.merge(one);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       result_.reencoded += reencoded[i] != 0;
       result_.input_bytes += input[i];
