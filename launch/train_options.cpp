@@ -164,6 +164,8 @@ po::options_description data_options(TrainOptions& o, OptionTexts& t) {
       "val-crop-fraction", po::value(&o.val_crop_fraction)->default_value(o.val_crop_fraction, "0.875"),
       "encoded datasets' evaluation: the centre crop, this fraction of the shorter side (torchvision's resize to "
       "size / 0.875, then the centre)")(
+      "prefetch", po::value(&o.prefetch_batches)->default_value(o.prefetch_batches),
+      "batches the loader prepares ahead of the step (each one batch of the model's input in memory)")(
       "corrupt-images", po::value(&o.corrupt_images)->default_value(o.corrupt_images),
       "refuse | skip: a JPEG that does not decode ends the run naming it, or is skipped (another image of its "
       "batch takes its place; the count is printed each epoch)");
@@ -442,6 +444,7 @@ void check_training(TrainOptions& o, const OptionTexts& t) {
   require(o.loader_threads >= 0 && o.loader_threads <= 1024, "--loader-threads must be in [0, 1024]");
   require(o.val_crop_fraction > 0 && o.val_crop_fraction <= 1, "--val-crop-fraction must be in (0, 1]");
   require(o.corrupt_images == "refuse" || o.corrupt_images == "skip", "--corrupt-images must be refuse or skip");
+  require(o.prefetch_batches >= 1 && o.prefetch_batches <= 64, "--prefetch must be in [1, 64]");
   require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   require(o.eval_every >= 1, "--eval-every must be at least 1");
   require(o.target_accuracy >= 0 && o.target_accuracy <= 1, "--target-accuracy must be in [0, 1]");

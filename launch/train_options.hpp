@@ -38,6 +38,7 @@ struct TrainOptions {
   int loader_threads = 0;
   float val_crop_fraction = 0.875f;
   std::string corrupt_images = "refuse";  // refuse | skip
+  int prefetch_batches = 3;  // the loader's batches ready ahead of the step: its memory
   // training
   int epochs = 10;
   int batch_size = 64;

@@ -40,15 +40,16 @@ void keep_training_images_in_memory(Job& job, Session& session, bool first_of_jo
 void open_loaders(const Job& job, Session& session, const Preprocessing& prep) {
   const TrainOptions& o = job.options;
   const auto batch = static_cast<std::size_t>(session.layout().batch);
-  session.train_loader.emplace(o.train_path, prep, batch, session.ctx);
+  const auto prefetch = static_cast<std::size_t>(o.prefetch_batches);
+  session.train_loader.emplace(o.train_path, prep, batch, session.ctx, prefetch);
   Preprocessing eval_prep = prep;
   eval_prep.random_flip = false;
   eval_prep.random_crop_padding = 0;
   eval_prep.random_resized_crop = false;
   if (!o.val_path.empty())
-    session.val_loader.emplace(o.val_path, eval_prep, batch, session.ctx);
+    session.val_loader.emplace(o.val_path, eval_prep, batch, session.ctx, prefetch);
   else if (o.val_fraction > 0)
-    session.val_loader.emplace(o.train_path, eval_prep, batch, session.ctx);
+    session.val_loader.emplace(o.train_path, eval_prep, batch, session.ctx, prefetch);
 }
 
 }  // namespace
