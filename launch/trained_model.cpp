@@ -73,7 +73,7 @@ std::shared_ptr<const GraphBytes> stored_graph(const h5::Handle& file, const std
   } catch (const Error&) {
     throw InputError(path + ": its graph is damaged (its checksum does not match, or the file is cut short)");
   }
-  return graph_without_weights(std::move(bytes), h5::read_strings_attribute(file, "graph_names", path));
+  return graph_without_weights(std::move(bytes), h5::read_strings_attribute(file, "graph_names", path), path);
 }
 
 }  // namespace

@@ -14,11 +14,17 @@
 
 namespace ddl {
 
+namespace onnx {
+struct Graph;
+}
+
 // An ONNX graph to build the model from (models/onnx/graph_model.hpp): a file's bytes, or a checkpoint's
-// copy without the weights it holds itself (the initializers named in weights_elsewhere).
+// copy without the weights it holds itself (the initializers named in weights_elsewhere), and the graph read,
+// checked and rewritten from them once a job (`prepared`), which each model made copies.
 struct GraphBytes {
   std::string bytes;
   std::set<std::string> weights_elsewhere;
+  std::shared_ptr<const onnx::Graph> prepared;
 };
 
 // What a user may change about a model; 0 (or a negative dropout) keeps the model's own value.

@@ -227,7 +227,7 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
 
 void Job::forget_graph_weights() {
   if (!config.graph || !config.graph->weights_elsewhere.empty()) return;
-  config.graph = graph_without_weights(std::string(state.graph.begin(), state.graph.end()), state.graph_names);
+  config.graph = graph_without_weights(std::string(state.graph.begin(), state.graph.end()), state.graph_names, options.model);
   // The weights' copies freed while the models were built lie in malloc's heap in pieces, which it keeps;
   // a step's buffers are large blocks that malloc maps afresh, so the pieces would stay resident for the run.
   malloc_trim(0);

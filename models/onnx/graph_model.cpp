@@ -634,17 +634,24 @@ void chain_concats(onnx::Graph& g) {
   if (same.count(g.output)) g.output = same.at(g.output);
 }
 
+// Read, checked and rewritten once: what every model made from the graph starts from.
+std::shared_ptr<const onnx::Graph> prepared_graph(const std::string& bytes, const std::string& source,
+                                                  const std::set<std::string>& weights_elsewhere) {
+  auto graph = std::make_shared<onnx::Graph>(onnx::parse_onnx(bytes, source, weights_elsewhere));
+  onnx::fold_constants(*graph);
+  chain_concats(*graph);
+  onnx::fuse_norms_and_activations(*graph);
+  onnx::fuse_channel_shuffles(*graph);
+  onnx::split_into_slices(*graph);
+  return graph;
+}
+
 }  // namespace
 
 GraphModel define_graph_model(const std::string& name, const ModelConfig& config) {
-  if (!config.graph) throw Error(name + ": a graph model needs the graph's bytes");
-  onnx::Graph graph = onnx::parse_onnx(config.graph->bytes, std::filesystem::path(name).filename().string(),
-                                       config.graph->weights_elsewhere);
-  onnx::fold_constants(graph);
-  chain_concats(graph);
-  onnx::fuse_norms_and_activations(graph);
-  onnx::fuse_channel_shuffles(graph);
-  onnx::split_into_slices(graph);
+  if (!config.graph || !config.graph->prepared) throw Error(name + ": a graph model needs the graph read first");
+  onnx::Graph graph = *config.graph->prepared;  // the builder moves the weights out of its copy
+  graph.source = std::filesystem::path(name).filename().string();
   return Builder(graph, config).build();
 }
 
@@ -659,13 +666,16 @@ std::shared_ptr<const GraphBytes> read_graph_file(const std::string& path) {
   } catch (const InputError& e) {
     throw InputError(std::string("--model ") + e.what());
   }
+  graph->prepared = prepared_graph(graph->bytes, std::filesystem::path(path).filename().string(), {});
   return graph;
 }
 
-std::shared_ptr<const GraphBytes> graph_without_weights(std::string bytes, const std::vector<std::string>& graph_names) {
+std::shared_ptr<const GraphBytes> graph_without_weights(std::string bytes, const std::vector<std::string>& graph_names,
+                                                        const std::string& source) {
   auto graph = std::make_shared<GraphBytes>();
   graph->bytes = std::move(bytes);
   for (const auto& pair : graph_names) graph->weights_elsewhere.insert(pair.substr(pair.find('=') + 1));
+  graph->prepared = prepared_graph(graph->bytes, std::filesystem::path(source).filename().string(), graph->weights_elsewhere);
   return graph;
 }
 

@@ -28,15 +28,18 @@ struct GraphModel {
   std::string fresh_classifier;  // the classifier's parameters, when they start afresh; else empty
 };
 
-// The model of config.graph, named after `name`'s file name (FILE.onnx). Throws InputError naming the
-// graph and the node for an operator or attribute ddl does not support (docs/onnx.md lists what it does).
+// The model of config.graph (a copy of its prepared graph), named after `name`'s file name (FILE.onnx). Throws
+// InputError naming the graph and the node for an operator or attribute ddl does not support (docs/onnx.md
+// lists what it does).
 GraphModel define_graph_model(const std::string& name, const ModelConfig& config);
 // Whether a --model value names an ONNX file rather than a built-in model.
 bool is_graph_file(const std::string& model);
-// An ONNX file's bytes, for ModelConfig::graph (a missing or unreadable file is an InputError naming it).
+// An ONNX file's bytes and the graph read, checked and rewritten from them, for ModelConfig::graph (a missing,
+// unreadable or malformed file is an InputError naming it).
 std::shared_ptr<const GraphBytes> read_graph_file(const std::string& path);
 // The graph as checkpoints keep it: `bytes` without the weights that `graph_names` ("ddl name=graph name",
-// TrainingState::graph_names) name, whose values come from elsewhere.
-std::shared_ptr<const GraphBytes> graph_without_weights(std::string bytes, const std::vector<std::string>& graph_names);
+// TrainingState::graph_names) name, whose values come from elsewhere. `source` names it in messages.
+std::shared_ptr<const GraphBytes> graph_without_weights(std::string bytes, const std::vector<std::string>& graph_names,
+                                                        const std::string& source);
 
 }  // namespace ddl

@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "models/onnx/fuse_patterns.hpp"
+#include "models/onnx/graph_model.hpp"
 #include "models/onnx/onnx_graph.hpp"
 #include "tests/models/onnx_builder.hpp"
 
@@ -119,6 +120,25 @@ TEST(OnnxGraph, ReadsWeightsKeptInAFileBesideTheModel) {
             ": initializer 'conv.weight' lies past the end of its data file " + dir + "/weights.bin (100 bytes): truncated?");
   EXPECT_NE(read_error("missing.bin", 1000).find("'s data file " + dir + "/missing.bin cannot be opened"), std::string::npos);
   std::filesystem::remove_all(folder);
+}
+
+// The graph is read, checked and rewritten once, when its file is read: each model made copies it, and the
+// bytes are not parsed again (here they are replaced by garbage after reading).
+TEST(OnnxGraph, IsReadOnceAJobAndCopiedForEachModel) {
+  const auto path = std::filesystem::temp_directory_path() / ("ddl_once_" + std::to_string(::getpid()) + ".onnx");
+  std::ofstream(path, std::ios::binary) << bytes_of(tiny_cnn());
+  const auto read = read_graph_file(path.string());
+  std::filesystem::remove(path);
+  ASSERT_NE(read->prepared, nullptr);
+  auto garbage = std::make_shared<GraphBytes>(GraphBytes{"not an ONNX file", {}, read->prepared});
+  ModelConfig config;
+  config.graph = garbage;
+  const GraphModel first = define_graph_model("tiny.onnx", config), second = define_graph_model("tiny.onnx", config);
+  EXPECT_EQ(first.model->num_layers(), second.model->num_layers());
+  EXPECT_EQ(first.onnx_names, second.onnx_names);
+  EXPECT_FALSE(first.onnx_names.empty());
+  // The prepared graph keeps its weights: the second model started from them as the first did.
+  EXPECT_FALSE(read->prepared->constants.at("conv.weight").floats.empty());
 }
 
 TEST(OnnxGraph, NamesNodesAndAttributesInMessages) {
