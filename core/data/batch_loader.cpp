@@ -11,6 +11,7 @@
 #include "core/data/jpeg_region.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
+#include "core/thread_affinity.hpp"
 #include "core/vector_clones.hpp"
 
 namespace ddl {
@@ -108,6 +109,7 @@ void BatchLoader::keep_in_memory(std::shared_ptr<const ImageCache> cache) {
 
 void BatchLoader::produce() {
   h5::silence_errors_on_this_thread();
+  pin_this_thread(prep_.loader_cpus);
   try {
     for (std::size_t b = 0; b < total_batches_; ++b) {
       {
@@ -291,12 +293,11 @@ void BatchLoader::fill_encoded(Batch& batch, std::span<const std::size_t> indice
   const dnnl::memory::desc md = plain_desc({static_cast<dnnl::memory::dim>(n), c, oh, ow}, prep_.type);
   if (batch.images.empty() || batch.images.desc() != md) batch.images = Tensor(md, ctx_.engine());
   batch.labels.resize(n);
-  encoded_.resize(std::max(encoded_.size(), n));
+  reader_.read_encoded(indices, encoded_);
   std::vector<CropBox> boxes(n);
   std::vector<char> flips(n, 0);
   Rng rng = Rng::derived(seed_, 0xa09 + epoch_, batch_index);
   for (std::size_t i = 0; i < n; ++i) {
-    reader_.read_encoded(indices[i], encoded_[i]);
     batch.labels[i] = reader_.labels()[indices[i]];
     const int h = reader_.image_height(indices[i]), w = reader_.image_width(indices[i]);
     boxes[i] = augment_ && prep_.random_resized_crop ? random_resized_crop(h, w, rng) : centre_box(h, w);
@@ -307,6 +308,7 @@ void BatchLoader::fill_encoded(Batch& batch, std::span<const std::size_t> indice
   auto* bf16_images = static_cast<std::uint16_t*>(batch.images.memory().get_data_handle());
   std::vector<std::string> failures(n);
   const auto decode = [&](std::size_t first, std::size_t step) {
+    if (first > 0) pin_this_thread(prep_.loader_cpus);
     std::vector<float> image(bf16 ? floats : 0);
     for (std::size_t i = first; i < n; i += step) {
       float* out = bf16 ? image.data() : batch.images.data() + i * floats;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <numeric>
 #include <regex>
 
 #include "core/data/dataset_format.hpp"
@@ -184,20 +185,53 @@ void ImageDataset::check_not_cut_short(std::size_t s) const {
                      std::to_string(shards_[s].bytes_at_open) + " bytes left)");
 }
 
-void ImageDataset::read_encoded(std::size_t index, std::vector<std::uint8_t>& bytes) {
-  if (!encoded_) throw Error("ImageDataset::read_encoded: " + files_[0] + " holds pixels");
-  const std::size_t s = shard_of(index);
+void ImageDataset::read_bytes(std::size_t s, hsize_t start, hsize_t count, std::uint8_t* out, std::size_t index) {
   const Shard& shard = shards_[s];
-  const std::size_t local = index - shard_begin_[s];
-  const hsize_t start = static_cast<hsize_t>(shard.offsets[local]);
-  const hsize_t count = static_cast<hsize_t>(shard.offsets[local + 1]) - start;
-  bytes.resize(count);
   h5::check(H5Sselect_hyperslab(shard.file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr),
             "H5Sselect_hyperslab", files_[s]);
   const h5::Handle memory(h5::check_id(H5Screate_simple(1, &count, nullptr), "H5Screate_simple", files_[s]));
-  if (H5Dread(shard.images.get(), H5T_NATIVE_UINT8, memory.get(), shard.file_space.get(), H5P_DEFAULT, bytes.data()) < 0)
+  if (H5Dread(shard.images.get(), H5T_NATIVE_UINT8, memory.get(), shard.file_space.get(), H5P_DEFAULT, out) < 0)
     throw InputError(files_[s] + ": cannot read image " + std::to_string(index) + " (file corrupt or truncated?)");
-  check_not_cut_short(s);
+}
+
+void ImageDataset::read_encoded(std::size_t index, std::vector<std::uint8_t>& bytes) {
+  std::vector<std::vector<std::uint8_t>> one(1);
+  one[0].swap(bytes);
+  read_encoded(std::span<const std::size_t>(&index, 1), one);
+  bytes.swap(one[0]);
+}
+
+void ImageDataset::read_encoded(std::span<const std::size_t> indices, std::vector<std::vector<std::uint8_t>>& bytes) {
+  if (!encoded_) throw Error("ImageDataset::read_encoded: " + files_[0] + " holds pixels");
+  bytes.resize(std::max(bytes.size(), indices.size()));
+  std::vector<std::size_t> order(indices.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return indices[a] < indices[b]; });
+  std::vector<std::uint8_t> run;
+  std::vector<bool> touched(shards_.size());
+  for (std::size_t first = 0; first < order.size();) {
+    const std::size_t s = shard_of(indices[order[first]]);
+    const auto& offsets = shards_[s].offsets;
+    const auto local = [&](std::size_t k) { return indices[order[k]] - shard_begin_[s]; };
+    // The run: images whose bytes follow each other in the file (the same image twice ends it).
+    std::size_t end = first + 1;
+    while (end < order.size() && indices[order[end]] == indices[order[end - 1]] + 1 &&
+           indices[order[end]] < shard_begin_[s + 1])
+      ++end;
+    const auto start = static_cast<hsize_t>(offsets[local(first)]);
+    const auto stop = static_cast<hsize_t>(offsets[local(end - 1) + 1]);
+    run.resize(stop - start);
+    read_bytes(s, start, stop - start, run.data(), indices[order[first]]);
+    for (std::size_t k = first; k < end; ++k) {
+      const auto from = static_cast<std::size_t>(offsets[local(k)]) - start;
+      const auto to = static_cast<std::size_t>(offsets[local(k) + 1]) - start;
+      bytes[order[k]].assign(run.begin() + static_cast<std::ptrdiff_t>(from), run.begin() + static_cast<std::ptrdiff_t>(to));
+    }
+    touched[s] = true;
+    first = end;
+  }
+  for (std::size_t s = 0; s < shards_.size(); ++s)
+    if (touched[s]) check_not_cut_short(s);
 }
 
 void ImageDataset::read(std::span<const std::size_t> indices, std::span<std::uint8_t> pixels) {

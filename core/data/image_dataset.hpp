@@ -44,6 +44,9 @@ class ImageDataset {
   void read(std::span<const std::size_t> indices, std::span<std::uint8_t> pixels);
   // An encoded dataset's image `index`: its JPEG file's bytes, into `bytes` (resized to them).
   void read_encoded(std::size_t index, std::vector<std::uint8_t>& bytes);
+  // Images `indices` into bytes[k] for indices[k]: read in the file's order, images that lie one after
+  // another in one read each run of them.
+  void read_encoded(std::span<const std::size_t> indices, std::vector<std::vector<std::uint8_t>>& bytes);
 
  private:
   struct Shard {
@@ -56,6 +59,8 @@ class ImageDataset {
   std::vector<std::int32_t> open_pixels(Shard& shard, const std::string& f, bool first);
   std::vector<std::int32_t> open_encoded(Shard& shard, const std::string& f);
   std::size_t shard_of(std::size_t index) const;
+  // Bytes [start, start + count) of shard s's /encoded into `out`.
+  void read_bytes(std::size_t s, hsize_t start, hsize_t count, std::uint8_t* out, std::size_t index);
   void check_not_cut_short(std::size_t shard) const;
   std::vector<std::string> files_;
   std::vector<Shard> shards_;

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "launch/strategy.hpp"
 #include "launch/thread_count.hpp"
+#include "launch/thread_placement.hpp"
 #include "launch/train/on_every_rank.hpp"
 #include "models/onnx/graph_model.hpp"
 
@@ -184,7 +185,8 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
   // A strategy measures its profile at a rank's share of the global batch.
   if (options.global_batch > 0) options.batch_size = std::max(1, options.global_batch / world.size());
   const TrainOptions& o = options;
-  const int on_this_node = world.split_shared().size();
+  const Communicator node = world.split_shared();
+  const int on_this_node = node.size();
   threads = o.threads > 0 ? o.threads : default_threads(on_this_node);
   loader_threads = o.loader_threads > 0 ? o.loader_threads : std::max(1, cores_left_to_a_rank(on_this_node, threads));
   std::vector<double> largest_node{static_cast<double>(on_this_node)};
@@ -207,6 +209,7 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
     check_model_input(o, *whole, train);
     prep = preprocessing(o, *whole, train);
     prep.decode_threads = loader_threads;
+    decodes_images = train.encoded();
     if (!o.plan_only) choose_subsets(*this, train);  // a plan reads no validation set
     // An encoded dataset is read from its file, decoded each step.
     image_bytes = train.encoded() ? -1.0 : static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
@@ -223,6 +226,13 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
     if (without_bf16[0] == 0.0) compute_type = dnnl::memory::data_type::bf16;
   }
   cache_bytes = images_to_keep_in_memory(*this, image_bytes);
+  // A loader that decodes JPEG files gets cores of its own where the rank has them.
+  if (decodes_images) {
+    ThreadPlacement placement = place_threads(node.rank(), on_this_node, threads, loader_threads);
+    pin_compute_threads(placement.compute);
+    prep.loader_cpus = std::move(placement.loader);
+    placement_note = std::move(placement.note);
+  }
 }
 
 void Job::forget_graph_weights() {

@@ -38,6 +38,8 @@ struct Job {
   const Communicator& world;
   int threads = 1;
   int loader_threads = 1;  // decoding an encoded dataset's images, the loader's own thread among them
+  bool decodes_images = false;  // the training set is encoded: the loader decodes JPEG files
+  std::string placement_note;   // where the compute and loader threads run (thread_placement.hpp)
   int ranks_per_node = 1;  // the largest node's: the whole job's where it runs on one node
   std::string nodes;  // "3 nodes: host1 x2, ..." where the job spans several hosts
   dnnl::memory::data_type compute_type = dnnl::memory::data_type::f32;

@@ -42,9 +42,9 @@ void print_run_notes(const Job& job, const Session& session) {
   const ImageDataset& data = session.train_loader->dataset();
   const dims_t& in = session.model->input_shape();
   if (data.encoded())
-    std::printf("JPEG files decoded on %d loader threads a rank, %s to %ldx%ld\n", job.loader_threads,
+    std::printf("JPEG files decoded on %d loader threads a rank, %s to %ldx%ld (rank 0: %s)\n", job.loader_threads,
                 o.random_resized_crop ? "random-resized-cropped" : "centre-cropped", static_cast<long>(in[1]),
-                static_cast<long>(in[2]));
+                static_cast<long>(in[2]), job.placement_note.c_str());
   else if (data.height() != in[1] || data.width() != in[2])
     std::printf("%s images resampled to %ldx%ld (bilinear)\n", image_shape(data).c_str(), static_cast<long>(in[1]),
                 static_cast<long>(in[2]));

@@ -160,6 +160,23 @@ TEST(EncodedImport, ACorruptJpegIsNamedAndNothingIsLeftBehind) {
   for (const auto& entry : fs::directory_iterator(dir.path())) EXPECT_EQ(entry.path().filename(), "in");
 }
 
+// A batch's images read together: runs of neighbours in one read each, across shards, in any order asked.
+TEST(EncodedDataset, ABatchReadsAsItsImagesOneByOne) {
+  TempDir dir;
+  write_jpegs(dir / "in/a", {{20, 20}, {20, 24}, {30, 10}, {12, 40}, {16, 16}, {25, 25}}, 8);
+  import(dir / "in", dir / "e.h5", 2);
+  ImageDataset ds(dir / "e.h5");
+  const std::vector<std::size_t> indices = {4, 2, 3, 0, 1, 5, 2};
+  std::vector<std::vector<std::uint8_t>> together;
+  ds.read_encoded(indices, together);
+  ASSERT_GE(together.size(), indices.size());
+  std::vector<std::uint8_t> one;
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    ds.read_encoded(indices[k], one);
+    EXPECT_EQ(together[k], one) << k;
+  }
+}
+
 TEST(EncodedDataset, DamagedOffsetsAreRefusedAtOpen) {
   TempDir dir;
   write_jpegs(dir / "in/a", {{20, 20}, {20, 24}}, 6);
