@@ -343,8 +343,7 @@ void BatchLoader::settle_corrupt(Batch& batch, std::span<const std::size_t> indi
   while (good < n && bad(good)) ++good;
   for (std::size_t i = 0; i < n; ++i) {
     if (!bad(i)) continue;
-    const std::string what = reader_.files().size() == 1 ? reader_.files()[0] : "the dataset";
-    const std::string message = what + ": image " + std::to_string(indices[i]) + ": " +
+    const std::string message = reader_.file_of(indices[i]) + ": image " + std::to_string(indices[i]) + ": " +
                                 failures[i].substr(failures[i].find(':') + 2);
     if (!prep_.skip_corrupt || good == n) throw InputError(message + (prep_.skip_corrupt ? " (a whole batch of them)" : ""));
     auto* images = static_cast<std::uint8_t*>(batch.images.memory().get_data_handle());

@@ -36,6 +36,8 @@ class ImageDataset {
   const std::vector<double>& channel_mean() const { return mean_; }
   const std::vector<double>& channel_std() const { return std_; }
   const std::vector<std::string>& files() const { return files_; }
+  // The file (shard) that holds image `index`.
+  const std::string& file_of(std::size_t index) const { return files_[shard_of(index)]; }
   std::size_t shard_size(std::size_t shard) const { return shard_begin_[shard + 1] - shard_begin_[shard]; }
 
   // Reads the images with these global indices, in this order, into `pixels` (indices.size() images of

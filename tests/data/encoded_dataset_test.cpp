@@ -158,6 +158,12 @@ TEST(EncodedImport, ACorruptJpegIsNamedAndNothingIsLeftBehind) {
     EXPECT_NE(std::string(e.what()).find("1.jpg: corrupt JPEG (the file ends early"), std::string::npos) << e.what();
   }
   for (const auto& entry : fs::directory_iterator(dir.path())) EXPECT_EQ(entry.path().filename(), "in");
+  // An import killed mid-way leaves only its temporary file, which the next import replaces.
+  write_bytes(dir / "e.h5.tmp", {1, 2, 3});
+  write_bytes(dir / "in/a/1.jpg", encode_jpeg(smooth(30, 30, 1).data(), 30, 30, 90));
+  import(dir / "in", dir / "e.h5", 1, 0.5);
+  EXPECT_FALSE(fs::exists(dir / "e.h5.tmp"));
+  EXPECT_EQ(ImageDataset(dir / "e.h5").size() + ImageDataset(dir / "e.h5.val.h5").size(), 2u);
 }
 
 // A batch's images read together: runs of neighbours in one read each, across shards, in any order asked.
