@@ -21,5 +21,7 @@ struct DecodedImage {
 };
 
 DecodedImage decode_image(const std::string& path);
+// Throws InputError naming `name` where height x width is more than kMaxImagePixels.
+void check_image_size(const std::string& name, std::uint64_t height, std::uint64_t width);
 
 }  // namespace ddl

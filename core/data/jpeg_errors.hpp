@@ -1,4 +1,4 @@
-// libjpeg's error handling as ddl's decoders use it (image_decode.cpp, jpeg_region.cpp): errors jump back
+// libjpeg's error handling as ddl uses it (jpeg_region.cpp decodes, jpeg_encode.cpp encodes): errors jump back
 // to the caller's setjmp with a message; the warnings that mean the image data ended early are errors; a
 // progressive file of more scans than any encoder writes is refused.
 #pragma once

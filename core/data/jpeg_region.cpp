@@ -41,6 +41,9 @@ bool decode(std::span<const std::uint8_t> bytes, const CropBox& box, int out_h, 
   cinfo.progress = &progress;
   jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
+  // Before start_decompress, which allocates a whole image of coefficients for a progressive file.
+  out.pixels.height = static_cast<int>(cinfo.image_height);
+  out.pixels.width = static_cast<int>(cinfo.image_width);
   if (static_cast<std::uint64_t>(cinfo.image_height) * cinfo.image_width > kMaxImagePixels)
     jpeg::fail(reinterpret_cast<j_common_ptr>(&cinfo), "more pixels than ddl reads");
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
@@ -90,7 +93,10 @@ JpegRegion decode_or_throw(std::span<const std::uint8_t> bytes, const CropBox& b
     throw InputError(name + ": not a JPEG");
   JpegRegion out;
   char message[JMSG_LENGTH_MAX] = "";
-  if (!decode(bytes, box, out_h, out_w, region, out, message)) throw InputError(name + ": corrupt JPEG (" + message + ")");
+  if (!decode(bytes, box, out_h, out_w, region, out, message)) {
+    check_image_size(name, static_cast<std::uint64_t>(out.pixels.height), static_cast<std::uint64_t>(out.pixels.width));
+    throw InputError(name + ": corrupt JPEG (" + message + ")");
+  }
   return out;
 }
 
@@ -114,9 +120,7 @@ JpegSize jpeg_size(std::span<const std::uint8_t> bytes, const std::string& name)
   size.height = static_cast<int>(cinfo.image_height);
   size.width = static_cast<int>(cinfo.image_width);
   jpeg_destroy_decompress(&cinfo);
-  if (static_cast<std::uint64_t>(size.height) * static_cast<std::uint64_t>(size.width) > kMaxImagePixels)
-    throw InputError(name + ": image is " + std::to_string(size.height) + "x" + std::to_string(size.width) +
-                     ", more than ddl reads (" + std::to_string(kMaxImagePixels) + " pixels)");
+  check_image_size(name, static_cast<std::uint64_t>(size.height), static_cast<std::uint64_t>(size.width));
   return size;
 }
 
