@@ -1,5 +1,6 @@
-// Pins the calling thread to a set of CPUs (Linux): how a rank keeps its loader's decoding threads and its
-// compute threads on cores of their own (launch/thread_placement.hpp decides which).
+// The CPUs a thread may run on, and pinning the calling thread to some of them (Linux): how a rank keeps its
+// loader's decoding threads and its compute threads on cores of their own (launch/thread_placement.hpp
+// decides which).
 #pragma once
 
 #include <pthread.h>
@@ -8,6 +9,17 @@
 #include <vector>
 
 namespace ddl {
+
+// The calling thread's CPUs (its binding), in order; empty where the system does not say.
+inline std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
 
 // Nothing where `cpus` is empty. A CPU taken away since (a cgroup changed) leaves the thread where it was:
 // placement is an optimisation, never a reason to stop.

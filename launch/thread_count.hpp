@@ -2,17 +2,16 @@
 // the ranks of its node.
 #pragma once
 
-#include <sched.h>
 
 #include <algorithm>
 #include <thread>
 
+#include "core/thread_affinity.hpp"
+
 namespace ddl {
 
 inline int default_threads(int ranks_on_this_node) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  const int allowed = static_cast<int>(allowed_cpus().size());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int share = std::max(1, cores / std::max(1, ranks_on_this_node));
   return allowed > 0 ? std::min(allowed, share) : share;

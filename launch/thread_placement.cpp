@@ -1,25 +1,11 @@
 #include "launch/thread_placement.hpp"
 
-#include <omp.h>
-#include <sched.h>
-
 #include <algorithm>
-#include <thread>
 
 #include "core/thread_affinity.hpp"
 
 namespace ddl {
 namespace {
-
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
 
 std::string span(const std::vector<int>& cpus) {
   if (cpus.empty()) return "none";
@@ -28,34 +14,30 @@ std::string span(const std::vector<int>& cpus) {
 
 }  // namespace
 
-ThreadPlacement place_threads(int local_rank, int ranks_on_node, int threads, int loader_threads) {
+ThreadPlacement place_threads(const std::vector<int>& allowed, int local_rank, int sharing, int threads,
+                              int loader_threads) {
   ThreadPlacement p;
-  const std::vector<int> allowed = allowed_cpus();
-  // Ranks bound to CPUs of their own (mpirun --bind-to core, srun --cpu-bind) each see only theirs; ranks
-  // that see the whole machine split it by their index.
-  const bool own = allowed.size() < std::thread::hardware_concurrency() || ranks_on_node <= 1;
-  const std::size_t size = own ? allowed.size() : allowed.size() / static_cast<std::size_t>(ranks_on_node);
-  const std::size_t begin = own ? 0 : size * static_cast<std::size_t>(local_rank);
+  const std::size_t size = allowed.size() / static_cast<std::size_t>(std::max(1, sharing));
+  const std::size_t begin = size * static_cast<std::size_t>(std::clamp(local_rank, 0, std::max(0, sharing - 1)));
   if (size < static_cast<std::size_t>(threads + loader_threads)) {
     p.note = "threads not pinned: " + std::to_string(size) + " CPUs a rank for " + std::to_string(threads) +
              " compute and " + std::to_string(loader_threads) + " loader threads";
     return p;
   }
-  p.compute.assign(allowed.begin() + static_cast<std::ptrdiff_t>(begin),
-                   allowed.begin() + static_cast<std::ptrdiff_t>(begin) + threads);
-  p.loader.assign(allowed.begin() + static_cast<std::ptrdiff_t>(begin) + threads,
-                  allowed.begin() + static_cast<std::ptrdiff_t>(begin) + threads + loader_threads);
+  const auto at = [&](std::size_t k) { return allowed.begin() + static_cast<std::ptrdiff_t>(begin + k); };
+  const auto compute = static_cast<std::size_t>(threads), all = compute + static_cast<std::size_t>(loader_threads);
+  p.compute.assign(at(0), at(compute));
+  p.loader.assign(at(compute), at(all));
   p.note = "compute threads on CPUs " + span(p.compute) + (p.loader.empty() ? "" : ", loader threads on " + span(p.loader));
   return p;
 }
 
 void pin_compute_threads(const std::vector<int>& cpus) {
   if (cpus.empty()) return;
+  // The whole set for each, not a CPU each: the master thread's later threads (the all-reduce's) inherit it,
+  // and the system still balances the compute threads among their CPUs.
 #pragma omp parallel
-  {
-    const auto t = static_cast<std::size_t>(omp_get_thread_num());
-    pin_this_thread({cpus[t % cpus.size()]});
-  }
+  pin_this_thread(cpus);
 }
 
 }  // namespace ddl

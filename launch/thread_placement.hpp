@@ -1,9 +1,10 @@
 // Where a rank's threads run: its compute threads (OpenMP's, which oneDNN uses) and its loader's decoding
-// threads on cores of their own, so that decoding JPEG files never takes a core from a convolution. A rank
-// takes its share of the CPUs it may run on (its binding; ranks of one node that share a binding split it
-// by their index on the node; a rank whose binding is narrower than the machine has CPUs of its own): the first `threads` of that share for compute, the next `loader_threads`
-// for the loader. Where the share holds fewer CPUs than both need, nothing is pinned and the system
-// schedules the threads, as ddl did before.
+// threads on CPUs of their own, so that decoding JPEG files never takes a core from a convolution. A rank
+// takes its share of the CPUs it may run on: all of them where its binding is its own (mpirun --bind-to
+// core, srun --cpu-bind), else, where the ranks of its node see the same CPUs (no binding, or one cgroup for
+// all), a slice by its index on the node. The first `threads` CPUs of the share take the compute threads,
+// the next `loader_threads` the loader's. Where the share is too small for both, nothing is pinned and the
+// system schedules the threads, as ddl did before.
 #pragma once
 
 #include <string>
@@ -16,9 +17,11 @@ struct ThreadPlacement {
   std::string note;                  // for the run's header: where the threads run, or why they are not pinned
 };
 
-// local_rank: this rank's index among the ranks_on_node of its node.
-ThreadPlacement place_threads(int local_rank, int ranks_on_node, int threads, int loader_threads);
-// Pins every OpenMP thread (omp_get_max_threads of them) to one CPU of `cpus` each, in order.
+// allowed: the rank's CPUs; sharing: how many ranks of its node see the same ones (1: its own), local_rank
+// its index among them.
+ThreadPlacement place_threads(const std::vector<int>& allowed, int local_rank, int sharing, int threads,
+                              int loader_threads);
+// Every OpenMP thread, and the threads created later by the calling one (which inherit it), on `cpus`.
 void pin_compute_threads(const std::vector<int>& cpus);
 
 }  // namespace ddl

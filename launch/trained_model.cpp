@@ -152,6 +152,12 @@ Preprocessing trained_input(const TrainedModel& trained, const std::string& path
   input.normalize_mean_std = !mean.empty();
   input.mean.assign(mean.begin(), mean.end());
   input.stddev.assign(stddev.begin(), stddev.end());
+  // An encoded dataset is evaluated on the centre crop the run validated on.
+  const auto values = configuration_values(trained.state.configuration);
+  if (const auto it = values.find("val-crop-fraction"); it != values.end()) {
+    const double fraction = std::strtod(it->second.c_str(), nullptr);
+    if (fraction > 0 && fraction <= 1) input.val_crop_fraction = static_cast<float>(fraction);
+  }
   return input;
 }
 

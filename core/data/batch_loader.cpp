@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -307,19 +309,26 @@ void BatchLoader::fill_encoded(Batch& batch, std::span<const std::size_t> indice
   const bool bf16 = prep_.type == dt::bf16;
   auto* bf16_images = static_cast<std::uint16_t*>(batch.images.memory().get_data_handle());
   std::vector<std::string> failures(n);
+  std::exception_ptr error;  // other than a corrupt image (memory), from any thread: rethrown after the join
+  std::mutex error_mutex;
   const auto decode = [&](std::size_t first, std::size_t step) {
     if (first > 0) pin_this_thread(prep_.loader_cpus);
     std::vector<float> image(bf16 ? floats : 0);
     for (std::size_t i = first; i < n; i += step) {
       float* out = bf16 ? image.data() : batch.images.data() + i * floats;
       try {
-        const JpegRegion r = decode_jpeg_region(encoded_[i], boxes[i], oh, ow, "image");
+        const JpegSize expected{reader_.image_height(indices[i]), reader_.image_width(indices[i])};
+        const JpegRegion r = decode_jpeg_region(encoded_[i], boxes[i], oh, ow, "image", &expected);
         resample(r.pixels.rgb.data(), r.pixels.height, r.pixels.width, c, r.box, oh, ow, [&](int y, int x, int k, float v) {
           out[k * plane + static_cast<std::size_t>(y) * ow + (flips[i] ? ow - 1 - x : x)] = v * a.scale[k] + a.shift[k];
         });
       } catch (const InputError& e) {
         failures[i] = e.what();
         continue;
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        if (!error) error = std::current_exception();
+        return;
       }
       if (bf16) bf16_from_floats(out, floats, bf16_images + i * floats);
     }
@@ -330,6 +339,7 @@ void BatchLoader::fill_encoded(Batch& batch, std::span<const std::size_t> indice
     for (std::size_t t = 1; t < std::min(step, n); ++t) helpers.emplace_back(decode, t, step);
     decode(0, step);
   }
+  if (error) std::rethrow_exception(error);
   settle_corrupt(batch, indices, failures, floats * (bf16 ? 2 : 4));
 }
 

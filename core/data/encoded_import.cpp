@@ -24,14 +24,6 @@ namespace {
 constexpr std::size_t kBatchFiles = 256;
 constexpr std::size_t kStatisticsImages = 1000;  // the channel statistics' sample, from the shuffled order
 
-std::vector<std::uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-bool is_jpeg(const std::vector<std::uint8_t>& b) { return b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF; }
-
 // A JPEG whose data was cut short would decode with a grey bottom: its end-of-image marker (FF D9) must be
 // there, after at most some padding that encoders and cameras leave.
 bool ends_whole(const std::vector<std::uint8_t>& b) {
@@ -45,7 +37,7 @@ EncodedImage encode_file(const std::string& path, std::int32_t label, const Enco
                          std::uint64_t& input_bytes) {
   EncodedImage image;
   image.label = label;
-  image.bytes = read_bytes(path);
+  image.bytes = read_file(path);
   input_bytes = image.bytes.size();
   reencoded = false;
   if (is_jpeg(image.bytes)) {
@@ -184,8 +176,9 @@ class Importer {
     std::vector<std::uint64_t> input(batch.size(), 0);
     std::exception_ptr failure;
     std::mutex failure_mutex;
+    const auto workers = static_cast<std::size_t>(std::max(1, o_.threads));
     const auto work = [&](std::size_t first) {
-      for (std::size_t i = first; i < batch.size(); i += static_cast<std::size_t>(o_.threads)) {
+      for (std::size_t i = first; i < batch.size(); i += workers) {
         try {
           bool again = false;
           out[i] = encode_file(listing_.files[batch[i]], listing_.labels[batch[i]], o_, again, input[i]);
@@ -199,8 +192,8 @@ class Importer {
       }
     };
     {
-      std::vector<std::jthread> workers;
-      for (int t = 0; t < std::max(1, o_.threads); ++t) workers.emplace_back(work, static_cast<std::size_t>(t));
+      std::vector<std::jthread> threads;
+      for (std::size_t t = 0; t < workers; ++t) threads.emplace_back(work, t);
     }
     if (failure) std::rethrow_exception(failure);
     for (const ChannelSums& one : sample) sums.merge(one);

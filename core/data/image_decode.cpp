@@ -11,12 +11,6 @@
 namespace ddl {
 namespace {
 
-std::vector<unsigned char> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open");
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 bool too_large(std::uint64_t height, std::uint64_t width) { return height * width > kMaxImagePixels; }
 
 DecodedImage decode_png(const std::string& path, const std::vector<unsigned char>& data) {
@@ -43,6 +37,12 @@ DecodedImage decode_png(const std::string& path, const std::vector<unsigned char
 
 }  // namespace
 
+std::vector<std::uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 void check_image_size(const std::string& name, std::uint64_t height, std::uint64_t width) {
   if (too_large(height, width))
     throw InputError(name + ": image is " + std::to_string(height) + "x" + std::to_string(width) +
@@ -52,7 +52,7 @@ void check_image_size(const std::string& name, std::uint64_t height, std::uint64
 
 DecodedImage decode_image(const std::string& path) {
   const auto data = read_file(path);
-  if (data.size() >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) return decode_jpeg_bytes(data, path);
+  if (is_jpeg(data)) return decode_jpeg_bytes(data, path);
   if (data.size() >= 8 && png_sig_cmp(data.data(), 0, 8) == 0) return decode_png(path, data);
   throw InputError(path + ": neither a JPEG nor a PNG file");
 }

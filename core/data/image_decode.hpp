@@ -21,6 +21,8 @@ struct DecodedImage {
 };
 
 DecodedImage decode_image(const std::string& path);
+// A file's bytes; InputError naming it where it cannot be opened.
+std::vector<std::uint8_t> read_file(const std::string& path);
 // Throws InputError naming `name` where height x width is more than kMaxImagePixels.
 void check_image_size(const std::string& name, std::uint64_t height, std::uint64_t width);
 

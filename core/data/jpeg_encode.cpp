@@ -1,6 +1,5 @@
 #include "core/data/jpeg_encode.hpp"
 
-#include <cstdlib>
 
 #include "core/data/jpeg_errors.hpp"
 #include "core/error.hpp"
@@ -8,11 +7,40 @@
 namespace ddl {
 namespace {
 
-// libjpeg allocates the output itself (jpeg_mem_dest); the longjmp comes back here, where it is freed.
-bool encode(const std::uint8_t* rgb, int h, int w, int quality, unsigned char*& buffer, unsigned long& size,
-            char* message) {
+// libjpeg's output appended to a vector the caller owns (jpeg_mem_dest frees and moves its own buffer as it
+// grows, which an error in the middle would leave to be freed twice).
+struct VectorDestination {
+  jpeg_destination_mgr base;
+  std::vector<std::uint8_t>* out;
+  static constexpr std::size_t kBlock = 64 << 10;
+};
+
+void start_destination(j_compress_ptr cinfo) {
+  auto* d = reinterpret_cast<VectorDestination*>(cinfo->dest);
+  d->out->resize(VectorDestination::kBlock);
+  d->base.next_output_byte = d->out->data();
+  d->base.free_in_buffer = d->out->size();
+}
+
+boolean grow_destination(j_compress_ptr cinfo) {
+  auto* d = reinterpret_cast<VectorDestination*>(cinfo->dest);
+  const std::size_t used = d->out->size();  // libjpeg calls this when the whole buffer is full
+  d->out->resize(used + VectorDestination::kBlock);
+  d->base.next_output_byte = d->out->data() + used;
+  d->base.free_in_buffer = VectorDestination::kBlock;
+  return TRUE;
+}
+
+void end_destination(j_compress_ptr cinfo) {
+  auto* d = reinterpret_cast<VectorDestination*>(cinfo->dest);
+  d->out->resize(d->out->size() - d->base.free_in_buffer);
+}
+
+// The longjmp comes back here; `out` lives in the caller. No object with a destructor is declared here.
+bool encode(const std::uint8_t* rgb, int h, int w, int quality, std::vector<std::uint8_t>& out, char* message) {
   jpeg_compress_struct cinfo;
   jpeg::ErrorManager err;
+  VectorDestination destination{{}, &out};
   cinfo.err = jpeg_std_error(&err.base);
   err.base.error_exit = jpeg::error_exit;
   if (setjmp(err.jump)) {
@@ -21,7 +49,10 @@ bool encode(const std::uint8_t* rgb, int h, int w, int quality, unsigned char*& 
     return false;
   }
   jpeg_create_compress(&cinfo);
-  jpeg_mem_dest(&cinfo, &buffer, &size);
+  destination.base.init_destination = start_destination;
+  destination.base.empty_output_buffer = grow_destination;
+  destination.base.term_destination = end_destination;
+  cinfo.dest = &destination.base;
   cinfo.image_width = static_cast<JDIMENSION>(w);
   cinfo.image_height = static_cast<JDIMENSION>(h);
   cinfo.input_components = 3;
@@ -43,14 +74,9 @@ bool encode(const std::uint8_t* rgb, int h, int w, int quality, unsigned char*& 
 std::vector<std::uint8_t> encode_jpeg(const std::uint8_t* rgb, int h, int w, int quality) {
   if (h <= 0 || w <= 0 || h > 65500 || w > 65500)
     throw InputError("cannot encode a " + std::to_string(h) + "x" + std::to_string(w) + " image as JPEG");
-  unsigned char* buffer = nullptr;
-  unsigned long size = 0;
-  char message[JMSG_LENGTH_MAX] = "";
-  const bool done = encode(rgb, h, w, quality, buffer, size, message);
   std::vector<std::uint8_t> out;
-  if (done) out.assign(buffer, buffer + size);
-  std::free(buffer);
-  if (!done) throw Error(std::string("JPEG encoding failed: ") + message);
+  char message[JMSG_LENGTH_MAX] = "";
+  if (!encode(rgb, h, w, quality, out, message)) throw Error(std::string("JPEG encoding failed: ") + message);
   return out;
 }
 

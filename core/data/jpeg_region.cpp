@@ -27,7 +27,7 @@ std::pair<int, int> span_of(float start, float length, int size) {
 // The longjmp only unwinds libjpeg's C frames back into this one; `out` lives in the caller. No object with
 // a destructor is declared here. region: false for the whole image at scale 1.
 bool decode(std::span<const std::uint8_t> bytes, const CropBox& box, int out_h, int out_w, bool region,
-            JpegRegion& out, char* message) {
+            const JpegSize* expected, JpegRegion& out, char* message) {
   jpeg_decompress_struct cinfo;
   jpeg::ErrorManager err;
   jpeg_progress_mgr progress;
@@ -46,6 +46,8 @@ bool decode(std::span<const std::uint8_t> bytes, const CropBox& box, int out_h, 
   out.pixels.width = static_cast<int>(cinfo.image_width);
   if (static_cast<std::uint64_t>(cinfo.image_height) * cinfo.image_width > kMaxImagePixels)
     jpeg::fail(reinterpret_cast<j_common_ptr>(&cinfo), "more pixels than ddl reads");
+  if (expected && (expected->height != out.pixels.height || expected->width != out.pixels.width))
+    jpeg::fail(reinterpret_cast<j_common_ptr>(&cinfo), "its size is not the one the dataset records");
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   Plan plan;
@@ -88,12 +90,11 @@ bool decode(std::span<const std::uint8_t> bytes, const CropBox& box, int out_h, 
 }
 
 JpegRegion decode_or_throw(std::span<const std::uint8_t> bytes, const CropBox& box, int out_h, int out_w, bool region,
-                           const std::string& name) {
-  if (bytes.size() < 3 || bytes[0] != 0xFF || bytes[1] != 0xD8 || bytes[2] != 0xFF)
-    throw InputError(name + ": not a JPEG");
+                           const JpegSize* expected, const std::string& name) {
+  if (!is_jpeg(bytes)) throw InputError(name + ": not a JPEG");
   JpegRegion out;
   char message[JMSG_LENGTH_MAX] = "";
-  if (!decode(bytes, box, out_h, out_w, region, out, message)) {
+  if (!decode(bytes, box, out_h, out_w, region, expected, out, message)) {
     check_image_size(name, static_cast<std::uint64_t>(out.pixels.height), static_cast<std::uint64_t>(out.pixels.width));
     throw InputError(name + ": corrupt JPEG (" + message + ")");
   }
@@ -102,9 +103,12 @@ JpegRegion decode_or_throw(std::span<const std::uint8_t> bytes, const CropBox& b
 
 }  // namespace
 
+bool is_jpeg(std::span<const std::uint8_t> bytes) {
+  return bytes.size() >= 3 && bytes[0] == 0xFF && bytes[1] == 0xD8 && bytes[2] == 0xFF;
+}
+
 JpegSize jpeg_size(std::span<const std::uint8_t> bytes, const std::string& name) {
-  if (bytes.size() < 3 || bytes[0] != 0xFF || bytes[1] != 0xD8 || bytes[2] != 0xFF)
-    throw InputError(name + ": not a JPEG");
+  if (!is_jpeg(bytes)) throw InputError(name + ": not a JPEG");
   jpeg_decompress_struct cinfo;
   jpeg::ErrorManager err;
   jpeg_progress_mgr progress;
@@ -125,12 +129,12 @@ JpegSize jpeg_size(std::span<const std::uint8_t> bytes, const std::string& name)
 }
 
 JpegRegion decode_jpeg_region(std::span<const std::uint8_t> bytes, const CropBox& box, int out_h, int out_w,
-                              const std::string& name) {
-  return decode_or_throw(bytes, box, out_h, out_w, true, name);
+                              const std::string& name, const JpegSize* expected) {
+  return decode_or_throw(bytes, box, out_h, out_w, true, expected, name);
 }
 
 DecodedImage decode_jpeg_bytes(std::span<const std::uint8_t> bytes, const std::string& name) {
-  return decode_or_throw(bytes, {}, 0, 0, false, name).pixels;
+  return decode_or_throw(bytes, {}, 0, 0, false, nullptr, name).pixels;
 }
 
 }  // namespace ddl

@@ -28,9 +28,12 @@ struct JpegRegion {
   int scale = 1;  // the region is 1/scale of the image's size
 };
 
-// `box` is in the image's pixels. Throws InputError naming `name` for a corrupt or truncated JPEG.
+// `box` is in the image's pixels. Throws InputError naming `name` for a corrupt or truncated JPEG, or one of
+// another size than `expected` where that is given (a dataset's record of it).
 JpegRegion decode_jpeg_region(std::span<const std::uint8_t> bytes, const CropBox& box, int out_h, int out_w,
-                              const std::string& name);
+                              const std::string& name, const JpegSize* expected = nullptr);
+// Whether the bytes start as a JPEG file does (its start-of-image marker).
+bool is_jpeg(std::span<const std::uint8_t> bytes);
 // The whole image (scale 1), from bytes in memory.
 DecodedImage decode_jpeg_bytes(std::span<const std::uint8_t> bytes, const std::string& name);
 

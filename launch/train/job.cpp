@@ -9,10 +9,12 @@
 #include <numeric>
 #include <set>
 
+#include "core/checksum.hpp"
 #include "core/cpu_bf16.hpp"
 #include "core/data/hdf5.hpp"
 #include "core/data/sampler.hpp"
 #include "core/error.hpp"
+#include "core/thread_affinity.hpp"
 #include "launch/strategy.hpp"
 #include "launch/thread_count.hpp"
 #include "launch/thread_placement.hpp"
@@ -228,7 +230,14 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
   cache_bytes = images_to_keep_in_memory(*this, image_bytes);
   // A loader that decodes JPEG files gets cores of its own where the rank has them.
   if (decodes_images) {
-    ThreadPlacement placement = place_threads(node.rank(), on_this_node, threads, loader_threads);
+    // Ranks of a node that see the same CPUs (no binding, or one cgroup for all) split them.
+    const std::vector<int> cpus = allowed_cpus();
+    const std::uint64_t mine = Checksum().add(std::span<const int>(cpus)).value();
+    const auto all = node.allgather(mine);
+    const auto sharing = static_cast<int>(std::count(all.begin(), all.end(), mine));
+    int index = 0;
+    for (int r = 0; r < node.rank(); ++r) index += all[static_cast<std::size_t>(r)] == mine;
+    ThreadPlacement placement = place_threads(cpus, index, sharing, threads, loader_threads);
     pin_compute_threads(placement.compute);
     prep.loader_cpus = std::move(placement.loader);
     placement_note = std::move(placement.note);

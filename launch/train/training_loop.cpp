@@ -128,6 +128,12 @@ SessionEnd TrainingLoop::run() {
                   job_.resume_path.c_str(), static_cast<unsigned long long>(job_.state.epochs_done), o_.epochs);
     return {};
   }
+  if (o_.target_accuracy > 0 && job_.state.best_accuracy >= o_.target_accuracy) {
+    if (lead_)
+      std::printf("nothing to train: %s reached the target accuracy %.4f already (best %.4f)\n",
+                  job_.resume_path.c_str(), o_.target_accuracy, job_.state.best_accuracy);
+    return {};
+  }
   const std::vector<Model*> copies = session_.model_copies();
   if (o_.profile || job_.replanner)
     for (Model* m : copies) m->attach_profiler(&profiler_);

@@ -208,6 +208,28 @@ TEST(GraphLayerGradient, EinsumsAsBatchedProducts) {
   EXPECT_EQ(check_gradients(implicit, {3, 4}), 0u);
 }
 
+// Indices computed on the images are checked when the graph runs: one outside the axis, or no number, is
+// named with the node.
+TEST(GraphLayerShapes, AComputedIndexOutsideItsAxisIsNamed) {
+  for (const float index : {5.0f, -6.0f, std::nanf(""), 1e30f}) {
+    GraphBuilder g({}, {{{1}, {index}}});
+    g.add("Gather", {0, 1}, {{"axis", ints({1})}});
+    GraphLayer piece = g.build();
+    Context ctx;
+    piece.bind({}, ctx);
+    piece.setup(ctx, plain_desc({2, 5}), Mode::infer, false);
+    Tensor x(plain_desc({2, 5}), ctx.engine());
+    std::fill(x.data(), x.data() + 10, 1.0f);
+    try {
+      piece.forward(ctx, x);
+      FAIL() << index;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("Gather node: index "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(" is outside an axis of 5"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Three operands: as two products, the first pair the first in operand order that is one (here the second and
 // third: the first two share no letter).
 TEST(GraphLayerGradient, EinsumsOfThreeOperands) {

@@ -183,20 +183,49 @@ TEST(EncodedDataset, ABatchReadsAsItsImagesOneByOne) {
   }
 }
 
-TEST(EncodedDataset, DamagedOffsetsAreRefusedAtOpen) {
+// Offsets and sizes that a damaged file would make the reader trust are refused at open, each named.
+TEST(EncodedDataset, DamagedOffsetsAndSizesAreRefusedAtOpen) {
   TempDir dir;
-  write_jpegs(dir / "in/a", {{20, 20}, {20, 24}}, 6);
+  write_jpegs(dir / "in/a", {{20, 20}, {20, 24}, {16, 30}}, 6);
   import(dir / "in", dir / "e.h5");
-  {
-    h5::Handle f = h5::open_file_for_update(dir / "e.h5");
-    const std::int64_t past[1] = {1 << 30};
-    h5::write_slice<std::int64_t>(f, "offsets", 1, past);
-  }
+  const auto damaged = [&](const std::string& dataset, std::size_t at, std::int64_t value) {
+    fs::copy_file(dir / "e.h5", dir / "d.h5", fs::copy_options::overwrite_existing);
+    {
+      h5::Handle f = h5::open_file_for_update(dir / "d.h5");
+      if (dataset == "offsets") {
+        const std::int64_t v[1] = {value};
+        h5::write_slice<std::int64_t>(f, dataset, at, v);
+      } else {
+        h5::Handle sizes = h5::open_dataset(f, dataset, "d.h5");
+        std::vector<std::int32_t> all = h5::read_dataset<std::int32_t>(f, dataset, "d.h5");
+        all.at(at) = static_cast<std::int32_t>(value);
+        h5::check(H5Dwrite(sizes.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()), "write", "d.h5");
+      }
+    }
+    try {
+      ImageDataset ds(dir / "d.h5");
+      return std::string("no error");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+  };
+  EXPECT_NE(damaged("offsets", 3, 1 << 30).find("d.h5: the encoded images' offsets do not match"), std::string::npos);
+  EXPECT_NE(damaged("offsets", 0, 5).find("d.h5: the encoded images' offsets do not match"), std::string::npos);
+  EXPECT_NE(damaged("offsets", 1, 0).find("d.h5: image 0 has no bytes (corrupt offsets)"), std::string::npos);
+  EXPECT_NE(damaged("sizes", 2, 0).find("d.h5: image 1 is 0x"), std::string::npos);
+  EXPECT_NE(damaged("sizes", 5, 1 << 30).find("not an image size (corrupt file?)"), std::string::npos);
+  // A size that lies is found when the image is decoded: the loader names it.
+  EXPECT_EQ(damaged("sizes", 0, 21), "no error");
+  Context ctx;
+  Preprocessing prep{.out_height = 8, .out_width = 8};
+  BatchLoader loader(dir / "d.h5", prep, 3, ctx);
+  loader.start({0, 1, 2}, false, 1, 0);
   try {
-    ImageDataset ds(dir / "e.h5");
+    loader.next();
     FAIL() << "no error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("e.h5: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("image 0: corrupt JPEG (its size is not the one the dataset records)"),
+              std::string::npos) << e.what();
   }
 }
 

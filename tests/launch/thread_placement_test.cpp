@@ -1,10 +1,9 @@
-// Where a rank's compute and loader threads run (thread_placement.hpp), on this machine's CPUs.
+// Where a rank's compute and loader threads run (thread_placement.hpp): from the CPUs given, and pinned on
+// this machine.
 #include "launch/thread_placement.hpp"
 
 #include <gtest/gtest.h>
-#include <sched.h>
 
-#include <algorithm>
 #include <thread>
 
 #include "core/thread_affinity.hpp"
@@ -12,51 +11,38 @@
 namespace ddl {
 namespace {
 
-std::vector<int> cpus_of_this_thread() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
+TEST(ThreadPlacement, ARankWithCPUsOfItsOwnTakesTheFirstForComputeAndTheNextForTheLoader) {
+  const ThreadPlacement p = place_threads({4, 5, 6, 7}, 0, 1, 2, 1);
+  EXPECT_EQ(p.compute, (std::vector<int>{4, 5}));
+  EXPECT_EQ(p.loader, (std::vector<int>{6}));
+  EXPECT_EQ(p.note, "compute threads on CPUs 4-5, loader threads on 6");
 }
 
-TEST(ThreadPlacement, ComputeAndLoaderGetCPUsOfTheirOwnWhereThereAreEnough) {
-  const std::vector<int> allowed = cpus_of_this_thread();
-  if (allowed.size() < 2) GTEST_SKIP() << "one CPU: nothing to place apart";
-  const ThreadPlacement p = place_threads(0, 1, 1, 1);
-  ASSERT_EQ(p.compute.size(), 1u);
-  ASSERT_EQ(p.loader.size(), 1u);
-  EXPECT_NE(p.compute[0], p.loader[0]);
-  EXPECT_NE(std::find(allowed.begin(), allowed.end(), p.loader[0]), allowed.end());
-  EXPECT_NE(p.note.find("compute threads on CPUs "), std::string::npos) << p.note;
-  // Too few CPUs for both: nothing pinned, and the note says why.
-  const ThreadPlacement crowded = place_threads(0, 1, static_cast<int>(allowed.size()), 1);
-  EXPECT_TRUE(crowded.compute.empty());
-  EXPECT_TRUE(crowded.loader.empty());
-  EXPECT_NE(crowded.note.find("threads not pinned"), std::string::npos) << crowded.note;
-  // A thread pinned runs where it was put.
+// Ranks that see the same CPUs (no binding, one cgroup for all) split them by their index.
+TEST(ThreadPlacement, RanksSharingTheirCPUsSplitThemByTheirIndex) {
+  const std::vector<int> node = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(place_threads(node, 0, 2, 3, 1).compute, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(place_threads(node, 1, 2, 3, 1).compute, (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(place_threads(node, 1, 2, 3, 1).loader, (std::vector<int>{7}));
+  EXPECT_EQ(place_threads(node, 3, 4, 2, 0).compute, (std::vector<int>{6, 7}));
+}
+
+TEST(ThreadPlacement, TooFewCPUsPinNothingAndSaySo) {
+  const ThreadPlacement p = place_threads({0, 1}, 1, 2, 1, 1);
+  EXPECT_TRUE(p.compute.empty());
+  EXPECT_TRUE(p.loader.empty());
+  EXPECT_EQ(p.note, "threads not pinned: 1 CPUs a rank for 1 compute and 1 loader threads");
+}
+
+// A thread pinned runs where it was put (on this machine's first CPU).
+TEST(ThreadPlacement, APinnedThreadRunsOnItsCPUs) {
+  const std::vector<int> mine = allowed_cpus();
+  ASSERT_FALSE(mine.empty());
   std::thread([&] {
-    pin_this_thread(p.loader);
-    EXPECT_EQ(cpus_of_this_thread(), p.loader);
+    pin_this_thread({mine.front()});
+    EXPECT_EQ(allowed_cpus(), std::vector<int>{mine.front()});
   }).join();
-}
-
-// Ranks that all see the whole machine split it by their index on the node.
-TEST(ThreadPlacement, RanksSharingTheMachineSplitItByTheirIndex) {
-  const std::vector<int> allowed = cpus_of_this_thread();
-  if (allowed.size() < 2 || allowed.size() < std::thread::hardware_concurrency()) GTEST_SKIP() << "needs 2 CPUs, unbound";
-  const int half = static_cast<int>(allowed.size() / 2);
-  const ThreadPlacement first = place_threads(0, 2, half, 0), second = place_threads(1, 2, half, 0);
-  ASSERT_EQ(first.compute.size(), static_cast<std::size_t>(half));
-  ASSERT_EQ(second.compute.size(), static_cast<std::size_t>(half));
-  std::vector<int> all = first.compute;
-  all.insert(all.end(), second.compute.begin(), second.compute.end());
-  std::sort(all.begin(), all.end());
-  EXPECT_EQ(std::unique(all.begin(), all.end()), all.end());
-  // Their shares are taken whole: a third thread for either does not fit.
-  EXPECT_TRUE(place_threads(1, 2, half + 1, 0).compute.empty());
+  EXPECT_EQ(allowed_cpus(), mine);
 }
 
 }  // namespace

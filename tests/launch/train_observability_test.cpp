@@ -197,7 +197,8 @@ TEST_F(DdlTrain, ATargetAccuracyEndsTheRunAndTheMlperfLogTellsIt) {
   const auto r = run(kMpirun + " -np 2 " + kTrain +
                      train_args("--model seed_cnn --epochs 12 --steps-per-epoch 20 --batch-size 32 --threads 1 "
                                 "--optimizer lars --lr 1 --lr-schedule poly --warmup-epochs 1 --label-smoothing 0.1 "
-                                "--eval-every 2 --target-accuracy 0.2 --mlperf-log " + log));
+                                "--eval-every 2 --target-accuracy 0.2 --checkpoint-dir " + (scratch() / "ck") +
+                                " --mlperf-log " + log));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string reached = "reached the target accuracy 0.2000 after epoch ";
   const auto at = r.out.find(reached);
@@ -252,6 +253,15 @@ TEST_F(DdlTrain, ATargetAccuracyEndsTheRunAndTheMlperfLogTellsIt) {
   EXPECT_EQ(values["lars_opt_learning_rate_decay_steps"], "240");
   EXPECT_EQ(values["train_samples"], "4800");
   EXPECT_EQ(values["eval_samples"], std::to_string(kValImages));
+  // Resumed, a run that reached its target has nothing more to train.
+  const auto again = run(kMpirun + " -np 2 " + kTrain +
+                         train_args("--model seed_cnn --epochs 12 --steps-per-epoch 20 --batch-size 32 --threads 1 "
+                                    "--optimizer lars --lr 1 --lr-schedule poly --warmup-epochs 1 --label-smoothing 0.1 "
+                                    "--eval-every 2 --target-accuracy 0.2 --resume auto --checkpoint-dir " +
+                                    (scratch() / "ck")));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("nothing to train: "), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("reached the target accuracy 0.2000 already"), std::string::npos) << again.out;
 }
 
 TEST_F(DdlTrain, ATargetWithoutValidationImagesIsRefused) {
