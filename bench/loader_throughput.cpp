@@ -44,8 +44,9 @@ void four_ways(const char* path, std::size_t batch, ddl::Context& ctx) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: loader_throughput DATASET.h5 [--image-size S] [--random-resized-crop] "
-                         "[--random-flip] [--threads N] [--batch B] [--images N]\n");
+    std::fprintf(stderr,
+                 "usage: loader_throughput DATASET.h5 [--image-size S] [--random-resized-crop] "
+                 "[--random-flip] [--threads N] [--batch B] [--images N]\n");
     return 2;
   }
   try {
@@ -60,14 +61,22 @@ int main(int argc, char** argv) {
         return std::stoul(argv[++i]);
       };
       flags = flags || a.rfind("--", 0) == 0;
-      if (a == "--image-size") prep.out_height = prep.out_width = static_cast<int>(value());
-      else if (a == "--random-resized-crop") prep.random_resized_crop = true;
-      else if (a == "--random-flip") prep.random_flip = true;
-      else if (a == "--threads") prep.decode_threads = static_cast<int>(value());
-      else if (a == "--batch") batch = value();
-      else if (a == "--images") limit = value();
-      else if (!flags) batch = std::stoul(a);  // the old form: DATASET.h5 BATCH
-      else throw ddl::InputError("unknown option " + a);
+      if (a == "--image-size")
+        prep.out_height = prep.out_width = static_cast<int>(value());
+      else if (a == "--random-resized-crop")
+        prep.random_resized_crop = true;
+      else if (a == "--random-flip")
+        prep.random_flip = true;
+      else if (a == "--threads")
+        prep.decode_threads = static_cast<int>(value());
+      else if (a == "--batch")
+        batch = value();
+      else if (a == "--images")
+        limit = value();
+      else if (!flags)
+        batch = std::stoul(a);  // the old form: DATASET.h5 BATCH
+      else
+        throw ddl::InputError("unknown option " + a);
     }
     if (!flags) {
       four_ways(argv[1], batch, ctx);

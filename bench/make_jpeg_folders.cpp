@@ -40,12 +40,14 @@ int main(int argc, char** argv) {
       std::filesystem::create_directories(dir);
       char name[32];
       std::snprintf(name, sizeof name, "%05zu.jpg", written[label]++);
-      std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
+      std::ofstream(dir / name, std::ios::binary)
+          .write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
       bytes += jpeg.size();
     }
     std::size_t total = 0;
     for (auto n : written) total += n;
-    std::printf("wrote %zu JPEG files (250-500 pixels a side, quality 90), %.1f MB, to %s\n", total, bytes / 1e6, argv[2]);
+    std::printf("wrote %zu JPEG files (250-500 pixels a side, quality 90), %.1f MB, to %s\n", total, bytes / 1e6,
+                argv[2]);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_jpeg_folders: %s\n", e.what());

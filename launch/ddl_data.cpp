@@ -5,8 +5,8 @@
 //   ddl_data info FILE.h5       (a dataset, or a checkpoint of ddl_train)
 //   ddl_data model NAME [--num-classes N] [--image-size S] [--patch-size P --depth L --width D --heads H]
 //                               (the model's parameters and layer state, a line each, as checkpoints name them)
-#include <boost/program_options.hpp>
 #include <unistd.h>
+#include <boost/program_options.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -115,11 +115,12 @@ int import_encoded_folder(const std::vector<std::string>& inputs, const EncodedI
   ImportProgress progress;
   const EncodedImportResult r = import_encoded(listing, o, std::ref(progress));
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("imported %zu images (encoded, %zu classes; %zu re-encoded at quality %d) in %.2f s (%.0f files/s, %d "
-              "threads): %zu train, %zu validation; %.1f MB stored for %.1f MB of files (%.3fx)\n",
-              r.train + r.val, listing.class_names.size(), r.reencoded, o.quality, total_s,
-              (r.train + r.val) / std::max(total_s, 1e-9), o.threads, r.train, r.val, r.stored_bytes / 1e6,
-              r.input_bytes / 1e6, static_cast<double>(r.stored_bytes) / std::max<double>(r.input_bytes, 1));
+  std::printf(
+      "imported %zu images (encoded, %zu classes; %zu re-encoded at quality %d) in %.2f s (%.0f files/s, %d "
+      "threads): %zu train, %zu validation; %.1f MB stored for %.1f MB of files (%.3fx)\n",
+      r.train + r.val, listing.class_names.size(), r.reencoded, o.quality, total_s,
+      (r.train + r.val) / std::max(total_s, 1e-9), o.threads, r.train, r.val, r.stored_bytes / 1e6, r.input_bytes / 1e6,
+      static_cast<double>(r.stored_bytes) / std::max<double>(r.input_bytes, 1));
   for (const auto& f : r.written) std::printf("  wrote %s\n", f.c_str());
   return 0;
 }
@@ -169,7 +170,8 @@ int run_import(const std::vector<std::string>& args) {
   if (resize < 0) throw InputError("--resize must be positive (or 0 to keep the size)");
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (format == "auto") format = detect_format(inputs);
-  if (store != "pixels" && store != "encoded") throw InputError("--store must be pixels or encoded, not '" + store + "'");
+  if (store != "pixels" && store != "encoded")
+    throw InputError("--store must be pixels or encoded, not '" + store + "'");
   if (store == "encoded") {
     if (format != "folder") throw InputError("--store encoded takes an image folder (<root>/<class>/<image>)");
     if (resize > 0) throw InputError("--store encoded keeps each image's size: give --max-side, not --resize");

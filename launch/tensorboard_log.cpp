@@ -76,7 +76,8 @@ TensorBoardLog::TensorBoardLog(const std::string& dir, bool resumed, std::uint64
   name.append(std::to_string(seconds)).append(".").append(host_name());
   path_ = (std::filesystem::path(dir) / name).string();
   // Two runs started in the same second on one host (a quick restart) keep their own files.
-  for (int n = 1; std::filesystem::exists(path_); ++n) path_ = (std::filesystem::path(dir) / name).string() + '.' + std::to_string(n);
+  for (int n = 1; std::filesystem::exists(path_); ++n)
+    path_ = (std::filesystem::path(dir) / name).string() + '.' + std::to_string(n);
   out_.open(path_, std::ios::binary);
   if (!out_)
     throw InputError("--tensorboard " + dir + ": cannot write " + path_ + (error ? " (" + error.message() + ")" : ""));

@@ -2,7 +2,6 @@
 // the ranks of its node.
 #pragma once
 
-
 #include <algorithm>
 #include <thread>
 

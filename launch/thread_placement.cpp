@@ -28,14 +28,15 @@ ThreadPlacement place_threads(const std::vector<int>& allowed, int local_rank, i
   const auto compute = static_cast<std::size_t>(threads), all = compute + static_cast<std::size_t>(loader_threads);
   p.compute.assign(at(0), at(compute));
   p.loader.assign(at(compute), at(all));
-  p.note = "compute threads on CPUs " + span(p.compute) + (p.loader.empty() ? "" : ", loader threads on " + span(p.loader));
+  p.note =
+      "compute threads on CPUs " + span(p.compute) + (p.loader.empty() ? "" : ", loader threads on " + span(p.loader));
   return p;
 }
 
 void pin_compute_threads(const std::vector<int>& cpus) {
   if (cpus.empty()) return;
-  // The whole set for each, not a CPU each: the master thread's later threads (the all-reduce's) inherit it,
-  // and the system still balances the compute threads among their CPUs.
+    // The whole set for each, not a CPU each: the master thread's later threads (the all-reduce's) inherit it,
+    // and the system still balances the compute threads among their CPUs.
 #pragma omp parallel
   pin_this_thread(cpus);
 }

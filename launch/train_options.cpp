@@ -150,8 +150,10 @@ po::options_description data_options(TrainOptions& o, OptionTexts& t) {
       "val", po::value(&o.val_path), "validation set (.h5)")("val-fraction",
                                                              po::value(&o.val_fraction)->default_value(0.0, "0"),
                                                              "hold out this fraction of --train for validation")(
-      "normalize", po::value(&o.normalize)->default_value(o.normalize), "scale (pixel/255) | meanstd | imagenet (meanstd with ImageNet's mean and std)")(
-      "mean", po::value(&t.mean), "per-channel means for meanstd, e.g. 0.485,0.456,0.406 (default: the training set's)")(
+      "normalize", po::value(&o.normalize)->default_value(o.normalize),
+      "scale (pixel/255) | meanstd | imagenet (meanstd with ImageNet's mean and std)")(
+      "mean", po::value(&t.mean),
+      "per-channel means for meanstd, e.g. 0.485,0.456,0.406 (default: the training set's)")(
       "std", po::value(&t.stddev), "per-channel standard deviations for meanstd")(
       "random-flip", po::bool_switch(&o.random_flip), "augment: random horizontal flips")(
       "random-resized-crop", po::bool_switch(&o.random_resized_crop),
@@ -186,24 +188,24 @@ po::options_description training_options(TrainOptions& o, OptionTexts& t) {
       "adam | sgd | lars | lamb (layer-wise adaptive, for large global batches)")(
       "lr", po::value(&o.lr)->default_value(o.lr, "0.001"), "base learning rate")(
       "lr-schedule", po::value(&t.lr_schedule)->default_value(option_word(o.lr_policy)),
-      "constant | step | cosine | poly")(
-      "warmup-epochs", po::value(&o.warmup_epochs)->default_value(0.0f, "0"), "linear warm-up length in epochs")(
+      "constant | step | cosine | poly")("warmup-epochs", po::value(&o.warmup_epochs)->default_value(0.0f, "0"),
+                                         "linear warm-up length in epochs")(
       "lr-step-epochs", po::value(&o.lr_step_epochs)->default_value(o.lr_step_epochs, "30"),
       "step schedule: epochs between decays")("lr-gamma", po::value(&o.lr_gamma)->default_value(o.lr_gamma, "0.1"),
                                               "step schedule: decay factor")(
       "lr-power", po::value(&o.lr_power)->default_value(o.lr_power, "2"), "poly schedule: the power")(
       "momentum", po::value(&o.momentum)->default_value(o.momentum, "0.9"), "sgd and lars momentum")(
       "lars-trust", po::value(&o.lars_trust)->default_value(o.lars_trust, "0.001"),
-      "lars: the trust coefficient (eta) of the layer-wise learning rate")(
-      "nesterov", po::bool_switch(&o.nesterov), "sgd: Nesterov momentum")(
+      "lars: the trust coefficient (eta) of the layer-wise learning rate")("nesterov", po::bool_switch(&o.nesterov),
+                                                                           "sgd: Nesterov momentum")(
       "weight-decay", po::value(&o.weight_decay)->default_value(0.0f, "0"),
       "weight decay: L2, added to the gradient (sgd, adam, lars), or decoupled, added to lamb's update; lars and "
       "lamb leave biases and normalisation parameters undecayed")(
       "adam-beta1", po::value(&o.adam_beta1)->default_value(o.adam_beta1, "0.9"), "adam and lamb beta1")(
       "adam-beta2", po::value(&o.adam_beta2)->default_value(o.adam_beta2, "0.999"), "adam and lamb beta2")(
       "adam-epsilon", po::value(&o.adam_epsilon)->default_value(o.adam_epsilon, "1e-07"),
-      "adam and lamb epsilon (Keras 1e-7)")(
-      "seed", po::value(&o.seed)->default_value(o.seed), "seed for initialisation, shuffling, augmentation, dropout")(
+      "adam and lamb epsilon (Keras 1e-7)")("seed", po::value(&o.seed)->default_value(o.seed),
+                                            "seed for initialisation, shuffling, augmentation, dropout")(
       "label-smoothing", po::value(&o.label_smoothing)->default_value(o.label_smoothing, "0"),
       "E in [0, 1): train towards (1 - E) on the label and E spread over all classes (PyTorch's label_smoothing)")(
       "eval-every", po::value(&o.eval_every)->default_value(o.eval_every),
@@ -533,19 +535,21 @@ std::string TrainOptions::describe() const {
   std::ostringstream s;
   s << "model = " << model << "\nnum-classes = " << num_classes << "\nimage-size = " << image_size
     << "\ndropout = " << dropout << "\npatch-size = " << patch_size << "\ndepth = " << depth << "\nwidth = " << width
-    << "\nheads = " << heads << "\nrandom-resized-crop = " << random_resized_crop << "\nval-crop-fraction = " << val_crop_fraction << "\ntrain = " << train_path << "\nval = " << val_path
+    << "\nheads = " << heads << "\nrandom-resized-crop = " << random_resized_crop
+    << "\nval-crop-fraction = " << val_crop_fraction << "\ntrain = " << train_path << "\nval = " << val_path
     << "\nval-fraction = " << val_fraction << "\nnormalize = " << normalize << "\nrandom-flip = " << random_flip
     << "\nrandom-crop-padding = " << random_crop_padding << "\nepochs = " << epochs << "\nbatch-size = " << batch_size
     << "\nsteps-per-epoch = " << steps_per_epoch << "\noptimizer = " << optimizer << "\nlr = " << lr
     << "\nlr-schedule = " << option_word(lr_policy) << "\nwarmup-epochs = " << warmup_epochs
-    << "\nshard-state = " << (shard_state == kShardStateAuto ? "auto" : std::to_string(shard_state)) << "\nrecompute = " << recompute << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma << "\nlr-power = " << lr_power
-    << "\nmomentum = " << momentum << "\nlars-trust = " << lars_trust
+    << "\nshard-state = " << (shard_state == kShardStateAuto ? "auto" : std::to_string(shard_state))
+    << "\nrecompute = " << recompute << "\nlr-step-epochs = " << lr_step_epochs << "\nlr-gamma = " << lr_gamma
+    << "\nlr-power = " << lr_power << "\nmomentum = " << momentum << "\nlars-trust = " << lars_trust
     << "\nnesterov = " << nesterov << "\nweight-decay = " << weight_decay << "\nadam-beta1 = " << adam_beta1
     << "\nadam-beta2 = " << adam_beta2 << "\nadam-epsilon = " << adam_epsilon << "\nseed = " << seed
-    << "\nlabel-smoothing = " << label_smoothing
-    << "\nallreduce = " << option_word(allreduce_algorithm) << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb
-    << "\nscale-lr = " << scale_lr << "\npipeline-stages = " << pipeline_stages
-    << "\nmicro-batches = " << micro_batches << "\npartition = " << to_string(partition) << "\nschedule = " << option_word(pipeline_schedule)
+    << "\nlabel-smoothing = " << label_smoothing << "\nallreduce = " << option_word(allreduce_algorithm)
+    << "\nallreduce-wire = " << allreduce_wire << "\nbucket-mb = " << bucket_mb << "\nscale-lr = " << scale_lr
+    << "\npipeline-stages = " << pipeline_stages << "\nmicro-batches = " << micro_batches
+    << "\npartition = " << to_string(partition) << "\nschedule = " << option_word(pipeline_schedule)
     << "\ninit = " << init << "\nprecision = " << precision << "\ntensor-parallel = " << tensor_parallel
     << "\ntensor-split = " << tensor_split << "\nstrategy = " << strategy << "\n";
   for (float m : mean) s << "mean += " << m << "\n";

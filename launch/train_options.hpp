@@ -38,7 +38,7 @@ struct TrainOptions {
   int loader_threads = 0;
   float val_crop_fraction = 0.875f;
   std::string corrupt_images = "refuse";  // refuse | skip
-  int prefetch_batches = 3;  // the loader's batches ready ahead of the step: its memory
+  int prefetch_batches = 3;               // the loader's batches ready ahead of the step: its memory
   // training
   int epochs = 10;
   int batch_size = 64;
@@ -113,7 +113,7 @@ struct TrainOptions {
   std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5
   std::string init;    // a checkpoint whose weights a fresh run starts from
   std::string metrics_path;
-  std::string mlperf_log;  // MLPerf's :::MLLOG lines (mlperf_log.hpp)
+  std::string mlperf_log;       // MLPerf's :::MLLOG lines (mlperf_log.hpp)
   std::string tensorboard_dir;  // event files for TensorBoard (tensorboard_log.hpp)
   int tensorboard_every = 10;   // steps between two per-step scalars
   std::string timeline_path;  // Chrome trace of every rank's spans

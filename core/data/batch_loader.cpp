@@ -32,8 +32,9 @@ BatchLoader::BatchLoader(const std::string& path, const Preprocessing& prep, std
   if (reader_.encoded()) {
     if (prep_.out_height == 0 || prep_.out_width == 0) throw Error(path + ": an encoded dataset needs an output size");
     if (prep_.random_crop_padding > 0)
-      throw InputError(path + ": holds JPEG files of any size; augment them with --random-resized-crop, not "
-                              "--random-crop-padding (a pixel dataset's)");
+      throw InputError(path +
+                       ": holds JPEG files of any size; augment them with --random-resized-crop, not "
+                       "--random-crop-padding (a pixel dataset's)");
     if (prep_.decode_threads < 1) throw InputError("the loader needs at least one decoding thread");
     if (!(prep_.val_crop_fraction > 0 && prep_.val_crop_fraction <= 1))
       throw InputError("the evaluation's crop fraction must be in (0, 1]");
@@ -284,7 +285,8 @@ void BatchLoader::augment_one(const std::uint8_t* img, const std::vector<float>&
 CropBox BatchLoader::centre_box(int h, int w) const {
   const int oh = out_height(), ow = out_width();
   // The shorter side resized to out / fraction: the output's pixels are `step` image pixels each.
-  const float step = static_cast<float>(std::min(h, w)) * prep_.val_crop_fraction / static_cast<float>(std::min(oh, ow));
+  const float step =
+      static_cast<float>(std::min(h, w)) * prep_.val_crop_fraction / static_cast<float>(std::min(oh, ow));
   const float bh = std::min(static_cast<float>(h), step * oh), bw = std::min(static_cast<float>(w), step * ow);
   return {(h - bh) / 2, (w - bw) / 2, bh, bw};
 }
@@ -319,9 +321,11 @@ void BatchLoader::fill_encoded(Batch& batch, std::span<const std::size_t> indice
       try {
         const JpegSize expected{reader_.image_height(indices[i]), reader_.image_width(indices[i])};
         const JpegRegion r = decode_jpeg_region(encoded_[i], boxes[i], oh, ow, "image", &expected);
-        resample(r.pixels.rgb.data(), r.pixels.height, r.pixels.width, c, r.box, oh, ow, [&](int y, int x, int k, float v) {
-          out[k * plane + static_cast<std::size_t>(y) * ow + (flips[i] ? ow - 1 - x : x)] = v * a.scale[k] + a.shift[k];
-        });
+        resample(r.pixels.rgb.data(), r.pixels.height, r.pixels.width, c, r.box, oh, ow,
+                 [&](int y, int x, int k, float v) {
+                   out[k * plane + static_cast<std::size_t>(y) * ow + (flips[i] ? ow - 1 - x : x)] =
+                       v * a.scale[k] + a.shift[k];
+                 });
       } catch (const InputError& e) {
         failures[i] = e.what();
         continue;
@@ -355,7 +359,8 @@ void BatchLoader::settle_corrupt(Batch& batch, std::span<const std::size_t> indi
     if (!bad(i)) continue;
     const std::string message = reader_.file_of(indices[i]) + ": image " + std::to_string(indices[i]) + ": " +
                                 failures[i].substr(failures[i].find(':') + 2);
-    if (!prep_.skip_corrupt || good == n) throw InputError(message + (prep_.skip_corrupt ? " (a whole batch of them)" : ""));
+    if (!prep_.skip_corrupt || good == n)
+      throw InputError(message + (prep_.skip_corrupt ? " (a whole batch of them)" : ""));
     auto* images = static_cast<std::uint8_t*>(batch.images.memory().get_data_handle());
     std::memcpy(images + i * image_bytes, images + good * image_bytes, image_bytes);
     batch.labels[i] = batch.labels[good];

@@ -37,7 +37,7 @@ struct Preprocessing {
   // size / 0.875, then the centre), and what a corrupt image does: skip it (another image of its batch takes
   // its place, counted) or end the run naming it.
   int decode_threads = 1;
-  std::vector<int> loader_cpus;  // where the decoding threads run (the loader's own among them); empty: anywhere
+  std::vector<int> loader_cpus = {};  // where the decoding threads run (the loader's own among them); empty: anywhere
   float val_crop_fraction = 0.875f;
   bool skip_corrupt = false;
   // The batch's element type: bf16 where the model's first layer takes it (no conversion in the step).
@@ -115,8 +115,8 @@ class BatchLoader {
   std::vector<std::uint8_t> shifted_;        // one image flipped or moved by a random crop
   std::vector<float> image_floats_;          // one image before its conversion to bf16
   std::vector<std::vector<std::uint8_t>> encoded_;  // a batch's JPEG files
-  double waited_ = 0;       // in next(), the consumer's
-  std::size_t skipped_ = 0;  // corrupt images, the producer's (read between passes)
+  double waited_ = 0;                               // in next(), the consumer's
+  std::size_t skipped_ = 0;                         // corrupt images, the producer's (read between passes)
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -42,7 +42,8 @@ EncodedImage encode_file(const std::string& path, std::int32_t label, const Enco
   reencoded = false;
   if (is_jpeg(image.bytes)) {
     const JpegSize size = jpeg_size(image.bytes, path);
-    if (!ends_whole(image.bytes)) throw InputError(path + ": corrupt JPEG (the file ends early: no end-of-image marker)");
+    if (!ends_whole(image.bytes))
+      throw InputError(path + ": corrupt JPEG (the file ends early: no end-of-image marker)");
     image.height = size.height;
     image.width = size.width;
     if (o.max_side <= 0 || std::max(size.height, size.width) <= o.max_side) return image;
@@ -62,8 +63,9 @@ EncodedImage encode_file(const std::string& path, std::int32_t label, const Enco
     const double f = static_cast<double>(o.max_side) / std::max(height, width);
     height = std::max(1, static_cast<int>(std::lround(height * f)));
     width = std::max(1, static_cast<int>(std::lround(width * f)));
-    pixels.rgb = resize_image(pixels.rgb.data(), pixels.height, pixels.width, 3,
-                              {0, 0, static_cast<float>(pixels.height), static_cast<float>(pixels.width)}, height, width);
+    pixels.rgb =
+        resize_image(pixels.rgb.data(), pixels.height, pixels.width, 3,
+                     {0, 0, static_cast<float>(pixels.height), static_cast<float>(pixels.width)}, height, width);
   }
   image.bytes = encode_jpeg(pixels.rgb.data(), height, width, o.quality);
   image.height = height;
@@ -146,14 +148,15 @@ class Importer {
       const std::string file = dataset_format::shard_path(path, s, shards);
       std::unique_ptr<EncodedShardWriter> writer;
       for (std::size_t at = begin; at < end; at += kBatchFiles) {
-        const std::vector<std::size_t> batch(images.begin() + static_cast<std::ptrdiff_t>(at),
-                                             images.begin() + static_cast<std::ptrdiff_t>(std::min(end, at + kBatchFiles)));
+        const std::vector<std::size_t> batch(
+            images.begin() + static_cast<std::ptrdiff_t>(at),
+            images.begin() + static_cast<std::ptrdiff_t>(std::min(end, at + kBatchFiles)));
         // The statistics' sample: images of the part's first kStatisticsImages, in the shuffled order.
         const std::size_t sampled = at < kStatisticsImages ? std::min(batch.size(), kStatisticsImages - at) : 0;
         std::vector<EncodedImage> encoded = encode_batch(batch, sampled, sums);
         if (!writer)  // chunks of about one image of the first batch: a read touches little besides its image
-          writer = std::make_unique<EncodedShardWriter>(
-              file, ShardPlace{s, shards, begin, images.size()}, listing_.class_names, chunk_bytes(encoded));
+          writer = std::make_unique<EncodedShardWriter>(file, ShardPlace{s, shards, begin, images.size()},
+                                                        listing_.class_names, chunk_bytes(encoded));
         writer->append(encoded);
         done_ += batch.size();
         if (progress_) progress_(done_, listing_.files.size());
@@ -169,7 +172,8 @@ class Importer {
   }
 
   // The batch's files as stored, on the workers; the first `sampled` also decoded small into `sums`.
-  std::vector<EncodedImage> encode_batch(const std::vector<std::size_t>& batch, std::size_t sampled, ChannelSums& sums) {
+  std::vector<EncodedImage> encode_batch(const std::vector<std::size_t>& batch, std::size_t sampled,
+                                         ChannelSums& sums) {
     std::vector<EncodedImage> out(batch.size());
     std::vector<ChannelSums> sample(sampled);
     std::vector<char> reencoded(batch.size(), 0);

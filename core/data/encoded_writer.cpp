@@ -19,9 +19,9 @@ EncodedShardWriter::EncodedShardWriter(std::string path, const ShardPlace& place
   h5::Handle space(h5::check_id(H5Screate_simple(1, &none, &unlimited), "H5Screate_simple", tmp_));
   h5::Handle props(h5::check_id(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate", tmp_));
   h5::check(H5Pset_chunk(props.get(), 1, &chunk), "H5Pset_chunk", tmp_);
-  encoded_ = h5::Handle(h5::check_id(H5Dcreate2(file_.get(), fmt::kEncoded, H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT,
-                                                props.get(), H5P_DEFAULT),
-                                     "cannot create the encoded images' dataset", tmp_));
+  encoded_ = h5::Handle(h5::check_id(
+      H5Dcreate2(file_.get(), fmt::kEncoded, H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT, props.get(), H5P_DEFAULT),
+      "cannot create the encoded images' dataset", tmp_));
 }
 
 EncodedShardWriter::~EncodedShardWriter() {

@@ -100,7 +100,8 @@ ImageDataset::ImageDataset(const std::string& path) : files_(dataset_files(path)
     throw InputError(path + ": channel_mean/channel_std do not match the channel count");
   const hsize_t one[4] = {1, static_cast<hsize_t>(height_), static_cast<hsize_t>(width_),
                           static_cast<hsize_t>(channels_)};
-  if (!encoded_) one_image_space_ = h5::Handle(h5::check_id(H5Screate_simple(4, one, nullptr), "H5Screate_simple", path));
+  if (!encoded_)
+    one_image_space_ = h5::Handle(h5::check_id(H5Screate_simple(4, one, nullptr), "H5Screate_simple", path));
 }
 
 std::vector<std::int32_t> ImageDataset::open_pixels(Shard& shard, const std::string& f, bool first) {
@@ -155,9 +156,10 @@ std::vector<std::int32_t> ImageDataset::open_encoded(Shard& shard, const std::st
   const auto sizes = h5::read_dataset<std::int32_t>(shard.file, fmt::kSizes, f);
   const std::size_t n = labels.size();
   if (shard.offsets.size() != n + 1 || sizes.size() != 2 * n)
-    throw InputError(f + ": " + std::to_string(n) + " labels, " + std::to_string(shard.offsets.size()) + " offsets and " +
-                     std::to_string(sizes.size() / 2) + " sizes (corrupt file?)");
-  if (shard.offsets[0] != 0 || static_cast<hsize_t>(shard.offsets[n]) != bytes[0] || bytes[0] > h5::file_size(shard.file, f))
+    throw InputError(f + ": " + std::to_string(n) + " labels, " + std::to_string(shard.offsets.size()) +
+                     " offsets and " + std::to_string(sizes.size() / 2) + " sizes (corrupt file?)");
+  if (shard.offsets[0] != 0 || static_cast<hsize_t>(shard.offsets[n]) != bytes[0] ||
+      bytes[0] > h5::file_size(shard.file, f))
     throw InputError(f + ": the encoded images' offsets do not match their " + std::to_string(bytes[0]) +
                      " bytes, or the file holds fewer (truncated or corrupt)");
   for (std::size_t i = 0; i < n; ++i) {
@@ -225,7 +227,8 @@ void ImageDataset::read_encoded(std::span<const std::size_t> indices, std::vecto
     for (std::size_t k = first; k < end; ++k) {
       const auto from = static_cast<std::size_t>(offsets[local(k)]) - start;
       const auto to = static_cast<std::size_t>(offsets[local(k) + 1]) - start;
-      bytes[order[k]].assign(run.begin() + static_cast<std::ptrdiff_t>(from), run.begin() + static_cast<std::ptrdiff_t>(to));
+      bytes[order[k]].assign(run.begin() + static_cast<std::ptrdiff_t>(from),
+                             run.begin() + static_cast<std::ptrdiff_t>(to));
     }
     touched[s] = true;
     first = end;

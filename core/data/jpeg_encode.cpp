@@ -1,6 +1,5 @@
 #include "core/data/jpeg_encode.hpp"
 
-
 #include "core/data/jpeg_errors.hpp"
 #include "core/error.hpp"
 

@@ -12,7 +12,7 @@ namespace {
 // What to decode: the DCT scale, and the rows and columns of the scaled image.
 struct Plan {
   int scale = 1;
-  int top = 0, rows = 0;         // rows [top, top + rows) of the scaled image
+  int top = 0, rows = 0;             // rows [top, top + rows) of the scaled image
   JDIMENSION left = 0, columns = 0;  // columns, widened by libjpeg to whole blocks
 };
 
@@ -72,7 +72,8 @@ bool decode(std::span<const std::uint8_t> bytes, const CropBox& box, int out_h, 
   out.pixels.width = static_cast<int>(columns);
   // A CMYK row is 4 bytes a pixel, converted where it lands: the last one needs `columns` bytes more.
   out.pixels.rgb.resize(row_bytes * static_cast<std::size_t>(plan.rows) + (cmyk ? columns : 0));
-  if (plan.top > 0 && jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(plan.top)) != static_cast<JDIMENSION>(plan.top))
+  if (plan.top > 0 &&
+      jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(plan.top)) != static_cast<JDIMENSION>(plan.top))
     jpeg::fail(reinterpret_cast<j_common_ptr>(&cinfo), "cannot skip to the crop's rows");
   for (int y = 0; y < plan.rows; ++y) {
     JSAMPROW row = out.pixels.rgb.data() + static_cast<std::size_t>(y) * row_bytes;
@@ -81,8 +82,10 @@ bool decode(std::span<const std::uint8_t> bytes, const CropBox& box, int out_h, 
   }
   out.pixels.rgb.resize(row_bytes * static_cast<std::size_t>(plan.rows));
   // The rows below the box are not decoded: libjpeg's abort ends the decompression wherever it stands.
-  if (region) jpeg_abort_decompress(&cinfo);
-  else jpeg_finish_decompress(&cinfo);
+  if (region)
+    jpeg_abort_decompress(&cinfo);
+  else
+    jpeg_finish_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
   out.box = {box.top / s - static_cast<float>(plan.top), box.left / s - static_cast<float>(plan.left), box.height / s,
              box.width / s};

@@ -134,8 +134,10 @@ struct EinsumTerms {
 
 EinsumTerms einsum_terms(const OpSpec& spec) {
   std::string equation;
-  for (const char c : spec.text("equation", "")) if (c != ' ') equation += c;
-  if (equation.find('.') != std::string::npos) spec.fail("ddl takes an Einsum without ellipsis, not '" + equation + "'");
+  for (const char c : spec.text("equation", ""))
+    if (c != ' ') equation += c;
+  if (equation.find('.') != std::string::npos)
+    spec.fail("ddl takes an Einsum without ellipsis, not '" + equation + "'");
   const auto arrow = equation.find("->");
   EinsumTerms t;
   std::string left = equation.substr(0, arrow);
@@ -170,16 +172,20 @@ ProductLetters product_letters(const std::string& a, const std::string& b, const
   const auto has = [](const std::string& term, char l) { return term.find(l) != std::string::npos; };
   for (const char l : a + b + c) {
     std::string* group = nullptr;
-    if (has(a, l) && has(b, l)) group = has(c, l) ? &p.batch : &p.sum;
-    else if (has(c, l) && (has(a, l) || has(b, l))) group = has(a, l) ? &p.rows : &p.cols;
-    if (!group) p.problem = "it sums over a letter of one operand, or gives one of neither";
-    else if (!has(*group, l)) *group += l;
+    if (has(a, l) && has(b, l))
+      group = has(c, l) ? &p.batch : &p.sum;
+    else if (has(c, l) && (has(a, l) || has(b, l)))
+      group = has(a, l) ? &p.rows : &p.cols;
+    if (!group)
+      p.problem = "it sums over a letter of one operand, or gives one of neither";
+    else if (!has(*group, l))
+      *group += l;
   }
   const auto together = [&](const std::string& group, const std::string& term) {
     return group.empty() || term.find(group) != std::string::npos;
   };
-  if (p.problem.empty() && !(together(p.rows, a) && together(p.rows, c) && together(p.cols, b) &&
-                             together(p.cols, c) && together(p.sum, a) && together(p.sum, b)))
+  if (p.problem.empty() && !(together(p.rows, a) && together(p.rows, c) && together(p.cols, b) && together(p.cols, c) &&
+                             together(p.sum, a) && together(p.sum, b)))
     p.problem = "its rows, columns or summed letters are not side by side in the same order in each term";
   std::string batch;  // in the result's order
   for (const char l : c)
@@ -308,7 +314,9 @@ class ChainedEinsumOp : public Operator {
   }
 
  private:
-  std::array<const OpValue*, 2> pair_inputs(OpInputs in) const { return {&input(in, order_[0]), &input(in, order_[1])}; }
+  std::array<const OpValue*, 2> pair_inputs(OpInputs in) const {
+    return {&input(in, order_[0]), &input(in, order_[1])};
+  }
   std::array<const OpValue*, 2> then_inputs(OpInputs in) const { return {&between_, &input(in, order_[2])}; }
   std::array<std::size_t, 3> order_{};
   std::unique_ptr<EinsumOp> first_, second_;
@@ -318,7 +326,8 @@ class ChainedEinsumOp : public Operator {
 
 std::unique_ptr<Operator> make_einsum(OpSpec spec) {
   const EinsumTerms t = einsum_terms(spec);
-  if (t.operands.size() == 2) return std::make_unique<EinsumOp>(std::move(spec), t.operands[0], t.operands[1], t.result);
+  if (t.operands.size() == 2)
+    return std::make_unique<EinsumOp>(std::move(spec), t.operands[0], t.operands[1], t.result);
   if (t.operands.size() == 3) return std::make_unique<ChainedEinsumOp>(std::move(spec), t);
   spec.fail("ddl takes an Einsum of two or three operands, not " + std::to_string(t.operands.size()));
 }

@@ -121,7 +121,8 @@ double images_to_keep_in_memory(Job& job, double bytes) {
   const TrainOptions& o = job.options;
   if (o.cache_images == "off") return 0;
   if (bytes < 0) {
-    if (o.cache_images == "on") throw InputError("--cache-images on: " + o.train_path + " holds JPEG files, decoded each step");
+    if (o.cache_images == "on")
+      throw InputError("--cache-images on: " + o.train_path + " holds JPEG files, decoded each step");
     return 0;
   }
   std::vector<double> share{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
@@ -246,7 +247,8 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
 
 void Job::forget_graph_weights() {
   if (!config.graph || !config.graph->weights_elsewhere.empty()) return;
-  config.graph = graph_without_weights(std::string(state.graph.begin(), state.graph.end()), state.graph_names, options.model);
+  config.graph =
+      graph_without_weights(std::string(state.graph.begin(), state.graph.end()), state.graph_names, options.model);
   // The weights' copies freed while the models were built lie in malloc's heap in pieces, which it keeps;
   // a step's buffers are large blocks that malloc maps afresh, so the pieces would stay resident for the run.
   malloc_trim(0);

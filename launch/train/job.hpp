@@ -16,8 +16,8 @@
 #include "core/train/timeline.hpp"
 #include "launch/metrics_log.hpp"
 #include "launch/mlperf_log.hpp"
-#include "launch/tensorboard_log.hpp"
 #include "launch/replanner.hpp"
+#include "launch/tensorboard_log.hpp"
 #include "launch/train_options.hpp"
 #include "models/registry.hpp"
 
@@ -37,7 +37,7 @@ struct Job {
   TrainOptions options;
   const Communicator& world;
   int threads = 1;
-  int loader_threads = 1;  // decoding an encoded dataset's images, the loader's own thread among them
+  int loader_threads = 1;       // decoding an encoded dataset's images, the loader's own thread among them
   bool decodes_images = false;  // the training set is encoded: the loader decodes JPEG files
   std::string placement_note;   // where the compute and loader threads run (thread_placement.hpp)
   int ranks_per_node = 1;  // the largest node's: the whole job's where it runs on one node

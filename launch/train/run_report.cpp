@@ -141,14 +141,16 @@ void report_epoch(Job& job, const Session& session, const EpochFigures& f) {
   std::fflush(stdout);
   if (job.metrics)
     job.metrics->write({f.epoch, tr.loss, tr.accuracy, f.val.loss, f.val.accuracy, tr.seconds, tr.images_per_second(),
-                        f.lr, f.peak_mb, f.comm_share, f.pipeline_wait_s / tr.seconds, f.data_wait_share, step_seconds, predicted,
-                        session.chosen.predicted_comm_share, job.world.size()});
+                        f.lr, f.peak_mb, f.comm_share, f.pipeline_wait_s / tr.seconds, f.data_wait_share, step_seconds,
+                        predicted, session.chosen.predicted_comm_share, job.world.size()});
   if (job.tensorboard) {
-    std::vector<std::pair<std::string, double>> scalars = {
-        {"epoch/train_loss", tr.loss},        {"epoch/train_accuracy", tr.accuracy},
-        {"epoch/images_per_second", tr.images_per_second()}, {"epoch/step_seconds", step_seconds},
-        {"epoch/learning_rate", f.lr},        {"epoch/peak_memory_mb", f.peak_mb},
-        {"epoch/data_wait_share", f.data_wait_share}};
+    std::vector<std::pair<std::string, double>> scalars = {{"epoch/train_loss", tr.loss},
+                                                           {"epoch/train_accuracy", tr.accuracy},
+                                                           {"epoch/images_per_second", tr.images_per_second()},
+                                                           {"epoch/step_seconds", step_seconds},
+                                                           {"epoch/learning_rate", f.lr},
+                                                           {"epoch/peak_memory_mb", f.peak_mb},
+                                                           {"epoch/data_wait_share", f.data_wait_share}};
     if (f.validated) {
       scalars.emplace_back("epoch/val_loss", f.val.loss);
       scalars.emplace_back("epoch/val_accuracy", f.val.accuracy);

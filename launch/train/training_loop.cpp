@@ -221,11 +221,13 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
     hooks.progress = [&](const StepProgress& p) {
       if (bar_) progress.update(p);
       global_step_ = first_global_step + (p.step - first_step);
-      if (!per_step_scalars || (p.step - logged_step < static_cast<std::size_t>(o_.tensorboard_every) && p.step < steps))
+      if (!per_step_scalars ||
+          (p.step - logged_step < static_cast<std::size_t>(o_.tensorboard_every) && p.step < steps))
         return;
       const double total = p.loss * static_cast<double>(p.step - first_step);
-      job_.tensorboard->scalars(global_step_, {{"train/loss", (total - loss_total_before) / double(p.step - logged_step)},
-                                               {"train/learning_rate", trainer_->last_lr()}});
+      job_.tensorboard->scalars(global_step_,
+                                {{"train/loss", (total - loss_total_before) / double(p.step - logged_step)},
+                                 {"train/learning_rate", trainer_->last_lr()}});
       loss_total_before = total;
       logged_step = p.step;
     };
@@ -272,7 +274,8 @@ std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& 
       const std::string number = "\"epoch_num\": " + std::to_string(epoch + 1);
       job_.mlperf->stop("eval_stop", number);
       job_.mlperf->point("eval_accuracy", std::to_string(figures.val.accuracy), number);
-      job_.mlperf->stop("block_stop", "\"first_epoch_num\": " + std::to_string(epoch / o_.eval_every * o_.eval_every + 1));
+      job_.mlperf->stop("block_stop",
+                        "\"first_epoch_num\": " + std::to_string(epoch / o_.eval_every * o_.eval_every + 1));
     }
   }
   double peak_mb[1] = {static_cast<double>(peak_resident_bytes()) / (1 << 20)};
@@ -431,8 +434,9 @@ void TrainingLoop::log_run_start() {
   if (s.policy == LrPolicy::poly) {
     log.point(opt + "end_learning_rate", "0");
     log.point(opt + "learning_rate_decay_poly_power", number(s.power));
-    log.point(opt + "learning_rate_decay_steps", std::to_string(static_cast<long long>(
-                                                     std::llround(s.total_epochs * static_cast<double>(epoch_indices(0).size() / layout_.batch)))));
+    log.point(opt + "learning_rate_decay_steps",
+              std::to_string(static_cast<long long>(
+                  std::llround(s.total_epochs * static_cast<double>(epoch_indices(0).size() / layout_.batch)))));
   }
   if (o_.optimizer != "adam") log.point(opt + "momentum", number(o_.momentum));
   log.point(opt + "weight_decay", number(o_.weight_decay));

@@ -675,7 +675,8 @@ std::shared_ptr<const GraphBytes> graph_without_weights(std::string bytes, const
   auto graph = std::make_shared<GraphBytes>();
   graph->bytes = std::move(bytes);
   for (const auto& pair : graph_names) graph->weights_elsewhere.insert(pair.substr(pair.find('=') + 1));
-  graph->prepared = prepared_graph(graph->bytes, std::filesystem::path(source).filename().string(), graph->weights_elsewhere);
+  graph->prepared =
+      prepared_graph(graph->bytes, std::filesystem::path(source).filename().string(), graph->weights_elsewhere);
   return graph;
 }
 

@@ -276,7 +276,8 @@ TEST(GraphLayerForward, EinsumOfThreeOperandsIsTheWrittenOutSum) {
 }
 
 TEST(GraphLayerShapes, EinsumsOtherThanOneBatchedProductAreNamed) {
-  for (const char* equation : {"ij,jk,kl,lm->im", "ij,kl,mn->ijkl", "...ij,...jk->...ik", "ii,ij->j", "ij,kl->ikjl", "ij,jk->i", "ij,jk->iz"}) {
+  for (const char* equation : {"ij,jk,kl,lm->im", "ij,kl,mn->ijkl", "...ij,...jk->...ik", "ii,ij->j", "ij,kl->ikjl",
+                               "ij,jk->i", "ij,jk->iz"}) {
     GraphBuilder g({param("w", {3, 3})}, {});
     g.add("Einsum", {0, 1}, {{"equation", text(equation)}});
     try {

@@ -171,7 +171,8 @@ TEST(GraphOperatorsGradient, ShapeAndIndexing) {
   cases.push_back({"Gather of an index twice", {2, 5, 3},
                    one("Gather", {0, -1}, {{"axis", ints({1})}}, {{1, integers({4, 1, -1})}})});
   // Indices computed on the images arrive as a value of whole numbers (here a constant one, [2, 2]).
-  cases.push_back({"Gather at indices that are a value, one twice", {2, 5, 3},
+  cases.push_back({"Gather at indices that are a value, one twice",
+                   {2, 5, 3},
                    one("Gather", {0, 1}, {{"axis", ints({-2})}}, {}, {}, {{{2, 2}, {4.0f, 1.0f, -1.0f, 1.0f}}})});
   cases.push_back({"Flatten from axis 2", {2, 3, 4, 2}, one("Flatten", {0}, {{"axis", ints({2})}})});
   cases.push_back({"Expand", {2, 1, 4}, one("Expand", {0, -1}, {}, {{1, integers({3, 1})}})});

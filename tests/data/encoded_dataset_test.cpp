@@ -45,7 +45,8 @@ std::vector<std::uint8_t> file_bytes(const std::string& path) {
 }
 
 void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 // <root>/<class>/<i>.jpg of the given sizes.
@@ -130,7 +131,8 @@ TEST(EncodedImport, SplitsAndShardsAsThePixelImporter) {
   auto [train, val] = shuffle_split(import_image_folder(dir / "in", 2), 0.3, 7);
   write_image_dataset(train, dir / "p.h5", 3);
   write_image_dataset(val, dir / "p.val.h5", 1);
-  for (const auto& [encoded_path, pixel_path] : {std::pair{dir / "e.h5", dir / "p.h5"}, {dir / "e.h5.val.h5", dir / "p.val.h5"}}) {
+  for (const auto& [encoded_path, pixel_path] :
+       {std::pair{dir / "e.h5", dir / "p.h5"}, {dir / "e.h5.val.h5", dir / "p.val.h5"}}) {
     ImageDataset e(encoded_path), p(pixel_path);
     ASSERT_EQ(e.size(), p.size());
     EXPECT_EQ(e.files().size(), p.files().size());
@@ -225,7 +227,8 @@ TEST(EncodedDataset, DamagedOffsetsAndSizesAreRefusedAtOpen) {
     FAIL() << "no error";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("image 0: corrupt JPEG (its size is not the one the dataset records)"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -238,7 +241,8 @@ class EncodedLoader : public ::testing::Test {
     auto [train, none] = shuffle_split(import_image_folder(dir_ / "in", 1), 0, 7);
     write_image_dataset(train, dir_ / "p.h5", 1);
   }
-  std::vector<float> batch(const std::string& path, Preprocessing prep, bool augment, std::vector<std::int32_t>* labels = nullptr) {
+  std::vector<float> batch(const std::string& path, Preprocessing prep, bool augment,
+                           std::vector<std::int32_t>* labels = nullptr) {
     BatchLoader loader(path, prep, 9, ctx_);
     std::vector<std::size_t> all(9);
     std::iota(all.begin(), all.end(), 0);
@@ -327,7 +331,7 @@ TEST(RandomResizedCrop, BoxesAreDrawnAsTorchvisionDrawsThem) {
   const auto add = [&](std::vector<double>& hist, double area, double aspect) {
     hist[std::min(bins - 1, static_cast<int>(area * bins))] += 1;
     hist[bins + std::min(bins - 1, std::max(0, static_cast<int>((std::log(aspect) - std::log(0.75)) /
-                                                                 (std::log(4.0 / 3) - std::log(0.75)) * bins)))] += 1;
+                                                                (std::log(4.0 / 3) - std::log(0.75)) * bins)))] += 1;
   };
   Rng rng(11);
   for (int i = 0; i < draws; ++i) {

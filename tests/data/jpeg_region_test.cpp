@@ -50,7 +50,8 @@ DecodedImage block_means(const DecodedImage& image, int s) {
         for (int dy = 0; dy < s && y * s + dy < image.height; ++dy)
           for (int dx = 0; dx < s && x * s + dx < image.width; ++dx, ++n)
             sum += image.rgb[(static_cast<std::size_t>(y * s + dy) * image.width + x * s + dx) * 3 + k];
-        out.rgb[(static_cast<std::size_t>(y) * out.width + x) * 3 + k] = static_cast<std::uint8_t>(std::lround(sum / n));
+        out.rgb[(static_cast<std::size_t>(y) * out.width + x) * 3 + k] =
+            static_cast<std::uint8_t>(std::lround(sum / n));
       }
   return out;
 }
@@ -75,11 +76,11 @@ TEST(JpegRegion, TheBoxesPixelsAsAWholeDecodeGivesThem) {
     double tolerance;  // mean absolute difference, in pixel values (a box one pixel off: 2.8 to 14)
   };
   const Case cases[] = {
-      {{10.5f, 20.25f, 150.0f, 180.0f}, 224, 1, 0.01},  // smaller than the output: scale 1, same pixels
+      {{10.5f, 20.25f, 150.0f, 180.0f}, 224, 1, 0.01},   // smaller than the output: scale 1, same pixels
       {{100.0f, 333.0f, 120.0f, 160.0f}, 112, 1, 0.01},  // on the right edge
-      {{0.0f, 0.0f, 375.0f, 500.0f}, 160, 2, 2.0},      // the whole image at 1/2
-      {{37.0f, 61.0f, 300.0f, 400.0f}, 64, 4, 2.0},     // 1/4
-      {{5.0f, 7.0f, 360.0f, 480.0f}, 32, 8, 2.0},       // 1/8
+      {{0.0f, 0.0f, 375.0f, 500.0f}, 160, 2, 2.0},       // the whole image at 1/2
+      {{37.0f, 61.0f, 300.0f, 400.0f}, 64, 4, 2.0},      // 1/4
+      {{5.0f, 7.0f, 360.0f, 480.0f}, 32, 8, 2.0},        // 1/8
   };
   for (const Case& c : cases) {
     const JpegRegion region = decode_jpeg_region(bytes, c.box, c.out, c.out, "scene.jpg");

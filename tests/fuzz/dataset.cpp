@@ -12,10 +12,10 @@
 #include "core/data/dataset_format.hpp"
 #include "core/data/dataset_writer.hpp"
 #include "core/data/encoded_writer.hpp"
-#include "core/data/jpeg_encode.hpp"
-#include "core/data/jpeg_region.hpp"
 #include "core/data/hdf5.hpp"
 #include "core/data/image_dataset.hpp"
+#include "core/data/jpeg_encode.hpp"
+#include "core/data/jpeg_region.hpp"
 #include "tests/fuzz/fuzz_input.hpp"
 #include "tests/fuzz/hdf5_edits.hpp"
 
@@ -75,7 +75,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string valid = ddl::fuzz::scratch() + "/valid/" + key, dir = ddl::fuzz::scratch() + "/dataset";
   if (!fs::exists(valid)) {
     fs::create_directories(valid);
-    encoded ? write_encoded(set, valid + "/d.h5", shards) : (void)ddl::write_image_dataset(set, valid + "/d.h5", shards);
+    encoded ? write_encoded(set, valid + "/d.h5", shards)
+            : (void)ddl::write_image_dataset(set, valid + "/d.h5", shards);
   }
   std::error_code ignored;
   fs::remove_all(dir, ignored);

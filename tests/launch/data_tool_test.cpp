@@ -29,10 +29,11 @@ TEST_F(DdlTrain, TrainsFromShardFilesOnSeveralRanks) {
 // store, on 2 ranks with flips, the images decoded on the loader's threads.
 TEST_F(DdlTrain, TheSampleStoredEncodedTrainsAsThePixelStoreDoes) {
   const std::string encoded = scratch_ / "e.h5";
-  const auto import = run(kData + " import --store encoded --from " + (*dir_ / "cifar10_sample") + " --output " + encoded +
-                          " --val-fraction 0.2 --seed 1");
+  const auto import = run(kData + " import --store encoded --from " + (*dir_ / "cifar10_sample") + " --output " +
+                          encoded + " --val-fraction 0.2 --seed 1");
   ASSERT_EQ(import.exit_code, 0) << import.err;
-  EXPECT_NE(import.out.find("imported 6000 images (encoded, 10 classes; 0 re-encoded"), std::string::npos) << import.out;
+  EXPECT_NE(import.out.find("imported 6000 images (encoded, 10 classes; 0 re-encoded"), std::string::npos)
+      << import.out;
   EXPECT_NE(import.out.find("(1.000x)"), std::string::npos) << import.out;
   std::uintmax_t jpeg_bytes = 0;
   for (const auto& f : std::filesystem::recursive_directory_iterator(*dir_ / "cifar10_sample"))
@@ -41,14 +42,17 @@ TEST_F(DdlTrain, TheSampleStoredEncodedTrainsAsThePixelStoreDoes) {
   EXPECT_LT(static_cast<double>(stored), 1.05 * static_cast<double>(jpeg_bytes));
   const auto info = run(kData + " info " + encoded);
   EXPECT_NE(info.out.find("images 4800, encoded JPEG files, sides 32 to 32 pixels, 10 classes, format version 2"),
-            std::string::npos) << info.out;
-  const std::string args = " --model seed_cnn --epochs 2 --steps-per-epoch 20 --batch-size 16 --threads 1 --random-flip "
-                           "--val-crop-fraction 1 --loader-threads 2 --progress never --checkpoint-dir ";
-  const auto from_jpegs = run(kMpirun + " -np 2 " + kTrain + " --train " + encoded + " --val " + (scratch_ / "e_val.h5") +
-                              args + (scratch_ / "a"));
+            std::string::npos)
+      << info.out;
+  const std::string args =
+      " --model seed_cnn --epochs 2 --steps-per-epoch 20 --batch-size 16 --threads 1 --random-flip "
+      "--val-crop-fraction 1 --loader-threads 2 --progress never --checkpoint-dir ";
+  const auto from_jpegs = run(kMpirun + " -np 2 " + kTrain + " --train " + encoded + " --val " +
+                              (scratch_ / "e_val.h5") + args + (scratch_ / "a"));
   ASSERT_EQ(from_jpegs.exit_code, 0) << from_jpegs.err;
   EXPECT_NE(from_jpegs.out.find("JPEG files decoded on 2 loader threads a rank, centre-cropped to 32x32"),
-            std::string::npos) << from_jpegs.out;
+            std::string::npos)
+      << from_jpegs.out;
   EXPECT_NE(from_jpegs.out.find("data wait "), std::string::npos) << from_jpegs.out;
   const auto from_pixels = run(kMpirun + " -np 2 " + kTrain + " --train " + (*dir_ / "sample.h5") + " --val " +
                                (*dir_ / "sample_val.h5") + args + (scratch_ / "b"));

@@ -89,7 +89,8 @@ std::vector<Event> read_events(const std::string& path) {
       if (f.number == 2) e.step = f.number_value;
       if (f.number == 3) e.file_version = f.bytes;
       if (f.number == 6)
-        for (const Field& s : fields(f.bytes)) e.session_start = e.session_start || (s.number == 1 && s.number_value == 1);
+        for (const Field& s : fields(f.bytes))
+          e.session_start = e.session_start || (s.number == 1 && s.number_value == 1);
       if (f.number != 5) continue;
       for (const Field& value : fields(f.bytes)) {  // Summary.value
         std::string tag;
@@ -117,8 +118,10 @@ std::vector<std::string> event_files(const std::string& dir) {
 TEST_F(DdlTrain, TensorBoardEventsHoldTheRunsFiguresAndAResumedRunGoesOnUnderTheSameTags) {
   const std::string board = scratch() / "board", metrics = scratch() / "metrics.csv", ck = scratch() / "ck";
   // 4800 images, batch 2 x 32: 75 steps an epoch, capped at 10.
-  const std::string args = "--model seed_cnn --steps-per-epoch 10 --batch-size 32 --threads 1 "
-                           "--tensorboard-every 4 --tensorboard " + board + " --checkpoint-dir " + ck;
+  const std::string args =
+      "--model seed_cnn --steps-per-epoch 10 --batch-size 32 --threads 1 "
+      "--tensorboard-every 4 --tensorboard " +
+      board + " --checkpoint-dir " + ck;
   const auto r = run(kMpirun + " -np 2 " + kTrain + train_args(args + " --epochs 2 --metrics " + metrics));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto files = event_files(board);
@@ -141,8 +144,9 @@ TEST_F(DdlTrain, TensorBoardEventsHoldTheRunsFiguresAndAResumedRunGoesOnUnderThe
     if (e.scalars.count("epoch/val_accuracy")) {
       epoch_steps.push_back(e.step);
       val_accuracy.push_back(e.scalars.at("epoch/val_accuracy"));
-      for (const char* tag : {"epoch/train_loss", "epoch/train_accuracy", "epoch/val_loss", "epoch/images_per_second",
-                              "epoch/step_seconds", "epoch/learning_rate", "epoch/peak_memory_mb", "epoch/comm_wait_share"})
+      for (const char* tag :
+           {"epoch/train_loss", "epoch/train_accuracy", "epoch/val_loss", "epoch/images_per_second",
+            "epoch/step_seconds", "epoch/learning_rate", "epoch/peak_memory_mb", "epoch/comm_wait_share"})
         EXPECT_EQ(e.scalars.count(tag), 1u) << tag;
     }
   }
@@ -153,7 +157,8 @@ TEST_F(DdlTrain, TensorBoardEventsHoldTheRunsFiguresAndAResumedRunGoesOnUnderThe
   std::string header, row;
   std::getline(in, header);
   std::size_t column = 0;
-  for (std::size_t at = 0; header.substr(at, header.find(',', at) - at) != "val_accuracy"; at = header.find(',', at) + 1) {
+  for (std::size_t at = 0; header.substr(at, header.find(',', at) - at) != "val_accuracy";
+       at = header.find(',', at) + 1) {
     ASSERT_NE(header.find(',', at), std::string::npos) << header;
     ++column;
   }
@@ -183,9 +188,11 @@ TEST_F(DdlTrain, TensorBoardEventsHoldTheRunsFiguresAndAResumedRunGoesOnUnderThe
 TEST_F(DdlTrain, ATensorBoardFolderThatCannotBeMadeIsNamed) {
   const std::string file = scratch() / "a_file";
   std::ofstream(file) << "x";
-  const auto r = run(kMpirun + " -np 2 " + kTrain + train_args("--model seed_cnn --epochs 1 --tensorboard " + file + "/board"));
+  const auto r =
+      run(kMpirun + " -np 2 " + kTrain + train_args("--model seed_cnn --epochs 1 --tensorboard " + file + "/board"));
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("ddl_train: error (rank 0): --tensorboard " + file + "/board: Not a directory"), std::string::npos)
+  EXPECT_NE(r.err.find("ddl_train: error (rank 0): --tensorboard " + file + "/board: Not a directory"),
+            std::string::npos)
       << r.err;
   EXPECT_LT(r.seconds, 20.0);
 }
@@ -197,8 +204,8 @@ TEST_F(DdlTrain, ATargetAccuracyEndsTheRunAndTheMlperfLogTellsIt) {
   const auto r = run(kMpirun + " -np 2 " + kTrain +
                      train_args("--model seed_cnn --epochs 12 --steps-per-epoch 20 --batch-size 32 --threads 1 "
                                 "--optimizer lars --lr 1 --lr-schedule poly --warmup-epochs 1 --label-smoothing 0.1 "
-                                "--eval-every 2 --target-accuracy 0.2 --checkpoint-dir " + (scratch() / "ck") +
-                                " --mlperf-log " + log));
+                                "--eval-every 2 --target-accuracy 0.2 --checkpoint-dir " +
+                                (scratch() / "ck") + " --mlperf-log " + log));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string reached = "reached the target accuracy 0.2000 after epoch ";
   const auto at = r.out.find(reached);
@@ -254,11 +261,12 @@ TEST_F(DdlTrain, ATargetAccuracyEndsTheRunAndTheMlperfLogTellsIt) {
   EXPECT_EQ(values["train_samples"], "4800");
   EXPECT_EQ(values["eval_samples"], std::to_string(kValImages));
   // Resumed, a run that reached its target has nothing more to train.
-  const auto again = run(kMpirun + " -np 2 " + kTrain +
-                         train_args("--model seed_cnn --epochs 12 --steps-per-epoch 20 --batch-size 32 --threads 1 "
-                                    "--optimizer lars --lr 1 --lr-schedule poly --warmup-epochs 1 --label-smoothing 0.1 "
-                                    "--eval-every 2 --target-accuracy 0.2 --resume auto --checkpoint-dir " +
-                                    (scratch() / "ck")));
+  const auto again =
+      run(kMpirun + " -np 2 " + kTrain +
+          train_args("--model seed_cnn --epochs 12 --steps-per-epoch 20 --batch-size 32 --threads 1 "
+                     "--optimizer lars --lr 1 --lr-schedule poly --warmup-epochs 1 --label-smoothing 0.1 "
+                     "--eval-every 2 --target-accuracy 0.2 --resume auto --checkpoint-dir " +
+                     (scratch() / "ck")));
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.out.find("nothing to train: "), std::string::npos) << again.out;
   EXPECT_NE(again.out.find("reached the target accuracy 0.2000 already"), std::string::npos) << again.out;
