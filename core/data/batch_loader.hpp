@@ -37,7 +37,7 @@ struct Preprocessing {
   // size / 0.875, then the centre), and what a corrupt image does: skip it (another image of its batch takes
   // its place, counted) or end the run naming it.
   int decode_threads = 1;
-  std::vector<int> loader_cpus = {};  // where the decoding threads run (the loader's own among them); empty: anywhere
+  std::vector<int> loader_cpus = {};  // the decoding threads' CPUs (the loader's own thread too); empty: any
   float val_crop_fraction = 0.875f;
   bool skip_corrupt = false;
   // The batch's element type: bf16 where the model's first layer takes it (no conversion in the step).
