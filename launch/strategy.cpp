@@ -89,13 +89,21 @@ std::string why_no_layout(const TrainOptions& o, const Profile& profile, const C
 
 }  // namespace
 
-double default_memory_limit(int ranks_on_this_node) {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  while (meminfo >> key >> kb)
-    if (key == "MemTotal:") return 0.9 * kb * 1024 / std::max(1, ranks_on_this_node);
-  return 0;
+double rank_memory_limit(const TrainOptions& options, int ranks_per_node, const Communicator& world) {
+  std::vector<double> limit{options.memory_limit_gb * 1e9};
+  if (options.memory_limit_gb <= 0) {
+    limit[0] = 0;
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    double kb = 0;
+    while (meminfo >> key >> kb)
+      if (key == "MemTotal:") {
+        limit[0] = 0.9 * kb * 1024 / std::max(1, ranks_per_node);
+        break;
+      }
+  }
+  world.allreduce_min(limit);
+  return limit[0];
 }
 
 std::vector<int> shard_states_to_plan(const TrainOptions& o, bool one_node) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.hpp"
 #include "core/plan/search.hpp"
 #include "launch/train_options.hpp"
 
@@ -29,7 +30,9 @@ bool planner_may_split(const TrainOptions& options);
 // The ZeRO stages (--shard-state) the planner weighs under these options, for a cluster of one node or more.
 std::vector<int> shard_states_to_plan(const TrainOptions& options, bool one_node);
 
-// The node's memory divided among its ranks, less a tenth for the system (/proc/meminfo), 0 if unknown.
-double default_memory_limit(int ranks_on_this_node);
+// A rank's memory limit in bytes: --memory-limit, or its node's memory divided among `ranks_per_node` ranks,
+// less a tenth for the system (/proc/meminfo; 0 if unknown). The smallest over `world`, so that every rank
+// plans and caches alike. Collective.
+double rank_memory_limit(const TrainOptions& options, int ranks_per_node, const Communicator& world);
 
 }  // namespace ddl

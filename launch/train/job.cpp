@@ -125,10 +125,8 @@ double images_to_keep_in_memory(Job& job, double bytes) {
       throw InputError("--cache-images on: " + o.train_path + " holds JPEG files, decoded each step");
     return 0;
   }
-  std::vector<double> share{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
-                                                  : default_memory_limit(job.world.split_shared().size())};
-  job.world.allreduce_min(share);
-  if (o.cache_images == "auto" && !(bytes <= share[0] / 4)) {
+  const double share = rank_memory_limit(o, job.world.split_shared().size(), job.world);
+  if (o.cache_images == "auto" && !(bytes <= share / 4)) {
     job.cache_note = "training images read from the file every step (" +
                      std::to_string(static_cast<long long>(bytes / 1e6)) +
                      " MB do not fit in a quarter of a rank's memory share; --cache-images on to keep them in memory)";

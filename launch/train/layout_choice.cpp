@@ -65,18 +65,15 @@ ChosenLayout planner_layout(Job& job) {
   const Cluster cluster{ranks,
                         o.plan_for_per_node > 0 ? o.plan_for_per_node : std::min(job.ranks_per_node, ranks),
                         o.allreduce_algorithm == AllreduceAlgorithm::hierarchical};
-  // The smallest node's share: every rank must plan with the same limit.
-  std::vector<double> limit{o.memory_limit_gb > 0 ? o.memory_limit_gb * 1e9
-                                                  : default_memory_limit(cluster.ranks_per_node)};
-  world.allreduce_min(limit);
-  const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit[0], job.cache_bytes);
+  const double limit = rank_memory_limit(o, cluster.ranks_per_node, world);
+  const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit, job.cache_bytes);
   if (o.plan_only) {
     ChosenLayout report_only;
     report_only.plan_report = plan.text + measured.report;
     return report_only;
   }
   if (o.replan_every != TrainOptions::kNeverReplan && world.size() > 1)
-    job.replanner.emplace(o, measured.profile, cluster, limit[0], job.cache_bytes, plan.chosen.layout);
+    job.replanner.emplace(o, measured.profile, cluster, limit, job.cache_bytes, plan.chosen.layout);
   world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")",
                    Checksum().add(plan.chosen.layout.describe()).value());
   ChosenLayout chosen = planned_layout(plan, *job.whole);
