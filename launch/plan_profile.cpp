@@ -17,6 +17,7 @@
 #include "core/train/sharded_parameters.hpp"
 #include "launch/strategy.hpp"
 #include "launch/tensor_split.hpp"
+#include "launch/optimizer_choice.hpp"
 
 namespace ddl {
 namespace {

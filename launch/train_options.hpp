@@ -9,14 +9,11 @@
 
 #include "comm/allreduce.hpp"
 #include "core/optim/lr_schedule.hpp"
-#include "core/optim/optimizer.hpp"
 #include "core/plan/layout.hpp"
 #include "core/plan/profile.hpp"
 #include "core/train/pipeline_schedule.hpp"
 
 namespace ddl {
-
-class Model;
 
 struct TrainOptions {
   // model
@@ -137,10 +134,6 @@ struct TrainOptions {
 const char* option_word(AllreduceAlgorithm algorithm);
 const char* option_word(LrPolicy policy);
 const char* option_word(PipelineSchedule schedule);
-
-// The optimizer the options name, for the model's parameters; with a shard (--shard-state), a
-// ShardedOptimizer for that shard of them, the layer-wise ones adding their arrays' norms over the replicas.
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& options, const Model& model, LayerwiseShard shard = {});
 
 // Returns nullopt after printing --help. Throws InputError on bad options.
 std::optional<TrainOptions> parse_train_options(int argc, char** argv);

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "launch/stage_partition.hpp"
 #include "launch/train/on_every_rank.hpp"
+#include "launch/optimizer_choice.hpp"
 
 namespace ddl {
 namespace {

@@ -10,6 +10,7 @@
 #include "models/registry.hpp"
 #include "launch/train/run_report.hpp"
 #include "launch/train_options.hpp"
+#include "launch/optimizer_choice.hpp"
 
 namespace ddl {
 namespace {
