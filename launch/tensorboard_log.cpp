@@ -27,10 +27,10 @@ enum SessionLogField { kStatus = 1 };
 constexpr int kSessionStart = 1;
 enum WireType { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
 
-std::uint32_t tag(int field, WireType type) { return static_cast<std::uint32_t>(field << 3 | type); }
+std::uint32_t field_key(int field, WireType type) { return static_cast<std::uint32_t>(field << 3 | type); }
 
 void write_bytes(CodedOutputStream& out, int field, const std::string& bytes) {
-  out.WriteTag(tag(field, kLengthDelimited));
+  out.WriteTag(field_key(field, kLengthDelimited));
   out.WriteVarint32(static_cast<std::uint32_t>(bytes.size()));
   out.WriteString(bytes);
 }
@@ -51,9 +51,9 @@ std::string event(std::uint64_t step, const std::string& what) {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::uint64_t bits;
     std::memcpy(&bits, &now, sizeof bits);
-    out.WriteTag(tag(kWallTime, kFixed64));
+    out.WriteTag(field_key(kWallTime, kFixed64));
     out.WriteLittleEndian64(bits);
-    out.WriteTag(tag(kStep, kVarint));
+    out.WriteTag(field_key(kStep, kVarint));
     out.WriteVarint64(step);
     out.WriteRaw(what.data(), static_cast<int>(what.size()));
   });
@@ -85,7 +85,7 @@ TensorBoardLog::TensorBoardLog(const std::string& dir, bool resumed, std::uint64
   if (resumed)
     write_record(event(resumed_at, encoded([](CodedOutputStream& out) {
                          write_bytes(out, kSessionLog, encoded([](CodedOutputStream& log) {
-                                       log.WriteTag(tag(kStatus, kVarint));
+                                       log.WriteTag(field_key(kStatus, kVarint));
                                        log.WriteVarint32(kSessionStart);
                                      }));
                        })));
@@ -97,7 +97,7 @@ void TensorBoardLog::scalars(std::uint64_t step, const std::vector<std::pair<std
     for (const auto& [name, value] : values)
       write_bytes(out, kValue, encoded([&](CodedOutputStream& v) {
                     write_bytes(v, kTag, name);
-                    v.WriteTag(tag(kSimpleValue, kFixed32));
+                    v.WriteTag(field_key(kSimpleValue, kFixed32));
                     const float f = static_cast<float>(value);
                     std::uint32_t bits;
                     std::memcpy(&bits, &f, sizeof bits);
