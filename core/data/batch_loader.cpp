@@ -189,18 +189,24 @@ DDL_VECTOR_CLONES void bf16_from_floats(const float* in, std::size_t n, std::uin
   for (std::size_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
 }
 
+// `box` of an h x w image resampled to c planes of oh x ow, mirrored left to right with `flip`, each value
+// pixel * scale[k] + shift[k].
+void resampled_planes(const std::uint8_t* hwc, int h, int w, int c, const CropBox& box, int oh, int ow, bool flip,
+                      const float* scale, const float* shift, float* out) {
+  const std::size_t plane = static_cast<std::size_t>(oh) * ow;
+  resample(hwc, h, w, c, box, oh, ow, [&](int y, int x, int k, float v) {
+    out[k * plane + static_cast<std::size_t>(y) * ow + (flip ? ow - 1 - x : x)] = v * scale[k] + shift[k];
+  });
+}
+
 // prepare_image with the per-channel factors worked out once for a whole batch.
 void prepare_one(const std::uint8_t* hwc, int h, int w, int c, const Preprocessing& prep, const ChannelAffine& a,
                  float* out, CropBox box) {
   const int oh = prep.out_height > 0 ? prep.out_height : h, ow = prep.out_width > 0 ? prep.out_width : w;
   const std::size_t plane = static_cast<std::size_t>(oh) * ow;
   if (box.height <= 0) box = CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)};
-  if (oh != h || ow != w || box.height != h || box.width != w) {
-    resample(hwc, h, w, c, box, oh, ow, [&](int y, int x, int k, float v) {
-      out[k * plane + static_cast<std::size_t>(y) * ow + x] = v * a.scale[k] + a.shift[k];
-    });
-    return;
-  }
+  if (oh != h || ow != w || box.height != h || box.width != w)
+    return resampled_planes(hwc, h, w, c, box, oh, ow, false, a.scale.data(), a.shift.data(), out);
   planes_from_pixels(hwc, plane, c, a.scale.data(), a.shift.data(), out);
 }
 
@@ -255,10 +261,7 @@ void BatchLoader::augment_one(const std::uint8_t* img, const std::vector<float>&
   if (resample_box) {
     const CropBox box = prep_.random_resized_crop ? random_resized_crop(h, w, rng)
                                                   : CropBox{0, 0, static_cast<float>(h), static_cast<float>(w)};
-    resample(img, h, w, c, box, oh, ow, [&](int y, int x, int k, float v) {
-      out[k * plane + static_cast<std::size_t>(y) * ow + (flip ? ow - 1 - x : x)] = v * scale[k] + shift[k];
-    });
-    return;
+    return resampled_planes(img, h, w, c, box, oh, ow, flip, scale.data(), shift.data(), out);
   }
   // Crop offset in [-pad, pad]: output (y, x) reads input (y + dy, x + dx); outside reads a zero pixel.
   const int dy = pad ? static_cast<int>(rng.below(2 * pad + 1)) - pad : 0;
@@ -320,12 +323,10 @@ void BatchLoader::fill_encoded(Batch& batch, std::span<const std::size_t> indice
       float* out = bf16 ? image.data() : batch.images.data() + i * floats;
       try {
         const JpegSize expected{reader_.image_height(indices[i]), reader_.image_width(indices[i])};
-        const JpegRegion r = decode_jpeg_region(encoded_[i], boxes[i], oh, ow, "image", &expected);
-        resample(r.pixels.rgb.data(), r.pixels.height, r.pixels.width, c, r.box, oh, ow,
-                 [&](int y, int x, int k, float v) {
-                   out[k * plane + static_cast<std::size_t>(y) * ow + (flips[i] ? ow - 1 - x : x)] =
-                       v * a.scale[k] + a.shift[k];
-                 });
+        const std::string name = reader_.file_of(indices[i]) + ": image " + std::to_string(indices[i]);
+        const JpegRegion r = decode_jpeg_region(encoded_[i], boxes[i], oh, ow, name, &expected);
+        resampled_planes(r.pixels.rgb.data(), r.pixels.height, r.pixels.width, c, r.box, oh, ow, flips[i] != 0,
+                         a.scale.data(), a.shift.data(), out);
       } catch (const InputError& e) {
         failures[i] = e.what();
         continue;
@@ -357,10 +358,8 @@ void BatchLoader::settle_corrupt(Batch& batch, std::span<const std::size_t> indi
   while (good < n && bad(good)) ++good;
   for (std::size_t i = 0; i < n; ++i) {
     if (!bad(i)) continue;
-    const std::string message = reader_.file_of(indices[i]) + ": image " + std::to_string(indices[i]) + ": " +
-                                failures[i].substr(failures[i].find(':') + 2);
     if (!prep_.skip_corrupt || good == n)
-      throw InputError(message + (prep_.skip_corrupt ? " (a whole batch of them)" : ""));
+      throw InputError(failures[i] + (prep_.skip_corrupt ? " (a whole batch of them)" : ""));
     auto* images = static_cast<std::uint8_t*>(batch.images.memory().get_data_handle());
     std::memcpy(images + i * image_bytes, images + good * image_bytes, image_bytes);
     batch.labels[i] = batch.labels[good];

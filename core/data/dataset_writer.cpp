@@ -1,10 +1,10 @@
 #include "core/data/dataset_writer.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
+#include "core/data/channel_statistics.hpp"
 #include "core/data/dataset_format.hpp"
 #include "core/data/hdf5.hpp"
 #include "core/error.hpp"
@@ -22,23 +22,6 @@ std::string shard_path(const std::string& base, int index, int count) {
 }  // namespace dataset_format
 
 namespace {
-
-std::vector<double> channel_statistics(const ImageSet& set, bool want_std) {
-  std::vector<double> sum(set.channels, 0.0), sq(set.channels, 0.0);
-  const std::size_t n = set.pixels.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const double v = set.pixels[i] / 255.0;
-    sum[i % set.channels] += v;
-    sq[i % set.channels] += v * v;
-  }
-  const double count = static_cast<double>(n / set.channels);
-  std::vector<double> out(set.channels);
-  for (int c = 0; c < set.channels; ++c) {
-    const double mean = sum[c] / count;
-    out[c] = want_std ? std::sqrt(std::max(sq[c] / count - mean * mean, 1e-12)) : mean;
-  }
-  return out;
-}
 
 void write_file(const ImageSet& set, const std::string& tmp, int index, int count, std::size_t begin, std::size_t end,
                 const std::vector<double>& mean, const std::vector<double>& stddev) {
@@ -109,7 +92,9 @@ std::vector<std::string> write_image_dataset(const ImageSet& set, const std::str
   if (static_cast<std::size_t>(shards) > set.size())
     throw InputError("cannot split " + std::to_string(set.size()) + " images into " + std::to_string(shards) +
                      " shards");
-  const auto mean = channel_statistics(set, false), stddev = channel_statistics(set, true);
+  ChannelStatistics statistics(set.channels);
+  statistics.add(set.pixels);
+  const auto mean = statistics.mean(), stddev = statistics.stddev();
   std::vector<std::string> written;
   try {
     for (int i = 0; i < shards; ++i) {

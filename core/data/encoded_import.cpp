@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/data/channel_statistics.hpp"
 #include "core/data/dataset_format.hpp"
 #include "core/data/dataset_writer.hpp"
 #include "core/data/encoded_writer.hpp"
@@ -74,40 +75,13 @@ EncodedImage encode_file(const std::string& path, std::int32_t label, const Enco
   return image;
 }
 
-// Per-channel sums over a sample of images decoded at 1/8 scale: the statistics of a large set without
-// decoding it.
-struct ChannelSums {
-  double sum[3] = {}, squares[3] = {};
-  double count = 0;
-  void add(const EncodedImage& image, const std::string& name) {
-    const float h = static_cast<float>(image.height), w = static_cast<float>(image.width);
-    const JpegRegion small = decode_jpeg_region(image.bytes, {0, 0, h, w}, std::max(1, image.height / 16),
-                                                std::max(1, image.width / 16), name);
-    const auto& rgb = small.pixels.rgb;
-    for (std::size_t i = 0; i < rgb.size(); ++i) {
-      const double v = rgb[i] / 255.0;
-      sum[i % 3] += v;
-      squares[i % 3] += v * v;
-    }
-    count += static_cast<double>(rgb.size() / 3);
-  }
-  void merge(const ChannelSums& other) {
-    for (int c = 0; c < 3; ++c) {
-      sum[c] += other.sum[c];
-      squares[c] += other.squares[c];
-    }
-    count += other.count;
-  }
-  std::vector<double> mean() const { return {sum[0] / count, sum[1] / count, sum[2] / count}; }
-  std::vector<double> stddev() const {
-    std::vector<double> out(3);
-    for (int c = 0; c < 3; ++c) {
-      const double m = sum[c] / count;
-      out[c] = std::sqrt(std::max(squares[c] / count - m * m, 1e-12));
-    }
-    return out;
-  }
-};
+// An image decoded at 1/8 scale into `sums`: the statistics of a large set without decoding it.
+void add_small(ChannelStatistics& sums, const EncodedImage& image, const std::string& name) {
+  const float h = static_cast<float>(image.height), w = static_cast<float>(image.width);
+  const JpegRegion small = decode_jpeg_region(image.bytes, {0, 0, h, w}, std::max(1, image.height / 16),
+                                              std::max(1, image.width / 16), name);
+  sums.add(small.pixels.rgb);
+}
 
 class Importer {
  public:
@@ -141,7 +115,7 @@ class Importer {
 
  private:
   void write_part(const std::vector<std::size_t>& images, const std::string& path, int shards) {
-    ChannelSums sums;
+    ChannelStatistics sums(3);
     std::vector<std::pair<std::string, std::unique_ptr<EncodedShardWriter>>> writers;
     for (int s = 0; s < shards; ++s) {
       const std::size_t begin = images.size() * s / shards, end = images.size() * (s + 1) / shards;
@@ -173,9 +147,9 @@ class Importer {
 
   // The batch's files as stored, on the workers; the first `sampled` also decoded small into `sums`.
   std::vector<EncodedImage> encode_batch(const std::vector<std::size_t>& batch, std::size_t sampled,
-                                         ChannelSums& sums) {
+                                         ChannelStatistics& sums) {
     std::vector<EncodedImage> out(batch.size());
-    std::vector<ChannelSums> sample(sampled);
+    std::vector<ChannelStatistics> sample(sampled, ChannelStatistics(3));
     std::vector<char> reencoded(batch.size(), 0);
     std::vector<std::uint64_t> input(batch.size(), 0);
     std::exception_ptr failure;
@@ -187,7 +161,7 @@ class Importer {
           bool again = false;
           out[i] = encode_file(listing_.files[batch[i]], listing_.labels[batch[i]], o_, again, input[i]);
           reencoded[i] = again;
-          if (i < sampled) sample[i].add(out[i], listing_.files[batch[i]]);
+          if (i < sampled) add_small(sample[i], out[i], listing_.files[batch[i]]);
         } catch (...) {
           std::lock_guard lock(failure_mutex);
           if (!failure) failure = std::current_exception();
@@ -200,7 +174,7 @@ class Importer {
       for (std::size_t t = 0; t < workers; ++t) threads.emplace_back(work, t);
     }
     if (failure) std::rethrow_exception(failure);
-    for (const ChannelSums& one : sample) sums.merge(one);
+    for (const ChannelStatistics& one : sample) sums.merge(one);
     for (std::size_t i = 0; i < batch.size(); ++i) {
       result_.reencoded += reencoded[i] != 0;
       result_.input_bytes += input[i];

@@ -43,6 +43,9 @@ void share_group_state(Session& session) {
     if (!s.floats.empty()) session.grid.tensor().broadcast(s.floats, 0);
 }
 
+// MLPerf's metadata of an epoch (from 0): its number counted from 1.
+std::string epoch_number(int epoch) { return "\"epoch_num\": " + std::to_string(epoch + 1); }
+
 // The objects of one session's training, and its epochs.
 class TrainingLoop {
  public:
@@ -93,7 +96,6 @@ class TrainingLoop {
   bool stopped_ = false;  // by a signal, agreed at the end of the epoch's steps
   double seconds_trained_ = 0;
   std::size_t steps_trained_ = 0;
-  std::uint64_t global_step_ = 0;  // optimizer steps since the run began, resumed ones too: TensorBoard's x axis
   std::size_t epoch_steps_ = 0;    // the steps of an epoch
   bool target_reached_ = false;    // by a validation's accuracy (--target-accuracy)
   PassMetrics last_val_;
@@ -193,11 +195,10 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
                      std::to_string(layout_.global_batch()) + " now)");
   indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(first_step * batch));
   if (job_.mlperf && first_step == 0) {
-    const std::string number = "\"epoch_num\": " + std::to_string(epoch + 1);
     if (!job_.val_subset.empty() && epoch % o_.eval_every == 0)  // the epochs up to an evaluation
       job_.mlperf->start("block_start", "\"first_epoch_num\": " + std::to_string(epoch + 1) + ", \"epoch_count\": " +
                                             std::to_string(std::min(o_.eval_every, o_.epochs - epoch)));
-    job_.mlperf->start("epoch_start", number);
+    job_.mlperf->start("epoch_start", epoch_number(epoch));
   }
   BatchLoader* loader = session_.train_loader ? &*session_.train_loader : nullptr;
   if (loader) loader->start(select(job_.train_subset, indices), true, o_.seed, epoch, first_step);
@@ -207,7 +208,6 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
   if (MpiTensorGroup* tensor = session_.grid.tensor_group()) tensor->take_bytes_sent();
   std::size_t step_in_epoch = first_step;
   const std::uint64_t first_global_step = static_cast<std::uint64_t>(epoch) * steps + first_step;
-  global_step_ = first_global_step;
   epoch_steps_ = steps;
   if (lead_ && !o_.tensorboard_dir.empty() && !job_.tensorboard)
     job_.tensorboard.emplace(o_.tensorboard_dir, !job_.resume_path.empty(), first_global_step);
@@ -220,12 +220,12 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
   if (bar_ || per_step_scalars)
     hooks.progress = [&](const StepProgress& p) {
       if (bar_) progress.update(p);
-      global_step_ = first_global_step + (p.step - first_step);
       if (!per_step_scalars ||
           (p.step - logged_step < static_cast<std::size_t>(o_.tensorboard_every) && p.step < steps))
         return;
       const double total = p.loss * static_cast<double>(p.step - first_step);
-      job_.tensorboard->scalars(global_step_,
+      // TensorBoard's x axis: optimizer steps since the run began, resumed ones too.
+      job_.tensorboard->scalars(first_global_step + (p.step - first_step),
                                 {{"train/loss", (total - loss_total_before) / double(p.step - logged_step)},
                                  {"train/learning_rate", trainer_->last_lr()}});
       loss_total_before = total;
@@ -257,9 +257,9 @@ std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& 
   HangDetector& hang = *world_.hang_detector();
   hang.set_phase("evaluation");
   share_group_state(session_);
-  if (job_.mlperf) job_.mlperf->stop("epoch_stop", "\"epoch_num\": " + std::to_string(epoch + 1));
+  if (job_.mlperf) job_.mlperf->stop("epoch_stop", epoch_number(epoch));
   if (validates(epoch)) {
-    if (job_.mlperf) job_.mlperf->start("eval_start", "\"epoch_num\": " + std::to_string(epoch + 1));
+    if (job_.mlperf) job_.mlperf->start("eval_start", epoch_number(epoch));
     const GridPosition& p = session_.position();
     const auto mine = evaluation_indices(job_.val_subset.size(), p.replica, layout_.replicas);
     if (session_.val_loader) session_.val_loader->start(select(job_.val_subset, mine), false, o_.seed, epoch);
@@ -271,9 +271,8 @@ std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& 
     world_.allreduce_max(reached);
     target_reached_ = reached[0] > 0;
     if (job_.mlperf) {
-      const std::string number = "\"epoch_num\": " + std::to_string(epoch + 1);
-      job_.mlperf->stop("eval_stop", number);
-      job_.mlperf->point("eval_accuracy", std::to_string(figures.val.accuracy), number);
+      job_.mlperf->stop("eval_stop", epoch_number(epoch));
+      job_.mlperf->point("eval_accuracy", std::to_string(figures.val.accuracy), epoch_number(epoch));
       job_.mlperf->stop("block_stop",
                         "\"first_epoch_num\": " + std::to_string(epoch / o_.eval_every * o_.eval_every + 1));
     }
