@@ -267,11 +267,11 @@ StageLayers stage_layers(const Setting& c, int s, std::size_t first, std::size_t
       t.forward_comm += ahead;
       t.comm += both;
     }
-    predictions.push_back({s, c.split[i] != 0, c.M * (compute + t.comm - before), c.M * compute,
-                           c.param_scale * c.param_bytes(l.params * share, c.value_share, c.state_share,
-                                                         c.gradient_share) +
-                               in_flight * kept,
-                           c.M * (t.sent - sent_before)});
+    predictions.push_back(
+        {s, c.split[i] != 0, c.M * (compute + t.comm - before), c.M * compute,
+         c.param_scale * c.param_bytes(l.params * share, c.value_share, c.state_share, c.gradient_share) +
+             in_flight * kept,
+         c.M * (t.sent - sent_before)});
   }
   return t;
 }
@@ -382,11 +382,12 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     const double reduce = reduce_comm + t.params * c.state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;
     p.comm_s = std::max(p.comm_s, reduce_comm);  // completed below with what communication adds to the stages
-    const double gathers_sent = c.params_sharded ? M * all_reduce_sent(D, 4 * (2 * t.params + t.recomputed_params)) / 2 -
-                                                       all_reduce_sent(D, 4 * t.params) / 2
-                                                 : 0;  // in place of the all-gather after the update
-    const double step_sent = (M + 0.0) * t.sent + all_reduce_sent(D, 4 * t.params) +
-                             all_reduce_sent(T, 4 * whole_reduced) + gathers_sent;
+    const double gathers_sent = c.params_sharded
+                                    ? M * all_reduce_sent(D, 4 * (2 * t.params + t.recomputed_params)) / 2 -
+                                          all_reduce_sent(D, 4 * t.params) / 2
+                                    : 0;  // in place of the all-gather after the update
+    const double step_sent =
+        (M + 0.0) * t.sent + all_reduce_sent(D, 4 * t.params) + all_reduce_sent(T, 4 * whole_reduced) + gathers_sent;
     p.sent_bytes = std::max(p.sent_bytes, step_sent);
     const double peak = stage_peak_bytes(c, cluster, t, first, in_flight, recomputation);
     p.stage_peak_bytes.push_back(peak);
