@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -125,30 +126,37 @@ int import_encoded_folder(const std::vector<std::string>& inputs, const EncodedI
   return 0;
 }
 
-int run_import(const std::vector<std::string>& args) {
+// What `ddl_data import` is told.
+struct ImportArgs {
   std::vector<std::string> inputs;
-  std::string format = "auto", output, val_output;
+  std::string format = "auto", output, val_output, store = "pixels";
   int shards = 1, threads = 0, resize = 0, quality = 90, max_side = 0;
-  std::string store = "pixels";
   double val_fraction = 0.0;
   std::uint64_t seed = 1;
+};
+
+// Nullopt after printing --help.
+std::optional<ImportArgs> parse_import(const std::vector<std::string>& args) {
+  ImportArgs a;
   po::options_description opts("ddl_data import");
-  opts.add_options()("help,h", "print this help")("from", po::value(&inputs)->multitoken(),
+  opts.add_options()("help,h", "print this help")("from", po::value(&a.inputs)->multitoken(),
                                                   "an image-folder root (<class>/<image>), or CIFAR binary files/dirs")(
-      "format", po::value(&format)->default_value(format), "auto | folder | cifar10 | cifar100")(
-      "output", po::value(&output), "dataset to write (.h5); with --shards K, <stem>-0000i-of-0000K.h5")(
-      "shards", po::value(&shards)->default_value(1), "number of shard files")(
-      "val-fraction", po::value(&val_fraction)->default_value(0.0), "hold out this random fraction in a separate file")(
-      "val-output", po::value(&val_output), "where the held-out part goes (default <stem>_val.h5)")(
-      "seed", po::value(&seed)->default_value(seed), "seed of the shuffle and the split")(
-      "threads", po::value(&threads)->default_value(0), "decoding threads (0: all cores)")(
-      "resize", po::value(&resize)->default_value(0),
+      "format", po::value(&a.format)->default_value(a.format), "auto | folder | cifar10 | cifar100")(
+      "output", po::value(&a.output), "dataset to write (.h5); with --shards K, <stem>-0000i-of-0000K.h5")(
+      "shards", po::value(&a.shards)->default_value(1), "number of shard files")(
+      "val-fraction", po::value(&a.val_fraction)->default_value(0.0),
+      "hold out this random fraction in a separate file")(
+      "val-output", po::value(&a.val_output), "where the held-out part goes (default <stem>_val.h5)")(
+      "seed", po::value(&a.seed)->default_value(a.seed), "seed of the shuffle and the split")(
+      "threads", po::value(&a.threads)->default_value(0), "decoding threads (0: all cores)")(
+      "resize", po::value(&a.resize)->default_value(0),
       "scale each image's shorter side to S and keep the centre S x S (0: keep the images' own size)")(
-      "store", po::value(&store)->default_value(store),
+      "store", po::value(&a.store)->default_value(a.store),
       "pixels: decoded, every image one size | encoded: each JPEG file's bytes as they are, any size (PNGs and "
       "images over --max-side written as JPEG at --quality); the loader decodes them (an image folder only)")(
-      "quality", po::value(&quality)->default_value(quality), "--store encoded: JPEG quality of what is re-encoded")(
-      "max-side", po::value(&max_side)->default_value(0),
+      "quality", po::value(&a.quality)->default_value(a.quality),
+      "--store encoded: JPEG quality of what is re-encoded")(
+      "max-side", po::value(&a.max_side)->default_value(0),
       "--store encoded: re-encode images whose longer side exceeds N, scaled to N (0: keep every size)");
   po::variables_map vm;
   try {
@@ -159,49 +167,50 @@ int run_import(const std::vector<std::string>& args) {
   }
   if (vm.count("help")) {
     std::cout << opts << "\n";
-    return 0;
+    return std::nullopt;
   }
-  if (inputs.empty() || output.empty()) throw InputError("import needs --from and --output");
+  if (a.inputs.empty() || a.output.empty()) throw InputError("import needs --from and --output");
   // Checked before decoding, which may take minutes.
-  for (const auto& in : inputs)
+  for (const auto& in : a.inputs)
     if (!fs::exists(in)) throw InputError("--from " + in + ": no such file or directory");
-  check_output(output, "--output");
-  if (!val_output.empty()) check_output(val_output, "--val-output");
-  if (resize < 0) throw InputError("--resize must be positive (or 0 to keep the size)");
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (format == "auto") format = detect_format(inputs);
-  if (store != "pixels" && store != "encoded")
-    throw InputError("--store must be pixels or encoded, not '" + store + "'");
-  if (store == "encoded") {
-    if (format != "folder") throw InputError("--store encoded takes an image folder (<root>/<class>/<image>)");
-    if (resize > 0) throw InputError("--store encoded keeps each image's size: give --max-side, not --resize");
-    if (max_side < 0) throw InputError("--max-side must be positive (or 0 to keep every size)");
-    if (val_output.empty()) val_output = default_val_output(output);
-    return import_encoded_folder(inputs, {output, val_output, shards, val_fraction, seed, threads, quality, max_side});
+  check_output(a.output, "--output");
+  if (!a.val_output.empty()) check_output(a.val_output, "--val-output");
+  if (a.resize < 0) throw InputError("--resize must be positive (or 0 to keep the size)");
+  if (a.threads <= 0) a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (a.format == "auto") a.format = detect_format(a.inputs);
+  if (a.store != "pixels" && a.store != "encoded")
+    throw InputError("--store must be pixels or encoded, not '" + a.store + "'");
+  if (a.store == "encoded") {
+    if (a.format != "folder") throw InputError("--store encoded takes an image folder (<root>/<class>/<image>)");
+    if (a.resize > 0) throw InputError("--store encoded keeps each image's size: give --max-side, not --resize");
+    if (a.max_side < 0) throw InputError("--max-side must be positive (or 0 to keep every size)");
   }
+  if (a.val_output.empty()) a.val_output = default_val_output(a.output);
+  return a;
+}
 
+int import_pixels(const ImportArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   ImageSet set;
-  if (format == "folder") {
-    if (inputs.size() != 1) throw InputError("--format folder takes one root directory");
-    set = import_image_folder(inputs[0], threads, resize);
-  } else if (format == "cifar10" || format == "cifar100") {
-    set = import_cifar_binary(inputs, format == "cifar10" ? CifarVariant::cifar10 : CifarVariant::cifar100);
-    if (resize > 0) set = resized(set, resize);
+  if (a.format == "folder") {
+    if (a.inputs.size() != 1) throw InputError("--format folder takes one root directory");
+    set = import_image_folder(a.inputs[0], a.threads, a.resize);
+  } else if (a.format == "cifar10" || a.format == "cifar100") {
+    set = import_cifar_binary(a.inputs, a.format == "cifar10" ? CifarVariant::cifar10 : CifarVariant::cifar100);
+    if (a.resize > 0) set = resized(set, a.resize);
   } else {
     throw InputError("--format must be auto, folder, cifar10 or cifar100");
   }
   const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  auto [train, val] = shuffle_split(set, val_fraction, seed);
-  if (val_fraction > 0 && val.size() == 0)
-    throw InputError("--val-fraction " + std::to_string(val_fraction) + " of " + std::to_string(set.size()) +
+  auto [train, val] = shuffle_split(set, a.val_fraction, a.seed);
+  if (a.val_fraction > 0 && val.size() == 0)
+    throw InputError("--val-fraction " + std::to_string(a.val_fraction) + " of " + std::to_string(set.size()) +
                      " images holds out nothing");
-  auto written = write_image_dataset(train, output, shards);
+  auto written = write_image_dataset(train, a.output, a.shards);
   if (val.size() > 0) {
-    if (val_output.empty()) val_output = default_val_output(output);
     try {
-      for (auto& f : write_image_dataset(val, val_output, 1)) written.push_back(f);
+      for (auto& f : write_image_dataset(val, a.val_output, 1)) written.push_back(f);
     } catch (...) {
       remove_files(written);  // half an import: the training part alone was not asked for
       throw;
@@ -211,10 +220,19 @@ int run_import(const std::vector<std::string>& args) {
   std::printf(
       "imported %zu images (%dx%dx%d, %zu classes) in %.2f s (decoding %.2f s, %d threads): %zu train, %zu "
       "validation\n",
-      set.size(), set.height, set.width, set.channels, set.class_names.size(), total_s, decode_s, threads, train.size(),
-      val.size());
+      set.size(), set.height, set.width, set.channels, set.class_names.size(), total_s, decode_s, a.threads,
+      train.size(), val.size());
   for (const auto& f : written) std::printf("  wrote %s\n", f.c_str());
   return 0;
+}
+
+int run_import(const std::vector<std::string>& args) {
+  const std::optional<ImportArgs> a = parse_import(args);
+  if (!a) return 0;
+  if (a->store == "encoded")
+    return import_encoded_folder(a->inputs, {a->output, a->val_output, a->shards, a->val_fraction, a->seed,
+                                             a->threads, a->quality, a->max_side});
+  return import_pixels(*a);
 }
 
 // A checkpoint is read by load_checkpoint, into the model it names: what it describes is what --resume

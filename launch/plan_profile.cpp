@@ -398,6 +398,57 @@ void average_over_ranks(Profile& p, const Communicator& world) {
   p = at_pace(p, slowest[0]);
 }
 
+// The optimizer's state per parameter and its step's time per parameter. The state stays allocated with the
+// optimizer returned: the memory formula counts it, so the peak measured next holds it.
+std::unique_ptr<Optimizer> measure_optimizer(Profile& p, const TrainOptions& o, Model& probe) {
+  const std::size_t n = probe.param_count();
+  auto optimizer = make_optimizer(o, probe);
+  std::size_t state_floats = 0;
+  for (const auto& s : optimizer->state()) state_floats += s.floats.size();
+  p.optimizer_floats = static_cast<double>(state_floats) / static_cast<double>(std::max<std::size_t>(1, n));
+  optimizer->step(probe.params(), probe.grads(), 0.0f);
+  const auto t0 = clock::now();
+  optimizer->step(probe.params(), probe.grads(), 0.0f);
+  p.optimizer_s_per_param = since(t0) / static_cast<double>(n);
+  return optimizer;
+}
+
+// Each layer's cost from its calls at the batch (`at_batch`), at a quarter of it and at one image: a call's
+// time = fixed + images x per image, fitted through the first two.
+std::vector<LayerCost> layer_costs(Model& probe, Context& ctx, const TrainOptions& o,
+                                   const std::vector<double>& at_batch, const std::vector<double>& output_bytes) {
+  const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
+  const dnnl::memory::dim quarter = std::max<dnnl::memory::dim>(1, b / 4);
+  const std::vector<double> at_quarter = quarter < b ? time_layers(probe, ctx, quarter).layers : at_batch;
+  // And one image, which micro-batches may hold, where the line would reach it from the quarter.
+  const std::vector<double> at_one = quarter > 1 ? time_layers(probe, ctx, 1).layers : std::vector<double>{};
+  const dims_t& in = probe.input_shape();
+  double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
+  std::vector<LayerCost> layers;
+  for (std::size_t i = 0; i < probe.num_layers(); ++i) {
+    LayerCost l;
+    l.name = probe.layer(i).describe();
+    l.seconds = quarter < b ? std::max(0.0, (at_batch[i] - at_quarter[i]) / static_cast<double>(b - quarter))
+                            : at_batch[i] / static_cast<double>(b);
+    l.fixed_seconds = std::max(0.0, at_batch[i] - static_cast<double>(b) * l.seconds);
+    // Never above a call of more images (a layer of a few microseconds, timed with noise), nor under the
+    // quarter's time per image: one image uses a core no better (ViT-tiny's attention: 0.30 ms, 0.23 an
+    // image at 4). Timed under load, seed_cnn's came out so low that 16 one-image micro-batches were
+    // planned faster than one of 16 images.
+    if (!at_one.empty()) {
+      const double at_quarter_call = l.call_seconds(static_cast<double>(quarter), o.batch_size);
+      l.one_image_seconds = std::clamp(at_one[i], at_quarter_call / static_cast<double>(quarter), at_quarter_call);
+    }
+    l.params = static_cast<double>(probe.layer_param_count(i));
+    l.input_bytes = input_bytes;
+    l.output_bytes = output_bytes[i];
+    l.split = split_kind(probe, i, l.divisor);
+    input_bytes = l.output_bytes;
+    layers.push_back(l);
+  }
+  return layers;
+}
+
 }  // namespace
 
 MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config, const Communicator& world,
@@ -420,7 +471,6 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     ctx.set_compute_type(compute_type);
     auto probe = make_model(o.model, config, ctx);
     probe->initialize(o.seed);
-    const dims_t& in = probe->input_shape();
     const auto b = static_cast<dnnl::memory::dim>(o.batch_size);
     const LayerTimes batch_times = time_layers(*probe, ctx, b);
     const std::vector<double>& at_batch = batch_times.layers;
@@ -430,44 +480,9 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
       // In f32 whatever the precision: the messages between stages and the split layers' collectives
       // carry f32 (bf16 activations stay inside a stage); for memory in bf16 an overestimate.
       output_bytes.push_back(4.0 * static_cast<double>(product(dims_of(md))) / static_cast<double>(b));
-    // The optimizer's state is allocated below; the formula counts it, so it is measured with it.
-    const std::size_t n = probe->param_count();
-    auto optimizer = make_optimizer(o, *probe);
-    std::size_t state_floats = 0;
-    for (const auto& s : optimizer->state()) state_floats += s.floats.size();
-    p.optimizer_floats = static_cast<double>(state_floats) / static_cast<double>(std::max<std::size_t>(1, n));
-    optimizer->step(probe->params(), probe->grads(), 0.0f);
-    const auto t0 = clock::now();
-    optimizer->step(probe->params(), probe->grads(), 0.0f);
-    p.optimizer_s_per_param = since(t0) / static_cast<double>(n);
+    auto optimizer = measure_optimizer(p, o, *probe);
     p.measured_bytes = static_cast<double>(peak_resident_bytes()) - p.base_bytes;
-    // A quarter of the batch too: a call's time = fixed + images x per image, fitted through both.
-    const dnnl::memory::dim quarter = std::max<dnnl::memory::dim>(1, b / 4);
-    const std::vector<double> at_quarter = quarter < b ? time_layers(*probe, ctx, quarter).layers : at_batch;
-    // And one image, which micro-batches may hold, where the line would reach it from the quarter.
-    const std::vector<double> at_one = quarter > 1 ? time_layers(*probe, ctx, 1).layers : std::vector<double>{};
-    double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
-    for (std::size_t i = 0; i < probe->num_layers(); ++i) {
-      LayerCost l;
-      l.name = probe->layer(i).describe();
-      l.seconds = quarter < b ? std::max(0.0, (at_batch[i] - at_quarter[i]) / static_cast<double>(b - quarter))
-                              : at_batch[i] / static_cast<double>(b);
-      l.fixed_seconds = std::max(0.0, at_batch[i] - static_cast<double>(b) * l.seconds);
-      // Never above a call of more images (a layer of a few microseconds, timed with noise), nor under the
-      // quarter's time per image: one image uses a core no better (ViT-tiny's attention: 0.30 ms, 0.23 an
-      // image at 4). Timed under load, seed_cnn's came out so low that 16 one-image micro-batches were
-      // planned faster than one of 16 images.
-      if (!at_one.empty()) {
-        const double at_quarter = l.call_seconds(static_cast<double>(quarter), o.batch_size);
-        l.one_image_seconds = std::clamp(at_one[i], at_quarter / static_cast<double>(quarter), at_quarter);
-      }
-      l.params = static_cast<double>(probe->layer_param_count(i));
-      l.input_bytes = input_bytes;
-      l.output_bytes = output_bytes[i];
-      l.split = split_kind(*probe, i, l.divisor);
-      input_bytes = l.output_bytes;
-      p.layers.push_back(l);
-    }
+    p.layers = layer_costs(*probe, ctx, o, at_batch, output_bytes);
     // The planner's split layers timed split, after the whole model is given back, where tensor groups may
     // form.
     if (planner_may_split(o) && std::max(world.size(), o.plan_for_ranks) > 1) splits = split_in_two(p);

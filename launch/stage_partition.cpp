@@ -5,6 +5,7 @@
 
 #include "comm/mpi_stage_link.hpp"
 #include "core/error.hpp"
+#include "core/plan/balanced_partition.hpp"
 #include "core/profiler.hpp"
 
 namespace ddl {

@@ -1,5 +1,5 @@
 // How ddl_train cuts a model's layers into pipeline stages: the user's --partition, checked, or by
-// default a cut balanced by each layer's measured time and memory (pipeline_schedule.hpp's
+// default a cut balanced by each layer's measured time and memory (core/plan/balanced_partition.hpp's
 // balanced_partition over figures that every stage measures on its share of an even cut).
 #pragma once
 

@@ -118,10 +118,9 @@ bool planner_may_split(const TrainOptions& o) {
   return o.strategy == "auto" && !o.layerwise_optimizer() && o.fixed_tensor != 1;
 }
 
-PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
-                         double given_limit_bytes, double images_bytes) {
-  // A limit the images fill leaves a byte, which no layout fits (0 would mean no limit).
-  const double memory_limit_bytes = given_limit_bytes > 0 ? std::max(1.0, given_limit_bytes - images_bytes) : 0;
+namespace {
+
+Constraints constraints_of(const TrainOptions& o, const Cluster& cluster, double memory_limit_bytes) {
   Constraints limits;
   limits.memory_limit_bytes = planned_limit(memory_limit_bytes);
   limits.stages = o.fixed_stages;
@@ -135,42 +134,42 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
   if (!planner_may_split(o)) limits.tensor = 1;
   if (o.strategy == "data") limits.stages = 1;
   if (o.strategy == "pipeline") limits.min_stages = 2;
-  const auto t0 = std::chrono::steady_clock::now();
-  const int global = o.global_batch_on(cluster.ranks);
-  const SearchResult r = plan_layouts(profile, cluster, global, limits);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!r.best && r.considered == 0) throw InputError(why_no_layout(o, profile, cluster, limits, global));
-  if (!r.best) {
-    // How far off the limit is: the leanest layout the search weighed, at its planned peak.
-    std::optional<Plan> leanest;
-    for_each_layout(profile, cluster, global, limits, [&](const Plan& p) {
-      if (!leanest || p.prediction.peak_bytes < leanest->prediction.peak_bytes) leanest = p;
-    });
-    const double peak = leanest->prediction.peak_bytes;
-    // The least limit whose planned share (planned_limit) holds that peak, in GB to 3 digits rounded up.
-    const double needed_gb =
-        (std::max(peak + kMemoryMarginBytes, peak * (1 + kMemoryMarginShare)) + images_bytes) / 1e9;
-    const double digit = std::pow(10.0, std::floor(std::log10(needed_gb)) - 2);
-    char needed[32];
-    std::snprintf(needed, sizeof needed, "%.3g", std::ceil(needed_gb / digit) * digit);
-    const auto gb = [](double bytes) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%.3g GB", bytes / 1e9);
-      return std::string(text);
-    };
-    throw InputError("--strategy " + o.strategy + ": no layout of " + std::to_string(cluster.ranks) +
-                     (cluster.ranks == 1 ? " rank" : " ranks") + " fits the memory limit of " +
-                     gb(given_limit_bytes) + " per rank, less " +
-                     (images_bytes > 0 ? gb(images_bytes) + " of training images kept in memory and " : "") +
-                     "the margin for the predicted peaks' error (" +
-                     std::to_string(static_cast<int>(kMemoryMarginBytes / (1 << 20))) + " MB or " +
-                     std::to_string(static_cast<int>(std::lround(100 * kMemoryMarginShare))) +
-                     "%); the leanest layout, " + leanest->layout.describe() + ", is planned to peak at " +
-                     gb(peak) + ": it needs --memory-limit " + needed + " at least");
-  }
-  PlanReport plan{*r.best, {}};
-  const Layout& l = plan.chosen.layout;
+  return limits;
+}
 
+std::string gb(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g GB", bytes / 1e9);
+  return text;
+}
+
+// Where no layout fits the limit: how far off it is, by the leanest layout the search weighed at its planned
+// peak, and the least limit whose planned share (planned_limit) would hold it, in GB to 3 digits rounded up.
+std::string no_layout_fits(const TrainOptions& o, const Profile& profile, const Cluster& cluster, int global,
+                           const Constraints& limits, double given_limit_bytes, double images_bytes) {
+  std::optional<Plan> leanest;
+  for_each_layout(profile, cluster, global, limits, [&](const Plan& p) {
+    if (!leanest || p.prediction.peak_bytes < leanest->prediction.peak_bytes) leanest = p;
+  });
+  const double peak = leanest->prediction.peak_bytes;
+  const double needed_gb = (std::max(peak + kMemoryMarginBytes, peak * (1 + kMemoryMarginShare)) + images_bytes) / 1e9;
+  const double digit = std::pow(10.0, std::floor(std::log10(needed_gb)) - 2);
+  char needed[32];
+  std::snprintf(needed, sizeof needed, "%.3g", std::ceil(needed_gb / digit) * digit);
+  return "--strategy " + o.strategy + ": no layout of " + std::to_string(cluster.ranks) +
+         (cluster.ranks == 1 ? " rank" : " ranks") + " fits the memory limit of " + gb(given_limit_bytes) +
+         " per rank, less " + (images_bytes > 0 ? gb(images_bytes) + " of training images kept in memory and " : "") +
+         "the margin for the predicted peaks' error (" +
+         std::to_string(static_cast<int>(kMemoryMarginBytes / (1 << 20))) + " MB or " +
+         std::to_string(static_cast<int>(std::lround(100 * kMemoryMarginShare))) + "%); the leanest layout, " +
+         leanest->layout.describe() + ", is planned to peak at " + gb(peak) + ": it needs --memory-limit " + needed +
+         " at least";
+}
+
+// The chosen layout, the others' best beside it, and its layers' predictions.
+std::string plan_text(const TrainOptions& o, const Profile& profile, const Cluster& cluster, int global,
+                      const SearchResult& r, const Constraints& limits, double memory_limit_bytes, double seconds) {
+  const Plan& chosen = *r.best;
   std::ostringstream report;
   char line[320];
   std::snprintf(line, sizeof line,
@@ -180,16 +179,16 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
                 o.strategy.c_str(), global, cluster.ranks, cluster.ranks_per_node, r.considered, seconds, r.over_memory,
                 memory_limit_bytes / 1e9, limits.memory_limit_bytes / 1e9, kMemoryMarginBytes / (1 << 20),
                 100 * kMemoryMarginShare);
-  report << line << summary("chosen", plan.chosen);
-  if (l.shards_optimizer_state() || l.recomputes_any())
-    report << why_state_choice(o, profile, cluster, global, plan.chosen, limits.memory_limit_bytes);
-  if (r.fastest && r.fastest->layout.describe() != l.describe()) report << summary("fastest", *r.fastest);
+  report << line << summary("chosen", chosen);
+  if (chosen.layout.shards_optimizer_state() || chosen.layout.recomputes_any())
+    report << why_state_choice(o, profile, cluster, global, chosen, limits.memory_limit_bytes);
+  if (r.fastest && r.fastest->layout.describe() != chosen.layout.describe()) report << summary("fastest", *r.fastest);
   if (r.best_data) report << summary("data", *r.best_data);
   if (r.best_pipeline) report << summary("pipeline", *r.best_pipeline);  // of one replica
   std::snprintf(line, sizeof line, "  %-3s %-40s %5s %5s %10s %10s %10s\n", "#", "layer", "stage", "split", "time ms",
                 "memory MB", "sent MB");
   report << line;
-  const Prediction& p = plan.chosen.prediction;
+  const Prediction& p = chosen.prediction;
   for (std::size_t i = 0; i < p.layers.size(); ++i) {
     const LayerPrediction& lp = p.layers[i];
     std::snprintf(line, sizeof line, "  %-3zu %-40.40s %5d %5s %10.2f %10.1f %10.2f\n", i, profile.layers[i].name.c_str(),
@@ -197,8 +196,24 @@ PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cl
                   lp.sent_bytes / (1 << 20));
     report << line;
   }
-  plan.text = report.str();
-  return plan;
+  return report.str();
+}
+
+}  // namespace
+
+PlanReport plan_strategy(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
+                         double given_limit_bytes, double images_bytes) {
+  // A limit the images fill leaves a byte, which no layout fits (0 would mean no limit).
+  const double memory_limit_bytes = given_limit_bytes > 0 ? std::max(1.0, given_limit_bytes - images_bytes) : 0;
+  const Constraints limits = constraints_of(o, cluster, memory_limit_bytes);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int global = o.global_batch_on(cluster.ranks);
+  const SearchResult r = plan_layouts(profile, cluster, global, limits);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.best && r.considered == 0) throw InputError(why_no_layout(o, profile, cluster, limits, global));
+  if (!r.best)
+    throw InputError(no_layout_fits(o, profile, cluster, global, limits, given_limit_bytes, images_bytes));
+  return {*r.best, plan_text(o, profile, cluster, global, r, limits, memory_limit_bytes, seconds)};
 }
 
 }  // namespace ddl

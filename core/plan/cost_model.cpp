@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "core/plan/pipeline_timing.hpp"
 #include "core/recompute_segments.hpp"
 
 namespace ddl {

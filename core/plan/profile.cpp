@@ -182,6 +182,77 @@ namespace {
 // A time, size or count as a profile holds it: finite and not negative.
 bool measure(double x) { return std::isfinite(x) && x >= 0; }
 
+// The profile's figures of one number a line each.
+struct FigureLine {
+  const char* key;
+  double Profile::*figure;
+};
+constexpr std::array<FigureLine, 5> kFigureLines{{{"optimizer_s_per_param", &Profile::optimizer_s_per_param},
+                                                  {"optimizer_floats", &Profile::optimizer_floats},
+                                                  {"base_bytes", &Profile::base_bytes},
+                                                  {"measured_bytes", &Profile::measured_bytes},
+                                                  {"gather_extra_s", &Profile::gather_extra_s}}};
+
+// Sizes and times in pairs, sizes rising and times never falling.
+bool read_timings(std::istringstream& in, std::vector<Timing>& timings) {
+  std::vector<double> numbers;
+  for (double x; in >> x;) numbers.push_back(x);
+  bool ok = in.eof() && !numbers.empty() && numbers.size() % 2 == 0;
+  timings.clear();
+  for (std::size_t i = 0; ok && i < numbers.size(); i += 2) {
+    const Timing t{numbers[i], numbers[i + 1]};
+    ok = t.bytes > 0 && t.seconds > 0 &&
+         (timings.empty() || (t.bytes > timings.back().bytes && t.seconds >= timings.back().seconds));
+    timings.push_back(t);
+  }
+  return ok;
+}
+
+bool read_layer(std::istringstream& in, const std::string& where, Profile& p) {
+  LayerCost l;
+  std::string kind;
+  bool ok = static_cast<bool>(in >> l.seconds >> l.params >> l.input_bytes >> l.output_bytes >> kind >> l.divisor >>
+                              l.fixed_seconds) &&
+            measure(l.seconds) && measure(l.params) && measure(l.input_bytes) && measure(l.output_bytes) &&
+            measure(l.fixed_seconds) && l.divisor >= 0;
+  if (ok) {
+    l.split = kind_named(kind, where);
+    // A layer that splits is split by what divides its outputs or heads.
+    ok = l.split == SplitKind::none || l.divisor > 0;
+  }
+  if (ok) {
+    std::getline(in >> std::ws, l.name);
+    p.layers.push_back(l);
+  }
+  return ok;
+}
+
+// One line after the header, by its key; false where its figures cannot be read. `per_layer` takes the lines
+// of a figure for every layer, set once the layers are all read.
+bool read_line(const std::string& key, std::istringstream& in, const std::string& where, Profile& p,
+               std::vector<std::vector<double>>& per_layer) {
+  const auto figure = std::find_if(kFigureLines.begin(), kFigureLines.end(),
+                                   [&](const FigureLine& l) { return key == l.key; });
+  if (figure != kFigureLines.end()) {
+    double& x = p.*(figure->figure);
+    return static_cast<bool>(in >> x) && measure(x);
+  }
+  if (key == "model") return static_cast<bool>(in >> p.model);
+  if (key == "batch") return static_cast<bool>(in >> p.batch) && p.batch > 0;
+  if (key == "within_node" || key == "between_nodes") {
+    Link& link = key == "within_node" ? p.within_node : p.between_nodes;
+    return static_cast<bool>(in >> link.latency_s >> link.bytes_per_s) && link.bytes_per_s > 0 && link.latency_s >= 0;
+  }
+  if (std::vector<Timing>* timings = timings_named(p, key)) return read_timings(in, *timings);
+  if (key == "layer") return read_layer(in, where, p);
+  const auto named = std::find_if(kPerLayerLines.begin(), kPerLayerLines.end(),
+                                  [&](const PerLayerLine& l) { return key == l.key; });
+  if (named == kPerLayerLines.end()) throw InputError(where + ": unknown key '" + key + "'");
+  std::vector<double>& figures = per_layer[static_cast<std::size_t>(named - kPerLayerLines.begin())];
+  for (double x; in >> x;) figures.push_back(x);
+  return in.eof() && std::all_of(figures.begin(), figures.end(), [&](double x) { return x >= 0 && x <= named->most; });
+}
+
 }  // namespace
 
 Profile profile_from_text(const std::string& text, const std::string& source) {
@@ -205,59 +276,8 @@ Profile profile_from_text(const std::string& text, const std::string& source) {
       header = ok;
     } else if (!header) {
       throw InputError(source + ": not a ddl profile (it starts with no 'ddl-profile 1' line)");
-    } else if (key == "model") {
-      ok = static_cast<bool>(in >> p.model);
-    } else if (key == "batch") {
-      ok = static_cast<bool>(in >> p.batch) && p.batch > 0;
-    } else if (key == "optimizer_s_per_param") {
-      ok = static_cast<bool>(in >> p.optimizer_s_per_param) && measure(p.optimizer_s_per_param);
-    } else if (key == "optimizer_floats") {
-      ok = static_cast<bool>(in >> p.optimizer_floats) && measure(p.optimizer_floats);
-    } else if (key == "base_bytes") {
-      ok = static_cast<bool>(in >> p.base_bytes) && measure(p.base_bytes);
-    } else if (key == "measured_bytes") {
-      ok = static_cast<bool>(in >> p.measured_bytes) && measure(p.measured_bytes);
-    } else if (key == "gather_extra_s") {
-      ok = static_cast<bool>(in >> p.gather_extra_s) && measure(p.gather_extra_s);
-    } else if (key == "within_node" || key == "between_nodes") {
-      Link& link = key == "within_node" ? p.within_node : p.between_nodes;
-      ok = static_cast<bool>(in >> link.latency_s >> link.bytes_per_s) && link.bytes_per_s > 0 && link.latency_s >= 0;
-    } else if (std::vector<Timing>* timings = timings_named(p, key)) {
-      std::vector<double> numbers;
-      for (double x; in >> x;) numbers.push_back(x);
-      ok = in.eof() && !numbers.empty() && numbers.size() % 2 == 0;  // sizes and times in pairs
-      timings->clear();
-      for (std::size_t i = 0; ok && i < numbers.size(); i += 2) {
-        const Timing t{numbers[i], numbers[i + 1]};
-        ok = t.bytes > 0 && t.seconds > 0 &&
-             (timings->empty() || (t.bytes > timings->back().bytes && t.seconds >= timings->back().seconds));
-        timings->push_back(t);
-      }
-    } else if (key == "layer") {
-      LayerCost l;
-      std::string kind;
-      ok = static_cast<bool>(in >> l.seconds >> l.params >> l.input_bytes >> l.output_bytes >> kind >> l.divisor >>
-                             l.fixed_seconds) &&
-           measure(l.seconds) && measure(l.params) && measure(l.input_bytes) && measure(l.output_bytes) &&
-           measure(l.fixed_seconds) && l.divisor >= 0;
-      if (ok) {
-        l.split = kind_named(kind, where);
-        // A layer that splits is split by what divides its outputs or heads.
-        ok = l.split == SplitKind::none || l.divisor > 0;
-      }
-      if (ok) {
-        std::getline(in >> std::ws, l.name);
-        p.layers.push_back(l);
-      }
-    } else if (const auto named = std::find_if(kPerLayerLines.begin(), kPerLayerLines.end(),
-                                               [&](const PerLayerLine& l) { return key == l.key; });
-               named != kPerLayerLines.end()) {
-      std::vector<double>& figures = per_layer[static_cast<std::size_t>(named - kPerLayerLines.begin())];
-      for (double x; in >> x;) figures.push_back(x);
-      ok = in.eof() &&
-           std::all_of(figures.begin(), figures.end(), [&](double x) { return x >= 0 && x <= named->most; });
     } else {
-      throw InputError(where + ": unknown key '" + key + "'");
+      ok = read_line(key, in, where, p, per_layer);
     }
     if (!ok) throw InputError(where + ": cannot read '" + line + "'");
   }

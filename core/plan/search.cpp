@@ -5,7 +5,7 @@
 #include <functional>
 
 #include "core/error.hpp"
-#include "core/train/pipeline_schedule.hpp"
+#include "core/plan/balanced_partition.hpp"
 
 namespace ddl {
 namespace {

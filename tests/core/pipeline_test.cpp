@@ -7,6 +7,8 @@
 
 #include "core/error.hpp"
 #include "core/layers/softmax_cross_entropy.hpp"
+#include "core/plan/balanced_partition.hpp"
+#include "core/plan/pipeline_timing.hpp"
 #include "core/optim/optimizer.hpp"
 #include "core/train/checkpoint.hpp"
 #include "core/train/pipeline_schedule.hpp"
