@@ -27,6 +27,7 @@
 #include "core/error.hpp"
 #include "core/train/checkpoint.hpp"
 #include "launch/option_error.hpp"
+#include "launch/option_table.hpp"
 #include "launch/trained_model.hpp"
 #include "models/onnx/graph_model.hpp"
 #include "models/registry.hpp"
@@ -42,20 +43,28 @@ constexpr const char* kUsage =
     "       ddl_data info FILE.h5   (a dataset or a checkpoint)\n"
     "       ddl_data model NAME [--num-classes N] [--image-size S] ...   (its parameters and state)\n";
 
-std::string detect_format(const std::vector<std::string>& inputs) {
+enum class ImportFormat { automatic, folder, cifar10, cifar100 };
+enum class Store { pixels, encoded };
+constexpr Word<ImportFormat> kFormatWords[] = {{"auto", ImportFormat::automatic},
+                                               {"folder", ImportFormat::folder},
+                                               {"cifar10", ImportFormat::cifar10},
+                                               {"cifar100", ImportFormat::cifar100}};
+constexpr Word<Store> kStoreWords[] = {{"pixels", Store::pixels}, {"encoded", Store::encoded}};
+
+ImportFormat detect_format(const std::vector<std::string>& inputs) {
   const fs::path first(inputs.at(0));
   if (fs::is_directory(first)) {
     for (const auto& e : fs::directory_iterator(first)) {
       const std::string name = e.path().filename().string();
-      if (name.rfind("data_batch_", 0) == 0) return "cifar10";
-      if (name == "train.bin") return "cifar100";
+      if (name.rfind("data_batch_", 0) == 0) return ImportFormat::cifar10;
+      if (name == "train.bin") return ImportFormat::cifar100;
     }
-    return "folder";
+    return ImportFormat::folder;
   }
   if (first.extension() == ".bin") {
     const auto size = fs::file_size(first);
-    if (size % 3073 == 0) return "cifar10";
-    if (size % 3074 == 0) return "cifar100";
+    if (size % 3073 == 0) return ImportFormat::cifar10;
+    if (size % 3074 == 0) return ImportFormat::cifar100;
   }
   throw InputError(inputs[0] + ": cannot tell the format; pass --format folder|cifar10|cifar100");
 }
@@ -129,35 +138,53 @@ int import_encoded_folder(const std::vector<std::string>& inputs, const EncodedI
 // What `ddl_data import` is told.
 struct ImportArgs {
   std::vector<std::string> inputs;
-  std::string format = "auto", output, val_output, store = "pixels";
+  std::string output, val_output;
+  ImportFormat format = ImportFormat::automatic;
+  Store store = Store::pixels;
   int shards = 1, threads = 0, resize = 0, quality = 90, max_side = 0;
   double val_fraction = 0.0;
   std::uint64_t seed = 1;
 };
 
+using ImportTable = OptionTable<ImportArgs>;
+
+const ImportTable& import_table() {
+  static const ImportTable table = [] {
+    ImportTable t;
+    t.group("Options")
+        .texts("from", &ImportArgs::inputs, "an image-folder root (<class>/<image>), or CIFAR binary files/dirs",
+               "an image folder or CIFAR binary files")
+        .words("format", &ImportArgs::format, kFormatWords, "auto | folder | cifar10 | cifar100")
+        .text("output", &ImportArgs::output, "dataset to write (.h5); with --shards K, <stem>-0000i-of-0000K.h5",
+              ImportTable::Described::no, "the dataset to write")
+        .number("shards", &ImportArgs::shards, Range::closed(1, 100000), "number of shard files")
+        .number("val-fraction", &ImportArgs::val_fraction, Range::half_open(0, 1),
+                "hold out this random fraction in a separate file")
+        .text("val-output", &ImportArgs::val_output, "where the held-out part goes (default <stem>_val.h5)")
+        .number("seed", &ImportArgs::seed, Range::unchecked(), "seed of the shuffle and the split")
+        .number("threads", &ImportArgs::threads, Range::closed(0, 1024), "decoding threads (0: all cores)")
+        .number("resize", &ImportArgs::resize, Range::at_least(0),
+                "scale each image's shorter side to S and keep the centre S x S (0: keep the images' own size)")
+        .words("store", &ImportArgs::store, kStoreWords,
+               "pixels: decoded, every image one size | encoded: each JPEG file's bytes as they are, any size (PNGs "
+               "and images over --max-side written as JPEG at --quality); the loader decodes them (an image folder "
+               "only)")
+        .number("quality", &ImportArgs::quality, Range::closed(1, 100),
+                "--store encoded: JPEG quality of what is re-encoded")
+        .number("max-side", &ImportArgs::max_side, Range::at_least(0),
+                "--store encoded: re-encode images whose longer side exceeds N, scaled to N (0: keep every size)");
+    return t;
+  }();
+  return table;
+}
+
 // Nullopt after printing --help.
 std::optional<ImportArgs> parse_import(const std::vector<std::string>& args) {
   ImportArgs a;
   po::options_description opts("ddl_data import");
-  opts.add_options()("help,h", "print this help")("from", po::value(&a.inputs)->multitoken(),
-                                                  "an image-folder root (<class>/<image>), or CIFAR binary files/dirs")(
-      "format", po::value(&a.format)->default_value(a.format), "auto | folder | cifar10 | cifar100")(
-      "output", po::value(&a.output), "dataset to write (.h5); with --shards K, <stem>-0000i-of-0000K.h5")(
-      "shards", po::value(&a.shards)->default_value(1), "number of shard files")(
-      "val-fraction", po::value(&a.val_fraction)->default_value(0.0),
-      "hold out this random fraction in a separate file")(
-      "val-output", po::value(&a.val_output), "where the held-out part goes (default <stem>_val.h5)")(
-      "seed", po::value(&a.seed)->default_value(a.seed), "seed of the shuffle and the split")(
-      "threads", po::value(&a.threads)->default_value(0), "decoding threads (0: all cores)")(
-      "resize", po::value(&a.resize)->default_value(0),
-      "scale each image's shorter side to S and keep the centre S x S (0: keep the images' own size)")(
-      "store", po::value(&a.store)->default_value(a.store),
-      "pixels: decoded, every image one size | encoded: each JPEG file's bytes as they are, any size (PNGs and "
-      "images over --max-side written as JPEG at --quality); the loader decodes them (an image folder only)")(
-      "quality", po::value(&a.quality)->default_value(a.quality),
-      "--store encoded: JPEG quality of what is re-encoded")(
-      "max-side", po::value(&a.max_side)->default_value(0),
-      "--store encoded: re-encode images whose longer side exceeds N, scaled to N (0: keep every size)");
+  opts.add_options()("help,h", "print this help");
+  std::vector<std::string> texts;
+  import_table().add_to(opts, a, texts);
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(opts).run(), vm);
@@ -169,21 +196,18 @@ std::optional<ImportArgs> parse_import(const std::vector<std::string>& args) {
     std::cout << opts << "\n";
     return std::nullopt;
   }
-  if (a.inputs.empty() || a.output.empty()) throw InputError("import needs --from and --output");
+  import_table().finish(a, texts);
   // Checked before decoding, which may take minutes.
   for (const auto& in : a.inputs)
     if (!fs::exists(in)) throw InputError("--from " + in + ": no such file or directory");
   check_output(a.output, "--output");
   if (!a.val_output.empty()) check_output(a.val_output, "--val-output");
-  if (a.resize < 0) throw InputError("--resize must be positive (or 0 to keep the size)");
-  if (a.threads <= 0) a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (a.format == "auto") a.format = detect_format(a.inputs);
-  if (a.store != "pixels" && a.store != "encoded")
-    throw InputError("--store must be pixels or encoded, not '" + a.store + "'");
-  if (a.store == "encoded") {
-    if (a.format != "folder") throw InputError("--store encoded takes an image folder (<root>/<class>/<image>)");
+  if (a.threads == 0) a.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (a.format == ImportFormat::automatic) a.format = detect_format(a.inputs);
+  if (a.store == Store::encoded) {
+    if (a.format != ImportFormat::folder)
+      throw InputError("--store encoded takes an image folder (<root>/<class>/<image>)");
     if (a.resize > 0) throw InputError("--store encoded keeps each image's size: give --max-side, not --resize");
-    if (a.max_side < 0) throw InputError("--max-side must be positive (or 0 to keep every size)");
   }
   if (a.val_output.empty()) a.val_output = default_val_output(a.output);
   return a;
@@ -192,14 +216,13 @@ std::optional<ImportArgs> parse_import(const std::vector<std::string>& args) {
 int import_pixels(const ImportArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   ImageSet set;
-  if (a.format == "folder") {
+  if (a.format == ImportFormat::folder) {
     if (a.inputs.size() != 1) throw InputError("--format folder takes one root directory");
     set = import_image_folder(a.inputs[0], a.threads, a.resize);
-  } else if (a.format == "cifar10" || a.format == "cifar100") {
-    set = import_cifar_binary(a.inputs, a.format == "cifar10" ? CifarVariant::cifar10 : CifarVariant::cifar100);
-    if (a.resize > 0) set = resized(set, a.resize);
   } else {
-    throw InputError("--format must be auto, folder, cifar10 or cifar100");
+    set = import_cifar_binary(a.inputs,
+                              a.format == ImportFormat::cifar10 ? CifarVariant::cifar10 : CifarVariant::cifar100);
+    if (a.resize > 0) set = resized(set, a.resize);
   }
   const double decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -229,7 +252,7 @@ int import_pixels(const ImportArgs& a) {
 int run_import(const std::vector<std::string>& args) {
   const std::optional<ImportArgs> a = parse_import(args);
   if (!a) return 0;
-  if (a->store == "encoded")
+  if (a->store == Store::encoded)
     return import_encoded_folder(a->inputs, {a->output, a->val_output, a->shards, a->val_fraction, a->seed,
                                              a->threads, a->quality, a->max_side});
   return import_pixels(*a);

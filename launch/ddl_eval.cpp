@@ -23,6 +23,7 @@
 #include "core/error.hpp"
 #include "launch/error_line.hpp"
 #include "launch/option_error.hpp"
+#include "launch/option_table.hpp"
 #include "launch/text_fields.hpp"
 #include "launch/thread_count.hpp"
 #include "launch/trained_model.hpp"
@@ -41,14 +42,31 @@ struct EvalOptions {
   int threads = 0;  // 0: this node's cores shared among its ranks
 };
 
+using Table = OptionTable<EvalOptions>;
+
+const Table& eval_table() {
+  static const Table table = [] {
+    Table t;
+    t.group("Options")
+        .text("checkpoint", &EvalOptions::checkpoint, "a ddl_train checkpoint", Table::Described::no,
+              "a ddl_train checkpoint")
+        .text("data", &EvalOptions::data, "a dataset in ddl's format (ddl_data import), one file or its shards",
+              Table::Described::no, "a dataset from ddl_data import")
+        .text("output", &EvalOptions::output, "also write the results: .csv (a row per class) or .json")
+        .number("batch-size", &EvalOptions::batch_size, Range::at_least(1), "images per forward pass and rank")
+        .number("threads", &EvalOptions::threads, Range::closed(0, 1024),
+                "per rank (0: the node's cores shared among its ranks)");
+    return t;
+  }();
+  return table;
+}
+
 std::optional<EvalOptions> parse_options(int argc, char** argv) {
   EvalOptions o;
   po::options_description desc("usage: ddl_eval --checkpoint FILE.h5 --data FILE.h5 [options]");
-  desc.add_options()("help,h", "this text")("checkpoint", po::value(&o.checkpoint), "a ddl_train checkpoint")(
-      "data", po::value(&o.data), "a dataset in ddl's format (ddl_data import), one file or its shards")(
-      "output", po::value(&o.output), "also write the results: .csv (a row per class) or .json")(
-      "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "images per forward pass and rank")(
-      "threads", po::value(&o.threads)->default_value(o.threads), "per rank (0: the node's cores shared among its ranks)");
+  desc.add_options()("help,h", "this text");
+  std::vector<std::string> texts;
+  eval_table().add_to(desc, o, texts);
   po::variables_map vm;
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
@@ -61,10 +79,7 @@ std::optional<EvalOptions> parse_options(int argc, char** argv) {
     std::cout << desc << "\n";
     return std::nullopt;
   }
-  if (o.checkpoint.empty()) throw InputError("--checkpoint is required");
-  if (o.data.empty()) throw InputError("--data is required");
-  if (o.batch_size < 1) throw InputError("--batch-size must be at least 1");
-  if (o.threads < 0 || o.threads > 1024) throw InputError("--threads must be between 0 and 1024");
+  eval_table().finish(o, texts);
   const auto ext = std::filesystem::path(o.output).extension();
   if (!o.output.empty() && ext != ".csv" && ext != ".json")
     throw InputError("--output " + o.output + ": give a .csv or .json file");

@@ -23,6 +23,7 @@
 #include "core/data/image_resize.hpp"
 #include "core/error.hpp"
 #include "launch/option_error.hpp"
+#include "launch/option_table.hpp"
 #include "launch/text_fields.hpp"
 #include "launch/thread_count.hpp"
 #include "launch/trained_model.hpp"
@@ -43,16 +44,31 @@ struct PredictOptions {
   int threads = 0;
 };
 
+using Table = OptionTable<PredictOptions>;
+
+const Table& predict_table() {
+  static const Table table = [] {
+    Table t;
+    t.group("Options")
+        .text("checkpoint", &PredictOptions::checkpoint, "a ddl_train checkpoint", Table::Described::no,
+              "a ddl_train checkpoint")
+        .number("top", &PredictOptions::top, Range::at_least(1), "classes shown per image")
+        .flag("csv", &PredictOptions::csv, "CSV: image, then class and probability for each of the top classes")
+        .flag("logits", &PredictOptions::logits,
+              "CSV: image, then the model's raw output (before softmax) for every class, to 9 digits")
+        .number("batch-size", &PredictOptions::batch_size, Range::at_least(1), "images per forward pass")
+        .number("threads", &PredictOptions::threads, Range::closed(0, 1024), "0: every core");
+    return t;
+  }();
+  return table;
+}
+
 std::optional<PredictOptions> parse_options(int argc, char** argv) {
   PredictOptions o;
   po::options_description desc("usage: ddl_predict --checkpoint FILE.h5 IMAGE|FOLDER... [options]");
-  desc.add_options()("help,h", "this text")("checkpoint", po::value(&o.checkpoint), "a ddl_train checkpoint")(
-      "top", po::value(&o.top)->default_value(o.top), "classes shown per image")(
-      "csv", po::bool_switch(&o.csv), "CSV: image, then class and probability for each of the top classes")(
-      "logits", po::bool_switch(&o.logits),
-      "CSV: image, then the model's raw output (before softmax) for every class, to 9 digits")(
-      "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "images per forward pass")(
-      "threads", po::value(&o.threads)->default_value(o.threads), "0: every core");
+  desc.add_options()("help,h", "this text");
+  std::vector<std::string> texts;
+  predict_table().add_to(desc, o, texts);
   po::options_description hidden;
   hidden.add_options()("input", po::value(&o.inputs));
   po::options_description all;
@@ -71,12 +87,9 @@ std::optional<PredictOptions> parse_options(int argc, char** argv) {
     std::cout << desc << "\nA FOLDER stands for the .jpg, .jpeg and .png files under it, in name order.\n";
     return std::nullopt;
   }
-  if (o.checkpoint.empty()) throw InputError("--checkpoint is required");
+  predict_table().finish(o, texts);
   if (o.inputs.empty()) throw InputError("give one or more images or folders of images");
-  if (o.top < 1) throw InputError("--top must be at least 1");
   if (o.csv && o.logits) throw InputError("--csv and --logits are two output formats: give one");
-  if (o.batch_size < 1) throw InputError("--batch-size must be at least 1");
-  if (o.threads < 0 || o.threads > 1024) throw InputError("--threads must be between 0 and 1024");
   return o;
 }
 

@@ -5,7 +5,6 @@
 #include "core/error.hpp"
 #include "core/plan/recalibrate.hpp"
 #include "launch/plan_profile.hpp"
-#include "launch/test_hooks.hpp"
 
 namespace ddl {
 
@@ -14,7 +13,8 @@ bool worth_moving(const Layout& current, const Prediction& now, const Plan& next
 }
 
 Replanner::Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes,
-                     double images_bytes, Layout layout)
+                     double images_bytes, Layout layout,
+                     std::function<void(Link&, unsigned long long)> measured_link_fault)
     : given_(std::move(given)),
       profile_(std::move(profile)),
       cluster_(cluster),
@@ -22,7 +22,8 @@ Replanner::Replanner(TrainOptions given, Profile profile, Cluster cluster, doubl
       images_bytes_(images_bytes),
       layout_(std::move(layout)),
       given_within_(profile_.within_node),
-      given_between_(profile_.between_nodes) {}
+      given_between_(profile_.between_nodes),
+      measured_link_fault_(std::move(measured_link_fault)) {}
 
 void Replanner::begin_measuring(const Profiler& profiler, unsigned long long step) {
   previous_totals_.clear();
@@ -72,9 +73,10 @@ std::optional<Switch> Replanner::replan(const Communicator& world, const Profile
   profile_.within_node = links.within_measured ? links.within.extended_by(given_within_) : given_within_;
   profile_.between_nodes = links.between_measured ? links.between.extended_by(given_between_) : given_between_;
   profile_ = with_links_calibrated(profile_, predict(profile_, cluster_, layout_, global), measured_step);
-  const LinkSlowdown slowdown = LinkSlowdown::from_environment();
-  slowdown.apply(profile_.within_node, step);
-  slowdown.apply(profile_.between_nodes, step);
+  if (measured_link_fault_) {
+    measured_link_fault_(profile_.within_node, step);
+    measured_link_fault_(profile_.between_nodes, step);
+  }
 
   const Prediction now = predict(profile_, cluster_, layout_, global);
   std::optional<PlanReport> next;

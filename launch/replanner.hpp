@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,8 +38,9 @@ class Replanner {
  public:
   // given: the options as the user gave them (the strategy and its constraints, the batch); layout: the
   // one the run starts in, chosen from `profile`.
+  // measured_link_fault: a test build's change to each link a re-plan measured (injected_faults.hpp).
   Replanner(TrainOptions given, Profile profile, Cluster cluster, double memory_limit_bytes, double images_bytes,
-            Layout layout);
+            Layout layout, std::function<void(Link&, unsigned long long step)> measured_link_fault = {});
 
   // After a layout's first steps (AfterStep::kWarmUpSteps: they build its primitives and let the buffer pool
   // learn, and are not measured): the layers' times in `profiler` and the steps' from here on count. `step`
@@ -62,6 +64,7 @@ class Replanner {
   Layout layout_;
   // The profile's links: for those that cannot be measured here, and for the sizes a re-plan does not time.
   Link given_within_, given_between_;
+  std::function<void(Link&, unsigned long long)> measured_link_fault_;
   bool measuring_ = false;
   std::vector<double> previous_totals_;  // this rank's layers' seconds at the last re-plan
   unsigned long long previous_step_ = 0;  // of the last re-plan (or where measuring began)

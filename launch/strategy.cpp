@@ -57,7 +57,7 @@ double planned_limit(double memory_limit_bytes) {
 // Why the search found no layout at all to weigh: the grid the options fix, or else the batch.
 std::string why_no_layout(const TrainOptions& o, const Profile& profile, const Cluster& cluster,
                           const Constraints& limits, int global) {
-  const std::string head = "--strategy " + o.strategy + ": ";
+  const std::string head = std::string("--strategy ") + option_word(o.strategy) + ": ";
   const std::string ranks = "the " + std::to_string(cluster.ranks) + " rank" + (cluster.ranks == 1 ? "" : "s") +
                             " planned for";
   const std::size_t layers = profile.layers.size();
@@ -115,7 +115,7 @@ std::vector<int> shard_states_to_plan(const TrainOptions& o, bool one_node) {
 }
 
 bool planner_may_split(const TrainOptions& o) {
-  return o.strategy == "auto" && !o.layerwise_optimizer() && o.fixed_tensor != 1;
+  return o.strategy == Strategy::automatic && !o.layerwise_optimizer() && o.fixed_tensor != 1;
 }
 
 namespace {
@@ -132,8 +132,8 @@ Constraints constraints_of(const TrainOptions& o, const Cluster& cluster, double
   limits.may_recompute = true;
   limits.must_recompute = o.recompute;
   if (!planner_may_split(o)) limits.tensor = 1;
-  if (o.strategy == "data") limits.stages = 1;
-  if (o.strategy == "pipeline") limits.min_stages = 2;
+  if (o.strategy == Strategy::data) limits.stages = 1;
+  if (o.strategy == Strategy::pipeline) limits.min_stages = 2;
   return limits;
 }
 
@@ -156,7 +156,7 @@ std::string no_layout_fits(const TrainOptions& o, const Profile& profile, const 
   const double digit = std::pow(10.0, std::floor(std::log10(needed_gb)) - 2);
   char needed[32];
   std::snprintf(needed, sizeof needed, "%.3g", std::ceil(needed_gb / digit) * digit);
-  return "--strategy " + o.strategy + ": no layout of " + std::to_string(cluster.ranks) +
+  return std::string("--strategy ") + option_word(o.strategy) + ": no layout of " + std::to_string(cluster.ranks) +
          (cluster.ranks == 1 ? " rank" : " ranks") + " fits the memory limit of " + gb(given_limit_bytes) +
          " per rank, less " + (images_bytes > 0 ? gb(images_bytes) + " of training images kept in memory and " : "") +
          "the margin for the predicted peaks' error (" +
@@ -176,9 +176,9 @@ std::string plan_text(const TrainOptions& o, const Profile& profile, const Clust
                 "plan (--strategy %s, global batch %d on %d ranks, %d a node): %zu layouts in %.3f s, %zu over the "
                 "memory limit of %.2f GB per rank (planned to %.2f GB: predicted peaks were measured up to %.0f MB or "
                 "%.0f%% under)\n",
-                o.strategy.c_str(), global, cluster.ranks, cluster.ranks_per_node, r.considered, seconds, r.over_memory,
-                memory_limit_bytes / 1e9, limits.memory_limit_bytes / 1e9, kMemoryMarginBytes / (1 << 20),
-                100 * kMemoryMarginShare);
+                option_word(o.strategy), global, cluster.ranks, cluster.ranks_per_node, r.considered, seconds,
+                r.over_memory, memory_limit_bytes / 1e9, limits.memory_limit_bytes / 1e9,
+                kMemoryMarginBytes / (1 << 20), 100 * kMemoryMarginShare);
   report << line << summary("chosen", chosen);
   if (chosen.layout.shards_optimizer_state() || chosen.layout.recomputes_any())
     report << why_state_choice(o, profile, cluster, global, chosen, limits.memory_limit_bytes);

@@ -15,6 +15,16 @@
 
 namespace ddl {
 
+// The words of ddl_train's word-valued options, as values (option_word gives each one's word).
+enum class OptimizerKind { adam, sgd, lars, lamb };
+enum class Normalization { scale, meanstd, imagenet };  // imagenet: meanstd with ImageNet's mean and std
+enum class CorruptImages { refuse, skip };
+enum class CacheImages { automatic, on, off };
+enum class Precision { f32, bf16, automatic };  // bf16: convolutions and dense layers in bf16, the rest f32
+enum class Progress { automatic, always, never };
+enum class OnDivergence { stop, resync };  // resync: copy replica 0's parameters and optimizer state
+enum class Strategy { manual, automatic, data, pipeline };
+
 struct TrainOptions {
   // model
   std::string model = "seed_cnn";
@@ -25,7 +35,7 @@ struct TrainOptions {
   // data
   std::string train_path, val_path;
   double val_fraction = 0.0;
-  std::string normalize = "scale";  // scale | meanstd | imagenet
+  Normalization normalize = Normalization::scale;
   std::vector<float> mean, stddev;  // empty: the training set's statistics
   bool random_flip = false;
   int random_crop_padding = 0;
@@ -34,7 +44,7 @@ struct TrainOptions {
   // one), the evaluation's centre crop of the shorter side, and whether a corrupt image is skipped.
   int loader_threads = 0;
   float val_crop_fraction = 0.875f;
-  std::string corrupt_images = "refuse";  // refuse | skip
+  CorruptImages corrupt_images = CorruptImages::refuse;
   int prefetch_batches = 3;               // the loader's batches ready ahead of the step: its memory
   // training
   int epochs = 10;
@@ -44,7 +54,7 @@ struct TrainOptions {
   int steps_per_epoch = 0;  // 0: the whole training set
   // The images per step over `ranks` ranks that all bring their own (a strategy's count).
   int global_batch_on(int ranks) const { return global_batch > 0 ? global_batch : batch_size * ranks; }
-  std::string optimizer = "adam";
+  OptimizerKind optimizer = OptimizerKind::adam;
   float lr = 1e-3f;
   LrPolicy lr_policy = LrPolicy::constant;  // --lr-schedule
   float warmup_epochs = 0.0f;
@@ -64,24 +74,22 @@ struct TrainOptions {
   std::uint64_t seed = 1;
   // system
   int threads = 0;                 // 0: this node's cores shared among its ranks
-  std::string cache_images = "auto";  // auto | on | off: the training images kept in memory
-  std::string precision = "f32";   // f32 | bf16 (convolutions and dense layers in bf16, the rest f32) | auto
+  CacheImages cache_images = CacheImages::automatic;  // the training images kept in memory
+  Precision precision = Precision::f32;
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::hierarchical;  // --allreduce ring | hier | mpi
-  std::string allreduce_wire = "f32";                                         // f32 | bf16 (ring only)
+  WireType allreduce_wire = WireType::f32;                                    // bf16: ring only
   // The gradients' all-reduce as the two options above set it (the ring's chunk as it is by default).
-  AllreduceOptions allreduce() const {
-    return {allreduce_algorithm, allreduce_wire == "bf16" ? WireType::bf16 : WireType::f32};
-  }
+  AllreduceOptions allreduce() const { return {allreduce_algorithm, allreduce_wire}; }
   double bucket_mb = 0.0;  // 0: one all-reduce after backward; > 0: buckets overlapped with backward
   // --shard-state: ZeRO's stage (0: none), or auto: none unless the planner shards.
   static constexpr int kShardStateAuto = -1;
   int shard_state = kShardStateAuto;
   bool recompute = false;  // --recompute: activations dropped in forward, computed again in backward
   bool scale_lr = false;   // multiply --lr by the number of ranks (Goyal et al.)
-  std::string timeout = "auto";         // seconds one wait for other ranks may last (0: no limit), or auto
-  std::optional<double> timeout_seconds;  // timeout, parsed; nullopt: auto (comm/wait_limits.hpp)
+  // --timeout: seconds one wait for other ranks may last (0: no limit); nullopt: auto (comm/wait_limits.hpp).
+  std::optional<double> timeout_seconds;
   int check_replicas = 100;               // steps between checks that replicas hold the same parameters; 0: never
-  std::string on_divergence = "stop";     // stop | resync (copy replica 0's parameters and optimizer state)
+  OnDivergence on_divergence = OnDivergence::stop;
   // pipeline
   int pipeline_stages = 1;
   int micro_batches = 1;
@@ -91,7 +99,7 @@ struct TrainOptions {
   int tensor_parallel = 1;
   std::string tensor_split = "classifier";  // classifier | blocks | layer indices, e.g. 9,11
   // planner (core/plan): the layout chosen from a profile measured at start
-  std::string strategy = "manual";  // manual | auto | data | pipeline
+  Strategy strategy = Strategy::manual;
   double memory_limit_gb = 0;       // per rank; 0: the node's memory shared among its ranks, less 10%
   bool plan_only = false;           // print the plan and stop
   int plan_for_ranks = 0, plan_for_per_node = 0;  // plan another cluster (--plan-for R[,P]); 0: this one
@@ -105,16 +113,17 @@ struct TrainOptions {
   // output
   std::string checkpoint_dir;
   // --checkpoint-every: last.h5 also between an epoch's steps, by time or by steps (0: not by that).
-  double checkpoint_every_seconds = 0;
+  double checkpoint_every_seconds = 30 * 60;
   std::uint64_t checkpoint_every_steps = 0;
-  std::string resume;  // a checkpoint path, or "auto" for <checkpoint-dir>/last.h5
+  std::string resume;        // a checkpoint path
+  bool resume_auto = false;  // --resume auto: <checkpoint-dir>/last.h5 where there is one
   std::string init;    // a checkpoint whose weights a fresh run starts from
   std::string metrics_path;
   std::string mlperf_log;       // MLPerf's :::MLLOG lines (mlperf_log.hpp)
   std::string tensorboard_dir;  // event files for TensorBoard (tensorboard_log.hpp)
   int tensorboard_every = 10;   // steps between two per-step scalars
   std::string timeline_path;  // Chrome trace of every rank's spans
-  std::string progress = "auto";  // auto | always | never
+  Progress progress = Progress::automatic;
   bool profile = false;
 
   // The settings that define the run (not where it writes), "key = value" a line: stored in checkpoints
@@ -125,7 +134,7 @@ struct TrainOptions {
   std::string describe(const Layout& layout) const;
   double bucket_bytes() const { return bucket_mb * (1 << 20); }
   // LARS and LAMB: their trust ratios need each layer's whole weights on a rank.
-  bool layerwise_optimizer() const { return optimizer == "lars" || optimizer == "lamb"; }
+  bool layerwise_optimizer() const { return optimizer == OptimizerKind::lars || optimizer == OptimizerKind::lamb; }
   // Why the optimizer's state of this run cannot be sharded ("" where it can).
   std::string shard_state_refusal() const;
 };
@@ -134,6 +143,21 @@ struct TrainOptions {
 const char* option_word(AllreduceAlgorithm algorithm);
 const char* option_word(LrPolicy policy);
 const char* option_word(PipelineSchedule schedule);
+const char* option_word(OptimizerKind optimizer);
+const char* option_word(Normalization normalize);
+const char* option_word(Precision precision);
+const char* option_word(Strategy strategy);
+const char* option_word(WireType wire);
+
+// The options as given, "--name value" for each one off its default (flags by their name alone), for the
+// run's header.
+std::string options_given(const TrainOptions& o);
+// One option of ddl_train as its table defines it, in --help's order (--help and --config aside).
+struct OptionInfo {
+  std::string name, group, default_value;
+  bool flag = false, described = false;
+};
+std::vector<OptionInfo> train_option_list();
 
 // Returns nullopt after printing --help. Throws InputError on bad options.
 std::optional<TrainOptions> parse_train_options(int argc, char** argv);

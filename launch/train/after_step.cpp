@@ -30,7 +30,7 @@ void check_replicas(const Job& job, Session& session, const std::string& when, b
   if (replicas.size() == 1 || session.layout().shards_parameters()) return;
   const std::string difference = replica_difference(replicas, replica_values(session, with_optimizer));
   if (difference.empty()) return;
-  if (job.options.on_divergence == "stop")
+  if (job.options.on_divergence == OnDivergence::stop)
     throw Error("replicas diverged " + when + ": " + difference +
                 " (a non-deterministic kernel, or faulty memory or network on a node; --on-divergence resync copies "
                 "replica 0's state and goes on)");
@@ -54,34 +54,50 @@ AfterStep::AfterStep(Job& job, Session& session, const Profiler& profiler, const
     : job_(job), session_(session), profiler_(profiler), stop_signal_(stop_signal), vote_(job.world) {}
 
 bool AfterStep::operator()(bool last_of_run) {
+  const unsigned long long step = count_step();
+  check_replicas_due(step);
+  time_step_for_replanner(step);
+  const bool stop = vote_on_stop_and_checkpoint();
+  if (!stop && !last_of_run && job_.replanner && job_.replanner->due(step)) consider_replan();
+  step_began_ = std::chrono::steady_clock::now();
+  return stop || next_.has_value();
+}
+
+unsigned long long AfterStep::count_step() {
   job_.world.hang_detector()->step_done();
   const unsigned long long step = ++job_.steps_run;
-  if (perturbation_.rank == job_.world.rank() && perturbation_.step == step) session_.model->params()[0] += 1.0f;
+  ++job_.steps_since_checkpoint;
+  if (job_.faults.after_step) job_.faults.after_step(session_.model->params(), job_.world.rank(), step);
+  return step;
+}
+
+void AfterStep::check_replicas_due(unsigned long long step) {
   const int every = job_.options.check_replicas;
   if (every > 0 && step % static_cast<unsigned>(every) == 0)
     check_replicas(job_, session_, "after step " + std::to_string(step), false);
-  Replanner* replanner = job_.replanner ? &*job_.replanner : nullptr;
-  if (replanner) {
-    if (warm_up_steps_left_ == 0)
-      replanner->step_took(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count());
-    else if (--warm_up_steps_left_ == 0)
-      replanner->begin_measuring(profiler_, step);
-  }
+}
+
+void AfterStep::time_step_for_replanner(unsigned long long step) {
+  if (!job_.replanner) return;
+  if (warm_up_steps_left_ == 0)
+    job_.replanner->step_took(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_began_).count());
+  else if (--warm_up_steps_left_ == 0)
+    job_.replanner->begin_measuring(profiler_, step);
+}
+
+// Whether the run stops here; sets checkpoint_due_.
+bool AfterStep::vote_on_stop_and_checkpoint() {
   const TrainOptions& o = job_.options;
   const bool checkpoints = !o.checkpoint_dir.empty();
-  ++job_.steps_since_checkpoint;
   StepAsks asks{.stop = stop_signal_.load() != 0};
   if (checkpoints && o.checkpoint_every_seconds > 0 && job_.world.rank() == 0 && !asked_for_checkpoint_) {
     const std::chrono::duration<double> since = std::chrono::steady_clock::now() - job_.last_checkpoint;
     asks.checkpoint = asked_for_checkpoint_ = since.count() >= o.checkpoint_every_seconds;
   }
   const StepAsks agreed = vote_.step(asks);
-  const bool stop = agreed.stop;
   checkpoint_due_ = checkpoints && (agreed.checkpoint || (o.checkpoint_every_steps > 0 &&
                                                           job_.steps_since_checkpoint >= o.checkpoint_every_steps));
-  if (!stop && !last_of_run && replanner && replanner->due(step)) consider_replan();
-  step_began_ = std::chrono::steady_clock::now();
-  return stop || next_.has_value();
+  return agreed.stop;
 }
 
 // A checkpoint asked for in the epoch's last step is the epoch's own.

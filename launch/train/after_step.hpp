@@ -1,7 +1,12 @@
-// What runs on every rank after each training step: the step counted for the hang detector, the replica
-// check (--check-replicas), the re-planner's timing and its decision (--replan-every), and the vote on a
-// stop signal and on a checkpoint by time (--checkpoint-every), which every rank must act on at the same
-// step.
+// What runs on every rank after each training step, in this order:
+//   1. the step counted, for the hang detector and the job (and a test build's injected fault);
+//   2. the replica check (--check-replicas), on the step's parameters before anything else reads them;
+//   3. the re-planner's timing of the step (--replan-every);
+//   4. the vote on a stop signal and on a checkpoint by time (--checkpoint-every), which every rank must act
+//      on at the same step;
+//   5. the re-plan itself, where due and the vote did not stop the run: it may move the job to another layout.
+// The training loop then writes a checkpoint the vote asked for (checkpoint_due) and ends the epoch where
+// operator() says so.
 #pragma once
 
 #include <atomic>
@@ -12,7 +17,6 @@
 #include "comm/step_vote.hpp"
 #include "core/profiler.hpp"
 #include "launch/replanner.hpp"
-#include "launch/test_hooks.hpp"
 #include "launch/train/job.hpp"
 #include "launch/train/session.hpp"
 
@@ -45,13 +49,17 @@ class AfterStep {
   int signal() const { return stop_signal_.load(); }
 
  private:
+  unsigned long long count_step();
+  void check_replicas_due(unsigned long long step);
+  void time_step_for_replanner(unsigned long long step);
+  bool vote_on_stop_and_checkpoint();
+
   Job& job_;
   Session& session_;
   const Profiler& profiler_;
   const std::atomic<int>& stop_signal_;
   StepVote vote_;
   std::optional<Switch> next_;
-  const ReplicaPerturbation perturbation_ = ReplicaPerturbation::from_environment();
   // A re-planning run times its steps, but not a layout's first three: they build its primitives, and the
   // buffer pool learns the step's requests (two steps asking alike) and then touches its arena's fresh
   // pages. vgg16_cifar's took 3 s each, the fourth 0.35 s; timed, they made a re-plan take the difference

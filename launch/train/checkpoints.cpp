@@ -29,7 +29,7 @@ void take_loaded_state(Job& job, TrainingState loaded) {
 // Which checkpoints --resume names, in the order to try them.
 std::vector<std::string> resume_candidates(const TrainOptions& o) {
   std::vector<std::string> candidates;
-  if (o.resume == "auto") {
+  if (o.resume_auto) {
     const std::string last = (std::filesystem::path(o.checkpoint_dir) / "last.h5").string();
     for (const auto& path : {last, previous_checkpoint(last)})
       if (std::filesystem::exists(path)) candidates.push_back(path);

@@ -52,7 +52,7 @@ std::vector<std::size_t> every_index(std::size_t n) {
 }
 
 void check_precision_and_paths(const TrainOptions& o) {
-  if (o.precision == "bf16" && !cpu_computes_bf16())
+  if (o.precision == Precision::bf16 && !cpu_computes_bf16())
     throw InputError(
         "--precision bf16: this CPU has neither AVX512-BF16 nor AMX (oneDNN would emulate bf16, "
         "slower than f32): train with --precision f32");
@@ -99,12 +99,12 @@ Preprocessing preprocessing(const TrainOptions& o, const Model& whole, const Ima
   prep.random_crop_padding = o.random_crop_padding;
   prep.random_resized_crop = o.random_resized_crop;
   prep.val_crop_fraction = o.val_crop_fraction;
-  prep.skip_corrupt = o.corrupt_images == "skip";
-  if (o.normalize == "imagenet") {
+  prep.skip_corrupt = o.corrupt_images == CorruptImages::skip;
+  if (o.normalize == Normalization::imagenet) {
     prep.normalize_mean_std = true;
     prep.mean = kImageNetMean;
     prep.stddev = kImageNetStd;
-  } else if (o.normalize == "meanstd") {
+  } else if (o.normalize == Normalization::meanstd) {
     prep.normalize_mean_std = true;
     prep.mean = o.mean.empty() ? std::vector<float>(train.channel_mean().begin(), train.channel_mean().end()) : o.mean;
     prep.stddev =
@@ -119,14 +119,14 @@ Preprocessing preprocessing(const TrainOptions& o, const Model& whole, const Ima
 // smallest node's, so that every rank decides alike. Collective over `world`.
 double images_to_keep_in_memory(Job& job, double bytes) {
   const TrainOptions& o = job.options;
-  if (o.cache_images == "off") return 0;
+  if (o.cache_images == CacheImages::off) return 0;
   if (bytes < 0) {
-    if (o.cache_images == "on")
+    if (o.cache_images == CacheImages::on)
       throw InputError("--cache-images on: " + o.train_path + " holds JPEG files, decoded each step");
     return 0;
   }
   const double share = rank_memory_limit(o, job.world.split_shared().size(), job.world);
-  if (o.cache_images == "auto" && !(bytes <= share / 4)) {
+  if (o.cache_images == CacheImages::automatic && !(bytes <= share / 4)) {
     job.cache_note = "training images read from the file every step (" +
                      std::to_string(static_cast<long long>(bytes / 1e6)) +
                      " MB do not fit in a quarter of a rank's memory share; --cache-images on to keep them in memory)";
@@ -198,7 +198,7 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
   double image_bytes = 0;
   on_every_rank(world, "setting up", [&] {
     check_precision_and_paths(o);
-    if (o.precision == "bf16") compute_type = dnnl::memory::data_type::bf16;
+    if (o.precision == Precision::bf16) compute_type = dnnl::memory::data_type::bf16;
     const ImageDataset train(o.train_path);
     config = model_config(o, train);
     if (is_graph_file(o.model)) {
@@ -220,7 +220,7 @@ Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(give
     state.input_mean.assign(prep.mean.begin(), prep.mean.end());
     state.input_std.assign(prep.stddev.begin(), prep.stddev.end());
   });
-  if (o.precision == "auto") {
+  if (o.precision == Precision::automatic) {
     // bf16 only where every rank's CPU computes it: replicas must compute alike.
     double without_bf16[1] = {cpu_computes_bf16() ? 0.0 : 1.0};
     world.allreduce_sum(without_bf16);

@@ -18,6 +18,7 @@
 #include "launch/mlperf_log.hpp"
 #include "launch/replanner.hpp"
 #include "launch/tensorboard_log.hpp"
+#include "launch/train/injected_faults.hpp"
 #include "launch/train_options.hpp"
 #include "models/registry.hpp"
 
@@ -65,6 +66,7 @@ struct Job {
   bool mlperf_run_started = false;                 // its run_start written (the first layout's)
   MlperfLog::Clock::time_point began = MlperfLog::Clock::now();  // MLPerf's init_start
   Timeline timeline;                               // --timeline: every layout's events
+  InjectedFaults faults;                           // a test build's; none in ddl_train
 };
 
 // "32x32x3": height x width x channels.

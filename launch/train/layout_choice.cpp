@@ -73,8 +73,9 @@ ChosenLayout planner_layout(Job& job) {
     return report_only;
   }
   if (o.replan_every != TrainOptions::kNeverReplan && world.size() > 1)
-    job.replanner.emplace(o, measured.profile, cluster, limit, job.cache_bytes, plan.chosen.layout);
-  world.check_same("the plan (the layout chosen by --strategy " + o.strategy + ")",
+    job.replanner.emplace(o, measured.profile, cluster, limit, job.cache_bytes, plan.chosen.layout,
+                          job.faults.measured_link);
+  world.check_same(std::string("the plan (the layout chosen by --strategy ") + option_word(o.strategy) + ")",
                    Checksum().add(plan.chosen.layout.describe()).value());
   ChosenLayout chosen = planned_layout(plan, *job.whole);
   chosen.plan_report += measured.report;
@@ -131,7 +132,7 @@ ChosenLayout planned_layout(const PlanReport& plan, Model& whole) {
 }
 
 ChosenLayout first_layout(Job& job) {
-  if (job.options.strategy == "manual") return manual_layout(job.options, *job.whole, job.world.size());
+  if (job.options.strategy == Strategy::manual) return manual_layout(job.options, *job.whole, job.world.size());
   return planner_layout(job);
 }
 

@@ -50,7 +50,7 @@ void print_run_notes(const Job& job, const Session& session) {
                 static_cast<long>(in[2]));
   std::printf("optimizer %s, schedule %s\n", session.optimizer->describe().c_str(),
               session.schedule.describe().c_str());
-  if (o.precision == "auto" && session.ctx.compute_type() == dt::f32)
+  if (o.precision == Precision::automatic && session.ctx.compute_type() == dt::f32)
     std::printf("precision auto: f32 (a CPU of this run has neither AVX512-BF16 nor AMX)\n");
   if (session.ctx.compute_type() == dt::bf16)
     std::printf(
@@ -74,10 +74,10 @@ void print_run_notes(const Job& job, const Session& session) {
                 l.replicas, l.stages, l.tensor);
   else if (l.replicas > 1 && l.buckets_overlap_backward())
     std::printf("gradients: %s all-reduce, %s wire, buckets of %g MB during backward\n",
-                option_word(o.allreduce_algorithm), o.allreduce_wire.c_str(), o.bucket_mb);
+                option_word(o.allreduce_algorithm), option_word(o.allreduce_wire), o.bucket_mb);
   else if (l.replicas > 1)
     std::printf("gradients: %s all-reduce, %s wire, one piece after backward\n", option_word(o.allreduce_algorithm),
-                o.allreduce_wire.c_str());
+                option_word(o.allreduce_wire));
   if (o.num_classes > 0 && static_cast<std::size_t>(o.num_classes) > data.num_classes())
     std::printf("note: --num-classes %d, but %s has %zu classes: the model's other outputs are never a right answer\n",
                 o.num_classes, o.train_path.c_str(), data.num_classes());
@@ -102,6 +102,7 @@ void print_run_notes(const Job& job, const Session& session) {
 void print_header(const Job& job, Session& session) {
   const ChosenLayout& chosen = session.chosen;
   const Layout& l = chosen.layout;
+  if (chosen.replan_reason.empty()) std::printf("options: %s\n", options_given(job.options).c_str());
   if (!chosen.replan_reason.empty())
     std::printf("%s\n", chosen.replan_reason.c_str());
   else if (l.stages == 1)

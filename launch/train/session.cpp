@@ -95,7 +95,7 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
     optimizer = make_optimizer(o, *model);
   }
   // --scale-lr multiplies by the global batch over the batch given: under a strategy, the ranks.
-  const int scale = o.strategy == "manual" ? l.data_ranks() : job.world.size();
+  const int scale = o.strategy == Strategy::manual ? l.data_ranks() : job.world.size();
   const float lr = o.scale_lr ? o.lr * static_cast<float>(scale) : o.lr;
   schedule = {o.lr_policy, lr, o.warmup_epochs, o.lr_step_epochs, o.lr_gamma, static_cast<float>(o.epochs), o.lr_power};
   keep_training_images_in_memory(job, *this, first_of_job);

@@ -148,7 +148,8 @@ SessionEnd TrainingLoop::run() {
   // first stage does not see the loss, so it shows no bar.
   const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
   bar_ = lead_ && layout_.stages == 1 &&
-         (o_.progress == "always" || (o_.progress == "auto" && isatty(STDOUT_FILENO) && !under_mpirun));
+         (o_.progress == Progress::always ||
+          (o_.progress == Progress::automatic && isatty(STDOUT_FILENO) && !under_mpirun));
   stop_signals_.arm();
   after_step_.emplace(job_, session_, profiler_, stop_signals_.received());
   try {
@@ -424,9 +425,10 @@ void TrainingLoop::log_run_start() {
   log.point("train_samples", std::to_string(job_.train_subset.size()));
   log.point("eval_samples", std::to_string(job_.val_subset.size()));
   log.point("gradient_accumulation_steps", "1");
-  log.point("opt_name", text(o_.optimizer));
+  log.point("opt_name", text(option_word(o_.optimizer)));
   // MLPerf names the schedule's keys after the optimizer: lars_opt_..., sgd_opt_... (opt_... for the others).
-  const std::string opt = o_.optimizer == "lars" || o_.optimizer == "sgd" ? o_.optimizer + "_opt_" : "opt_";
+  const bool named = o_.optimizer == OptimizerKind::lars || o_.optimizer == OptimizerKind::sgd;
+  const std::string opt = named ? std::string(option_word(o_.optimizer)) + "_opt_" : "opt_";
   const LrSchedule& s = session_.schedule;
   log.point(opt + "base_learning_rate", number(s.base_lr));
   log.point(opt + "learning_rate_warmup_epochs", number(s.warmup_epochs));
@@ -437,9 +439,9 @@ void TrainingLoop::log_run_start() {
               std::to_string(static_cast<long long>(
                   std::llround(s.total_epochs * static_cast<double>(epoch_indices(0).size() / layout_.batch)))));
   }
-  if (o_.optimizer != "adam") log.point(opt + "momentum", number(o_.momentum));
+  if (o_.optimizer != OptimizerKind::adam) log.point(opt + "momentum", number(o_.momentum));
   log.point(opt + "weight_decay", number(o_.weight_decay));
-  if (o_.optimizer == "lars") log.point("lars_epsilon", "0");
+  if (o_.optimizer == OptimizerKind::lars) log.point("lars_epsilon", "0");
   log.point("label_smoothing", number(o_.label_smoothing));
   log.stop("init_stop");
   log.start("run_start");

@@ -136,17 +136,17 @@ TEST(PlanStrategy, EachStrategyKeepsToItsKindOfLayout) {
   TrainOptions o;
   o.batch_size = 16;
   const Profile p = seed_cnn_profile();
-  o.strategy = "data";
+  o.strategy = Strategy::data;
   const PlanReport data = plan_strategy(o, p, {4, 2}, 0);
   EXPECT_EQ(data.chosen.layout.replicas, 4) << data.chosen.layout.describe();
   EXPECT_EQ(data.chosen.layout.global_batch(), 64);
   EXPECT_TRUE(has(data.text, "plan (--strategy data, global batch 64 on 4 ranks, 2 a node)")) << data.text;
-  o.strategy = "pipeline";
+  o.strategy = Strategy::pipeline;
   const PlanReport pipeline = plan_strategy(o, p, {4, 2}, 0);
   EXPECT_GE(pipeline.chosen.layout.stages, 2) << pipeline.chosen.layout.describe();
   EXPECT_EQ(pipeline.chosen.layout.tensor, 1);
   EXPECT_EQ(pipeline.chosen.layout.global_batch(), 64);
-  o.strategy = "auto";
+  o.strategy = Strategy::automatic;
   o.fixed_tensor = 2;
   const PlanReport split = plan_strategy(o, p, {4, 2}, 0);
   EXPECT_EQ(split.chosen.layout.tensor, 2);
@@ -158,7 +158,7 @@ TEST(PlanStrategy, EachStrategyKeepsToItsKindOfLayout) {
 TEST(PlanStrategy, ALimitNoLayoutFitsIsRefusedWithTheLimitThatWould) {
   TrainOptions o;
   o.batch_size = 16;
-  o.strategy = "auto";
+  o.strategy = Strategy::automatic;
   const Profile p = seed_cnn_profile();
   for (const double images : {0.0, 30e6}) {
     std::string error;
@@ -180,8 +180,8 @@ TEST(PlanStrategy, ALimitNoLayoutFitsIsRefusedWithTheLimitThatWould) {
 TEST(PlanStrategy, ShardsOrRecomputesWhereTheMemoryLimitAsksAndSaysWhy) {
   TrainOptions o;
   o.batch_size = 16;
-  o.optimizer = "adam";
-  o.strategy = "data";
+  o.optimizer = OptimizerKind::adam;
+  o.strategy = Strategy::data;
   Profile p = seed_cnn_profile();
   p.optimizer_floats = 2;
   p.layers[5].params = 20e6;  // the parameters' state, not the activations, fills the memory
@@ -213,7 +213,7 @@ TEST(PlanStrategy, ShardsOrRecomputesWhereTheMemoryLimitAsksAndSaysWhy) {
   EXPECT_TRUE(has(recomputed.text, "why        activations recomputed (asked for): peak ")) << recomputed.text;
   o.recompute = false;
   // LAMB shards as Adam does, its arrays' norms summed over the replicas.
-  o.optimizer = "lamb";
+  o.optimizer = OptimizerKind::lamb;
   const PlanReport lamb = plan_strategy(o, p, {4, 4}, (sharded_peak + free.chosen.prediction.peak_bytes) / 2);
   EXPECT_TRUE(lamb.chosen.layout.shards_optimizer_state()) << lamb.text;
 }

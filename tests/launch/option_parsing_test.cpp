@@ -2,6 +2,8 @@
 // what a strategy takes from the layout's options, and what a resumed run says changed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -173,6 +175,128 @@ TEST(TrainOptionsParsing, GlobalBatchStandsForEveryRanksBatch) {
             "--global-batch sets the batch of every rank: give it without --batch-size and --scale-lr");
   // Each rank's share meets the micro-batches once the layout is known (layout_choice_test), not 64.
   EXPECT_TRUE(parse({"--global-batch", "48", "--micro-batches", "3"}).has_value());
+}
+
+std::string help_text() {
+  testing::internal::CaptureStdout();
+  EXPECT_FALSE(parse({"--help"}));
+  return testing::internal::GetCapturedStdout();
+}
+
+TEST(TrainOptionTable, EveryOptionParsesItsDefaultAndAppearsInTheHelp) {
+  const std::string help = help_text();
+  const auto defaults = parse({});
+  ASSERT_TRUE(defaults);
+  EXPECT_EQ(options_given(*defaults), "--train data.h5");
+  for (const OptionInfo& option : train_option_list()) {
+    EXPECT_NE(help.find("  --" + option.name + " "), std::string::npos) << option.name;
+    // --global-batch's default stands for "not given": given, it must be at least 1.
+    if (option.flag || option.default_value.empty() || option.name == "train" || option.name == "global-batch")
+      continue;
+    // --replan-every goes with a strategy.
+    const std::vector<std::string> company =
+        option.name == "replan-every" ? std::vector<std::string>{"--strategy", "auto"} : std::vector<std::string>{};
+    const auto baseline = parse(company);
+    std::vector<std::string> args = company;
+    args.insert(args.end(), {"--" + option.name, option.default_value});
+    const auto o = parse(args);
+    ASSERT_TRUE(o && baseline) << option.name;
+    EXPECT_EQ(o->describe(), baseline->describe()) << option.name << " " << option.default_value;
+    EXPECT_EQ(options_given(*o), options_given(*baseline)) << option.name << " " << option.default_value;
+  }
+}
+
+TEST(TrainOptionTable, EveryOptionThatTakesAValueRefusesABadOneWithOneLineNamingIt) {
+  for (const OptionInfo& option : train_option_list()) {
+    // Paths and names take any text; --tensor-split's indices are checked against the model.
+    const std::vector<std::string> any_text = {
+        "model",        "train",   "val",        "tensor-split", "resume",   "init",          "save-profile",
+        "load-profile", "metrics", "mlperf-log", "tensorboard",  "timeline", "checkpoint-dir"};
+    if (option.flag || std::find(any_text.begin(), any_text.end(), option.name) != any_text.end()) continue;
+    const std::string error = error_of({"--" + option.name, "@bad"});
+    EXPECT_NE(error.find("--" + option.name), std::string::npos) << option.name << ": " << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << option.name << ": " << error;
+  }
+  EXPECT_EQ(error_of({"--threads", "65536"}), "--threads must be in [0, 1024]");
+  EXPECT_EQ(error_of({"--dropout", "1"}), "--dropout must be below 1");
+  EXPECT_EQ(error_of({"--val-crop-fraction", "0"}), "--val-crop-fraction must be in (0, 1]");
+  EXPECT_EQ(error_of({"--bucket-mb", "-1"}), "--bucket-mb must be a number >= 0");
+  EXPECT_EQ(error_of({"--steps-per-epoch", "-1"}), "--steps-per-epoch must be >= 0");
+  EXPECT_EQ(error_of({"--precision", "fp16"}), "--precision must be f32, bf16 or auto, not 'fp16'");
+}
+
+// What a checkpoint stores and a resumed run compares: the same keys as before the table (an older
+// checkpoint's configuration reads as it did), and each one's value as the option would be given.
+TEST(TrainOptionTable, TheDescriptionHoldsTheRunsDefiningOptions) {
+  const auto o = parse({"--mean", "0.5,0.25,0.125", "--std", "0.2,0.2,0.2", "--normalize", "meanstd", "--optimizer",
+                        "sgd", "--partition", "3,4", "--pipeline-stages", "2", "--shard-state", "1"});
+  ASSERT_TRUE(o);
+  std::vector<std::string> keys;
+  std::istringstream lines(o->describe());
+  for (std::string line; std::getline(lines, line);) keys.push_back(line.substr(0, line.find(" ")));
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  std::vector<std::string> before = {"model",
+                                     "num-classes",
+                                     "image-size",
+                                     "dropout",
+                                     "patch-size",
+                                     "depth",
+                                     "width",
+                                     "heads",
+                                     "random-resized-crop",
+                                     "val-crop-fraction",
+                                     "train",
+                                     "val",
+                                     "val-fraction",
+                                     "normalize",
+                                     "random-flip",
+                                     "random-crop-padding",
+                                     "epochs",
+                                     "batch-size",
+                                     "steps-per-epoch",
+                                     "optimizer",
+                                     "lr",
+                                     "lr-schedule",
+                                     "warmup-epochs",
+                                     "shard-state",
+                                     "recompute",
+                                     "lr-step-epochs",
+                                     "lr-gamma",
+                                     "lr-power",
+                                     "momentum",
+                                     "lars-trust",
+                                     "nesterov",
+                                     "weight-decay",
+                                     "adam-beta1",
+                                     "adam-beta2",
+                                     "adam-epsilon",
+                                     "seed",
+                                     "label-smoothing",
+                                     "allreduce",
+                                     "allreduce-wire",
+                                     "bucket-mb",
+                                     "scale-lr",
+                                     "pipeline-stages",
+                                     "micro-batches",
+                                     "partition",
+                                     "schedule",
+                                     "init",
+                                     "precision",
+                                     "tensor-parallel",
+                                     "tensor-split",
+                                     "strategy",
+                                     "mean",
+                                     "std"};
+  std::sort(before.begin(), before.end());
+  EXPECT_EQ(keys, before);
+  const std::string text = o->describe();
+  for (const char* line : {"mean += 0.5\n", "mean += 0.125\n", "std += 0.2\n", "optimizer = sgd\n", "partition = 3,4\n",
+                           "shard-state = 1\n", "normalize = meanstd\n", "lr = 0.001\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
+  EXPECT_EQ(options_given(*o),
+            "--train data.h5 --normalize meanstd --mean 0.5,0.25,0.125 --std 0.2,0.2,0.2 --optimizer sgd "
+            "--shard-state 1 --pipeline-stages 2 --partition 3,4");
 }
 
 TEST(ChangedOptions, NamesWhatAResumedRunChangedButItsEpochs) {

@@ -31,6 +31,8 @@ namespace ddl {
 using test::run_process;
 
 inline const std::string kTrain = DDL_TRAIN_EXE;
+// ddl_train with the faults of tests/launch/ddl_train_faults.cpp, from the environment.
+inline const std::string kTrainFaults = DDL_TRAIN_FAULTS_EXE;
 inline const std::string kData = DDL_DATA_EXE;
 inline const std::string kEval = DDL_EVAL_EXE;
 inline const std::string kPredict = DDL_PREDICT_EXE;

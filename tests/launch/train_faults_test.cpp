@@ -348,12 +348,12 @@ TEST_F(DdlTrain, TruncatedDataDuringTrainingIsNamed) {
 
 TEST_F(DdlTrain, ADriftingReplicaIsNamedOrResynchronised) {
   const std::string args = "--epochs 1 --steps-per-epoch 20 --threads 1 --check-replicas 5 ";
-  const auto stop = run("DDL_TEST_PERTURB=1:7 " + kMpirun + " -np 2 " + kTrain + train_args(args));
+  const auto stop = run("DDL_TEST_PERTURB=1:7 " + kMpirun + " -np 2 " + kTrainFaults + train_args(args));
   EXPECT_EQ(stop.exit_code, 1) << stop.err;
   EXPECT_NE(stop.err.find("replicas diverged after step 10: rank 1 differs from rank 0 in 0.weight"),
             std::string::npos)
       << stop.err;
-  const auto resync = run("DDL_TEST_PERTURB=1:7 " + kMpirun + " -np 2 " + kTrain +
+  const auto resync = run("DDL_TEST_PERTURB=1:7 " + kMpirun + " -np 2 " + kTrainFaults +
                           train_args(args + "--on-divergence resync --checkpoint-dir " + (scratch_ / "ckpt")));
   EXPECT_EQ(resync.exit_code, 0) << resync.err;
   EXPECT_EQ(resync.err.find("error"), std::string::npos) << resync.err;  // Open MPI 5 adds warnings of its own

@@ -225,7 +225,7 @@ TEST_F(DdlTrain, BadInputEndsWithOneClearLine) {
   // Found by trying ddl as a tester would: each was accepted silently or crashed.
   expect_clean_error(run(kTrain + train_args("--epochs 1") + " stray.h5"),
                      "unexpected argument 'stray.h5' (every option starts with --");
-  expect_clean_error(run(kTrain + train_args("--threads 65536")), "--threads must be between 0 and 1024");
+  expect_clean_error(run(kTrain + train_args("--threads 65536")), "--threads must be in [0, 1024]");
   expect_clean_error(run(kTrain + train_args("--cache-images yes")), "--cache-images must be auto, on or off");
   expect_clean_error(run(kTrain + train_args("--image-size 7")),
                      "model seed_cnn takes 32x32 images; --image-size does not apply to it");

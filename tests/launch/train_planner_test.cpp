@@ -86,7 +86,7 @@ TEST_F(DdlTrain, ReplanningMovesTheRunToAnotherLayoutAndTrainsTheSame) {
         " --batch-size " + std::to_string(48 / c.ranks) + " --steps-per-epoch " + c.steps + c.options;
     const std::string name = std::to_string(&c - &cases[0]);
     const std::string stayed = scratch_ / ("stayed" + name), moved = scratch_ / ("moved" + name);
-    const std::string mpirun = kMpirun + " -np " + std::to_string(c.ranks) + " " + kTrain;
+    const std::string mpirun = kMpirun + " -np " + std::to_string(c.ranks) + " " + kTrainFaults;
     const auto ref = run("DDL_TEST_SLOW_LINKS=" + c.slow + " " + mpirun +
                          train_args(sgd + batch + " --replan-every never --checkpoint-dir " + stayed));
     ASSERT_EQ(ref.exit_code, 0) << ref.err;
@@ -122,7 +122,7 @@ TEST_F(DdlTrain, ReplanningMovesTheRunToAnotherLayoutAndTrainsTheSame) {
     EXPECT_LT(worst, 1e-5);
   }
   // A re-plan due on the run's last step is not made: nothing is left to move, and the run ends as usual.
-  const auto last = run("DDL_TEST_SLOW_LINKS=1:1000 " + kMpirun + " -np 2 " + kTrain +
+  const auto last = run("DDL_TEST_SLOW_LINKS=1:1000 " + kMpirun + " -np 2 " + kTrainFaults +
                         train_args(sgd + "--batch-size 24 --steps-per-epoch 2 --replan-every 3"));
   ASSERT_EQ(last.exit_code, 0) << last.err;
   EXPECT_EQ(last.out.find("re-plan"), std::string::npos) << last.out;
