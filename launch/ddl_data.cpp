@@ -151,9 +151,8 @@ using ImportTable = OptionTable<ImportArgs>;
 const ImportTable& import_table() {
   static const ImportTable table = [] {
     ImportTable t;
-    t.group("Options")
-        .texts("from", &ImportArgs::inputs, "an image-folder root (<class>/<image>), or CIFAR binary files/dirs",
-               "an image folder or CIFAR binary files")
+    t.texts("from", &ImportArgs::inputs, "an image-folder root (<class>/<image>), or CIFAR binary files/dirs",
+            "an image folder or CIFAR binary files")
         .words("format", &ImportArgs::format, kFormatWords, "auto | folder | cifar10 | cifar100")
         .text("output", &ImportArgs::output, "dataset to write (.h5); with --shards K, <stem>-0000i-of-0000K.h5",
               ImportTable::Described::no, "the dataset to write")

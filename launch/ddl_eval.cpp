@@ -47,9 +47,8 @@ using Table = OptionTable<EvalOptions>;
 const Table& eval_table() {
   static const Table table = [] {
     Table t;
-    t.group("Options")
-        .text("checkpoint", &EvalOptions::checkpoint, "a ddl_train checkpoint", Table::Described::no,
-              "a ddl_train checkpoint")
+    t.text("checkpoint", &EvalOptions::checkpoint, "a ddl_train checkpoint", Table::Described::no,
+           "a ddl_train checkpoint")
         .text("data", &EvalOptions::data, "a dataset in ddl's format (ddl_data import), one file or its shards",
               Table::Described::no, "a dataset from ddl_data import")
         .text("output", &EvalOptions::output, "also write the results: .csv (a row per class) or .json")

@@ -49,9 +49,8 @@ using Table = OptionTable<PredictOptions>;
 const Table& predict_table() {
   static const Table table = [] {
     Table t;
-    t.group("Options")
-        .text("checkpoint", &PredictOptions::checkpoint, "a ddl_train checkpoint", Table::Described::no,
-              "a ddl_train checkpoint")
+    t.text("checkpoint", &PredictOptions::checkpoint, "a ddl_train checkpoint", Table::Described::no,
+           "a ddl_train checkpoint")
         .number("top", &PredictOptions::top, Range::at_least(1), "classes shown per image")
         .flag("csv", &PredictOptions::csv, "CSV: image, then class and probability for each of the top classes")
         .flag("logits", &PredictOptions::logits,

@@ -103,7 +103,7 @@ class OptionTable {
     // The value as a word or number, as it would be given ("" for a text not given).
     std::function<std::string(const Options& o)> show;
     bool described = false;  // in the run's description
-    bool list = false;       // described a "name += item" line each, for a config file
+    bool list = false;       // described a "name += item" line each, as checkpoints have always held lists
     bool flag = false;       // given by its name alone
   };
 
@@ -211,6 +211,10 @@ class OptionTable {
     std::vector<std::string> captions;
     for (std::size_t i = 0; i < rows_.size(); ++i) {
       const Row& row = rows_[i];
+      if (row.group.empty()) {
+        all.add_options()(row.name.c_str(), row.value(o, texts[i]), row.help.c_str());
+        continue;
+      }
       if (captions.empty() || captions.back() != row.group) {
         captions.push_back(row.group);
         groups.emplace_back(row.group);
@@ -249,7 +253,7 @@ class OptionTable {
     for (const Row& row : rows_) {
       const std::string value = row.show(o);
       if (value == row.show(defaults)) continue;
-      text += (text.empty() ? "--" : " --") + row.name + (value == "1" && row.show(defaults) == "0" ? "" : " " + value);
+      text += (text.empty() ? "--" : " --") + row.name + (row.flag ? "" : " " + value);
     }
     return text;
   }
@@ -269,7 +273,7 @@ class OptionTable {
     return *this;
   }
 
-  std::string group_ = "General";
+  std::string group_;  // "": the program's own caption
   std::vector<Row> rows_;
 };
 

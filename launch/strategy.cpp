@@ -89,19 +89,18 @@ std::string why_no_layout(const TrainOptions& o, const Profile& profile, const C
 
 }  // namespace
 
+double memory_limit_bytes(const TrainOptions& options, std::istream& meminfo, int ranks_per_node) {
+  if (options.memory_limit_gb > 0) return options.memory_limit_gb * 1e9;
+  std::string key;
+  double kb = 0;
+  while (meminfo >> key >> kb)
+    if (key == "MemTotal:") return 0.9 * kb * 1024 / std::max(1, ranks_per_node);
+  return 0;
+}
+
 double rank_memory_limit(const TrainOptions& options, int ranks_per_node, const Communicator& world) {
-  std::vector<double> limit{options.memory_limit_gb * 1e9};
-  if (options.memory_limit_gb <= 0) {
-    limit[0] = 0;
-    std::ifstream meminfo("/proc/meminfo");
-    std::string key;
-    double kb = 0;
-    while (meminfo >> key >> kb)
-      if (key == "MemTotal:") {
-        limit[0] = 0.9 * kb * 1024 / std::max(1, ranks_per_node);
-        break;
-      }
-  }
+  std::ifstream meminfo("/proc/meminfo");
+  std::vector<double> limit{memory_limit_bytes(options, meminfo, ranks_per_node)};
   world.allreduce_min(limit);
   return limit[0];
 }

@@ -3,6 +3,7 @@
 // times the ranks.
 #pragma once
 
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,10 @@ bool planner_may_split(const TrainOptions& options);
 std::vector<int> shard_states_to_plan(const TrainOptions& options, bool one_node);
 
 // A rank's memory limit in bytes: --memory-limit, or its node's memory divided among `ranks_per_node` ranks,
-// less a tenth for the system (/proc/meminfo; 0 if unknown). The smallest over `world`, so that every rank
-// plans and caches alike. Collective.
+// less a tenth for the system (`meminfo` as /proc/meminfo reads; 0 if it does not say).
+double memory_limit_bytes(const TrainOptions& options, std::istream& meminfo, int ranks_per_node);
+// memory_limit_bytes with this node's /proc/meminfo, the smallest over `world`, so that every rank plans and
+// caches alike. Collective.
 double rank_memory_limit(const TrainOptions& options, int ranks_per_node, const Communicator& world);
 
 }  // namespace ddl

@@ -169,7 +169,8 @@ void model_rows(Table& t) {
   names += " | FILE.onnx (a network exported from PyTorch: docs/onnx.md)";
   t.group("Model")
       .text("model", &TrainOptions::model, names, Described::yes)
-      .number("num-classes", &TrainOptions::num_classes, Range::at_least(0), "classes (0: the training set's)")
+      .number("num-classes", &TrainOptions::num_classes, Range::unchecked(),  // 0 or at least 2: check_combinations
+              "classes (0: the training set's)")
       .number("image-size", &TrainOptions::image_size, Range::at_least(0),
               "input height = width (0: the model's own; images are resampled to it)")
       .number("dropout", &TrainOptions::dropout, Range::below(1),
@@ -234,7 +235,7 @@ void optimizer_rows(Table& t) {
       .number("lr-power", &TrainOptions::lr_power, Range::above(0), "poly schedule: the power", Described::yes, "2")
       .number("momentum", &TrainOptions::momentum, Range::half_open(0, 1), "sgd and lars momentum", Described::yes,
               "0.9")
-      .number("lars-trust", &TrainOptions::lars_trust, Range::above(0),
+      .number("lars-trust", &TrainOptions::lars_trust, Range::at_least(0),
               "lars: the trust coefficient (eta) of the layer-wise learning rate", Described::yes, "0.001")
       .flag("nesterov", &TrainOptions::nesterov, "sgd: Nesterov momentum")
       .number("weight-decay", &TrainOptions::weight_decay, Range::at_least(0),
@@ -245,7 +246,7 @@ void optimizer_rows(Table& t) {
               "0.9")
       .number("adam-beta2", &TrainOptions::adam_beta2, Range::half_open(0, 1), "adam and lamb beta2", Described::yes,
               "0.999")
-      .number("adam-epsilon", &TrainOptions::adam_epsilon, Range::above(0), "adam and lamb epsilon (Keras 1e-7)",
+      .number("adam-epsilon", &TrainOptions::adam_epsilon, Range::at_least(0), "adam and lamb epsilon (Keras 1e-7)",
               Described::yes, "1e-07")
       .flag("scale-lr", &TrainOptions::scale_lr, "multiply --lr by the number of ranks (use with --warmup-epochs)");
 }
@@ -254,7 +255,7 @@ void training_rows(Table& t) {
   t.group("Training")
       .number("epochs", &TrainOptions::epochs, Range::at_least(1), "epochs to train (in all, counting resumed ones)")
       .number("batch-size", &TrainOptions::batch_size, Range::at_least(1), "images per step per rank")
-      .number("global-batch", &TrainOptions::global_batch, Range::at_least(0),
+      .number("global-batch", &TrainOptions::global_batch, Range::unchecked(),  // given, at least 1: check_combinations
               "images per step over all ranks, instead of --batch-size: each rank that brings its own images takes "
               "its share, so a job continued on fewer ranks (launch/elastic_run.sh) trains the same steps",
               Described::no)

@@ -108,7 +108,9 @@ struct Setting {
   std::vector<char> split{};
   bool gathers = false;
   std::size_t gather = 0;  // where a split group's batch is gathered (the layer count where none is)
-  Link tensor_link{}, stage_link{}, replica_link{};
+  const Link* tensor_link = nullptr;  // the profile's, by where each group's ranks lie
+  const Link* stage_link = nullptr;
+  const Link* replica_link = nullptr;
   // Parameters hold their value, gradient, blocked copy and optimizer state, 4 bytes each; with ZeRO's
   // stage 1 each replica keeps the optimizer's state, and updates the parameters, for 1/D of them; with
   // stage 2 it keeps 1/D of the reduced gradients too (and the buckets in flight, below); with stage 3 1/D of
@@ -190,9 +192,9 @@ Setting setting_of(const Profile& profile, const Cluster& cluster, const Layout&
                      " does not divide among its ranks and micro-batches");
   c.m = static_cast<double>(global_batch / data_ranks / c.M);
   c.P = cluster.ranks_per_node;
-  c.tensor_link = within_a_node(1, c.T, c.P) ? profile.within_node : profile.between_nodes;
-  c.stage_link = within_a_node(c.T, c.S, c.P) ? profile.within_node : profile.between_nodes;
-  c.replica_link = within_a_node(c.S * c.T, c.D, c.P) ? profile.within_node : profile.between_nodes;
+  c.tensor_link = within_a_node(1, c.T, c.P) ? &profile.within_node : &profile.between_nodes;
+  c.stage_link = within_a_node(c.T, c.S, c.P) ? &profile.within_node : &profile.between_nodes;
+  c.replica_link = within_a_node(c.S * c.T, c.D, c.P) ? &profile.within_node : &profile.between_nodes;
   c.gradients_sharded = layout.shards_gradients() && c.M == 1;
   c.state_share = layout.shards_optimizer_state() ? 1.0 / c.D : 1.0;
   c.gradient_share = c.gradients_sharded ? 1.0 / c.D : 1.0;
@@ -217,20 +219,20 @@ std::pair<double, double> split_collectives(const Setting& c, std::size_t i, dou
   const double rows = c.rows(i);
   const int T = c.T;
   if (l.split == SplitKind::dense) {
-    double ahead = gather_s(c.tensor_link, T, rows * l.output_bytes / T), back = 0;  // the outputs' shares
+    double ahead = gather_s(*c.tensor_link, T, rows * l.output_bytes / T), back = 0;  // the outputs' shares
     sent += (T - 1) * rows * l.output_bytes / T;
     if (i == c.gather) {  // the features gathered, their gradient reduce-scattered
-      ahead += gather_s(c.tensor_link, T, c.m * l.input_bytes);
-      back = gather_s(c.tensor_link, T, c.m * l.input_bytes);
+      ahead += gather_s(*c.tensor_link, T, c.m * l.input_bytes);
+      back = gather_s(*c.tensor_link, T, c.m * l.input_bytes);
       sent += 2 * (T - 1) * c.m * l.input_bytes;
     } else {  // the input gradient summed
-      back = all_reduce_s(c.tensor_link, T, rows * l.input_bytes);
+      back = all_reduce_s(*c.tensor_link, T, rows * l.input_bytes);
       sent += all_reduce_sent(T, rows * l.input_bytes);
     }
     return {ahead, ahead + back};
   }
   // A block: one all-reduce of its output each way.
-  const double each_way = all_reduce_s(c.tensor_link, T, rows * l.output_bytes);
+  const double each_way = all_reduce_s(*c.tensor_link, T, rows * l.output_bytes);
   sent += 2 * all_reduce_sent(T, rows * l.output_bytes);
   return {each_way, 2 * each_way};
 }
@@ -254,7 +256,7 @@ StageLayers stage_layers(const Setting& c, int s, std::size_t first, std::size_t
     t.largest = std::max(t.largest, l.params * share);
     if (recomputation.again(i)) t.recomputed_params += l.params * share;
     if (c.params_sharded && l.params > 0) {
-      const double g = layer_gather_s(c.replica_link, c.D, l.params * share) + c.profile.gather_extra_s;
+      const double g = layer_gather_s(*c.replica_link, c.D, l.params * share) + c.profile.gather_extra_s;
       t.param_gathers += g;
       if (recomputation.again(i)) t.gathers_again += g;
     }
@@ -282,16 +284,16 @@ StageLayers stage_layers(const Setting& c, int s, std::size_t first, std::size_t
 double reduce_comm_of(const Setting& c, const StageLayers& t, double group_reduce, double& serial_reduce) {
   const Layout& layout = c.layout;
   const int D = c.D;
-  double reduce_comm = all_reduce_s(c.replica_link, D, 4 * t.params) + group_reduce;
+  double reduce_comm = all_reduce_s(*c.replica_link, D, 4 * t.params) + group_reduce;
   const double bucket = std::min(layout.reduce_bucket_bytes(), 4 * t.params);
   // The last micro-batch's backward (taken as two thirds of a layer's time), and half the stage's all-reduce.
   const double backward = (1 - kForwardShare) * (t.slot - t.comm);
-  const double half = all_reduce_s(c.replica_link, D, 4 * t.params) / 2;
+  const double half = all_reduce_s(*c.replica_link, D, 4 * t.params) / 2;
   if (c.params_sharded && layout.plain_data_parallel()) {
     // The reduce-scatter overlaps backward as stage 2's; the layers' gathers are counted in full: a layer
     // ahead on the bucket thread they may overlap compute, but on 2 cores vgg16_cifar's did not (a third of
     // stage 0's speed, docs/performance.md), so the planner takes stage 3 for its memory, not its speed.
-    reduce_comm = std::max(all_reduce_s(c.replica_link, D, bucket) / 2, half - backward) +
+    reduce_comm = std::max(all_reduce_s(*c.replica_link, D, bucket) / 2, half - backward) +
                   c.M * (2 * t.param_gathers + t.gathers_again);
   } else if (c.params_sharded) {
     serial_reduce += half;  // the reduce-scatter; nothing follows the update
@@ -299,11 +301,11 @@ double reduce_comm_of(const Setting& c, const StageLayers& t, double group_reduc
   } else if (layout.buckets_overlap_backward() && D > 1) {
     // Buckets all-reduce while that backward runs: only what it does not cover shows, and at least the
     // last bucket.
-    reduce_comm = std::max(all_reduce_s(c.replica_link, D, bucket), reduce_comm - backward);
+    reduce_comm = std::max(all_reduce_s(*c.replica_link, D, bucket), reduce_comm - backward);
   } else if (layout.shards_gradients() && layout.plain_data_parallel()) {
     // Stage 2's buckets go to their owners (half an all-reduce) during backward likewise; the parameters'
     // all-gather, the other half, follows the update.
-    reduce_comm = half + std::max(all_reduce_s(c.replica_link, D, bucket) / 2, half - backward);
+    reduce_comm = half + std::max(all_reduce_s(*c.replica_link, D, bucket) / 2, half - backward);
   } else if (layout.shards_gradients()) {
     serial_reduce += half;
     reduce_comm = half + group_reduce;
@@ -366,10 +368,10 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     }
     if (s + 1 < S) {  // the activations forward and their gradient back, each micro-batch
       const double bytes = c.rows(end - 1) * profile.layers[end - 1].output_bytes;
-      const double message = c.stage_link.message_s(bytes);
+      const double message = c.stage_link->message_s(bytes);
       t.sent += 2 * bytes;
       // The next message may go while this one's latency runs: the link is taken only for its bytes.
-      message_seconds.push_back({message, std::min(message, bytes / c.stage_link.bytes_per_s)});
+      message_seconds.push_back({message, std::min(message, bytes / c.stage_link->bytes_per_s)});
     }
     stage_compute.push_back({t.forward, t.slot - t.forward});
     t.slot += t.comm;
@@ -378,7 +380,7 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
     // replica whose shard holds all of them, or a shard's worth, sets the step (AlexNet's convolutions come
     // first in a rank's buffer and fit one shard; VGG16-CIFAR's fill two).
     const double whole_reduced = layout.shards_optimizer_state() ? std::min(t.whole, t.params / D) : t.whole;
-    const double group_reduce = all_reduce_s(c.tensor_link, T, 4 * whole_reduced);
+    const double group_reduce = all_reduce_s(*c.tensor_link, T, 4 * whole_reduced);
     const double reduce_comm = reduce_comm_of(c, t, group_reduce, serial_reduce);
     const double reduce = reduce_comm + t.params * c.state_share * profile.optimizer_s_per_param;
     if (reduce > p.reduce_s) p.reduce_s = reduce;

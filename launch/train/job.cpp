@@ -117,26 +117,24 @@ Preprocessing preprocessing(const TrainOptions& o, const Model& whole, const Ima
 // every training image, since each epoch deals them out to the replicas anew (the other stages read none).
 // auto: where the whole file's images take at most a quarter of a rank's share of the node's memory, the
 // smallest node's, so that every rank decides alike. Collective over `world`.
-double images_to_keep_in_memory(Job& job, double bytes) {
-  const TrainOptions& o = job.options;
+double images_to_keep_in_memory(const TrainOptions& o, const Communicator& world, double bytes, std::string& note) {
   if (o.cache_images == CacheImages::off) return 0;
   if (bytes < 0) {
     if (o.cache_images == CacheImages::on)
       throw InputError("--cache-images on: " + o.train_path + " holds JPEG files, decoded each step");
     return 0;
   }
-  const double share = rank_memory_limit(o, job.world.split_shared().size(), job.world);
+  const double share = rank_memory_limit(o, world.split_shared().size(), world);
   if (o.cache_images == CacheImages::automatic && !(bytes <= share / 4)) {
-    job.cache_note = "training images read from the file every step (" +
-                     std::to_string(static_cast<long long>(bytes / 1e6)) +
-                     " MB do not fit in a quarter of a rank's memory share; --cache-images on to keep them in memory)";
+    note = "training images read from the file every step (" + std::to_string(static_cast<long long>(bytes / 1e6)) +
+           " MB do not fit in a quarter of a rank's memory share; --cache-images on to keep them in memory)";
     return 0;
   }
   return bytes;
 }
 
 // Validation: a separate file, or a seeded fraction held out of the training file.
-void choose_subsets(Job& job, const ImageDataset& train) {
+void choose_subsets(JobSettings& job, const ImageDataset& train) {
   const TrainOptions& o = job.options;
   job.train_subset = every_index(train.size());
   if (!o.val_path.empty()) {
@@ -160,7 +158,7 @@ void choose_subsets(Job& job, const ImageDataset& train) {
 
 // An imported graph's model: checkpoints keep the graph (without the weights they hold themselves) and
 // its names; the run says where its weights start from.
-void keep_graph(Job& job, GraphModel graph) {
+void keep_graph(Job& job, const TrainOptions& o, GraphModel graph) {
   job.whole = std::move(graph.model);
   job.whole->set_starting_values(nullptr);  // the sessions' models start from the values; this one chooses layouts
   std::set<std::string> weights;
@@ -170,9 +168,85 @@ void keep_graph(Job& job, GraphModel graph) {
   }
   const std::string stripped = onnx::strip_weights(job.config.graph->bytes, weights);
   job.state.graph.assign(stripped.begin(), stripped.end());
-  job.init_note = "initialised from the graph's initializers (" + job.options.model + ")";
+  job.init_note = "initialised from the graph's initializers (" + o.model + ")";
   if (!graph.fresh_classifier.empty())
     job.init_note += "; " + graph.fresh_classifier + " start afresh (the graph's classifier is for another class count)";
+}
+
+// A loader that decodes JPEG files gets cores of its own where the rank has them: ranks of a node that see
+// the same CPUs (no binding, or one cgroup for all) split them.
+void place_threads_apart(JobSettings& s, const Communicator& node) {
+  const std::vector<int> cpus = allowed_cpus();
+  const std::uint64_t mine = Checksum().add(std::span<const int>(cpus)).value();
+  const auto all = node.allgather(mine);
+  const auto sharing = static_cast<int>(std::count(all.begin(), all.end(), mine));
+  int index = 0;
+  for (int r = 0; r < node.rank(); ++r) index += all[static_cast<std::size_t>(r)] == mine;
+  ThreadPlacement placement = place_threads(cpus, index, sharing, s.threads, s.loader_threads);
+  pin_compute_threads(placement.compute);
+  s.prep.loader_cpus = std::move(placement.loader);
+  s.placement_note = std::move(placement.note);
+}
+
+// The model and the data, read once on every rank alike: the job's model definition and training state
+// filled in, the settings that follow from them returned in `s`. Returns the training images' bytes (-1 for
+// an encoded set, read from its file each step).
+double set_up_model_and_data(Job& job, JobSettings& s) {
+  const TrainOptions& o = s.options;
+  double image_bytes = 0;
+  on_every_rank(job.world, "setting up", [&] {
+    check_precision_and_paths(o);
+    if (o.precision == Precision::bf16) s.compute_type = dnnl::memory::data_type::bf16;
+    const ImageDataset train(o.train_path);
+    job.config = model_config(o, train);
+    if (is_graph_file(o.model)) {
+      job.config.graph = read_graph_file(o.model);
+      keep_graph(job, o, define_graph_model(o.model, job.config));
+    } else {
+      job.whole = define_model(o.model, job.config);
+    }
+    check_model_input(o, *job.whole, train);
+    s.prep = preprocessing(o, *job.whole, train);
+    s.prep.decode_threads = s.loader_threads;
+    s.decodes_images = train.encoded();
+    if (!o.plan_only) choose_subsets(s, train);  // a plan reads no validation set
+    image_bytes = train.encoded() ? -1.0 : static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
+    job.state.model_name = job.whole->name();
+    job.state.seed = o.seed;
+    job.state.class_names = train.class_names();
+    job.state.input_mean.assign(s.prep.mean.begin(), s.prep.mean.end());
+    job.state.input_std.assign(s.prep.stddev.begin(), s.prep.stddev.end());
+  });
+  return image_bytes;
+}
+
+JobSettings settle(TrainOptions given, Job& job) {
+  const Communicator& world = job.world;
+  JobSettings s;
+  s.options = std::move(given);
+  TrainOptions& o = s.options;
+  // A strategy measures its profile at a rank's share of the global batch.
+  if (o.global_batch > 0) o.batch_size = std::max(1, o.global_batch / world.size());
+  const Communicator node = world.split_shared();
+  const int on_this_node = node.size();
+  s.threads = o.threads > 0 ? o.threads : default_threads(on_this_node);
+  s.loader_threads =
+      o.loader_threads > 0 ? o.loader_threads : std::max(1, cores_left_to_a_rank(on_this_node, s.threads));
+  std::vector<double> largest_node{static_cast<double>(on_this_node)};
+  world.allreduce_max(largest_node);
+  s.ranks_per_node = static_cast<int>(largest_node[0]);
+  omp_set_num_threads(s.threads);
+  s.nodes = describe_nodes(world);
+  const double image_bytes = set_up_model_and_data(job, s);
+  if (o.precision == Precision::automatic) {
+    // bf16 only where every rank's CPU computes it: replicas must compute alike.
+    double without_bf16[1] = {cpu_computes_bf16() ? 0.0 : 1.0};
+    world.allreduce_sum(without_bf16);
+    if (without_bf16[0] == 0.0) s.compute_type = dnnl::memory::data_type::bf16;
+  }
+  s.cache_bytes = images_to_keep_in_memory(o, world, image_bytes, job.cache_note);
+  if (s.decodes_images) place_threads_apart(s, node);
+  return s;
 }
 
 }  // namespace
@@ -182,66 +256,8 @@ std::string image_shape(const ImageDataset& ds) {
   return std::to_string(ds.height()) + "x" + std::to_string(ds.width()) + "x" + std::to_string(ds.channels());
 }
 
-Job::Job(TrainOptions given, const Communicator& ranks) : options(std::move(given)), world(ranks) {
-  // A strategy measures its profile at a rank's share of the global batch.
-  if (options.global_batch > 0) options.batch_size = std::max(1, options.global_batch / world.size());
-  const TrainOptions& o = options;
-  const Communicator node = world.split_shared();
-  const int on_this_node = node.size();
-  threads = o.threads > 0 ? o.threads : default_threads(on_this_node);
-  loader_threads = o.loader_threads > 0 ? o.loader_threads : std::max(1, cores_left_to_a_rank(on_this_node, threads));
-  std::vector<double> largest_node{static_cast<double>(on_this_node)};
-  world.allreduce_max(largest_node);
-  ranks_per_node = static_cast<int>(largest_node[0]);
-  omp_set_num_threads(threads);
-  nodes = describe_nodes(world);
-  double image_bytes = 0;
-  on_every_rank(world, "setting up", [&] {
-    check_precision_and_paths(o);
-    if (o.precision == Precision::bf16) compute_type = dnnl::memory::data_type::bf16;
-    const ImageDataset train(o.train_path);
-    config = model_config(o, train);
-    if (is_graph_file(o.model)) {
-      config.graph = read_graph_file(o.model);
-      keep_graph(*this, define_graph_model(o.model, config));
-    } else {
-      whole = define_model(o.model, config);
-    }
-    check_model_input(o, *whole, train);
-    prep = preprocessing(o, *whole, train);
-    prep.decode_threads = loader_threads;
-    decodes_images = train.encoded();
-    if (!o.plan_only) choose_subsets(*this, train);  // a plan reads no validation set
-    // An encoded dataset is read from its file, decoded each step.
-    image_bytes = train.encoded() ? -1.0 : static_cast<double>(train.size()) * static_cast<double>(train.image_bytes());
-    state.model_name = whole->name();
-    state.seed = o.seed;
-    state.class_names = train.class_names();
-    state.input_mean.assign(prep.mean.begin(), prep.mean.end());
-    state.input_std.assign(prep.stddev.begin(), prep.stddev.end());
-  });
-  if (o.precision == Precision::automatic) {
-    // bf16 only where every rank's CPU computes it: replicas must compute alike.
-    double without_bf16[1] = {cpu_computes_bf16() ? 0.0 : 1.0};
-    world.allreduce_sum(without_bf16);
-    if (without_bf16[0] == 0.0) compute_type = dnnl::memory::data_type::bf16;
-  }
-  cache_bytes = images_to_keep_in_memory(*this, image_bytes);
-  // A loader that decodes JPEG files gets cores of its own where the rank has them.
-  if (decodes_images) {
-    // Ranks of a node that see the same CPUs (no binding, or one cgroup for all) split them.
-    const std::vector<int> cpus = allowed_cpus();
-    const std::uint64_t mine = Checksum().add(std::span<const int>(cpus)).value();
-    const auto all = node.allgather(mine);
-    const auto sharing = static_cast<int>(std::count(all.begin(), all.end(), mine));
-    int index = 0;
-    for (int r = 0; r < node.rank(); ++r) index += all[static_cast<std::size_t>(r)] == mine;
-    ThreadPlacement placement = place_threads(cpus, index, sharing, threads, loader_threads);
-    pin_compute_threads(placement.compute);
-    prep.loader_cpus = std::move(placement.loader);
-    placement_note = std::move(placement.note);
-  }
-}
+Job::Job(TrainOptions given, const Communicator& ranks)
+    : world(ranks), settings(settle(given, *this)), given_options(options_given(given)) {}
 
 void Job::forget_graph_weights() {
   if (!config.graph || !config.graph->weights_elsewhere.empty()) return;

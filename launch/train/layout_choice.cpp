@@ -50,9 +50,9 @@ MeasuredProfile load_profile(const TrainOptions& o, const Communicator& world, c
 ChosenLayout planner_layout(Job& job) {
   const TrainOptions& o = job.options;
   const Communicator& world = job.world;
-  const bool one_node = job.ranks_per_node == world.size();
+  const bool one_node = job.settings.ranks_per_node == world.size();
   const MeasuredProfile measured = o.load_profile.empty()
-                                       ? measure_profile(o, job.config, world, job.compute_type, one_node)
+                                       ? measure_profile(o, job.config, world, job.settings.compute_type, one_node)
                                        : load_profile(o, world, *job.whole);
   on_every_rank(world, "--save-profile", [&] {
     if (o.save_profile.empty() || world.rank() != 0) return;
@@ -63,17 +63,17 @@ ChosenLayout planner_layout(Job& job) {
   });
   const int ranks = o.plan_for_ranks > 0 ? o.plan_for_ranks : world.size();
   const Cluster cluster{ranks,
-                        o.plan_for_per_node > 0 ? o.plan_for_per_node : std::min(job.ranks_per_node, ranks),
+                        o.plan_for_per_node > 0 ? o.plan_for_per_node : std::min(job.settings.ranks_per_node, ranks),
                         o.allreduce_algorithm == AllreduceAlgorithm::hierarchical};
   const double limit = rank_memory_limit(o, cluster.ranks_per_node, world);
-  const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit, job.cache_bytes);
+  const PlanReport plan = plan_strategy(o, measured.profile, cluster, limit, job.settings.cache_bytes);
   if (o.plan_only) {
     ChosenLayout report_only;
     report_only.plan_report = plan.text + measured.report;
     return report_only;
   }
   if (o.replan_every != TrainOptions::kNeverReplan && world.size() > 1)
-    job.replanner.emplace(o, measured.profile, cluster, limit, job.cache_bytes, plan.chosen.layout,
+    job.replanner.emplace(o, measured.profile, cluster, limit, job.settings.cache_bytes, plan.chosen.layout,
                           job.faults.measured_link);
   world.check_same(std::string("the plan (the layout chosen by --strategy ") + option_word(o.strategy) + ")",
                    Checksum().add(plan.chosen.layout.describe()).value());

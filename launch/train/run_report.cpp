@@ -21,18 +21,19 @@ void print_grid(const Job& job, const Session& session) {
     std::printf(
         "ranks %d in a grid %d x %d x %d (replicas x stages x tensor-parallel), threads per rank %d, batch %d "
         "per %s (global %d)",
-        ranks, l.replicas, l.stages, l.tensor, job.threads, l.batch,
+        ranks, l.replicas, l.stages, l.tensor, job.settings.threads, l.batch,
         l.gathers_batch() ? "rank" : "tensor group", l.global_batch());
   else if (l.stages == 1)
-    std::printf("ranks %d, threads per rank %d, batch %d per rank (global %d)", ranks, job.threads, l.batch,
+    std::printf("ranks %d, threads per rank %d, batch %d per rank (global %d)", ranks, job.settings.threads, l.batch,
                 l.global_batch());
   else
     std::printf("ranks %d in a grid %d x %d (replicas x stages), threads per rank %d, batch %d per replica (global %d)",
-                ranks, l.replicas, l.stages, job.threads, l.batch, l.global_batch());
+                ranks, l.replicas, l.stages, job.settings.threads, l.batch, l.global_batch());
   if (l.micro_batches > 1 || l.stages > 1)
     std::printf(" in %d micro-batches (%s)", l.micro_batches, option_word(l.schedule));
   std::printf("%s", l.recompute_note().c_str());
-  std::printf(", %zu training / %zu validation images\n", job.train_subset.size(), job.val_subset.size());
+  std::printf(", %zu training / %zu validation images\n", job.settings.train_subset.size(),
+              job.settings.val_subset.size());
 }
 
 // How the run computes and averages, and where it started from.
@@ -42,9 +43,9 @@ void print_run_notes(const Job& job, const Session& session) {
   const ImageDataset& data = session.train_loader->dataset();
   const dims_t& in = session.model->input_shape();
   if (data.encoded())
-    std::printf("JPEG files decoded on %d loader threads a rank, %s to %ldx%ld (rank 0: %s)\n", job.loader_threads,
-                o.random_resized_crop ? "random-resized-cropped" : "centre-cropped", static_cast<long>(in[1]),
-                static_cast<long>(in[2]), job.placement_note.c_str());
+    std::printf("JPEG files decoded on %d loader threads a rank, %s to %ldx%ld (rank 0: %s)\n",
+                job.settings.loader_threads, o.random_resized_crop ? "random-resized-cropped" : "centre-cropped",
+                static_cast<long>(in[1]), static_cast<long>(in[2]), job.settings.placement_note.c_str());
   else if (data.height() != in[1] || data.width() != in[2])
     std::printf("%s images resampled to %ldx%ld (bilinear)\n", image_shape(data).c_str(), static_cast<long>(in[1]),
                 static_cast<long>(in[2]));
@@ -102,7 +103,7 @@ void print_run_notes(const Job& job, const Session& session) {
 void print_header(const Job& job, Session& session) {
   const ChosenLayout& chosen = session.chosen;
   const Layout& l = chosen.layout;
-  if (chosen.replan_reason.empty()) std::printf("options: %s\n", options_given(job.options).c_str());
+  if (chosen.replan_reason.empty()) std::printf("options: %s\n", job.given_options.c_str());
   if (!chosen.replan_reason.empty())
     std::printf("%s\n", chosen.replan_reason.c_str());
   else if (l.stages == 1)
@@ -111,7 +112,7 @@ void print_header(const Job& job, Session& session) {
     std::printf("model %s in %d pipeline stages:\n%s", job.options.model.c_str(), l.stages,
                 session.partition_report.c_str());
   print_grid(job, session);
-  if (!job.nodes.empty()) std::printf("%s\n", job.nodes.c_str());
+  if (!job.settings.nodes.empty()) std::printf("%s\n", job.settings.nodes.c_str());
   if (!chosen.split_report.empty()) std::printf("%s\n", chosen.split_report.c_str());
   if (!chosen.plan_report.empty()) std::printf("%s", chosen.plan_report.c_str());
   if (chosen.replan_reason.empty()) print_run_notes(job, session);

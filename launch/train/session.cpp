@@ -16,17 +16,17 @@ namespace {
 // rank that read none before a move reads none after it: the other ranks would wait for it in a collective
 // under the training's time limit. Collective over the job's ranks.
 void keep_training_images_in_memory(Job& job, Session& session, bool first_of_job) {
-  if (job.cache_bytes == 0) return;
+  if (job.settings.cache_bytes == 0) return;
   on_every_rank(job.world, "reading the training images into memory", [&] {
     if (!session.train_loader) return job.image_cache.reset();
     if (job.image_cache) return session.train_loader->keep_in_memory(job.image_cache);
     if (!first_of_job) return;
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      job.image_cache = session.train_loader->keep_in_memory(job.train_subset);
+      job.image_cache = session.train_loader->keep_in_memory(job.settings.train_subset);
     } catch (const std::bad_alloc&) {
       throw InputError("--cache-images: no memory for the " +
-                       std::to_string(static_cast<long long>(job.cache_bytes / 1e6)) +
+                       std::to_string(static_cast<long long>(job.settings.cache_bytes / 1e6)) +
                        " MB of training images (--cache-images off reads them from the file every step)");
     }
     char note[160];
@@ -60,7 +60,7 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
   const TrainOptions& o = job.options;
   Layout& l = chosen.layout;
   const GridPosition& p = grid.position();
-  ctx.set_compute_type(job.compute_type);
+  ctx.set_compute_type(job.settings.compute_type);
   LayerSplit split;
   if (l.tensor > 1) split = {l.split, grid.tensor_group()};
   StagePartition partition =
@@ -78,11 +78,11 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
   model->recompute_activations(l.recomputes(p.stage));
   for (auto& copy : copies) copy->recompute_activations(l.recomputes(p.stage));
 
-  Preprocessing prep = job.prep;
+  Preprocessing prep = job.settings.prep;
   prep.type = model->input_type(ctx);
   if (p.stage == 0) open_loaders(job, *this, prep);
-  if (job.train_subset.size() < static_cast<std::size_t>(l.global_batch()))
-    throw InputError("the training set has " + std::to_string(job.train_subset.size()) +
+  if (job.settings.train_subset.size() < static_cast<std::size_t>(l.global_batch()))
+    throw InputError("the training set has " + std::to_string(job.settings.train_subset.size()) +
                      " images, fewer than one global batch of " + std::to_string(l.global_batch()));
 
   if (l.shards_optimizer_state()) {

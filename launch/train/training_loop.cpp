@@ -69,15 +69,15 @@ class TrainingLoop {
   void log_run_start();
   // This rank's images of the epoch, in batches of the layout's.
   std::vector<std::size_t> epoch_indices(int epoch) const {
-    auto indices = training_indices(job_.train_subset.size(), o_.seed, epoch, layout_.data_rank(session_.position()),
-                                    layout_.data_ranks(), layout_.batch);
+    auto indices = training_indices(job_.settings.train_subset.size(), o_.seed, epoch,
+                                    layout_.data_rank(session_.position()), layout_.data_ranks(), layout_.batch);
     if (o_.steps_per_epoch > 0)
       indices.resize(std::min(indices.size(), static_cast<std::size_t>(o_.steps_per_epoch) * layout_.batch));
     return indices;
   }
   // Whether epoch (from 0) ends with a validation: every --eval-every epochs and the last.
   bool validates(int epoch) const {
-    return !job_.val_subset.empty() && ((epoch + 1) % o_.eval_every == 0 || epoch + 1 == o_.epochs);
+    return !job_.settings.val_subset.empty() && ((epoch + 1) % o_.eval_every == 0 || epoch + 1 == o_.epochs);
   }
 
   Job& job_;
@@ -168,7 +168,7 @@ SessionEnd TrainingLoop::run() {
         std::printf("\n");
       }
       if (o_.profile && steps_trained_) print_profile(profiler_, seconds_trained_, steps_trained_);
-      if (!job_.val_subset.empty() && last_val_.images > 0)
+      if (!job_.settings.val_subset.empty() && last_val_.images > 0)
         std::printf("final validation accuracy %.4f (best %.4f)\n", last_val_.accuracy, job_.state.best_accuracy);
       // Without a target, a run that trained every epoch succeeded.
       if (job_.mlperf)
@@ -196,13 +196,13 @@ std::optional<SessionEnd> TrainingLoop::train_steps(int epoch, PassMetrics& tr) 
                      std::to_string(layout_.global_batch()) + " now)");
   indices.erase(indices.begin(), indices.begin() + static_cast<std::ptrdiff_t>(first_step * batch));
   if (job_.mlperf && first_step == 0) {
-    if (!job_.val_subset.empty() && epoch % o_.eval_every == 0)  // the epochs up to an evaluation
+    if (!job_.settings.val_subset.empty() && epoch % o_.eval_every == 0)  // the epochs up to an evaluation
       job_.mlperf->start("block_start", "\"first_epoch_num\": " + std::to_string(epoch + 1) + ", \"epoch_count\": " +
                                             std::to_string(std::min(o_.eval_every, o_.epochs - epoch)));
     job_.mlperf->start("epoch_start", epoch_number(epoch));
   }
   BatchLoader* loader = session_.train_loader ? &*session_.train_loader : nullptr;
-  if (loader) loader->start(select(job_.train_subset, indices), true, o_.seed, epoch, first_step);
+  if (loader) loader->start(select(job_.settings.train_subset, indices), true, o_.seed, epoch, first_step);
   ProgressBar progress(epoch + 1, o_.epochs);
   group_.take_stats();
   if (link_) link_->take_wait_seconds();
@@ -262,8 +262,8 @@ std::optional<SessionEnd> TrainingLoop::end_epoch(int epoch, const PassMetrics& 
   if (validates(epoch)) {
     if (job_.mlperf) job_.mlperf->start("eval_start", epoch_number(epoch));
     const GridPosition& p = session_.position();
-    const auto mine = evaluation_indices(job_.val_subset.size(), p.replica, layout_.replicas);
-    if (session_.val_loader) session_.val_loader->start(select(job_.val_subset, mine), false, o_.seed, epoch);
+    const auto mine = evaluation_indices(job_.settings.val_subset.size(), p.replica, layout_.replicas);
+    if (session_.val_loader) session_.val_loader->start(select(job_.settings.val_subset, mine), false, o_.seed, epoch);
     figures.val = trainer_->evaluate(session_.val_loader ? &*session_.val_loader : nullptr, mine.size());
     figures.validated = true;
     last_val_ = figures.val;
@@ -416,14 +416,15 @@ void TrainingLoop::log_run_start() {
   log.point("submission_benchmark", text(o_.model.rfind("resnet50", 0) == 0 ? "resnet" : o_.model));
   log.point("submission_division", text("open"));
   log.point("submission_org", text("ddl"));
-  log.point("submission_platform", text(std::to_string(world_.size()) + " ranks x " + std::to_string(job_.threads) +
-                                        " threads" + (job_.nodes.empty() ? "" : ", " + job_.nodes)));
+  log.point("submission_platform",
+            text(std::to_string(world_.size()) + " ranks x " + std::to_string(job_.settings.threads) + " threads" +
+                 (job_.settings.nodes.empty() ? "" : ", " + job_.settings.nodes)));
   log.point("submission_status", text("onprem"));
   log.point("cache_clear", "false");
   log.point("seed", std::to_string(o_.seed));
   log.point("global_batch_size", std::to_string(layout_.global_batch()));
-  log.point("train_samples", std::to_string(job_.train_subset.size()));
-  log.point("eval_samples", std::to_string(job_.val_subset.size()));
+  log.point("train_samples", std::to_string(job_.settings.train_subset.size()));
+  log.point("eval_samples", std::to_string(job_.settings.val_subset.size()));
   log.point("gradient_accumulation_steps", "1");
   log.point("opt_name", text(option_word(o_.optimizer)));
   // MLPerf names the schedule's keys after the optimizer: lars_opt_..., sgd_opt_... (opt_... for the others).

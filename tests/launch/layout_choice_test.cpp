@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "core/error.hpp"
@@ -79,6 +80,17 @@ TEST(ManualLayout, DealsAGlobalBatchAmongTheRanksThatBringImages) {
     EXPECT_EQ(std::string(e.what()),
               "--global-batch 48 does not divide among 3 ranks that bring their own images in 5 micro-batches each");
   }
+}
+
+TEST(MemoryLimit, IsTheOptionOrTheNodesMemorySharedAmongItsRanksLessATenth) {
+  TrainOptions o;
+  std::istringstream meminfo("MemTotal:       16000000 kB\nMemFree:         8000000 kB\n");
+  EXPECT_DOUBLE_EQ(memory_limit_bytes(o, meminfo, 4), 0.9 * 16000000.0 * 1024 / 4);
+  std::istringstream silent("MemFree: 8000000 kB\n");
+  EXPECT_EQ(memory_limit_bytes(o, silent, 4), 0);  // unknown: no limit
+  o.memory_limit_gb = 2.5;
+  std::istringstream unread("MemTotal: 16000000 kB\n");
+  EXPECT_DOUBLE_EQ(memory_limit_bytes(o, unread, 4), 2.5e9);
 }
 
 TEST(ManualLayout, SplitsTheClassifierLayersTheGroupDivides) {

@@ -297,6 +297,8 @@ TEST(TrainOptionTable, TheDescriptionHoldsTheRunsDefiningOptions) {
   EXPECT_EQ(options_given(*o),
             "--train data.h5 --normalize meanstd --mean 0.5,0.25,0.125 --std 0.2,0.2,0.2 --optimizer sgd "
             "--shard-state 1 --pipeline-stages 2 --partition 3,4");
+  // A number at 1 over a default of 0 is a value, not a flag.
+  EXPECT_EQ(options_given(*parse({"--threads", "1", "--recompute"})), "--train data.h5 --threads 1 --recompute");
 }
 
 TEST(ChangedOptions, NamesWhatAResumedRunChangedButItsEpochs) {
