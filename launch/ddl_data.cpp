@@ -341,17 +341,28 @@ int run_info(const std::vector<std::string>& args) {
 
 // What launch/import_torch.py needs to write a checkpoint for a model: every parameter's and every
 // layer state's name and shape, in the order checkpoints keep them.
+const OptionTable<ModelConfig>& model_table() {
+  static const OptionTable<ModelConfig> table = [] {
+    OptionTable<ModelConfig> t;
+    t.number("num-classes", &ModelConfig::num_classes, Range::at_least(1), "classes")
+        .number("image-size", &ModelConfig::image_size, Range::at_least(0), "input height and width (0: the model's)")
+        .number("patch-size", &ModelConfig::patch_size, Range::at_least(0), "vit: patch size (0: the model's)")
+        .number("depth", &ModelConfig::depth, Range::at_least(0), "vit: encoder blocks (0: the model's)")
+        .number("width", &ModelConfig::width, Range::at_least(0), "vit: hidden size (0: the model's)")
+        .number("heads", &ModelConfig::heads, Range::at_least(0), "vit: attention heads (0: the model's)");
+    return t;
+  }();
+  return table;
+}
+
 int run_model(const std::vector<std::string>& args) {
   std::string name;
   ModelConfig config;
+  config.num_classes = 10;
   po::options_description opts("ddl_data model NAME");
-  opts.add_options()("help,h", "print this help")("num-classes", po::value(&config.num_classes)->default_value(10),
-                                                  "classes")(
-      "image-size", po::value(&config.image_size)->default_value(0), "input height and width (0: the model's)")(
-      "patch-size", po::value(&config.patch_size)->default_value(0), "vit: patch size (0: the model's)")(
-      "depth", po::value(&config.depth)->default_value(0), "vit: encoder blocks (0: the model's)")(
-      "width", po::value(&config.width)->default_value(0), "vit: hidden size (0: the model's)")(
-      "heads", po::value(&config.heads)->default_value(0), "vit: attention heads (0: the model's)");
+  opts.add_options()("help,h", "print this help");
+  std::vector<std::string> texts;
+  model_table().add_to(opts, config, texts);
   po::options_description hidden;
   hidden.add_options()("name", po::value(&name));
   po::options_description all;
@@ -374,8 +385,7 @@ int run_model(const std::vector<std::string>& args) {
     for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
     throw InputError("model needs a model name (" + known + ")");
   }
-  if (config.image_size < 0 || config.patch_size < 0 || config.depth < 0 || config.width < 0 || config.heads < 0)
-    throw InputError("--image-size, --patch-size, --depth, --width and --heads must be >= 0");
+  model_table().finish(config, texts);
   if (is_graph_file(name)) config.graph = read_graph_file(name);
   Context ctx;
   const auto model = make_model(name, config, ctx);
