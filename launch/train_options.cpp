@@ -385,17 +385,18 @@ void planner_rows(Table& t) {
                    "LATENCY_US,GB_PER_S between nodes, where it cannot be measured (default 50,1.25: 10 Gbit/s "
                    "Ethernet)"}}) {
     const std::string option = name;
+    Link TrainOptions::*member = link;  // clang before 16 cannot capture a structured binding
     t.converted(
         name, "", help,
-        [option, link](TrainOptions& o, const std::string& text) {
+        [option, member](TrainOptions& o, const std::string& text) {
           if (text.empty()) return;
           const auto v = parse_floats(text, option.c_str());
           require(v.size() == 2 && v[0] >= 0 && v[1] > 0, "--" + option + " takes LATENCY_US,GB_PER_S, e.g. 50,1.25");
-          o.*link = {v[0] * 1e-6, v[1] * 1e9};
+          o.*member = {v[0] * 1e-6, v[1] * 1e9};
         },
-        [link](const TrainOptions& o) {
+        [member](const TrainOptions& o) {
           std::ostringstream s;
-          s << (o.*link).latency_s * 1e6 << "," << (o.*link).bytes_per_s / 1e9;
+          s << (o.*member).latency_s * 1e6 << "," << (o.*member).bytes_per_s / 1e9;
           return s.str();
         });
   }
