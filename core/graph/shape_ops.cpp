@@ -27,11 +27,10 @@ const std::vector<std::int64_t>& integers(const OpSpec& spec, std::size_t i) {
   return *v;
 }
 
-// Numbers as they are, seen with other dims: Identity, Reshape, Flatten, Squeeze, Unsqueeze, Cast to float.
+// Numbers as they are, seen with other dims: Identity, Reshape, Flatten, Squeeze, Unsqueeze.
 class SameNumbers : public Operator {
  public:
   explicit SameNumbers(OpSpec spec) : Operator(std::move(spec)) {
-    if (spec_.type == "Cast" && spec_.integer("to", 1) != 1) spec_.fail("ddl casts values computed on images to float only");
     if (spec_.type == "Reshape" && spec_.integer("allowzero", 0) != 0) spec_.fail("ddl takes a Reshape without allowzero");
   }
   dims_t output_dims(OpInputs in, std::int64_t batch) const override {
@@ -55,6 +54,47 @@ class SameNumbers : public Operator {
     walk::add_into(in[0]->grad, out.grad, product(out.dims));
   }
   bool aliases_input(OpInputs) const override { return true; }
+};
+
+// Cast of values computed on images, which ddl holds as floats whatever their ONNX type: to a float type,
+// as they are (the gradient passes); to bool, 1 where not 0 (`x.bool()`, a mask); to an integer type,
+// rounded toward zero (`x.long()`, an index). Neither of the last two has a gradient, as in PyTorch.
+class CastOp : public Operator {
+ public:
+  explicit CastOp(OpSpec spec) : Operator(std::move(spec)) {
+    constexpr std::int64_t kFloat = 1, kInt32 = 6, kInt64 = 7, kBool = 9, kDouble = 11;
+    const std::int64_t to = spec_.integer("to", kFloat);
+    if (to == kFloat || to == kDouble)
+      to_ = To::same;
+    else if (to == kBool)
+      to_ = To::boolean;
+    else if (to == kInt32 || to == kInt64)
+      to_ = To::integer;
+    else
+      spec_.fail("casts to data type " + std::to_string(to) +
+                 "; ddl casts computed values to FLOAT, DOUBLE, INT32, "
+                 "INT64 and BOOL");
+  }
+  dims_t output_dims(OpInputs in, std::int64_t) const override { return input(in, 0).dims; }
+  bool aliases_input(OpInputs) const override { return to_ == To::same; }
+  void forward(Context&, OpInputs in, OpValue& out) override {
+    const std::size_t n = product(out.dims);
+    const float* x = in[0]->data;
+    if (to_ == To::same) {
+      if (out.data != x) std::copy(x, x + n, out.data);
+    } else if (to_ == To::boolean) {
+      for (std::size_t i = 0; i < n; ++i) out.data[i] = x[i] != 0.0f ? 1.0f : 0.0f;
+    } else {
+      for (std::size_t i = 0; i < n; ++i) out.data[i] = std::trunc(x[i]);
+    }
+  }
+  void backward(Context&, OpInputs in, const OpValue& out, float*) override {
+    if (to_ == To::same) walk::add_into(in[0]->grad, out.grad, product(out.dims));
+  }
+
+ private:
+  enum class To { same, boolean, integer };
+  To to_ = To::same;
 };
 
 // Inverted dropout: in training each element kept with probability 1 - ratio and scaled by 1 / (1 - ratio),
@@ -490,7 +530,9 @@ class TriluOp : public Operator {
 
 const OperatorRecord kShapeOpsRecords[] = {
     {"Identity", "shape and indexing", make<SameNumbers>, ""},
-    {"Cast", "shape and indexing", make<SameNumbers>, "to float, on values computed on images"},
+    {"Cast", "shape and indexing", make<CastOp>,
+     "to float or double as it is; to bool, 1 where not 0; to an integer, toward zero; no gradient through the last "
+     "two"},
     {"Dropout", "shape and indexing", make<DropoutOp>,
      "a fresh mask each step from ddl's seeded generator; training_mode as the node gives it"},
     {"Reshape", "shape and indexing", make<SameNumbers>,

@@ -29,6 +29,13 @@
 namespace ddl {
 namespace {
 
+// What Gate multiplies by (core/layers/gate.cpp): factors of the input's own dims, [N, C, 1, 1] or [N, 1, 1, 1].
+bool gate_factors(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& factors) {
+  if (factors == in) return true;
+  return in.size() == 4 && (factors == std::vector<std::int64_t>{in[0], in[1], 1, 1} ||
+                            factors == std::vector<std::int64_t>{in[0], 1, 1, 1});
+}
+
 using onnx::Node;
 
 // The largest kernel, stride, padding or weight dimension taken: beyond any real network, within int.
@@ -215,6 +222,11 @@ class Builder {
       if (!chains[1 - body].empty())
         refuse(join, "ddl multiplies a value by factors computed from it (a gate), not two computed values");
       if (auto f = swish(g_.nodes[r[body]], join)) return {std::move(f), {}, {}};
+      // A gate's factors are one an image, one an image and channel, or one an element (Gate's setup); other
+      // factors (a mask of each pixel) make a piece.
+      const auto in = g_.dims.find(join.inputs[ends[1 - body]]), factors = g_.dims.find(join.inputs[ends[body]]);
+      if (in != g_.dims.end() && factors != g_.dims.end() && !gate_factors(in->second, factors->second))
+        refuse(join, "its factors are neither one an image, one a channel nor one an element");
       Built gate = std::move(paths[body]);
       gate.layer = std::make_unique<Gate>("gate", std::move(chains[body]));
       return gate;

@@ -175,6 +175,17 @@ TEST(GraphOperatorsGradient, ShapeAndIndexing) {
                    {2, 5, 3},
                    one("Gather", {0, 1}, {{"axis", ints({-2})}}, {}, {}, {{{2, 2}, {4.0f, 1.0f, -1.0f, 1.0f}}})});
   cases.push_back({"Flatten from axis 2", {2, 3, 4, 2}, one("Flatten", {0}, {{"axis", ints({2})}})});
+  // x.float() passes the gradient; x.bool() * x and x.long() * x only through the second factor, as in PyTorch.
+  cases.push_back({"Cast to float", {2, 3, 4}, one("Cast", {0}, {{"to", ints({1})}})});
+  for (const std::int64_t to : {9, 7})
+    cases.push_back({"Cast to " + std::to_string(to) + " times the input",
+                     {2, 3, 4},
+                     [to] {
+                       GraphBuilder g({}, {});
+                       g.add("Mul", {g.add("Cast", {0}, {{"to", ints({to})}}), 0});
+                       return g.make();
+                     },
+                     kFine});
   cases.push_back({"Expand", {2, 1, 4}, one("Expand", {0, -1}, {}, {{1, integers({3, 1})}})});
   cases.push_back({"Trilu upper, k left out", {2, 3, 4, 5}, one("Trilu", {0})});
   cases.push_back({"Trilu lower, k -1", {2, 3, 4, 5}, one("Trilu", {0, -1}, {{"upper", ints({0})}}, {{1, integers({-1}, true)}})});
@@ -438,6 +449,22 @@ TEST(GraphOperatorsOutput, ComparisonsAndLogicGiveOnesAndZerosWithBroadcasting) 
   GraphLayer leaky = g.build();
   const auto y = run_forward(leaky, {2, 3}, x);
   for (std::size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(y[i], x[i] > 0 ? x[i] : 0.1f * x[i]) << i;
+}
+
+// x.bool() a mask of 1s where x is not 0, x.long() toward zero, x.float() as it is (their gradients: the
+// ShapeAndIndexing table); a type ddl does not hold is named.
+TEST(GraphOperatorsOutput, CastGivesMasksIntegersOrTheValuesAsTheyAre) {
+  const std::vector<float> x = {-1.5f, -0.5f, 0, 0.5f, 2.7f, -0.0f};
+  const auto cast = [&](std::int64_t to) { return forward_of("Cast", {0}, x, {}, {{"to", ints({to})}}); };
+  EXPECT_EQ(cast(9), (std::vector<float>{1, 1, 0, 1, 1, 0}));
+  EXPECT_EQ(cast(7), (std::vector<float>{-1, 0, 0, 0, 2, 0}));
+  EXPECT_EQ(cast(6), cast(7));
+  EXPECT_EQ(cast(1), x);
+  OpSpec spec;
+  spec.type = "Cast";
+  spec.name = "net.onnx: Cast node 'c'";
+  spec.attributes["to"] = ints({10});
+  EXPECT_THROW(make_operator(spec), InputError);
 }
 
 TEST(GraphOperatorsOutput, ModAndStepsFollowPythonAndC) {

@@ -145,7 +145,7 @@ class Decoder(nn.Module):  # transposed convolutions: output_padding, groups and
         return self.fc(self.up2(y).mean([2, 3]))
 
 
-class ScansAndMasks(nn.Module):  # a comparison feeding Where, CumSum, Trilu, % and torch.fmod on image values
+class ScansAndMasks(nn.Module):  # a comparison feeding Where, a .bool() mask, CumSum, Trilu, % and torch.fmod
     def __init__(self, classes=10):
         super().__init__()
         self.c1 = nn.Conv2d(3, 8, 3, padding=1)
@@ -156,6 +156,7 @@ class ScansAndMasks(nn.Module):  # a comparison feeding Where, CumSum, Trilu, % 
         h = F.max_pool2d(self.c1(x), 2)
         m = h.mean(1, keepdim=True)                           # Greater broadcasts it
         h = torch.where(h > m, h, 0.5 * h + 0.5 * m)          # continuous where h == m
+        h = h * F.relu(h).sum(1, keepdim=True).bool()         # Cast to bool of image values: a mask
         h = torch.cumsum(h, dim=3) / 16
         h = torch.triu(self.c2(h), diagonal=1)
         f = F.avg_pool2d(h, 4).flatten(1)
@@ -583,7 +584,8 @@ class OnnxImport(unittest.TestCase):
                 self.assert_trains_as_in_pytorch(network(), f"lab_{network.__name__}", steps=2)
 
     def test_comparisons_scans_and_triangles_train_as_in_pytorch(self):
-        """A comparison feeding Where, CumSum, Trilu (opset 14), % and torch.fmod on image values, in pieces."""
+        """A comparison feeding Where, a .bool() mask of each pixel, CumSum, Trilu (opset 14), % and torch.fmod on
+        image values, in pieces."""
         torch.manual_seed(60)
         self.assert_trains_as_in_pytorch(ScansAndMasks(), "lab_ScansAndMasks", steps=3, lr=0.2, opset=14)
 
