@@ -146,11 +146,7 @@ class OptionTable {
                   auto* value = boost::program_options::value(&(o.*member));
                   return (o.*member).empty() ? value : value->default_value(o.*member);
                 },
-                [member, option, required](Options& o, const std::string&) {
-                  if (required && (o.*member).empty())
-                    throw InputError("--" + option + " is required (" + required + ")");
-                },
-                shown(member), described == Described::yes});
+                refuse_empty(member, option, required), shown(member), described == Described::yes});
   }
 
   // Texts given after the option, one or more (paths).
@@ -161,10 +157,7 @@ class OptionTable {
                 [member](Options& o, std::string&) -> boost::program_options::value_semantic* {
                   return boost::program_options::value(&(o.*member))->multitoken();
                 },
-                [member, option, required](Options& o, const std::string&) {
-                  if (required && (o.*member).empty())
-                    throw InputError("--" + option + " is required (" + required + ")");
-                },
+                refuse_empty(member, option, required),
                 [member](const Options& o) {
                   std::string joined;
                   for (const auto& t : o.*member) joined += (joined.empty() ? "" : " ") + t;
@@ -211,15 +204,12 @@ class OptionTable {
     std::vector<std::string> captions;
     for (std::size_t i = 0; i < rows_.size(); ++i) {
       const Row& row = rows_[i];
-      if (row.group.empty()) {
-        all.add_options()(row.name.c_str(), row.value(o, texts[i]), row.help.c_str());
-        continue;
-      }
-      if (captions.empty() || captions.back() != row.group) {
+      if (!row.group.empty() && (captions.empty() || captions.back() != row.group)) {
         captions.push_back(row.group);
         groups.emplace_back(row.group);
       }
-      groups.back().add_options()(row.name.c_str(), row.value(o, texts[i]), row.help.c_str());
+      auto& into = row.group.empty() ? all : groups.back();
+      into.add_options()(row.name.c_str(), row.value(o, texts[i]), row.help.c_str());
     }
     for (const auto& g : groups) all.add(g);
   }
@@ -259,6 +249,15 @@ class OptionTable {
   }
 
  private:
+  // A text or texts option's check: `required` (what to give), it may not be left empty.
+  template <typename T>
+  static std::function<void(Options&, const std::string&)> refuse_empty(T Options::*member, std::string option,
+                                                                       const char* required) {
+    return [member, option, required](Options& o, const std::string&) {
+      if (required && (o.*member).empty()) throw InputError("--" + option + " is required (" + required + ")");
+    };
+  }
+
   template <typename T>
   static std::function<std::string(const Options&)> shown(T Options::*member) {
     return [member](const Options& o) {

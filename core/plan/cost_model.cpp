@@ -210,6 +210,7 @@ struct StageLayers {
   double forward = 0, forward_comm = 0;  // the slot's forward: its compute, its collectives
   // Stage 3's gathers of every layer with parameters, one at a time: all, and the recomputed ones'.
   double param_gathers = 0, gathers_again = 0;
+  double bucket = 0;        // the gradient bucket reduced at a time: the layout's, at most the stage's gradients
   std::vector<double> out;  // each layer's output bytes, one micro-batch's
 };
 
@@ -276,6 +277,7 @@ StageLayers stage_layers(const Setting& c, int s, std::size_t first, std::size_t
              in_flight * kept,
          c.M * (t.sent - sent_before)});
   }
+  t.bucket = std::min(c.layout.reduce_bucket_bytes(), 4 * t.params);
   return t;
 }
 
@@ -285,7 +287,7 @@ double reduce_comm_of(const Setting& c, const StageLayers& t, double group_reduc
   const Layout& layout = c.layout;
   const int D = c.D;
   double reduce_comm = all_reduce_s(*c.replica_link, D, 4 * t.params) + group_reduce;
-  const double bucket = std::min(layout.reduce_bucket_bytes(), 4 * t.params);
+  const double bucket = t.bucket;
   // The last micro-batch's backward (taken as two thirds of a layer's time), and half the stage's all-reduce.
   const double backward = (1 - kForwardShare) * (t.slot - t.comm);
   const double half = all_reduce_s(*c.replica_link, D, 4 * t.params) / 2;
@@ -323,9 +325,8 @@ double stage_peak_bytes(const Setting& c, const Cluster& cluster, const StageLay
   // Stage 2 holds, beside its shard, a bucket being reduced and the next one filling, each with up to a
   // layer whose whole gradient one call writes (VGG16's first dense layer: 74% of its gradients). Not
   // modelled: buckets queued behind a reduction slower than backward.
-  const double bucket = std::min(c.layout.reduce_bucket_bytes(), 4 * t.params);
   const double unreduced =
-      c.gradients_sharded ? std::min(2 * (bucket + 4 * t.largest), 4 * t.params * (1 - 1.0 / D)) : 0;
+      c.gradients_sharded ? std::min(2 * (t.bucket + 4 * t.largest), 4 * t.params * (1 - 1.0 / D)) : 0;
   // Stage 3 holds the layer running and the one gathered ahead whole.
   const double gathered = c.params_sharded ? std::min(2 * 4 * t.largest, 4 * t.params * (1 - 1.0 / D)) : 0;
   const double memory =
