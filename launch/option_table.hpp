@@ -252,7 +252,7 @@ class OptionTable {
   // A text or texts option's check: `required` (what to give), it may not be left empty.
   template <typename T>
   static std::function<void(Options&, const std::string&)> refuse_empty(T Options::*member, std::string option,
-                                                                       const char* required) {
+                                                                        const char* required) {
     return [member, option, required](Options& o, const std::string&) {
       if (required && (o.*member).empty()) throw InputError("--" + option + " is required (" + required + ")");
     };
