@@ -2,12 +2,14 @@
 // backward by reverse-mode differentiation: what an imported graph needs where its nodes are not ddl's own
 // layers (a vision transformer's reshapes and matrix products, attention over a convolution's output, a
 // group normalisation as PyTorch exports it, paths that fork and meet in any nodes). The model sees one
-// layer, so a pipeline cuts before or after it.
+// layer, so a pipeline cuts before or after it. A graph cut into parts (GraphEnds) is a chain of graph
+// layers that hand each other the several values crossing each cut, packed in one tensor, so that a
+// pipeline may cut there too.
 //
-// Values are numbered: 0 the input, then the parameters (param_specs), then the constants, then each
-// operator's output in order; the last operator's output is the layer's. Every value is plain row-major f32
-// and kept from forward to backward (a Reshape's is its input's); their gradients are leased from the pool
-// for the layer's backward only.
+// Values are numbered: the inputs (0, or one a value the layer takes), then the parameters (param_specs),
+// then the constants, then each operator's output in order; the last operator's output is the layer's
+// unless it hands values on. Every value is plain row-major f32 and kept from forward to backward (a
+// Reshape's is its input's); their gradients are leased from the pool for the layer's backward only.
 #pragma once
 
 #include <memory>
@@ -37,12 +39,29 @@ struct BatchAxis {
   std::int64_t per_batch = 1;
 };
 
+// A value crossing a cut between two graph layers: its dims for a batch of 1 and the axis that grows with
+// the batch (dims[batch_axis] * N for N images).
+struct CrossingValue {
+  dims_t dims;
+  int batch_axis = 0;
+};
+
+// Where a graph layer is one part of a graph cut in several: the values crossing the cut before it, which
+// its input holds ([N, K]: one after another, each in full, K their numbers for one image), and the values
+// crossing the cut after it, which its output holds alike. Empty lists: one input, the layer's input
+// itself, and one output, the last operator's.
+struct GraphEnds {
+  std::vector<CrossingValue> takes;  // values 0, 1, ... in this order
+  std::vector<int> hands_on;         // by number
+};
+
 class GraphLayer : public Layer {
  public:
   // Throws InputError naming the node for an operator ddl does not have, or inputs that come later.
-  // `seed` seeds the generators of its random operators (Dropout), each its own stream.
+  // `seed` seeds the generators of its random operators (Dropout), each its own stream. `batch` says where
+  // the batch is in a single input.
   GraphLayer(std::vector<ParamSpec> params, std::vector<GraphConstant> constants, std::vector<OpSpec> ops,
-             BatchAxis batch = {}, std::uint64_t seed = 0);
+             BatchAxis batch = {}, std::uint64_t seed = 0, GraphEnds ends = {});
   std::string describe() const override;
   std::vector<ParamSpec> param_specs() const override { return params_; }
   void bind(const std::vector<ParamView>& views, Context& ctx) override;
@@ -61,19 +80,33 @@ class GraphLayer : public Layer {
   bool backward_reads_input() const override { return false; }
 
  private:
-  // Where the operators' outputs start among the values: after the input, parameters and constants.
-  std::size_t first_op() const { return 1 + params_.size() + constants_.size(); }
+  std::size_t input_count() const { return ends_.takes.empty() ? 1 : ends_.takes.size(); }
+  // Where the operators' outputs start among the values: after the inputs, parameters and constants.
+  std::size_t first_op() const { return input_count() + params_.size() + constants_.size(); }
+  // Sets the input values over input_ for an input of dims `in`; returns the batch size.
+  std::int64_t take_inputs(const dims_t& in);
+  // Each operator's output dims, in order, checked; the layer's output dims.
+  void infer_dims(std::int64_t batch);
+  // Storage for each operator's output (a value handed on: its place in the output, where it is not its
+  // input's numbers), and the operators' set-up.
+  void place_outputs(Context& ctx);
   void give_back_gradients(Context& ctx);
 
   std::vector<ParamSpec> params_;
   std::vector<GraphConstant> constants_;
   BatchAxis batch_;
+  GraphEnds ends_;
+  std::vector<std::size_t> input_offsets_, output_offsets_;  // where each value taken or handed on starts
+  std::vector<bool> handed_in_place_;                        // by value handed on: computed in its place in the output
+  std::size_t handed_numbers_ = 0;                           // the values handed on, for the whole batch
+  dnnl::memory::dim batch_size_ = 0;
   std::vector<std::unique_ptr<Operator>> ops_;
   std::vector<ParamView> views_;
   std::vector<OpValue> values_;
   std::vector<std::vector<const OpValue*>> inputs_;  // by operator, into values_: found at set-up
   Tensor input_, input_grad_;                   // the input, plain
   std::vector<Tensor> outputs_, output_grads_;  // by operator; the gradients leased for backward only
+  Tensor handed_;                               // the values handed on
   std::vector<bool> needs_grad_;                // by value
   std::vector<float> scratch_;
   std::optional<Copy> to_plain_, to_src_layout_;

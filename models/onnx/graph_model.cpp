@@ -79,10 +79,9 @@ class Builder {
     out.model =
         std::make_unique<Model>(g_.source, dims_t(g_.image_shape.begin(), g_.image_shape.end()), config_.num_classes);
     std::vector<Built> layers;
-    for (std::string v = g_.input; v != g_.output;) {
-      Built b = step(v);
-      if (b.layer) layers.push_back(std::move(b));
-    }
+    for (std::string v = g_.input; v != g_.output;)
+      for (Built& b : step(v, true))
+        if (b.layer) layers.push_back(std::move(b));
     if (layers.empty()) throw InputError(g_.source + ": the graph has no layer between its input and its output");
     out.fresh_classifier = fit_classifier(layers.back());
     auto starting = std::make_shared<Model::StartingValues>();
@@ -116,20 +115,23 @@ class Builder {
  private:
   // The layer that starts at value v (none for an Identity), v moved on to its output.
   // Where ddl's layers cannot take what follows v, the piece of the graph up to the next value that every
-  // path from v passes through becomes one GraphLayer (graph_piece.hpp), if it can take it; else the
-  // layers' refusal stands.
-  Built step(std::string& v) {
+  // path from v passes through becomes GraphLayers (graph_piece.hpp), if they can take it; else the
+  // layers' refusal stands. A piece in the model's own chain, not in a block, may be cut into several.
+  std::vector<Built> step(std::string& v, bool in_chain) {
     const std::string from = v;
+    std::vector<Built> built;
     try {
-      return layer_or_block(v);
+      built.push_back(layer_or_block(v));
     } catch (const InputError&) {
-      auto piece = onnx::graph_piece(g_, from, readers_, from_constants_, layer_seed(config_, random_layers_));
+      auto piece = onnx::graph_piece(
+          g_, from, readers_, from_constants_, [&] { return layer_seed(config_, random_layers_++); }, in_chain);
       if (!piece) throw;
       if (piece->end == from) throw InputError(onnx::one_line(g_.source + ": the piece from '" + from + "' computes nothing"));
       v = piece->end;
-      random_layers_ += std::count(piece->state.begin(), piece->state.end(), "") > 0;
-      return {std::move(piece->layer), std::move(piece->params), std::move(piece->state)};
+      for (auto& part : piece->parts)
+        built.push_back({std::move(part.layer), std::move(part.params), std::move(part.state)});
     }
+    return built;
   }
   Built layer_or_block(std::string& v) {
     const auto& r = readers(v);
@@ -193,11 +195,14 @@ class Builder {
     for (std::size_t p = 0; p < k; ++p) {
       std::string at = v;
       if (&g_.nodes[r[p]] != &join) {  // else the identity
-        for (Built b = layer(g_.nodes[r[p]], at);; b = step(at)) {
-          if (b.layer) {
-            paths[p].append_names(b);
-            chains[p].add(std::move(b.layer));
-          }
+        std::vector<Built> built;
+        built.push_back(layer(g_.nodes[r[p]], at));
+        for (;; built = step(at, false)) {
+          for (Built& b : built)
+            if (b.layer) {
+              paths[p].append_names(b);
+              chains[p].add(std::move(b.layer));
+            }
           if (reads(join, at)) break;
         }
       }

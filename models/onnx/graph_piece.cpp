@@ -1,6 +1,7 @@
 #include "models/onnx/graph_piece.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "core/error.hpp"
@@ -36,6 +37,74 @@ struct Region {
   std::string end;
 };
 
+// The values that cross each place a piece may be cut: before on_images[i], i >= 1 (the nodes computing on
+// images, in order). A value crosses where it is computed before and read after (the piece's end is read
+// after every place); a parameter, or a value computed from parameters alone, is read on one side only.
+class Crossings {
+ public:
+  Crossings(const Graph& g, const std::vector<std::size_t>& on_images, const std::string& from, const std::string& end,
+            const std::map<std::string, std::size_t>& producer, const std::set<std::string>& from_parameters,
+            const std::function<bool(const std::string&)>& is_parameter)
+      : g_(g), producer_(producer), from_parameters_(from_parameters), is_parameter_(is_parameter) {
+    made_[from] = 0;
+    order_.push_back(from);
+    for (std::size_t p = 0; p < on_images.size(); ++p) {
+      const Node& node = g_.nodes[on_images[p]];
+      position_[on_images[p]] = p;
+      for (const std::string& in : node.inputs) {
+        if (made_.count(in)) last_read_[in] = p;
+        read_from_parameters(in, p);
+      }
+      for (const std::string& out : node.outputs)
+        if (!out.empty()) {
+          made_[out] = p;
+          order_.push_back(out);
+        }
+    }
+    last_read_[end] = on_images.size();
+    for (const auto& [v, span] : parameter_readers_)
+      if (from_parameters_.count(v)) position_[producer_.at(v)] = span.first;
+  }
+
+  std::vector<std::string> at(std::size_t i) const {
+    std::vector<std::string> crossing;
+    for (const std::string& v : order_)
+      if (const auto last = last_read_.find(v); made_.at(v) < i && last != last_read_.end() && last->second >= i)
+        crossing.push_back(v);
+    return crossing;
+  }
+  // Whether a cut may fall before on_images[i]: at most kMostCrossing values cross, each `known`, and
+  // no parameter is read on both sides.
+  bool may_cut(std::size_t i, const std::function<bool(const std::string&)>& known) const {
+    const auto crossing = at(i);
+    if (crossing.empty() || crossing.size() > kMostCrossing || !std::all_of(crossing.begin(), crossing.end(), known))
+      return false;
+    return std::none_of(parameter_readers_.begin(), parameter_readers_.end(),
+                        [&](const auto& reader) { return reader.second.first < i && i <= reader.second.second; });
+  }
+  // A node's place among on_images; a node computing from parameters alone: its readers'.
+  std::size_t position(std::size_t node) const { return position_.at(node); }
+
+ private:
+  // Notes that position p reads v, and so the parameters v is computed from.
+  void read_from_parameters(const std::string& v, std::size_t p) {
+    if (v.empty() || !(is_parameter_(v) || from_parameters_.count(v))) return;
+    auto [it, fresh] = parameter_readers_.try_emplace(v, p, p);
+    it->second = {std::min(it->second.first, p), std::max(it->second.second, p)};
+    if (from_parameters_.count(v))
+      for (const std::string& in : g_.nodes[producer_.at(v)].inputs) read_from_parameters(in, p);
+  }
+
+  const Graph& g_;
+  const std::map<std::string, std::size_t>& producer_;
+  const std::set<std::string>& from_parameters_;
+  std::function<bool(const std::string&)> is_parameter_;
+  std::vector<std::string> order_;  // the values computed on images, the piece's input first
+  std::map<std::string, std::size_t> made_, last_read_;
+  std::map<std::string, std::pair<std::size_t, std::size_t>> parameter_readers_;  // the first and last to read each
+  std::map<std::size_t, std::size_t> position_;
+};
+
 class PieceBuilder {
  public:
   PieceBuilder(const Graph& g, const std::map<std::string, std::vector<std::size_t>>& readers,
@@ -45,21 +114,49 @@ class PieceBuilder {
       for (const std::string& out : g_.nodes[n].outputs) producer_[out] = n;
   }
 
-  std::optional<GraphPiece> build(const std::string& from, std::uint64_t seed) {
+  std::optional<GraphPiece> build(const std::string& from, const std::function<std::uint64_t()>& next_seed, bool cut) {
     const auto region = find_region(from);
     if (!region || !all_operators_known(*region, from)) return std::nullopt;
-    value_[from] = 0;
-    number_parameters_and_constants(*region);
-    const std::set<std::size_t> taken_in = linear_layers(*region);
     for (const std::size_t n : region->nodes)
+      if (const Node& node = g_.nodes[n]; node.op == "BatchNormalization")
+        for (std::size_t i = 3; i < std::min<std::size_t>(node.inputs.size(), 5); ++i) running_.insert(node.inputs[i]);
+    const std::set<std::size_t> taken_in = linear_layers(*region);
+    GraphPiece piece;
+    piece.end = region->end;
+    const auto spans = cut ? cut_region(*region, taken_in, from) : std::vector<Span>{{region->nodes, {from}, {}}};
+    for (std::size_t s = 0; s < spans.size(); ++s)
+      piece.parts.push_back(build_part(spans[s], taken_in, s == 0, region->end, next_seed));
+    return piece;
+  }
+
+ private:
+  // The nodes of one layer of a piece, in the graph's order, the values crossing into it (the first: the
+  // piece's input alone) and those crossing out of it (none for the last: it ends in the piece's end).
+  struct Span {
+    std::vector<std::size_t> nodes;
+    std::vector<std::string> takes, hands_on;
+  };
+
+  GraphPiece::Part build_part(const Span& span, const std::set<std::size_t>& taken_in, bool first,
+                              const std::string& end, const std::function<std::uint64_t()>& next_seed) {
+    value_.clear();
+    params_.clear();
+    constants_.clear();
+    ops_.clear();
+    state_.clear();
+    last_output_.clear();
+    inputs_ = span.takes.size();
+    for (std::size_t i = 0; i < span.takes.size(); ++i) value_[span.takes[i]] = static_cast<int>(i);
+    number_parameters_and_constants(span.nodes);
+    for (const std::size_t n : span.nodes)
       if (!taken_in.count(n)) translate(g_.nodes[n]);
-    if (last_output_ != region->end) {
-      const Node& last = g_.nodes[region->nodes.back()];
+    if (span.hands_on.empty() && last_output_ != end) {
+      const Node& last = g_.nodes[span.nodes.back()];
       OpSpec identity;
       identity.type = "Identity";
       identity.name = one_line(g_.source + ": " + last.describe());
-      identity.inputs = {use(region->end, last)};
-      add(std::move(identity), region->end);
+      identity.inputs = {use(end, last)};
+      add(std::move(identity), end);
     }
     std::vector<ParamSpec> specs;
     for (std::size_t p = 0; p < params_.size(); ++p) {
@@ -67,18 +164,75 @@ class PieceBuilder {
       specs.push_back({"param" + std::to_string(p), dims_t(c.dims.begin(), c.dims.end()),
                        c.dims.size() > 1 ? Init::normal_002 : Init::zeros});
     }
-    GraphPiece piece;
     BatchAxis batch;
-    if (const auto it = g_.batch_axes.find(from); it != g_.batch_axes.end()) batch = {it->second.axis, it->second.per_batch};
-    piece.layer = std::make_unique<GraphLayer>(std::move(specs), std::move(constants_), std::move(ops_), batch, seed);
-    piece.params = params_;
-    piece.state = state_;
-    piece.state.resize(piece.layer->state().size());  // its generators (a Dropout's) start from no initializer
-    piece.end = region->end;
-    return piece;
+    GraphEnds ends;
+    if (first) {
+      if (const auto it = g_.batch_axes.find(span.takes[0]); it != g_.batch_axes.end())
+        batch = {it->second.axis, it->second.per_batch};
+    } else {
+      for (const std::string& v : span.takes) {
+        const auto& dims = g_.dims.at(v);
+        ends.takes.push_back({dims_t(dims.begin(), dims.end()), g_.batch_axes.at(v).axis});
+      }
+    }
+    for (const std::string& v : span.hands_on) ends.hands_on.push_back(use(v, g_.nodes[span.nodes.back()]));
+    const bool random = std::any_of(ops_.begin(), ops_.end(), [](const OpSpec& o) { return o.type == "Dropout"; });
+    GraphPiece::Part part;
+    part.layer = std::make_unique<GraphLayer>(std::move(specs), std::move(constants_), std::move(ops_), batch,
+                                              random ? next_seed() : 0, std::move(ends));
+    part.params = params_;
+    part.state = state_;
+    part.state.resize(part.layer->state().size());  // its generators (a Dropout's) start from no initializer
+    return part;
   }
 
- private:
+  // graph_piece's cut: where the piece holds more than its share of the graph's products (1/16: no part
+  // larger than a stage of 16 needs), it is cut after each share, at the first place where it may be.
+  std::vector<Span> cut_region(const Region& region, const std::set<std::size_t>& taken_in, const std::string& from) {
+    std::vector<std::size_t> on_images;  // those computing from parameters alone go with their readers
+    for (const std::size_t n : region.nodes)
+      if (!from_parameters_.count(g_.nodes[n].outputs.at(0))) on_images.push_back(n);
+    const std::size_t share = std::max<std::size_t>(1, (products_in_graph() + 15) / 16);
+    const auto products = [&](std::size_t begin, std::size_t end) {
+      return static_cast<std::size_t>(std::count_if(on_images.begin() + begin, on_images.begin() + end,
+                                                    [&](std::size_t n) { return is_product(g_.nodes[n].op); }));
+    };
+    const Crossings crossings(g_, on_images, from, region.end, producer_, from_parameters_,
+                              [&](const std::string& v) { return is_parameter(v); });
+    std::vector<std::size_t> cuts = {0};
+    for (std::size_t i = 1; i < on_images.size(); ++i)
+      if (products(cuts.back(), i) >= share && products(i, on_images.size()) > 0 && !taken_in.count(on_images[i]) &&
+          crossings.may_cut(i, [&](const std::string& v) { return crossing_known(v); }))
+        cuts.push_back(i);
+    if (cuts.size() == 1) return {{region.nodes, {from}, {}}};
+    cuts.push_back(on_images.size());
+    std::vector<Span> spans;
+    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+      Span span;
+      span.takes = c == 0 ? std::vector<std::string>{from} : crossings.at(cuts[c]);
+      if (cuts[c + 1] < on_images.size()) span.hands_on = crossings.at(cuts[c + 1]);
+      for (const std::size_t n : region.nodes) {
+        const std::size_t at = crossings.position(n);
+        if (at >= cuts[c] && at < cuts[c + 1]) span.nodes.push_back(n);
+      }
+      spans.push_back(std::move(span));
+    }
+    return spans;
+  }
+  bool crossing_known(const std::string& v) const {
+    const auto dims = g_.dims.find(v);
+    const auto batch = g_.batch_axes.find(v);
+    return dims != g_.dims.end() && batch != g_.batch_axes.end() && batch->second.axis >= 0 &&
+           static_cast<std::size_t>(batch->second.axis) < dims->second.size() &&
+           dims->second[batch->second.axis] == batch->second.per_batch;
+  }
+  std::size_t products_in_graph() const {
+    return std::count_if(g_.nodes.begin(), g_.nodes.end(), [](const Node& n) { return is_product(n.op); });
+  }
+  static bool is_product(const std::string& op) {
+    return op == "Conv" || op == "ConvTranspose" || op == "MatMul" || op == "Gemm" || op == "Einsum";
+  }
+
   // An operator neither the layers nor a piece have is named. One that only the layers have (a
   // ChannelShuffle) in a piece that needs a piece's operators (a Transpose) is named with them; among the
   // layers' operators alone the layers' own refusal stands (false).
@@ -100,20 +254,18 @@ class PieceBuilder {
     return false;
   }
 
-  // Parameters first, then constants, then the operations' outputs: the GraphLayer's numbering. A
-  // BatchNormalization's running statistics are constants the piece moves (its state), not parameters.
-  void number_parameters_and_constants(const Region& region) {
-    for (const std::size_t n : region.nodes)
-      if (const Node& node = g_.nodes[n]; node.op == "BatchNormalization")
-        for (std::size_t i = 3; i < std::min<std::size_t>(node.inputs.size(), 5); ++i) running_.insert(node.inputs[i]);
+  // After the inputs, parameters first, then constants, then the operations' outputs: the GraphLayer's
+  // numbering. A BatchNormalization's running statistics are constants the piece moves (its state), not
+  // parameters.
+  void number_parameters_and_constants(const std::vector<std::size_t>& nodes) {
     for (const bool parameters : {true, false})
-      for (const std::size_t n : region.nodes)
+      for (const std::size_t n : nodes)
         for (const std::size_t i : data_inputs(g_.nodes[n])) {
           const std::string& in = g_.nodes[n].inputs[i];
           if (value_.count(in) || !g_.constants.count(in) || is_parameter(in) != parameters) continue;
           const Constant& c = g_.constants.at(in);
           if (c.integer) continue;  // given to the operator as numbers
-          value_[in] = static_cast<int>(1 + params_.size() + constants_.size());
+          value_[in] = static_cast<int>(inputs_ + params_.size() + constants_.size());
           if (parameters) {
             params_.push_back(in);
           } else {
@@ -238,7 +390,7 @@ class PieceBuilder {
   }
   void add(OpSpec o, const std::string& output) {
     ops_.push_back(std::move(o));
-    value_[output] = static_cast<int>(1 + params_.size() + constants_.size() + ops_.size() - 1);
+    value_[output] = static_cast<int>(inputs_ + params_.size() + constants_.size() + ops_.size() - 1);
     last_output_ = output;
   }
 
@@ -271,6 +423,8 @@ class PieceBuilder {
   const std::set<std::string>& from_parameters_;
   std::map<std::string, std::string> read_transposed_;  // a weight's transpose: the weight, read in place
   std::map<std::string, std::pair<std::string, std::string>> with_bias_;  // a product: its bias, the sum's value
+  // The part being built.
+  std::size_t inputs_ = 1;
   std::map<std::string, int> value_;
   std::vector<std::string> params_;
   std::set<std::string> running_;  // BatchNormalization's running statistics
@@ -284,8 +438,9 @@ class PieceBuilder {
 
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
                                       const std::map<std::string, std::vector<std::size_t>>& readers,
-                                      const std::set<std::string>& from_parameters, std::uint64_t seed) {
-  return PieceBuilder(graph, readers, from_parameters).build(from, seed);
+                                      const std::set<std::string>& from_parameters,
+                                      const std::function<std::uint64_t()>& next_seed, bool cut) {
+  return PieceBuilder(graph, readers, from_parameters).build(from, next_seed, cut);
 }
 
 }  // namespace ddl::onnx

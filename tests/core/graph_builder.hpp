@@ -1,7 +1,8 @@
 // A graph layer written out in a test: parameters and constants first, then operators by ONNX type, each
-// add() returning the number of the value it computes.
+// add() returning the number of the value it computes. `ends` makes it one part of a graph cut in several.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
@@ -13,8 +14,8 @@ namespace ddl::test {
 
 class GraphBuilder {
  public:
-  GraphBuilder(std::vector<ParamSpec> params, std::vector<GraphConstant> constants)
-      : params_(std::move(params)), constants_(std::move(constants)) {}
+  GraphBuilder(std::vector<ParamSpec> params, std::vector<GraphConstant> constants, GraphEnds ends = {})
+      : params_(std::move(params)), constants_(std::move(constants)), ends_(std::move(ends)) {}
   int add(const std::string& type, std::vector<int> inputs, std::map<std::string, OpAttribute> attributes = {},
           std::map<std::size_t, IntegerInput> integers = {}) {
     OpSpec spec;
@@ -24,15 +25,19 @@ class GraphBuilder {
     spec.attributes = std::move(attributes);
     spec.integers = std::move(integers);
     ops_.push_back(std::move(spec));
-    return static_cast<int>(params_.size() + constants_.size() + ops_.size());
+    const std::size_t taken = std::max<std::size_t>(1, ends_.takes.size());
+    return static_cast<int>(taken + params_.size() + constants_.size() + ops_.size() - 1);
   }
-  GraphLayer build() { return GraphLayer(params_, constants_, ops_); }
-  std::unique_ptr<GraphLayer> make() { return std::make_unique<GraphLayer>(params_, constants_, ops_); }
+  GraphLayer build() { return GraphLayer(params_, constants_, ops_, {}, 0, ends_); }
+  std::unique_ptr<GraphLayer> make() {
+    return std::make_unique<GraphLayer>(params_, constants_, ops_, BatchAxis{}, 0, ends_);
+  }
 
  private:
   std::vector<ParamSpec> params_;
   std::vector<GraphConstant> constants_;
   std::vector<OpSpec> ops_;
+  GraphEnds ends_;
 };
 
 inline ParamSpec param(const std::string& name, dims_t dims) { return {name, std::move(dims), Init::zeros}; }

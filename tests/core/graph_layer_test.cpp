@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/layers/sequential.hpp"
 #include "tests/core/gradient_check.hpp"
 #include "tests/core/graph_builder.hpp"
 
@@ -114,6 +115,54 @@ TEST(GraphLayerGradient, SqueezesAndUnsqueezes) {
   GraphLayer every = all.build();
   every.bind({}, ctx);
   EXPECT_EQ(dims_of(every.setup(ctx, plain_desc({1, 3, 1, 1}), Mode::infer, false)), (dims_t{1, 3}));
+}
+
+// x [2, 3, 4] -> (tanh(x) @ w + sigmoid(x)) * tanh(x), whole and cut in two layers after the product, where
+// three values cross: the input itself, tanh(x) (read on both sides) and the product.
+std::unique_ptr<Layer> gated_product(bool cut) {
+  const dims_t image = {1, 3, 4};
+  if (!cut) {
+    GraphBuilder g({param("w", {4, 4})}, {});
+    const int a = g.add("Tanh", {0});
+    const int sum = g.add("Add", {g.add("MatMul", {a, 1}), g.add("Sigmoid", {0})});
+    g.add("Mul", {sum, a});
+    return g.make();
+  }
+  GraphBuilder first({param("w", {4, 4})}, {}, {.hands_on = {0, 2, 3}});
+  first.add("MatMul", {first.add("Tanh", {0}), 1});
+  GraphBuilder second({}, {}, {.takes = {{image, 0}, {image, 0}, {image, 0}}});  // 0 x, 1 tanh(x), 2 the product
+  second.add("Mul", {second.add("Add", {2, second.add("Sigmoid", {0})}), 1});
+  auto chain = std::make_unique<Sequential>();
+  chain->add(first.make()).add(second.make());
+  return chain;
+}
+
+TEST(GraphLayerCut, TwoPartsComputeTheWholeGraph) {
+  const dims_t in = {2, 3, 4};
+  std::vector<std::vector<float>> outputs;
+  for (const bool cut : {false, true}) {
+    auto layer = gated_product(cut);
+    Context ctx;
+    BoundParams bound(*layer, random_values(16, 1, -0.5f, 0.5f), ctx);
+    layer->setup(ctx, plain_desc(in), Mode::infer, false);
+    const Tensor x = from_plain(ctx, random_values(product(in), 2), plain_desc(in));
+    outputs.push_back(to_plain(ctx, layer->forward(ctx, x)));
+  }
+  ASSERT_EQ(outputs[0].size(), 24u);
+  EXPECT_EQ(outputs[0], outputs[1]);
+}
+
+TEST(GraphLayerCut, GradientsFlowBackAcrossTheCut) {
+  auto chain = gated_product(true);
+  EXPECT_EQ(check_gradients(*chain, {2, 3, 4}), 0u);
+}
+
+TEST(GraphLayerCut, AnInputThatDoesNotHoldTheValuesTakenIsRefused) {
+  auto chain = gated_product(true);
+  Context ctx;
+  BoundParams bound(*chain, std::vector<float>(16), ctx);
+  auto& second = *dynamic_cast<Sequential&>(*chain).parts()[1];
+  EXPECT_THROW(second.setup(ctx, plain_desc({2, 35}), Mode::infer, false), InputError);
 }
 
 TEST(GraphLayerOutput, FollowsTheFormulas) {

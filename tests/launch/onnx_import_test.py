@@ -119,6 +119,22 @@ class CBAM(nn.Module):
         return self.fc(x.mean([2, 3]))
 
 
+class AttentionGate(nn.Module):  # Attention U-Net's gate: the skip features cross every cut between its convolutions
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.up = nn.Conv2d(8, 8, 3, padding=1)
+        self.ws = nn.Conv2d(8, 8, 1)
+        self.psi = nn.Conv2d(8, 1, 1)
+        self.fc = nn.Linear(8, 10)
+    def forward(self, x):
+        s = F.relu(self.c1(x))
+        g = F.interpolate(self.up(F.relu(self.down(s))), scale_factor=2.0)
+        a = torch.sigmoid(self.psi(F.relu(self.ws(s) + g)))
+        return self.fc((s * a).mean([2, 3]))
+
+
 class PadsAndNorms(nn.Module):  # reflected and replicated borders; a BatchNorm1d over tokens inside a piece
     def __init__(self):
         super().__init__()
@@ -574,11 +590,12 @@ class OnnxImport(unittest.TestCase):
         """GroupNorm and InstanceNorm, upsampling and bilinear interpolation, CBAM's attention (paths that meet
         in different nodes) with a BatchNorm among them, activations with no layer of ddl's, a rectangular kernel,
         attention over a convolution's tokens, slices and joins along rows, a BatchNorm1d head, reflected and
-        replicated borders, transposed convolutions: against float64 PyTorch as float32 PyTorch is."""
+        replicated borders, transposed convolutions, an attention gate (a piece cut in parts): against float64
+        PyTorch as float32 PyTorch is."""
         # Each module made after its seed: made before, its weights came from wherever the process's generator
         # stood, another draw each run (a GroupNorm's bias once landed where float32 and float64 part).
         for index, network in enumerate((GroupNormNet, UpsampleNet, CBAM, Activations, AttnPool, ConcatOfRows,
-                                         HalfTheRowsConvolved, Bn1dHead, PadsAndNorms, Decoder)):
+                                         HalfTheRowsConvolved, Bn1dHead, PadsAndNorms, Decoder, AttentionGate)):
             with self.subTest(module=network.__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(network(), f"lab_{network.__name__}", steps=2)
@@ -949,6 +966,25 @@ class OnnxImport(unittest.TestCase):
         graph = self.path("forks_and_joins.onnx")
         export(module, graph, 13)
         self.assert_layouts_train_as_one_rank(graph)
+
+    def test_a_pipeline_cut_where_two_tensors_cross_trains_as_one_rank(self):
+        """An attention gate is one piece of the graph, cut in parts after its convolutions; 2 pipeline stages
+        cut where the skip features and the down path's output cross (one message holding both) train as one
+        rank."""
+        torch.manual_seed(7)
+        graph = self.path("attention_gate.onnx")
+        export(AttentionGate(), graph, 13)
+        train = [os.path.join(BIN, "ddl_train"), "--model", graph]
+        one, out, moved = self.ddl_params(*train, "--batch-size", 32, "--micro-batches", 2)
+        layers = [line for line in out.splitlines() if re.match(r"\s+\d+\s{2,}\S", line)]
+        crossing = [i for i, line in enumerate(layers) if "hands on 2 values" in line]
+        self.assertTrue(crossing, out)
+        cut = crossing[0] + 1
+        params, out, _ = self.ddl_params("mpirun", "--oversubscribe", "-np", "2", *train, "--batch-size", 32,
+                                         "--micro-batches", 2, "--pipeline-stages", 2,
+                                         "--partition", f"{cut},{len(layers) - cut}")
+        self.assertIn("stage 1", out)
+        self.assertLessEqual(numpy.abs(params - one).max(), 1e-3 * moved, out)
 
     def test_resnet18s_graph_in_two_stages_trains_as_one_rank(self):
         # One rank takes the same micro-batches, so that every BatchNorm sees the same images (as for the
