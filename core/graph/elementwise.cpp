@@ -42,6 +42,8 @@ class EltwiseOp : public Operator {
                                       {DNNL_ARG_DIFF_SRC, walk::over(md_, ctx, scratch)}});
     walk::add_into(in[0]->grad, scratch, product(out.dims));
   }
+  bool backward_reads_input(std::size_t i, const std::vector<bool>&) const override { return i == 0; }
+  bool backward_reads_output(const std::vector<bool>&) const override { return false; }
 
  private:
   dnnl::algorithm algorithm_;
@@ -165,6 +167,20 @@ struct Not : Step {
   static float f(float x, float, float) { return x == 0.0f ? 1.0f : 0.0f; }
 };
 
+// What a binary rule's slope reads: of a, b and the output y, Rule::da_reads and Rule::db_reads where the rule
+// says, all three where it does not. What it does not read is passed as 0, never loaded.
+enum BinaryReads : int { kReadsA = 1, kReadsB = 2, kReadsY = 4 };
+template <class Rule>
+constexpr int da_reads() {
+  if constexpr (requires { Rule::da_reads; }) return Rule::da_reads;
+  return kReadsA | kReadsB | kReadsY;
+}
+template <class Rule>
+constexpr int db_reads() {
+  if constexpr (requires { Rule::db_reads; }) return Rule::db_reads;
+  return kReadsA | kReadsB | kReadsY;
+}
+
 // Two values with numpy's broadcasting: Rule::f(a, b), and the slopes Rule::da(a, b, y) and Rule::db(a, b, y).
 template <class Rule>
 class Binary : public Operator {
@@ -183,8 +199,16 @@ class Binary : public Operator {
   void backward(Context&, [[maybe_unused]] OpInputs in, [[maybe_unused]] const OpValue& out, float*) override {
     if constexpr (!kFlat<Rule>) slopes(in, out);
   }
+  bool backward_reads_input(std::size_t i, const std::vector<bool>& wanted) const override {
+    return reads(i == 0 ? kReadsA : kReadsB, wanted);
+  }
+  bool backward_reads_output(const std::vector<bool>& wanted) const override { return reads(kReadsY, wanted); }
 
  private:
+  static bool reads(int what, const std::vector<bool>& wanted) {
+    if constexpr (kFlat<Rule>) return false;
+    return (wanted.at(0) && (da_reads<Rule>() & what)) || (wanted.at(1) && (db_reads<Rule>() & what));
+  }
   void slopes(OpInputs in, const OpValue& out) {
     const OpValue &a = *in[0], &b = *in[1];
     const dims_t sa = shapes::broadcast_strides(a.dims, out.dims), sb = shapes::broadcast_strides(b.dims, out.dims);
@@ -194,29 +218,38 @@ class Binary : public Operator {
     const auto each_for = [&](const OpValue& x, auto&& fn) {
       x.dims == out.dims ? walk::in_parallel(out.dims, sa, sb, fn) : walk::each(out.dims, sa, sb, fn);
     };
+    constexpr int ra = da_reads<Rule>(), rb = db_reads<Rule>();
     if (float* g0 = a.grad)
-      each_for(a, [&](std::size_t o, dim i, dim j) { g0[i] += gy[o] * Rule::da(x0[i], x1[j], y[o]); });
+      each_for(a, [&](std::size_t o, dim i, dim j) {
+        g0[i] += gy[o] * Rule::da(ra & kReadsA ? x0[i] : 0.0f, ra & kReadsB ? x1[j] : 0.0f, ra & kReadsY ? y[o] : 0.0f);
+      });
     if (float* g1 = b.grad)
-      each_for(b, [&](std::size_t o, dim i, dim j) { g1[j] += gy[o] * Rule::db(x0[i], x1[j], y[o]); });
+      each_for(b, [&](std::size_t o, dim i, dim j) {
+        g1[j] += gy[o] * Rule::db(rb & kReadsA ? x0[i] : 0.0f, rb & kReadsB ? x1[j] : 0.0f, rb & kReadsY ? y[o] : 0.0f);
+      });
   }
 };
 
 struct AddRule {
+  static constexpr int da_reads = 0, db_reads = 0;
   static float f(float a, float b) { return a + b; }
   static float da(float, float, float) { return 1; }
   static float db(float, float, float) { return 1; }
 };
 struct SubRule {
+  static constexpr int da_reads = 0, db_reads = 0;
   static float f(float a, float b) { return a - b; }
   static float da(float, float, float) { return 1; }
   static float db(float, float, float) { return -1; }
 };
 struct MulRule {
+  static constexpr int da_reads = kReadsB, db_reads = kReadsA;
   static float f(float a, float b) { return a * b; }
   static float da(float, float b, float) { return b; }
   static float db(float a, float, float) { return a; }
 };
 struct DivRule {
+  static constexpr int da_reads = kReadsB, db_reads = kReadsB | kReadsY;
   static float f(float a, float b) { return a / b; }
   static float da(float, float b, float) { return 1 / b; }
   static float db(float, float b, float y) { return -y / b; }

@@ -63,19 +63,21 @@ void GraphLayer::bind(const std::vector<ParamView>& views, Context& /*ctx*/) { v
 
 dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
   if (views_.size() != params_.size()) throw Error("graph layer: set up before its parameters were bound");
+  give_back_values(ctx);
   const dims_t in = dims_of(src);
+  input_dims_ = in;
   train_ = mode == Mode::train;
   need_diff_src_ = train_ && need_diff_src;
   values_.assign(first_op() + ops_.size(), OpValue{});
   needs_grad_.assign(values_.size(), false);
-  outputs_.clear();
-  outputs_.resize(ops_.size());
+  storage_.clear();
+  storage_.resize(ops_.size());
   output_grads_.clear();
   output_grads_.resize(ops_.size());
 
-  input_ = Tensor(plain_desc(in), ctx.engine());
-  to_plain_ = Copy(ctx, src, input_.desc());
-  if (need_diff_src_) to_src_layout_ = Copy(ctx, input_.desc(), src);
+  in_place_ = src == plain_desc(in);
+  if (!in_place_) to_plain_ = Copy(ctx, src, plain_desc(in));
+  if (need_diff_src_ && !in_place_) to_src_layout_ = Copy(ctx, plain_desc(in), src);
   diff_src_.reset(need_diff_src_ ? src : dnnl::memory::desc());
   const std::int64_t batch = take_inputs(in);
   for (std::size_t i = 0; i < input_count(); ++i) needs_grad_[i] = need_diff_src_;
@@ -89,11 +91,15 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
     values_[first_param + params_.size() + c] = {constants_[c].dims, constants_[c].values.data(), nullptr, true};
 
   infer_dims(batch);
-  std::size_t largest = product(in);
-  for (const OpValue& v : values_) largest = std::max(largest, product(v.dims));
-  scratch_.assign(train_ ? largest : 0, 0.0f);
-  place_outputs(ctx);
-  return ends_.hands_on.empty() ? outputs_.back().desc() : handed_.desc();
+  largest_ = product(in);
+  for (const OpValue& v : values_) largest_ = std::max(largest_, product(v.dims));
+  plan_storage();
+  const dims_t out = ends_.hands_on.empty()
+                         ? values_.back().dims
+                         : dims_t{batch_size_, static_cast<dnnl::memory::dim>(handed_numbers_) / batch_size_};
+  reset_output(ctx, plain_desc(out));
+  for (std::size_t k = 0; k < ops_.size(); ++k) ops_[k]->setup(ctx, inputs_[k], values_[first_op() + k], train_);
+  return output_.desc();
 }
 
 std::int64_t GraphLayer::take_inputs(const dims_t& in) {
@@ -101,7 +107,7 @@ std::int64_t GraphLayer::take_inputs(const dims_t& in) {
     if (static_cast<std::size_t>(batch_.axis) >= in.size() || in[batch_.axis] % batch_.per_batch != 0)
       throw InputError("graph layer: its input " + to_string(in) + " has no batch on axis " +
                        std::to_string(batch_.axis));
-    values_[0] = {in, input_.data(), nullptr, false};
+    values_[0].dims = in;
     input_offsets_ = {0};
     return in[batch_.axis] / batch_.per_batch;
   }
@@ -115,11 +121,10 @@ std::int64_t GraphLayer::take_inputs(const dims_t& in) {
   input_offsets_.clear();
   std::size_t offset = 0;
   for (std::size_t i = 0; i < ends_.takes.size(); ++i) {
-    dims_t dims = ends_.takes[i].dims;
-    dims[ends_.takes[i].batch_axis] *= batch;
-    values_[i] = {dims, input_.data() + offset, nullptr, false};
+    values_[i].dims = ends_.takes[i].dims;
+    values_[i].dims[ends_.takes[i].batch_axis] *= batch;
     input_offsets_.push_back(offset);
-    offset += product(dims);
+    offset += product(values_[i].dims);
   }
   return batch;
 }
@@ -158,89 +163,171 @@ void GraphLayer::infer_dims(std::int64_t batch) {
                              " numbers, not a multiple of the batch");
 }
 
-void GraphLayer::place_outputs(Context& ctx) {
-  handed_ = Tensor();
-  if (!ends_.hands_on.empty())
-    handed_ =
-        Tensor(plain_desc({batch_size_, static_cast<dnnl::memory::dim>(handed_numbers_) / batch_size_}), ctx.engine());
+void GraphLayer::plan_storage() {
+  root_.resize(values_.size());
+  for (std::size_t v = 0; v < first_op(); ++v) root_[v] = static_cast<int>(v);
+  place_.assign(ops_.size(), Place::own);
+  place_offset_.assign(ops_.size(), 0);
   handed_in_place_.assign(ends_.hands_on.size(), false);
   for (std::size_t k = 0; k < ops_.size(); ++k) {
-    Operator& op = *ops_[k];
-    const auto& inputs = inputs_[k];
-    const std::size_t number = first_op() + k;
-    OpValue& v = values_[number];
+    const int number = static_cast<int>(first_op() + k);
+    root_[number] = number;
+    const auto handed = std::find(ends_.hands_on.begin(), ends_.hands_on.end(), number);
     const bool last = k + 1 == ops_.size() && ends_.hands_on.empty();
-    const auto handed = std::find(ends_.hands_on.begin(), ends_.hands_on.end(), static_cast<int>(number));
-    if (op.aliases_input(inputs) && !last && inputs[0]) {  // the same numbers: its input's storage, no copy
-      v.data = inputs[0]->data;
-    } else if (handed != ends_.hands_on.end()) {
-      const std::size_t j = handed - ends_.hands_on.begin();
-      v.data = handed_.data() + output_offsets_[j];
-      handed_in_place_[j] = true;
-    } else {
-      outputs_[k] =
-          Tensor(plain_desc(last ? v.dims : dims_t{static_cast<dnnl::memory::dim>(product(v.dims))}), ctx.engine());
-      v.data = outputs_[k].data();
+    if (ops_[k]->aliases_input(inputs_[k]) && !last && inputs_[k][0]) {  // the same numbers: no copy
+      place_[k] = Place::alias;
+      root_[number] = root_[ops_[k]->spec().inputs[0]];
+    } else if (last || handed != ends_.hands_on.end()) {
+      place_[k] = Place::output;
+      if (!last) {
+        place_offset_[k] = output_offsets_[handed - ends_.hands_on.begin()];
+        handed_in_place_[handed - ends_.hands_on.begin()] = true;
+      }
     }
-    op.setup(ctx, inputs, v, train_);
+  }
+  // A value is read back where the backward of an operator that runs it reads it (the backward runs where
+  // a gradient reaches the operator's output).
+  read_back_.assign(values_.size(), false);
+  for (std::size_t k = 0; train_ && k < ops_.size(); ++k) {
+    if (!needs_grad_[first_op() + k]) continue;
+    const auto& reads = ops_[k]->spec().inputs;
+    std::vector<bool> wanted;
+    for (const int i : reads) wanted.push_back(i >= 0 && needs_grad_[i]);
+    for (std::size_t i = 0; i < reads.size(); ++i)
+      if (reads[i] >= 0 && ops_[k]->backward_reads_input(i, wanted)) read_back_[root_[reads[i]]] = true;
+    if (ops_[k]->backward_reads_output(wanted)) read_back_[root_[first_op() + k]] = true;
+  }
+  input_read_back_ = false;
+  for (std::size_t i = 0; i < input_count(); ++i) input_read_back_ = input_read_back_ || read_back_[i];
+  output_read_back_ = false;
+  for (std::size_t k = 0; k < ops_.size(); ++k)
+    if (place_[k] == Place::output) output_read_back_ = output_read_back_ || read_back_[first_op() + k];
+  // Forward is done with a value of its own storage that no backward reads after the last operator that
+  // reads it (or after the values handed on are copied out).
+  given_back_after_.assign(ops_.size() + 1, {});
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    const int number = static_cast<int>(first_op() + k);
+    if (place_[k] == Place::own && !read_back_[number]) give_back_after(k, number);
   }
 }
 
+void GraphLayer::give_back_after(std::size_t k, int root) {
+  std::size_t last = k;
+  for (std::size_t r = k + 1; r < ops_.size(); ++r)
+    for (const int i : ops_[r]->spec().inputs)
+      if (i >= 0 && root_[i] == root) last = r;
+  for (const int v : ends_.hands_on)
+    if (root_[v] == root) last = ops_.size();
+  given_back_after_[last].push_back(root);
+}
+
+void GraphLayer::point_inputs(Context& ctx, const Tensor& src) {
+  // In place: what forward writes goes to the operators' outputs, never to their inputs.
+  float* base = const_cast<float*>(src.data());
+  if (!in_place_) {
+    input_copy_ = ctx.lease(plain_desc(input_dims_));
+    (*to_plain_)(ctx, src.memory(), input_copy_.memory());
+    base = input_copy_.data();
+  }
+  for (std::size_t i = 0; i < input_count(); ++i) values_[i].data = base + input_offsets_[i];
+}
+
 const Tensor& GraphLayer::forward(Context& ctx, const Tensor& src) {
-  (*to_plain_)(ctx, src.memory(), input_.memory());
-  for (std::size_t k = 0; k < ops_.size(); ++k) ops_[k]->forward(ctx, inputs_[k], values_[first_op() + k]);
-  if (ends_.hands_on.empty()) return outputs_.back();
+  give_back_values(ctx);  // what a forward whose backward did not run still holds
+  point_inputs(ctx, src);
+  Tensor& out = output_.get(ctx);
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    OpValue& v = values_[first_op() + k];
+    if (place_[k] == Place::alias) {
+      v.data = inputs_[k][0]->data;
+    } else if (place_[k] == Place::output) {
+      v.data = out.data() + place_offset_[k];
+    } else {
+      storage_[k] = ctx.lease(plain_desc({static_cast<dnnl::memory::dim>(product(v.dims))}));
+      v.data = storage_[k].data();
+    }
+    ops_[k]->forward(ctx, inputs_[k], v);
+    for (const int root : given_back_after_[k]) give_back_root(ctx, root);
+  }
   for (std::size_t j = 0; j < ends_.hands_on.size(); ++j)
     if (!handed_in_place_[j]) {
       const OpValue& v = values_[ends_.hands_on[j]];
-      std::memcpy(handed_.data() + output_offsets_[j], v.data, product(v.dims) * sizeof(float));
+      std::memcpy(out.data() + output_offsets_[j], v.data, product(v.dims) * sizeof(float));
     }
-  return handed_;
+  for (const int root : given_back_after_[ops_.size()]) give_back_root(ctx, root);
+  if (!input_read_back_ && !input_copy_.empty()) ctx.give_back(input_copy_);
+  return out;
+}
+
+void GraphLayer::give_back_root(Context& ctx, int root) {
+  ctx.give_back(storage_[root - first_op()]);
+  for (std::size_t v = first_op(); v < values_.size(); ++v)
+    if (root_[v] == root) values_[v].data = nullptr;  // an operator that reads it after this is a fault
+}
+
+void GraphLayer::give_back_values(Context& ctx) {
+  for (Tensor& t : storage_)
+    if (!t.empty()) ctx.give_back(t);
+  if (!input_copy_.empty()) ctx.give_back(input_copy_);
 }
 
 void GraphLayer::give_back_gradients(Context& ctx) {
-  const auto give = [&](Tensor& grad, OpValue& value) {
-    if (!grad.empty()) ctx.give_back(grad);
-    value.grad = nullptr;
-  };
-  give(input_grad_, values_[0]);
-  for (std::size_t i = 1; i < input_count(); ++i) values_[i].grad = nullptr;
-  for (std::size_t k = 0; k < ops_.size(); ++k) give(output_grads_[k], values_[first_op() + k]);
+  for (Tensor* t : {&input_grad_, &scratch_})
+    if (!t->empty()) ctx.give_back(*t);
+  for (std::size_t i = 0; i < input_count(); ++i) values_[i].grad = nullptr;
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    if (!output_grads_[k].empty()) ctx.give_back(output_grads_[k]);
+    values_[first_op() + k].grad = nullptr;
+  }
+}
+
+void GraphLayer::lease_gradient(Context& ctx, std::size_t k) {
+  if (!output_grads_[k].empty()) return;
+  OpValue& value = values_[first_op() + k];
+  output_grads_[k] = ctx.lease(plain_desc({static_cast<dnnl::memory::dim>(product(value.dims))}));
+  std::memset(output_grads_[k].data(), 0, output_grads_[k].bytes());
+  value.grad = output_grads_[k].data();
 }
 
 const Tensor& GraphLayer::backward(Context& ctx, const Tensor& diff_dst) {
   if (!train_) throw Error("graph layer: backward after a set-up for inference");
   if (!accumulate_)
     for (const ParamView& view : views_) std::fill(view.grad.begin(), view.grad.end(), 0.0f);
-  const auto lease = [&](Tensor& grad, OpValue& value, const dnnl::memory::desc& md) {
-    grad = ctx.lease(md);
-    std::memset(grad.data(), 0, grad.bytes());
-    value.grad = grad.data();
-  };
-  if (need_diff_src_) {
-    lease(input_grad_, values_[0], input_.desc());
-    for (std::size_t i = 1; i < input_count(); ++i) values_[i].grad = input_grad_.data() + input_offsets_[i];
-  }
-  for (std::size_t k = 0; k < ops_.size(); ++k)
-    if (OpValue& value = values_[first_op() + k]; needs_grad_[first_op() + k])
-      lease(output_grads_[k], value, plain_desc({static_cast<dnnl::memory::dim>(product(value.dims))}));
-  if (ends_.hands_on.empty() && !output_grads_.back().empty())
-    std::memcpy(output_grads_.back().data(), diff_dst.data(), product(values_.back().dims) * sizeof(float));
-  // A value handed on may also be read here: its gradient is the sum of both.
-  for (std::size_t j = 0; j < ends_.hands_on.size(); ++j)
-    if (const OpValue& v = values_[ends_.hands_on[j]]; v.grad) {
-      const float* from = diff_dst.data() + output_offsets_[j];
-      for (std::size_t e = 0, n = product(v.dims); e < n; ++e) v.grad[e] += from[e];
-    }
-  // The gradients go back to the pool for the layers whose backward comes next, also when a step throws.
+  // The gradients and what forward kept go back to the pool for the layers whose backward comes next, also
+  // when a step throws.
   struct GiveBack {
     GraphLayer& layer;
     Context& ctx;
-    ~GiveBack() { layer.give_back_gradients(ctx); }
+    ~GiveBack() {
+      layer.give_back_gradients(ctx);
+      layer.give_back_values(ctx);
+    }
   } give_back{*this, ctx};
-  for (std::size_t k = ops_.size(); k-- > 0;)
-    if (!output_grads_[k].empty()) ops_[k]->backward(ctx, inputs_[k], values_[first_op() + k], scratch_.data());
-  if (need_diff_src_) (*to_src_layout_)(ctx, input_grad_.memory(), diff_src_.get(ctx).memory());
+  if (need_diff_src_) {
+    Tensor& grad = in_place_ ? diff_src_.get(ctx) : (input_grad_ = ctx.lease(plain_desc(input_dims_)));
+    std::memset(grad.data(), 0, grad.bytes());
+    for (std::size_t i = 0; i < input_count(); ++i) values_[i].grad = grad.data() + input_offsets_[i];
+  }
+  scratch_ = ctx.lease(plain_desc({static_cast<dnnl::memory::dim>(largest_)}));
+  // The output's gradient, or those of the values handed on (a value handed on may also be read here: its
+  // gradient is the sum of both).
+  const float* from = diff_dst.data();
+  const auto seed = [&](int v, const float* g) {
+    if (!needs_grad_[v]) return;
+    if (static_cast<std::size_t>(v) >= first_op()) lease_gradient(ctx, v - first_op());
+    for (std::size_t e = 0, n = product(values_[v].dims); e < n; ++e) values_[v].grad[e] += g[e];
+  };
+  if (ends_.hands_on.empty()) seed(static_cast<int>(values_.size() - 1), from);
+  for (std::size_t j = 0; j < ends_.hands_on.size(); ++j) seed(ends_.hands_on[j], from + output_offsets_[j]);
+  for (std::size_t k = ops_.size(); k-- > 0;) {
+    if (output_grads_[k].empty()) continue;  // no gradient reached its output
+    for (const int i : ops_[k]->spec().inputs)
+      if (i >= static_cast<int>(first_op()) && needs_grad_[i]) lease_gradient(ctx, i - first_op());
+    ops_[k]->backward(ctx, inputs_[k], values_[first_op() + k], scratch_.data());
+    ctx.give_back(output_grads_[k]);
+    values_[first_op() + k].grad = nullptr;
+  }
+  if (need_diff_src_ && !in_place_) (*to_src_layout_)(ctx, input_grad_.memory(), diff_src_.get(ctx).memory());
   return diff_src_.current();
 }
 

@@ -8,8 +8,11 @@
 //
 // Values are numbered: the inputs (0, or one a value the layer takes), then the parameters (param_specs),
 // then the constants, then each operator's output in order; the last operator's output is the layer's
-// unless it hands values on. Every value is plain row-major f32 and kept from forward to backward (a
-// Reshape's is its input's); their gradients are leased from the pool for the layer's backward only.
+// unless it hands values on. Every value is plain row-major f32 (a Reshape's is its input's numbers),
+// leased from the buffer pool in forward: kept until the layer's backward where some operator's backward
+// reads it (Operator::backward_reads_input), given back once forward is past it where none does. Their
+// gradients are leased in backward from the first operator that adds to one to the operator that
+// consumes it.
 #pragma once
 
 #include <memory>
@@ -75,22 +78,39 @@ class GraphLayer : public Layer {
     accumulate_ = on;
     return true;
   }
-  // It keeps its own copies of what backward reads.
-  bool backward_reads_output() const override { return false; }
-  bool backward_reads_input() const override { return false; }
+  // It reads a plain input in place and keeps it where some operator's backward reads it; its output where
+  // the last operator's backward (or that of one computing a value handed on) reads it.
+  bool backward_reads_output() const override { return output_read_back_; }
+  bool backward_reads_input() const override { return in_place_ && input_read_back_; }
+  void release_activations(Context& ctx) override {
+    give_back_values(ctx);
+    release_output(ctx);
+  }
 
  private:
+  // Where an operator's output is: its own storage, leased in forward; its input's (a Reshape's); or in the
+  // layer's output (the last operator's, or a value handed on).
+  enum class Place { own, alias, output };
+
   std::size_t input_count() const { return ends_.takes.empty() ? 1 : ends_.takes.size(); }
   // Where the operators' outputs start among the values: after the inputs, parameters and constants.
   std::size_t first_op() const { return input_count() + params_.size() + constants_.size(); }
-  // Sets the input values over input_ for an input of dims `in`; returns the batch size.
+  // The input values' dims and places in the input for an input of dims `in`; returns the batch size.
   std::int64_t take_inputs(const dims_t& in);
-  // Each operator's output dims, in order, checked; the layer's output dims.
+  // Each operator's output dims, in order, checked; whether each value takes a gradient.
   void infer_dims(std::int64_t batch);
-  // Storage for each operator's output (a value handed on: its place in the output, where it is not its
-  // input's numbers), and the operators' set-up.
-  void place_outputs(Context& ctx);
+  // Each operator's place, which values a backward reads, and after which operator forward is done with
+  // each value no backward reads.
+  void plan_storage();
+  void give_back_after(std::size_t k, int root);
+  // In forward: the input values over the input, in place where it is plain, else over a plain copy.
+  void point_inputs(Context& ctx, const Tensor& src);
+  void give_back_root(Context& ctx, int root);
+  // What forward leased: the operators' own storage and the input's copy.
+  void give_back_values(Context& ctx);
   void give_back_gradients(Context& ctx);
+  // The gradient of operator k's output, leased and zeroed where it has none yet.
+  void lease_gradient(Context& ctx, std::size_t k);
 
   std::vector<ParamSpec> params_;
   std::vector<GraphConstant> constants_;
@@ -104,13 +124,19 @@ class GraphLayer : public Layer {
   std::vector<ParamView> views_;
   std::vector<OpValue> values_;
   std::vector<std::vector<const OpValue*>> inputs_;  // by operator, into values_: found at set-up
-  Tensor input_, input_grad_;                   // the input, plain
-  std::vector<Tensor> outputs_, output_grads_;  // by operator; the gradients leased for backward only
-  Tensor handed_;                               // the values handed on
-  std::vector<bool> needs_grad_;                // by value
-  std::vector<float> scratch_;
+  std::vector<Place> place_;                         // by operator
+  std::vector<std::size_t> place_offset_;            // by operator placed in the output
+  std::vector<int> root_;                            // by value: whose storage it is (an alias: its input's)
+  std::vector<bool> read_back_;                      // by root: some backward reads it
+  std::vector<std::vector<int>> given_back_after_;   // by operator, and after the values handed on: roots done
+  std::vector<Tensor> storage_, output_grads_;       // by operator; leased
+  Tensor input_copy_, input_grad_, scratch_;         // leased; the input's two where it is not plain
+  std::vector<bool> needs_grad_;                     // by value
+  std::size_t largest_ = 0;                          // the most numbers an operator reads or writes
+  dims_t input_dims_;
   std::optional<Copy> to_plain_, to_src_layout_;
   bool train_ = false, need_diff_src_ = false, accumulate_ = false;
+  bool in_place_ = false, input_read_back_ = false, output_read_back_ = false;
 };
 
 }  // namespace ddl

@@ -118,6 +118,10 @@ class MatMulOp : public Operator {
     else if (b.grad)
       grad_b_(ctx, walk::over(a_t_, ctx, a.data), walk::over(c_, ctx, gy), walk::over(b_, ctx, b.grad));
   }
+  bool backward_reads_input(std::size_t i, const std::vector<bool>& wanted) const override {
+    return i < 2 && wanted.at(1 - i);
+  }
+  bool backward_reads_output(const std::vector<bool>&) const override { return false; }
 
  private:
   bool transpose_b_ = false, bias_rows_ = false;

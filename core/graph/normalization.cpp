@@ -64,6 +64,7 @@ class LayerNormOp : public Operator {
     walk::add_into(in[1]->grad, diff_scale_.data(), product(in[1]->dims));
     if (in.size() > 2 && in[2]) walk::add_into(in[2]->grad, diff_shift_.data(), product(in[2]->dims));
   }
+  bool backward_reads_output(const std::vector<bool>&) const override { return false; }
 
  private:
   std::size_t features_of(const dims_t& x) const {

@@ -87,6 +87,12 @@ class Operator {
   // Whether the output is input 0's numbers as they are (a Reshape's, a Dropout's at ratio 0): it then shares
   // their storage. Constant inputs are known.
   virtual bool aliases_input(OpInputs /*in*/) const { return false; }
+  // What backward reads besides the output's gradient, given which inputs take a gradient (`wanted`, by
+  // input): input i's numbers, and the output's. The graph layer keeps a value for backward only where some
+  // backward reads it and gives the others back to the pool once forward is past them; an operator must
+  // not touch what it says it does not read. By default both.
+  virtual bool backward_reads_input(std::size_t /*i*/, const std::vector<bool>& /*wanted*/) const { return true; }
+  virtual bool backward_reads_output(const std::vector<bool>& /*wanted*/) const { return true; }
   // An operator that draws random numbers (a Dropout's masks): its generator's state, which the graph layer
   // seeds and checkpoints keep, so that a resumed run draws what an unbroken one would. Empty for the others.
   virtual std::span<std::uint64_t> generator_state() { return {}; }

@@ -84,6 +84,9 @@ class Reduce : public Operator {
     walk::in_parallel(in[0]->dims, to_kept_, dims_t(in[0]->dims.size(), 0),
                       [&](std::size_t o, dim i, dim) { gx[o] += gy[i] * slope(o, i); });
   }
+  // A sum's and a mean's slopes are constants.
+  bool backward_reads_input(std::size_t, const std::vector<bool>&) const override { return !linear(); }
+  bool backward_reads_output(const std::vector<bool>&) const override { return !linear(); }
 
  private:
   // The axes: an input from opset 13 (ReduceSum) or 18 (the others), an attribute before; all where none
@@ -102,6 +105,7 @@ class Reduce : public Operator {
     return axes;
   }
   bool global_ = false;
+  bool linear() const { return what_ == "ReduceSum" || what_ == "ReduceMean"; }
   std::string what_;  // the reduction it computes
   dims_t kept_, to_kept_;
   float count_ = 1;
@@ -134,6 +138,8 @@ class SoftmaxOp : public Operator {
                                       {DNNL_ARG_DIFF_SRC, walk::over(md_, ctx, scratch)}});
     walk::add_into(in[0]->grad, scratch, product(out.dims));
   }
+  bool backward_reads_input(std::size_t, const std::vector<bool>&) const override { return false; }
+  bool backward_reads_output(const std::vector<bool>&) const override { return true; }
 
  private:
   dnnl::memory::desc md_;

@@ -54,6 +54,8 @@ class SameNumbers : public Operator {
     walk::add_into(in[0]->grad, out.grad, product(out.dims));
   }
   bool aliases_input(OpInputs) const override { return true; }
+  bool backward_reads_input(std::size_t, const std::vector<bool>&) const override { return false; }
+  bool backward_reads_output(const std::vector<bool>&) const override { return false; }
 };
 
 // Cast of values computed on images, which ddl holds as floats whatever their ONNX type: to a float type,
@@ -129,6 +131,8 @@ class DropoutOp : public Operator {
     if (!masked_) return walk::add_into(in[0]->grad, out.grad, n);
     for (std::size_t i = 0; i < n; ++i) in[0]->grad[i] += out.grad[i] * mask_[i];
   }
+  bool backward_reads_input(std::size_t, const std::vector<bool>&) const override { return false; }
+  bool backward_reads_output(const std::vector<bool>&) const override { return false; }
   std::span<std::uint64_t> generator_state() override { return state_; }
 
  private:
@@ -183,6 +187,8 @@ class Strided : public Operator {
     const dims_t none(out.dims.size(), 0);
     once_ ? walk::in_parallel(out.dims, strides_, none, add) : walk::each(out.dims, strides_, none, add);
   }
+  bool backward_reads_input(std::size_t, const std::vector<bool>&) const override { return false; }
+  bool backward_reads_output(const std::vector<bool>&) const override { return false; }
 
  private:
   shapes::SlicePlan slice(const dims_t& x) const {
@@ -356,6 +362,8 @@ class Parts : public Operator {
                              : walk::each(p.dims, shapes::strides_of(x.dims), into_, fn);
     }
   }
+  bool backward_reads_input(std::size_t, const std::vector<bool>&) const override { return false; }
+  bool backward_reads_output(const std::vector<bool>&) const override { return false; }
 
  private:
   struct Part {
@@ -402,6 +410,8 @@ class GatherAt : public Operator {
         for (dim i = 0; i < inner_; ++i) g[i] += dy[i];
       }
   }
+  bool backward_reads_input(std::size_t i, const std::vector<bool>&) const override { return i == 1; }
+  bool backward_reads_output(const std::vector<bool>&) const override { return false; }
 
  private:
   // The indices as rows along the axis, negative ones from its end; one out of range is named.
