@@ -33,7 +33,8 @@ lscpu | grep "Model name" | sed 's/  */ /g'
 for _ in $(seq "$rounds"); do
   for model in "$name" "$onnx"; do "$step" "$model" "$batch" "$steps" "$threads"; done
 done | tee /dev/stderr | awk -v onnx="$onnx" '
-  { name = ($2 == onnx) ? "graph" : "builtin"; n[name]++; speed[name, n[name]] = $(NF - 7); memory[name, n[name]] = $(NF - 3) }
+  # images/s from the seconds a step: the printed rate has one decimal, too coarse at a few images a second.
+  { name = ($2 == onnx) ? "graph" : "builtin"; n[name]++; speed[name, n[name]] = $5 / $8; memory[name, n[name]] = $(NF - 3) }
   function median(values, name, count,   i, j, t, v) {
     for (i = 1; i <= count; i++) v[i] = values[name, i]
     for (i = 1; i <= count; i++) for (j = i + 1; j <= count; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }

@@ -165,6 +165,41 @@ TEST(GraphLayerCut, AnInputThatDoesNotHoldTheValuesTakenIsRefused) {
   EXPECT_THROW(second.setup(ctx, plain_desc({2, 35}), Mode::infer, false), InputError);
 }
 
+// The bytes the buffer pool's arena holds for a step of a chain of `links` element-wise operators on x
+// [64, 1024] (256 KB a value), once the pool has learned the step: about the most bytes alive at once.
+std::size_t step_arena_bytes(const std::string& op, int links, Mode mode) {
+  GraphBuilder g({}, {{{}, {0.5f}}});
+  int v = 0;
+  for (int i = 0; i < links; ++i) v = op == "Add" ? g.add("Add", {v, 1}) : g.add(op, {v});
+  GraphLayer layer = g.build();
+  Context ctx;
+  layer.bind({}, ctx);
+  const dims_t in = {64, 1024};
+  layer.setup(ctx, plain_desc(in), mode, true);
+  const Tensor x = from_plain(ctx, random_values(product(in), 3), plain_desc(in));
+  for (int step = 0; step < 4; ++step) {
+    ctx.begin_step(0);
+    const Tensor& y = layer.forward(ctx, x);
+    if (mode == Mode::train) {
+      Tensor gy = from_plain(ctx, std::vector<float>(product(in), 1.0f), y.desc());
+      layer.backward(ctx, gy);
+      layer.release_gradient(ctx);
+    }
+  }
+  return ctx.step_arena_bytes(0);
+}
+
+TEST(GraphLayerMemory, ValuesNoBackwardReadsAreGivenBackInForward) {
+  constexpr std::size_t value = 64 * 1024 * sizeof(float);
+  // In evaluation no backward reads anything: a value lives from its operator to the next one's (2 here).
+  EXPECT_LE(step_arena_bytes("Tanh", 12, Mode::infer), 3 * value);
+  // Sums' backward reads none of their values: in training too, and each gradient lives from the operator
+  // that adds to it to the one that consumes it (4 here: the output and its gradient, two gradients).
+  EXPECT_LE(step_arena_bytes("Add", 12, Mode::train), 5 * value);
+  // Tanh's backward reads its input: the values stay for it (15 here, with the gradients).
+  EXPECT_GE(step_arena_bytes("Tanh", 12, Mode::train), 12 * value);
+}
+
 TEST(GraphLayerOutput, FollowsTheFormulas) {
   // y = softmax(x / 2 - mean(x)) along the last axis, for x [1, 3]: checked against the formula.
   GraphBuilder g({}, {{{1}, {2.0f}}});
