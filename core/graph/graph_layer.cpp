@@ -282,8 +282,14 @@ void GraphLayer::give_back_gradients(Context& ctx) {
 }
 
 void GraphLayer::lease_gradient(Context& ctx, std::size_t k) {
-  if (!output_grads_[k].empty()) return;
   OpValue& value = values_[first_op() + k];
+  if (value.grad) return;
+  if (place_[k] == Place::alias) {  // the same numbers: their gradient too, so the operator's backward is none
+    const int root = root_[first_op() + k];
+    if (root >= static_cast<int>(first_op())) lease_gradient(ctx, root - first_op());
+    value.grad = values_[root].grad;
+    return;
+  }
   output_grads_[k] = ctx.lease(plain_desc({static_cast<dnnl::memory::dim>(product(value.dims))}));
   std::memset(output_grads_[k].data(), 0, output_grads_[k].bytes());
   value.grad = output_grads_[k].data();
@@ -320,7 +326,7 @@ const Tensor& GraphLayer::backward(Context& ctx, const Tensor& diff_dst) {
   if (ends_.hands_on.empty()) seed(static_cast<int>(values_.size() - 1), from);
   for (std::size_t j = 0; j < ends_.hands_on.size(); ++j) seed(ends_.hands_on[j], from + output_offsets_[j]);
   for (std::size_t k = ops_.size(); k-- > 0;) {
-    if (output_grads_[k].empty()) continue;  // no gradient reached its output
+    if (output_grads_[k].empty()) continue;  // no gradient reached its output, or it is its input's
     for (const int i : ops_[k]->spec().inputs)
       if (i >= static_cast<int>(first_op()) && needs_grad_[i]) lease_gradient(ctx, i - first_op());
     ops_[k]->backward(ctx, inputs_[k], values_[first_op() + k], scratch_.data());

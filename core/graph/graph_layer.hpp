@@ -109,7 +109,7 @@ class GraphLayer : public Layer {
   // What forward leased: the operators' own storage and the input's copy.
   void give_back_values(Context& ctx);
   void give_back_gradients(Context& ctx);
-  // The gradient of operator k's output, leased and zeroed where it has none yet.
+  // The gradient of operator k's output, leased and zeroed where it has none yet (an alias's: its input's).
   void lease_gradient(Context& ctx, std::size_t k);
 
   std::vector<ParamSpec> params_;
