@@ -123,7 +123,7 @@ class PieceBuilder {
     const std::set<std::size_t> taken_in = linear_layers(*region);
     GraphPiece piece;
     piece.end = region->end;
-    const auto spans = cut ? cut_region(*region, taken_in, from) : std::vector<Span>{{region->nodes, {from}, {}}};
+    const auto spans = cut ? cut_region(*region, from) : std::vector<Span>{{region->nodes, {from}, {}}};
     for (std::size_t s = 0; s < spans.size(); ++s)
       piece.parts.push_back(build_part(spans[s], taken_in, s == 0, region->end, next_seed));
     return piece;
@@ -188,7 +188,7 @@ class PieceBuilder {
 
   // graph_piece's cut: where the piece holds more than its share of the graph's products (1/16: no part
   // larger than a stage of 16 needs), it is cut after each share, at the first place where it may be.
-  std::vector<Span> cut_region(const Region& region, const std::set<std::size_t>& taken_in, const std::string& from) {
+  std::vector<Span> cut_region(const Region& region, const std::string& from) {
     std::vector<std::size_t> on_images;  // those computing from parameters alone go with their readers
     for (const std::size_t n : region.nodes)
       if (!from_parameters_.count(g_.nodes[n].outputs.at(0))) on_images.push_back(n);
@@ -199,9 +199,15 @@ class PieceBuilder {
     };
     const Crossings crossings(g_, on_images, from, region.end, producer_, from_parameters_,
                               [&](const std::string& v) { return is_parameter(v); });
+    // A product and the bias it takes in are one operator: no cut between them, next to each other or not.
+    const auto parts_a_product = [&](std::size_t i) {
+      return std::any_of(biased_products_.begin(), biased_products_.end(), [&](const auto& pair) {
+        return crossings.position(pair.first) < i && i <= crossings.position(pair.second);
+      });
+    };
     std::vector<std::size_t> cuts = {0};
     for (std::size_t i = 1; i < on_images.size(); ++i)
-      if (products(cuts.back(), i) >= share && products(i, on_images.size()) > 0 && !taken_in.count(on_images[i]) &&
+      if (products(cuts.back(), i) >= share && products(i, on_images.size()) > 0 && !parts_a_product(i) &&
           crossings.may_cut(i, [&](const std::string& v) { return crossing_known(v); }))
         cuts.push_back(i);
     if (cuts.size() == 1) return {{region.nodes, {from}, {}}};
@@ -301,6 +307,7 @@ class PieceBuilder {
           position.count(plus.outputs[0])) {
         with_bias_[node.outputs[0]] = {bias, plus.outputs[0]};
         taken_in.insert(position.at(plus.outputs[0]));
+        biased_products_.emplace_back(n, position.at(plus.outputs[0]));
       }
     }
     return taken_in;
@@ -423,6 +430,7 @@ class PieceBuilder {
   const std::set<std::string>& from_parameters_;
   std::map<std::string, std::string> read_transposed_;  // a weight's transpose: the weight, read in place
   std::map<std::string, std::pair<std::string, std::string>> with_bias_;  // a product: its bias, the sum's value
+  std::vector<std::pair<std::size_t, std::size_t>> biased_products_;      // such a product's node, its sum's
   // The part being built.
   std::size_t inputs_ = 1;
   std::map<std::string, int> value_;
