@@ -135,6 +135,21 @@ class AttentionGate(nn.Module):  # Attention U-Net's gate: the skip features cro
         return self.fc((s * a).mean([2, 3]))
 
 
+class BiasAddedLater(nn.Module):  # x @ W^T, another node, then + b: one product with its bias, never cut apart
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.w1, self.w2 = nn.Parameter(torch.randn(8, 8) * 0.3), nn.Parameter(torch.randn(8, 8) * 0.3)
+        self.b1 = nn.Parameter(torch.full((8,), 0.1))
+        self.fc = nn.Linear(8, 10)
+    def forward(self, x):
+        t = F.relu(self.c1(x)).flatten(2).transpose(1, 2)  # [N, 256 tokens, 8]
+        y = t @ self.w1.t()
+        s = torch.sigmoid(t)
+        y = y + self.b1
+        return self.fc(((y @ self.w2.t()) * s).mean(1))
+
+
 class PadsAndNorms(nn.Module):  # reflected and replicated borders; a BatchNorm1d over tokens inside a piece
     def __init__(self):
         super().__init__()
@@ -590,12 +605,13 @@ class OnnxImport(unittest.TestCase):
         """GroupNorm and InstanceNorm, upsampling and bilinear interpolation, CBAM's attention (paths that meet
         in different nodes) with a BatchNorm among them, activations with no layer of ddl's, a rectangular kernel,
         attention over a convolution's tokens, slices and joins along rows, a BatchNorm1d head, reflected and
-        replicated borders, transposed convolutions, an attention gate (a piece cut in parts): against float64
-        PyTorch as float32 PyTorch is."""
+        replicated borders, transposed convolutions, an attention gate and a bias added apart from its product
+        (pieces cut in parts): against float64 PyTorch as float32 PyTorch is."""
         # Each module made after its seed: made before, its weights came from wherever the process's generator
         # stood, another draw each run (a GroupNorm's bias once landed where float32 and float64 part).
         for index, network in enumerate((GroupNormNet, UpsampleNet, CBAM, Activations, AttnPool, ConcatOfRows,
-                                         HalfTheRowsConvolved, Bn1dHead, PadsAndNorms, Decoder, AttentionGate)):
+                                         HalfTheRowsConvolved, Bn1dHead, PadsAndNorms, Decoder, AttentionGate,
+                                         BiasAddedLater)):
             with self.subTest(module=network.__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(network(), f"lab_{network.__name__}", steps=2)
