@@ -94,9 +94,8 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
   largest_ = product(in);
   for (const OpValue& v : values_) largest_ = std::max(largest_, product(v.dims));
   plan_storage();
-  const dims_t out = ends_.hands_on.empty()
-                         ? values_.back().dims
-                         : dims_t{batch_size_, static_cast<dnnl::memory::dim>(handed_numbers_) / batch_size_};
+  const dims_t out = ends_.hands_on.empty() ? values_.back().dims
+                                            : dims_t{batch, static_cast<dnnl::memory::dim>(handed_numbers_) / batch};
   reset_output(ctx, plain_desc(out));
   for (std::size_t k = 0; k < ops_.size(); ++k) ops_[k]->setup(ctx, inputs_[k], values_[first_op() + k], train_);
   return output_.desc();
@@ -157,7 +156,6 @@ void GraphLayer::infer_dims(std::int64_t batch) {
     output_offsets_.push_back(handed_numbers_);
     handed_numbers_ += product(values_[v].dims);
   }
-  batch_size_ = batch;
   if (handed_numbers_ % static_cast<std::size_t>(batch) != 0)
     ops_.back()->spec().fail("hands on values of " + std::to_string(handed_numbers_) +
                              " numbers, not a multiple of the batch");
@@ -168,7 +166,6 @@ void GraphLayer::plan_storage() {
   for (std::size_t v = 0; v < first_op(); ++v) root_[v] = static_cast<int>(v);
   place_.assign(ops_.size(), Place::own);
   place_offset_.assign(ops_.size(), 0);
-  handed_in_place_.assign(ends_.hands_on.size(), false);
   for (std::size_t k = 0; k < ops_.size(); ++k) {
     const int number = static_cast<int>(first_op() + k);
     root_[number] = number;
@@ -179,10 +176,7 @@ void GraphLayer::plan_storage() {
       root_[number] = root_[ops_[k]->spec().inputs[0]];
     } else if (last || handed != ends_.hands_on.end()) {
       place_[k] = Place::output;
-      if (!last) {
-        place_offset_[k] = output_offsets_[handed - ends_.hands_on.begin()];
-        handed_in_place_[handed - ends_.hands_on.begin()] = true;
-      }
+      if (!last) place_offset_[k] = output_offsets_[handed - ends_.hands_on.begin()];
     }
   }
   // A value is read back where the backward of an operator that runs it reads it (the backward runs where
@@ -249,11 +243,10 @@ const Tensor& GraphLayer::forward(Context& ctx, const Tensor& src) {
     ops_[k]->forward(ctx, inputs_[k], v);
     for (const int root : given_back_after_[k]) give_back_root(ctx, root);
   }
+  // A value handed on that is not computed in its place (an input's, an alias's) is copied there.
   for (std::size_t j = 0; j < ends_.hands_on.size(); ++j)
-    if (!handed_in_place_[j]) {
-      const OpValue& v = values_[ends_.hands_on[j]];
-      std::memcpy(out.data() + output_offsets_[j], v.data, product(v.dims) * sizeof(float));
-    }
+    if (const int v = ends_.hands_on[j]; v < static_cast<int>(first_op()) || place_[v - first_op()] != Place::output)
+      std::memcpy(out.data() + output_offsets_[j], values_[v].data, product(values_[v].dims) * sizeof(float));
   for (const int root : given_back_after_[ops_.size()]) give_back_root(ctx, root);
   if (!input_read_back_ && !input_copy_.empty()) ctx.give_back(input_copy_);
   return out;

@@ -117,9 +117,7 @@ class GraphLayer : public Layer {
   BatchAxis batch_;
   GraphEnds ends_;
   std::vector<std::size_t> input_offsets_, output_offsets_;  // where each value taken or handed on starts
-  std::vector<bool> handed_in_place_;                        // by value handed on: computed in its place in the output
   std::size_t handed_numbers_ = 0;                           // the values handed on, for the whole batch
-  dnnl::memory::dim batch_size_ = 0;
   std::vector<std::unique_ptr<Operator>> ops_;
   std::vector<ParamView> views_;
   std::vector<OpValue> values_;

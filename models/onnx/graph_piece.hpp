@@ -2,8 +2,8 @@
 // norms as PyTorch exports them: MatMul, Transpose, Reshape, Softmax, Slice, broadcast arithmetic), taken
 // as GraphLayers (core/graph/graph_layer.hpp). The piece runs from a value to the next value that every
 // path from it passes through, so the model stays one chain of layers that a pipeline can cut. A piece may
-// be cut into parts where a few values cross (cut_piece below), one layer each, so a pipeline can cut
-// inside it too.
+// be cut into parts where a few values cross (graph_piece's `cut` below), one layer each, so a pipeline can
+// cut inside it too.
 #pragma once
 
 #include <functional>
@@ -38,10 +38,11 @@ inline constexpr std::size_t kMostCrossing = 4;
 // one of its nodes is one of ddl's layers that a piece does not take (a ChannelShuffle: the caller's own
 // refusal then stands). Throws InputError naming the node where an operator is neither, or comes with attributes or
 // inputs its operators cannot take.
-// `next_seed` gives the seed of each part with random operators (GraphLayer), in order. With `cut`, the piece
-// is cut after each matrix product or convolution where the next part holds one too, if at most
-// kMostCrossing values cross there, their dims are known, no parameter is read on both sides and no
-// product is parted from the bias it takes in (docs/onnx.md, "Pieces").
+// `next_seed` gives the seed of each part with random operators (GraphLayer), in order. With `cut`, a piece
+// holding more than a sixteenth of the graph's matrix products and convolutions is cut after each such share
+// where the rest holds one too, at the first place where at most kMostCrossing values cross, their dims are
+// known, no parameter is read on both sides and no product is parted from the bias it takes in
+// (docs/onnx.md, "Pieces").
 std::optional<GraphPiece> graph_piece(const Graph& graph, const std::string& from,
                                       const std::map<std::string, std::vector<std::size_t>>& readers,
                                       const std::set<std::string>& from_parameters,

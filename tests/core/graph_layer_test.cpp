@@ -128,9 +128,10 @@ std::unique_ptr<Layer> gated_product(bool cut) {
     g.add("Mul", {sum, a});
     return g.make();
   }
-  GraphBuilder first({param("w", {4, 4})}, {}, {.hands_on = {0, 2, 3}});
+  GraphBuilder first({param("w", {4, 4})}, {}, {.takes = {}, .hands_on = {0, 2, 3}});
   first.add("MatMul", {first.add("Tanh", {0}), 1});
-  GraphBuilder second({}, {}, {.takes = {{image, 0}, {image, 0}, {image, 0}}});  // 0 x, 1 tanh(x), 2 the product
+  GraphBuilder second(
+      {}, {}, {.takes = {{image, 0}, {image, 0}, {image, 0}}, .hands_on = {}});  // 0 x, 1 tanh(x), 2 the product
   second.add("Mul", {second.add("Add", {2, second.add("Sigmoid", {0})}), 1});
   auto chain = std::make_unique<Sequential>();
   chain->add(first.make()).add(second.make());
