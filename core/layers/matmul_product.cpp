@@ -8,7 +8,14 @@ namespace ddl {
 
 MatmulProduct::MatmulProduct(Context& ctx, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
                              const dnnl::memory::desc& c, float alpha, const dnnl::memory::desc& bias, bool accumulate) {
-  const dnnl::primitive_attr attr = output_scale_attr(alpha);
+  // The scratchpad (where oneDNN packs an operand it cannot read in place: a transposed weight, a whole
+  // weight's size) is leased for each product: owned by the primitive, as oneDNN does by default, each of a
+  // model's products kept its own for the whole run (vit_b_16 imported: 136 MB).
+  const auto user_scratchpad = [](dnnl::primitive_attr a) {
+    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return a;
+  };
+  const dnnl::primitive_attr attr = user_scratchpad(output_scale_attr(alpha));
   // In bf16 an f32 operand is converted, so copied anyway: into a plain bf16 copy. A bf16 operand (an
   // activation between bf16 layers) is taken as it is where a fast kernel accepts it. C keeps its type.
   const dt compute = ctx.compute_type();
@@ -24,7 +31,7 @@ MatmulProduct::MatmulProduct(Context& ctx, const dnnl::memory::desc& a, const dn
     dnnl::post_ops ops = summing.get_post_ops();
     ops.append_sum(1.0f);
     summing.set_post_ops(ops);
-    return summing;
+    return user_scratchpad(summing);
   };
   const auto product = [&](const dnnl::memory::desc& ma, const dnnl::memory::desc& mb, const dnnl::memory::desc& mc) {
     return make_matmul_pd(ctx.engine(), ma, mb, bias, mc, accumulate && mc == c ? with_sum() : attr);
@@ -32,6 +39,7 @@ MatmulProduct::MatmulProduct(Context& ctx, const dnnl::memory::desc& a, const dn
   const auto keep = [&](const dnnl::matmul::primitive_desc& pd, const dnnl::memory::desc& ma,
                         const dnnl::memory::desc& mb, const dnnl::memory::desc& mc) {
     matmul_ = dnnl::matmul(pd);
+    scratchpad_md_ = pd.scratchpad_desc();
     a_ = LeasedCopy(ctx, a, ma);
     b_ = LeasedCopy(ctx, b, mb);
     c_.reset();
@@ -58,10 +66,13 @@ MatmulProduct::MatmulProduct(Context& ctx, const dnnl::memory::desc& a, const dn
 void MatmulProduct::operator()(Context& ctx, const dnnl::memory& a, const dnnl::memory& b, const dnnl::memory& c,
                                const dnnl::memory& bias) {
   Tensor c_buffer = c_ ? ctx.lease(c_md_) : Tensor();
+  Tensor scratchpad = scratchpad_md_.get_size() > 0 ? ctx.lease(scratchpad_md_) : Tensor();
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, a_(ctx, a)}, {DNNL_ARG_WEIGHTS, b_(ctx, b)}, {DNNL_ARG_DST, c_ ? c_buffer.memory() : c}};
   if (bias) args.insert({DNNL_ARG_BIAS, bias});
+  if (!scratchpad.empty()) args.insert({DNNL_ARG_SCRATCHPAD, scratchpad.memory()});
   matmul_.execute(ctx.stream(), args);
+  if (!scratchpad.empty()) ctx.give_back(scratchpad);
   a_.release(ctx);
   b_.release(ctx);
   if (c_) {

@@ -26,6 +26,7 @@ class MatmulProduct {
   LeasedCopy a_, b_;
   std::optional<Copy> c_;
   dnnl::memory::desc c_md_;  // of the plain buffer C is computed in, when c_ copies (or adds) it out
+  dnnl::memory::desc scratchpad_md_;
 };
 
 }  // namespace ddl
