@@ -78,6 +78,7 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
   in_place_ = src == plain_desc(in);
   if (!in_place_) to_plain_ = Copy(ctx, src, plain_desc(in));
   if (need_diff_src_ && !in_place_) to_src_layout_ = Copy(ctx, plain_desc(in), src);
+  diff_src_.give_back(ctx);  // a gradient still out goes back to the pool, not only out of reach
   diff_src_.reset(need_diff_src_ ? src : dnnl::memory::desc());
   const std::int64_t batch = take_inputs(in);
   for (std::size_t i = 0; i < input_count(); ++i) needs_grad_[i] = need_diff_src_;
