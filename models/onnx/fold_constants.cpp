@@ -36,7 +36,7 @@ using Dims = std::vector<std::int64_t>;
 // from taking the machine's memory: elements in one value, and in all values of one evaluation.
 constexpr std::uint64_t kMaxValue = std::uint64_t{1} << 20, kMaxAll = std::uint64_t{1} << 24;
 // ONNX's numbers for the data types Cast may give here.
-constexpr std::int64_t kFloat = 1, kInt32 = 6, kInt64 = 7, kBool = 9;
+constexpr std::int64_t kFloat = 1, kInt32 = 6, kInt64 = 7, kBool = 9, kDouble = 11;
 
 // One node being folded: its inputs (nullptr where an optional one is left out) and how it reports a problem.
 struct Op {
@@ -225,14 +225,14 @@ Constant identity(const Op& op) { return op.input(0); }
 Constant cast(const Op& op) {
   Constant out = op.input(0);
   const std::int64_t to = op.node.integer("to", 0);
-  if (to == kFloat) {
+  if (to == kFloat || to == kDouble) {  // real numbers are held as float
     if (out.integer) out.floats.assign(out.ints.begin(), out.ints.end());
     out.integer = false;
     out.ints.clear();
     return out;
   }
   if (to != kInt32 && to != kInt64 && to != kBool)
-    op.fail("casts to data type " + std::to_string(to) + "; ddl folds casts to FLOAT, INT32, INT64 and BOOL");
+    op.fail("casts to data type " + std::to_string(to) + "; ddl folds casts to FLOAT, DOUBLE, INT32, INT64 and BOOL");
   if (!out.integer) {
     constexpr float kLimit = 9223372036854775808.0f;  // 2^63
     for (const float f : out.floats) {

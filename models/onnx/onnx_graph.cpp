@@ -58,8 +58,10 @@ Constant to_constant(const pb::TensorProto& t, const std::string& what, const st
   const int type = t.data_type();
   const bool integer =
       type == pb::TensorProto::INT64 || type == pb::TensorProto::INT32 || type == pb::TensorProto::BOOL;
-  if (type != pb::TensorProto::FLOAT && !integer)
-    fail(source, what + " is of type " + type_name(type) + ", which ddl does not read (FLOAT, INT64, INT32, BOOL)");
+  // DOUBLE: a real-number scalar PyTorch writes as one (`x.clamp(min=0.1)`, F.normalize's epsilon), read as FLOAT.
+  const bool real = type == pb::TensorProto::FLOAT || type == pb::TensorProto::DOUBLE;
+  if (!real && !integer)
+    fail(source, what + " is of type " + type_name(type) + ", which ddl does not read (FLOAT, DOUBLE, INT64, INT32, BOOL)");
   if (t.data_location() == pb::TensorProto::EXTERNAL)
     fail(source, what + " keeps its data in another file, which ddl reads from the model's path only");
   Constant c;
@@ -75,7 +77,8 @@ Constant to_constant(const pb::TensorProto& t, const std::string& what, const st
     c.dims.push_back(d);
   }
   const std::string& raw = t.raw_data();
-  if (n > 0 && raw.empty() && t.float_data_size() == 0 && t.int32_data_size() == 0 && t.int64_data_size() == 0) {
+  if (n > 0 && raw.empty() && t.float_data_size() == 0 && t.double_data_size() == 0 && t.int32_data_size() == 0 &&
+      t.int64_data_size() == 0) {
     if (!zero_fill) fail(source, "truncated: " + what + " has no data for its " + std::to_string(n) + " elements");
     if (integer)
       c.ints.resize(n);
@@ -84,8 +87,9 @@ Constant to_constant(const pb::TensorProto& t, const std::string& what, const st
     return c;
   }
   bool read = false;
-  if (type == pb::TensorProto::FLOAT) {
-    auto v = values<float, float>(raw, t.float_data(), n);
+  if (real) {
+    auto v = type == pb::TensorProto::FLOAT ? values<float, float>(raw, t.float_data(), n)
+                                            : values<double, float>(raw, t.double_data(), n);
     if ((read = v.has_value())) c.floats = std::move(*v);
   } else {
     auto v = type == pb::TensorProto::INT64   ? values<std::int64_t, std::int64_t>(raw, t.int64_data(), n)

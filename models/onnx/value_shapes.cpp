@@ -10,7 +10,11 @@ namespace ddl::onnx {
 std::optional<Dims> output_dims(const Node& node, const std::vector<std::optional<Dims>>& dims,
                                 const std::vector<const Constant*>& values) {
   if (dims.empty() || !dims[0]) return std::nullopt;
-  const Dims& x = *dims[0];
+  // The batch size that stands for kBatchTimes in a shape the graph gives: the first axis of the first input
+  // computed on images (a Sub's first input may be the constant 1 of `1 - x`, of no axis).
+  std::int64_t batch = 1;
+  for (std::size_t i = dims.size(); i-- > 0;)
+    if (dims[i] && !dims[i]->empty() && (i >= values.size() || !values[i])) batch = dims[i]->at(0);
   // The operators' own rules (core/graph/), the ones that run the graph.
   if (const OperatorRecord* record = find_operator(node.op)) {
     std::vector<OpValue> held(dims.size());
@@ -22,13 +26,13 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
       in[i] = &held[i];
     }
     try {
-      return record->make(op_spec("", node, values))->output_dims(in, x.at(0));
+      return record->make(op_spec("", node, values))->output_dims(in, batch);
     } catch (const InputError&) {
       return std::nullopt;  // the builder names the problem
     }
   }
   // ChannelShuffle: ddl's own layer (fuse_patterns.hpp), not an ONNX operator.
-  if (node.op == "ChannelShuffle") return x;
+  if (node.op == "ChannelShuffle") return dims[0];
   return std::nullopt;
 }
 
