@@ -151,11 +151,15 @@ class Builder {
     if (n.op == "Relu") return {std::make_unique<Relu>(), {}, {}};
     if (auto f = eltwise(n)) return {std::move(f), {}, {}};
     if (n.op == "MaxPool" || n.op == "AveragePool") return pool(n);
-    if (n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool")
+    if (n.op == "GlobalAveragePool" || n.op == "GlobalMaxPool") {
+      // Of another rank (nn.AdaptiveAvgPool1d's [N, C, L]) it is a piece's reduction.
+      if (const auto d = g_.dims.find(n.inputs[0]); d != g_.dims.end() && d->second.size() != 4)
+        refuse(n, "ddl's pooling layer takes [N, C, H, W]");
       return {std::make_unique<Pool2d>(Pool2dOptions{
                   .kind = n.op == "GlobalMaxPool" ? PoolKind::global_max : PoolKind::global_avg}),
               {},
               {}};
+    }
     if (n.op == "ReduceMean") return reduce_mean(n);
     if (n.op == "Flatten") {
       if (n.integer("axis", 1) != 1) refuse(n, "ddl flattens from axis 1 only");

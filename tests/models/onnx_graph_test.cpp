@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -246,11 +247,33 @@ TEST(OnnxGraph, RefusesInitializersItCannotRead) {
     change(*m.mutable_graph()->mutable_initializer(0));
     return parse_error(m);
   };
-  EXPECT_EQ(with_weight([](auto& t) { t.set_data_type(pb::TensorProto::DOUBLE); }),
-            "m.onnx: initializer 'conv.weight' is of type DOUBLE, which ddl does not read (FLOAT, INT64, INT32, BOOL)");
+  EXPECT_EQ(
+      with_weight([](auto& t) { t.set_data_type(pb::TensorProto::FLOAT16); }),
+      "m.onnx: initializer 'conv.weight' is of type FLOAT16, which ddl does not read (FLOAT, DOUBLE, INT64, INT32, "
+      "BOOL)");
   EXPECT_EQ(with_weight([](auto& t) { t.set_data_type(99); }),
-            "m.onnx: initializer 'conv.weight' is of type data type 99, which ddl does not read (FLOAT, INT64, INT32, "
-            "BOOL)");
+            "m.onnx: initializer 'conv.weight' is of type data type 99, which ddl does not read (FLOAT, DOUBLE, INT64, "
+            "INT32, BOOL)");
+  // DOUBLE is read as FLOAT (PyTorch writes `x.clamp(min=0.1)`'s bound as one); its data must be of doubles.
+  EXPECT_EQ(
+      with_weight([](auto& t) { t.set_data_type(pb::TensorProto::DOUBLE); }),
+      "m.onnx: initializer 'conv.weight' [4, 3, 3, 3] holds data of another size than its 108 elements of DOUBLE: "
+      "truncated or corrupt");
+  auto doubles = tiny_cnn();
+  pb::TensorProto& weight = *doubles.mutable_graph()->mutable_initializer(0);
+  const std::string floats = weight.raw_data();
+  std::vector<double> wide(floats.size() / sizeof(float));
+  for (std::size_t i = 0; i < wide.size(); ++i) {
+    float f;
+    std::memcpy(&f, floats.data() + i * sizeof(float), sizeof f);
+    wide[i] = f + 0.25;
+  }
+  weight.set_data_type(pb::TensorProto::DOUBLE);
+  weight.set_raw_data(std::string(reinterpret_cast<const char*>(wide.data()), wide.size() * sizeof(double)));
+  const Graph read = parse_onnx(bytes_of(doubles), "m.onnx");
+  const std::vector<float>& got = read.constants.at(weight.name()).floats;
+  ASSERT_EQ(got.size(), wide.size());
+  for (std::size_t i = 0; i < wide.size(); ++i) EXPECT_EQ(got[i], static_cast<float>(wide[i]));
   EXPECT_EQ(with_weight([](auto& t) { t.mutable_raw_data()->resize(100); }),
             "m.onnx: initializer 'conv.weight' [4, 3, 3, 3] holds data of another size than its 108 elements of "
             "FLOAT: truncated or corrupt");
@@ -487,11 +510,11 @@ TEST(OnnxGraph, RefusesRealNumbersOnConstantsThatTheRegistryRefuses) {
   add_node(g, "Sub", {"ra", "rb"}, {"value"}, "/Sub");
   add_node(g, "Mul", {"input", "value"}, {"logits"});
   EXPECT_EQ(fold_error(model_of(g)), "m.onnx: Sub node in the network's own forward (/Sub): cannot broadcast [2] with [3]");
-  g.mutable_node(4)->set_op_type("Sin");
+  g.mutable_node(4)->set_op_type("Sin");  // named before anything is folded
   g.mutable_node(4)->mutable_input()->RemoveLast();
   EXPECT_EQ(fold_error(model_of(g)),
-            "m.onnx: Sin node in the network's own forward (/Sub, torch.sin): computes on constants only, and ddl folds only "
-            "shape arithmetic");
+            "m.onnx: Sin node in the network's own forward (/Sub, torch.sin): ddl does not support this operator "
+            "(docs/onnx.md lists those it does)");
   g.mutable_node(4)->set_op_type("ScatterND");  // of integers: not shape arithmetic ddl folds
   g.mutable_node(4)->set_input(0, "a");
   g.mutable_node(4)->add_input("b");
@@ -545,22 +568,29 @@ TEST(OnnxGraph, FoldsTheShapeOfValuesComputedOnImages) {
 
 TEST(OnnxGraph, RefusesArithmeticItCannotFold) {
   // Index 1 of the shape of a value whose dims ddl does not know before the layers are built (an operator
-  // outside value_shapes').
+  // whose rule refuses its attributes: the builder names that problem later).
   const std::string one(std::string("\x01\0\0\0\0\0\0\0", 8));
+  const auto softmax_of_axis_9 = [](pb::GraphProto& g) {
+    g.mutable_node(1)->set_op_type("Softmax");
+    set_int(*g.mutable_node(1), "axis", 9);
+  };
   EXPECT_EQ(fold_error(view_cnn_with([&](auto& g) {
-              g.mutable_node(1)->set_op_type("Sin");
+              softmax_of_axis_9(g);
               g.mutable_node(3)->mutable_attribute(0)->mutable_t()->set_raw_data(one);
             })),
-            "m.onnx: Gather node in the network's own forward (/Gather): needs the shape of 'relu', which ddl cannot know before the layers are "
+            "m.onnx: Gather node in the network's own forward (/Gather): needs the shape of 'relu', which ddl cannot "
+            "know before the layers are "
             "built");
-  EXPECT_EQ(fold_error(view_cnn_with([](auto& g) {
-              g.mutable_node(1)->set_op_type("Sin");
+  EXPECT_EQ(fold_error(view_cnn_with([&](auto& g) {
+              softmax_of_axis_9(g);
               g.mutable_node(6)->set_input(0, "shape");
             })),
-            "m.onnx: Unsqueeze node in the network's own forward (/Unsqueeze): needs the shape of 'relu', which ddl cannot know before the layers "
+            "m.onnx: Unsqueeze node in the network's own forward (/Unsqueeze): needs the shape of 'relu', which ddl "
+            "cannot know before the layers "
             "are built");
   EXPECT_EQ(fold_error(view_cnn_with([](auto& g) { g.mutable_node(3)->set_op_type("Sin"); })),
-            "m.onnx: Sin node in the network's own forward (/zero, torch.sin): computes on constants only, and ddl folds only shape arithmetic");
+            "m.onnx: Sin node in the network's own forward (/zero, torch.sin): ddl does not support this operator "
+            "(docs/onnx.md lists those it does)");
   EXPECT_EQ(fold_error(view_cnn_with([](auto& g) { set_int(*g.mutable_node(8), "axis", 2); })),
             "m.onnx: Concat node in the network's own forward (/Concat): axis 2 is outside a tensor of rank 1");
   EXPECT_EQ(fold_error(view_cnn_with(
