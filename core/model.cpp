@@ -116,7 +116,44 @@ void Model::finalize(Context& ctx, Model* share) {
                        grads.subspan(entries_[e].offset, entries_[e].size)});
     layers_[i]->bind(views, ctx);
   }
+  resolve_tied_parameters();
   finalized_ = true;
+}
+
+void Model::resolve_tied_parameters() {
+  tied_.clear();
+  tied_sizes_.clear();
+  for (const auto& group : tied_names_) {
+    std::vector<std::size_t> offsets;
+    std::size_t size = 0;
+    for (const std::string& name : group) {
+      const auto e =
+          std::find_if(entries_.begin(), entries_.end(), [&](const ParamEntry& p) { return p.name == name; });
+      if (e != entries_.end() && e->size == whole_size(e->spec) && (offsets.empty() || e->size == size)) {
+        offsets.push_back(e->offset);
+        size = e->size;
+      }
+    }
+    if (offsets.empty()) continue;  // all in other stages
+    if (offsets.size() != group.size()) {
+      std::string names;
+      for (const std::string& name : group) names += (names.empty() ? "" : ", ") + name;
+      throw InputError("model " + name_ + ": parameters " + names +
+                       " are one weight of the network, which this layout parts (pipeline stages or a split layer): "
+                       "keep the layers that share it in one stage, unsplit");
+    }
+    tied_.push_back(std::move(offsets));
+    tied_sizes_.push_back(size);
+  }
+}
+
+void Model::tie_gradients() {
+  for (std::size_t g = 0; g < tied_.size(); ++g)
+    for (std::size_t k = 0; k < tied_sizes_[g]; ++k) {
+      float sum = 0.0f;
+      for (const std::size_t offset : tied_[g]) sum += grads_view_[offset + k];
+      for (const std::size_t offset : tied_[g]) grads_view_[offset + k] = sum;
+    }
 }
 
 void Model::initialize(std::uint64_t seed) {

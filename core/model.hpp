@@ -70,6 +70,15 @@ class Model {
   // which the model is to start from rather than from drawn values.
   using StartingValues = std::map<std::string, std::vector<float>>;
   void set_starting_values(std::shared_ptr<const StartingValues> values) { starting_values_ = std::move(values); }
+  // Before finalize: parameters that are one weight of the network (an imported graph's initializer that
+  // several layers read), each group by name. They start equal, and tie_gradients gives each member the
+  // sum of the group's gradients, so that they stay equal: the weight is trained as one. finalize throws
+  // InputError where a group's members are not all whole in this model (pipeline stages or a split layer
+  // that part them).
+  void tie_parameters(std::vector<std::vector<std::string>> groups) { tied_names_ = std::move(groups); }
+  bool has_tied_parameters() const { return !tied_.empty(); }
+  // After a step's gradients are complete (averaged over replicas: the sum is linear either way).
+  void tie_gradients();
 
   // input: a batch of images, or for a later pipeline stage the previous stage's output; with recomputation
   // it must stay alive and unchanged until backward.
@@ -162,6 +171,10 @@ class Model {
   std::size_t first_entry_ = 0, param_offset_ = 0, whole_params_ = 0;
   std::vector<ParamEntry> entries_;
   std::vector<std::size_t> layer_param_begin_;  // flat offset of each layer's first parameter, plus the end
+  void resolve_tied_parameters();
+  std::vector<std::vector<std::string>> tied_names_;
+  std::vector<std::vector<std::size_t>> tied_;  // each group's members' offsets (of equal sizes)
+  std::vector<std::size_t> tied_sizes_;
   AlignedBuffer<float> params_, grads_;  // empty when sharing another copy's
   std::span<float> params_view_, grads_view_;
   bool finalized_ = false;

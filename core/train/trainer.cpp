@@ -53,6 +53,10 @@ Trainer::Trainer(Context& ctx, std::vector<Model*> slots, Optimizer& optimizer, 
   if (static_cast<int>(slots_.size()) < needed)
     throw Error("trainer: the schedule keeps " + std::to_string(needed) + " micro-batches in flight, " +
                 std::to_string(slots_.size()) + " model copies given");
+  // A shared weight's copies take the sum of their gradients, which a rank holding one shard does not have.
+  if (slots_[0]->has_tied_parameters() && optimizer_.sharded())
+    throw InputError(
+        "the model shares a weight between layers, which sharded optimizer state (--shard-state) cannot train as one");
   const std::span<float> params = slots_[0]->params();
   if (const auto shard = replicas_.parameter_shard(params.size())) {
     if (!optimizer_.sharded()) throw Error("trainer: sharded parameters need a sharded optimizer");
@@ -326,6 +330,7 @@ PassMetrics Trainer::train_epoch(BatchLoader* loader, std::size_t epoch, std::si
       else
         replicas_.average(slots_[0]->grads());
       if (tensor_ && tensor_->size() > 1) average_whole_over_group();
+      slots_[0]->tie_gradients();
     }
     {
       const auto stepping = Timeline::span(timeline_, "optimizer");

@@ -515,6 +515,20 @@ std::optional<Dims> dims_on_images(const Op& op, const std::map<std::string, Dim
 }
 
 // `ctx`: the oneDNN engine the registry's operators run on, made where one is first needed.
+// The dims of each part of a Split computed on images, where its input's and sizes are known (a value after
+// F.glu read by shape arithmetic).
+void split_dims(const Op& op, std::map<std::string, Dims>& shapes) {
+  const auto in = shapes.find(op.node.inputs.at(0));
+  if (in == shapes.end()) return;
+  const auto sizes = split_sizes(op.node, &in->second, op.has(1) ? op.in[1] : nullptr);
+  if (!sizes) return;
+  for (std::size_t k = 0; k < op.node.outputs.size(); ++k) {
+    Dims part = in->second;
+    part[*axis_of(op.node, in->second)] = (*sizes)[k];
+    shapes[op.node.outputs[k]] = std::move(part);
+  }
+}
+
 Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Context>& ctx) {
   Evaluation e;
   e.folded.assign(graph.nodes.size(), false);
@@ -561,6 +575,10 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Cont
               "' under another name, as PyTorch's export does with initializers of equal values in eval mode "
               "(export with model.train(), training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False, "
               "as launch/export_onnx.py does) and with tied ones, which ddl does not train");
+    if ((on_images || on_parameters) && node.op == "Split") {
+      split_dims(op, shapes);
+      continue;
+    }
     if (on_images || on_parameters) {
       if (auto computed = dims_on_images(op, shapes)) shapes[out] = std::move(*computed);
       continue;

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "models/onnx/message_text.hpp"
+#include "models/onnx/value_shapes.hpp"
 
 namespace ddl::onnx {
 namespace {
@@ -268,39 +269,6 @@ void fuse_channel_shuffles(Graph& g) {
   rewrite(g, std::move(fused), gone);
 }
 
-namespace {
-
-// A Split's sizes, one for each output: given (an input from opset 13, an attribute before), or, where none
-// are (F.glu, torch.chunk in some exports), equal parts of the axis, the last one smaller where they do not
-// divide it, as ONNX defines.
-std::vector<std::int64_t> split_sizes(const Graph& g, const Node& n) {
-  const std::size_t parts = n.outputs.size();
-  const bool sizes_input = n.inputs.size() > 1 && !n.inputs[1].empty();
-  const auto dims = n.inputs.empty() ? g.dims.end() : g.dims.find(n.inputs[0]);
-  if (sizes_input) {
-    const auto given = g.constants.find(n.inputs[1]);
-    if (given != g.constants.end() && given->second.integer && given->second.ints.size() == parts)
-      return given->second.ints;
-  } else if (const auto attribute = n.integers("split", {}); !attribute.empty()) {
-    if (attribute.size() == parts) return attribute;
-  } else if (dims != g.dims.end()) {
-    const auto rank = static_cast<std::int64_t>(dims->second.size());
-    const std::int64_t axis = n.integer("axis", 0) + (n.integer("axis", 0) < 0 ? rank : 0);
-    const auto batch = g.batch_axes.find(n.inputs[0]);
-    if (axis >= 0 && axis < rank && (batch == g.batch_axes.end() || batch->second.axis != axis)) {
-      const std::int64_t length = dims->second[axis], part = (length + parts - 1) / parts;
-      std::vector<std::int64_t> sizes;
-      for (std::size_t k = 0; k < parts; ++k) sizes.push_back(std::clamp<std::int64_t>(length - k * part, 0, part));
-      return sizes;
-    }
-  }
-  throw InputError(one_line(g.source + ": " + n.describe() +
-                            ": ddl takes a Split into sizes given, one for each output, or into equal parts of an "
-                            "axis of known length other than the batch"));
-}
-
-}  // namespace
-
 void split_into_slices(Graph& g) {
   // A part that nothing reads gets no Slice: it would be a path from the split value that never joins.
   std::set<std::string> read = {g.output};
@@ -311,11 +279,21 @@ void split_into_slices(Graph& g) {
       nodes.push_back(std::move(n));
       continue;
     }
-    const std::vector<std::int64_t> sizes = split_sizes(g, n);
+    const auto dims = n.inputs.empty() ? g.dims.end() : g.dims.find(n.inputs[0]);
+    const Dims* input = dims == g.dims.end() ? nullptr : &dims->second;
+    const auto given = n.inputs.size() > 1 ? g.constants.find(n.inputs[1]) : g.constants.end();
+    const std::optional<Dims> sizes = split_sizes(n, input, given == g.constants.end() ? nullptr : &given->second);
+    // Equal parts of the batch axis would change with the batch size.
+    const auto batch = n.inputs.empty() ? g.batch_axes.end() : g.batch_axes.find(n.inputs[0]);
+    if (!sizes || (splits_equally(n) && batch != g.batch_axes.end() &&
+                   axis_of(n, *input) == static_cast<std::size_t>(batch->second.axis)))
+      throw InputError(one_line(g.source + ": " + n.describe() +
+                                ": ddl takes a Split into sizes given, one for each output, or into equal parts of an "
+                                "axis of known length other than the batch"));
     const auto scalar = [](std::int64_t v) { return Constant{{1}, true, {}, {v}}; };
     std::int64_t start = 0;
     for (std::size_t k = 0; k < n.outputs.size(); ++k) {
-      const std::int64_t size = sizes[k];
+      const std::int64_t size = (*sizes)[k];
       if (size < 0 || size > (1 << 24)) throw InputError(one_line(g.source + ": " + n.describe() + ": a size of " + std::to_string(size)));
       const std::string& out = n.outputs[k];
       if (read.count(out)) {

@@ -86,6 +86,7 @@ class Builder {
     out.fresh_classifier = fit_classifier(layers.back());
     auto starting = std::make_shared<Model::StartingValues>();
     std::map<std::string, std::string> moved;  // an initializer: the parameter whose starting value it became
+    std::map<std::string, std::vector<std::string>> readers;  // an initializer: the parameters it starts
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const std::string prefix = std::to_string(i) + ".";
       const auto specs = layers[i].layer->param_specs();
@@ -95,8 +96,9 @@ class Builder {
         out.onnx_names[name] = source;
         // A classifier refitted to another class count (fit_classifier) starts from drawn values.
         if (refitted_.count(source)) continue;
+        readers[source].push_back(name);
         if (const auto it = moved.find(source); it != moved.end()) {
-          (*starting)[name] = starting->at(it->second);  // a weight that two nodes share
+          (*starting)[name] = starting->at(it->second);  // a weight that two layers share: tied below
         } else {
           (*starting)[name] = std::move(g_.constants.at(source).floats);
           moved[source] = name;
@@ -108,6 +110,10 @@ class Builder {
       out.model->add(std::move(layers[i].layer));
     }
     out.model->set_starting_values(std::move(starting));
+    std::vector<std::vector<std::string>> tied;
+    for (auto& [source, names] : readers)
+      if (names.size() > 1) tied.push_back(std::move(names));
+    out.model->tie_parameters(std::move(tied));
     refuse_exporter_names(out.onnx_names);
     return out;
   }

@@ -1,5 +1,6 @@
 #include "models/onnx/value_shapes.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "core/graph/operator_registry.hpp"
@@ -34,6 +35,40 @@ std::optional<Dims> output_dims(const Node& node, const std::vector<std::optiona
   // ChannelShuffle: ddl's own layer (fuse_patterns.hpp), not an ONNX operator.
   if (node.op == "ChannelShuffle") return dims[0];
   return std::nullopt;
+}
+
+std::optional<std::size_t> axis_of(const Node& split, const Dims& input) {
+  const auto rank = static_cast<std::int64_t>(input.size());
+  const std::int64_t axis = split.integer("axis", 0) + (split.integer("axis", 0) < 0 ? rank : 0);
+  if (axis < 0 || axis >= rank) return std::nullopt;
+  return static_cast<std::size_t>(axis);
+}
+
+bool splits_equally(const Node& split) {
+  return (split.inputs.size() < 2 || split.inputs[1].empty()) && split.integers("split", {}).empty();
+}
+
+std::optional<Dims> split_sizes(const Node& split, const Dims* input, const Constant* sizes) {
+  const std::size_t parts = split.outputs.size();
+  if (!splits_equally(split)) {
+    Dims given = split.integers("split", {});
+    if (given.empty() && sizes && sizes->integer) given = sizes->ints;
+    std::int64_t sum = 0;
+    for (const std::int64_t size : given) {
+      if (size < 0) return std::nullopt;
+      sum += size;
+    }
+    if (given.size() != parts || (input && !axis_of(split, *input)) ||
+        (input && sum != (*input)[*axis_of(split, *input)]))
+      return std::nullopt;
+    return given;
+  }
+  const auto axis = input ? axis_of(split, *input) : std::nullopt;
+  if (!axis || parts == 0) return std::nullopt;
+  const std::int64_t length = (*input)[*axis], part = (length + static_cast<std::int64_t>(parts) - 1) / parts;
+  Dims equal;
+  for (std::size_t k = 0; k < parts; ++k) equal.push_back(std::clamp<std::int64_t>(length - k * part, 0, part));
+  return equal;
 }
 
 }  // namespace ddl::onnx

@@ -18,4 +18,14 @@ using Dims = std::vector<std::int64_t>;
 std::optional<Dims> output_dims(const Node& node, const std::vector<std::optional<Dims>>& dims,
                                 const std::vector<const Constant*>& values);
 
+// A Split's sizes along its axis, one for each output, for an input of these dims (null: not known): given
+// (its second input, `sizes`, from opset 13; an attribute before), or, where none are (F.glu), equal parts of
+// the axis, the last one smaller where they do not divide it, as ONNX defines. nullopt where the sizes are an
+// input not known (`sizes` null) or do not fit the input.
+std::optional<Dims> split_sizes(const Node& split, const Dims* input, const Constant* sizes);
+// Its axis in an input of these dims (nullopt: out of range).
+std::optional<std::size_t> axis_of(const Node& split, const Dims& input);
+// Whether a Split takes its sizes from neither an input nor an attribute (equal parts).
+bool splits_equally(const Node& split);
+
 }  // namespace ddl::onnx

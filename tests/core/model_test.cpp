@@ -164,6 +164,38 @@ TEST(ModelGradient, GradientsReadyHookCoversEveryParameterOnce) {
   EXPECT_GT(order.front(), order.back());
 }
 
+// A weight two layers share (an imported graph's initializer that both read) is trained as one: each copy takes
+// the sum of the copies' gradients. A layout that would part the copies (a pipeline stage holding one) is
+// refused.
+TEST(ModelTraining, TiedParametersTakeTheSumOfTheirGradients) {
+  Context ctx;
+  const auto two_dense = [] {
+    auto model = std::make_unique<Model>("tied", dims_t{4, 1, 1}, 4);
+    model->add(std::make_unique<Flatten>());
+    model->add(std::make_unique<Dense>(DenseOptions{.in_features = 4, .out_features = 4}));
+    model->add(std::make_unique<Dense>(DenseOptions{.in_features = 4, .out_features = 4}));
+    model->tie_parameters({{"1.weight", "2.weight"}});
+    return model;
+  };
+  auto model = two_dense();
+  model->finalize(ctx);
+  ASSERT_TRUE(model->has_tied_parameters());
+  const std::span<float> grads = model->grads();
+  ASSERT_EQ(grads.size(), 2u * (16 + 4));
+  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
+  model->tie_gradients();
+  for (std::size_t k = 0; k < 16; ++k) {
+    EXPECT_EQ(grads[k], static_cast<float>(k + 20 + k));  // 1.weight at 0, 2.weight at 20
+    EXPECT_EQ(grads[20 + k], grads[k]);
+  }
+  for (std::size_t k = 16; k < 20; ++k) EXPECT_EQ(grads[k], static_cast<float>(k));  // the biases are not tied
+  EXPECT_EQ(grads[36], 36.0f);
+
+  auto stage = two_dense();
+  stage->keep_layers(2, 3);
+  EXPECT_THROW(stage->finalize(ctx), InputError);
+}
+
 // Steps served from the buffer pool's learned arena (a context whose steps are marked, as the trainer's
 // are) train exactly as steps served one buffer at a time: with outputs given back after backward, a
 // residual network's tensors share the arena's places, an evaluation between steps switches the pool to

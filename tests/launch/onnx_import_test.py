@@ -150,6 +150,31 @@ class BiasAddedLater(nn.Module):  # x @ W^T, another node, then + b: one product
         return self.fc(((y @ self.w2.t()) * s).mean(1))
 
 
+class SharedExponent(nn.Module):  # GeM pooling: one trained p read before and after the pooling layer
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.p = nn.Parameter(torch.full((1,), 3.0))
+        self.fc = nn.Linear(8, 10)
+    def forward(self, x):
+        x = F.relu(self.c1(x)) + 1e-3
+        return self.fc(F.adaptive_avg_pool2d(x.pow(self.p), 1).pow(1.0 / self.p).flatten(1))
+
+
+class ScalarsAndHalves(nn.Module):  # real-number bounds exported as DOUBLE, 1 - g, rsqrt, F.glu, a 1-d pool
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.gate = nn.Conv2d(8, 8, 1)
+        self.fc = nn.Linear(8, 10)
+    def forward(self, x):
+        x = F.glu(self.c1(x), dim=1).clamp(min=-0.5)  # [N, 8, 16, 16]
+        g = torch.sigmoid(self.gate(x))
+        x = F.relu(x) * g + x * (1 - g)
+        x = x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-5)
+        return self.fc(F.normalize(nn.AdaptiveAvgPool1d(1)(x.flatten(2)).squeeze(-1), dim=1))
+
+
 class PadsAndNorms(nn.Module):  # reflected and replicated borders; a BatchNorm1d over tokens inside a piece
     def __init__(self):
         super().__init__()
@@ -578,19 +603,19 @@ class OnnxImport(unittest.TestCase):
             self.assertLessEqual(numpy.abs(mine.reshape(tensor.shape) - reference).max() / scale, allowed,
                                  f"{name} ({to_graph[name]})")
 
-        offset, compared = 0, 0
+        offset, compared = 0, set()  # a weight that several layers share is each one's parameter: each compared
         for name in names:
             size = expected[to_graph[name]].size
             compare(name, params[offset:offset + size])
             offset += size
-            compared += 1
+            compared.add(to_graph[name])
         self.assertEqual(offset, params.size)
         for name, values in states.items():
             if name in to_graph:
                 compare(name, values)
-                compared += 1
+                compared.add(to_graph[name])
         # Integer buffers (BatchNorm's num_batches_tracked, a relative position index) are no one's to train.
-        self.assertEqual(compared, len([k for k, v in expected.items() if v.dtype.kind == "f"]))
+        self.assertEqual(len(compared), len([k for k, v in expected.items() if v.dtype.kind == "f"]))
 
     def test_a_residual_network_trains_as_in_pytorch_at_opsets_13_and_17(self):
         """At opset 17 with its weights in a file beside the graph (ONNX's external data)."""
@@ -606,12 +631,13 @@ class OnnxImport(unittest.TestCase):
         in different nodes) with a BatchNorm among them, activations with no layer of ddl's, a rectangular kernel,
         attention over a convolution's tokens, slices and joins along rows, a BatchNorm1d head, reflected and
         replicated borders, transposed convolutions, an attention gate and a bias added apart from its product
-        (pieces cut in parts): against float64 PyTorch as float32 PyTorch is."""
+        (pieces cut in parts), a weight that two layers share, DOUBLE bounds, 1 - x, rsqrt, F.glu and a 1-d pool:
+        against float64 PyTorch as float32 PyTorch is."""
         # Each module made after its seed: made before, its weights came from wherever the process's generator
         # stood, another draw each run (a GroupNorm's bias once landed where float32 and float64 part).
         for index, network in enumerate((GroupNormNet, UpsampleNet, CBAM, Activations, AttnPool, ConcatOfRows,
                                          HalfTheRowsConvolved, Bn1dHead, PadsAndNorms, Decoder, AttentionGate,
-                                         BiasAddedLater)):
+                                         BiasAddedLater, SharedExponent, ScalarsAndHalves)):
             with self.subTest(module=network.__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(network(), f"lab_{network.__name__}", steps=2)
