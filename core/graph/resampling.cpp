@@ -67,6 +67,8 @@ class ResizeOp : public Operator {
     if (const auto* sizes = spec_.integer_input(3)) {
       if (sizes->size() != x.size()) spec_.fail("its sizes do not fit " + shapes::text(x));
       Target t{{}, *sizes};
+      // F.interpolate(x, size=...) gives Concat(Shape(x)[:2], [H, W]): its batch is the one that runs.
+      if (t.sizes[0] == kBatchTimes) t.sizes[0] = x[0];
       for (std::size_t d = 0; d < x.size(); ++d) t.scales.push_back(static_cast<double>(t.sizes[d]) / static_cast<double>(x[d]));
       return t;
     }

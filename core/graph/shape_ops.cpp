@@ -149,12 +149,14 @@ class DropoutOp : public Operator {
   std::vector<float> mask_;
 };
 
-// Numbers read from the input under strides: Transpose, Expand, Slice, and the backward that adds them back.
+// Numbers read from the input under strides: Transpose, Expand, Slice, DepthToSpace and SpaceToDepth, and the
+// backward that adds them back.
 class Strided : public Operator {
  public:
   using Operator::Operator;
   dims_t output_dims(OpInputs in, std::int64_t batch) const override {
     const dims_t& x = input(in, 0).dims;
+    if (spec_.type == "DepthToSpace" || spec_.type == "SpaceToDepth") return blocks(x).out;
     if (spec_.type == "Transpose") return shapes::transpose(x, spec_.ints("perm", {}));
     if (spec_.type == "Expand") return shapes::broadcast(x, with_batch(integers(spec_, 1), batch));
     return slice(x).dims;
@@ -162,7 +164,12 @@ class Strided : public Operator {
   void setup(Context&, OpInputs in, const OpValue& out, bool) override {
     const dims_t& x = in[0]->dims;
     offset_ = 0;
-    if (spec_.type == "Transpose") {
+    walk_ = out.dims;
+    if (spec_.type == "DepthToSpace" || spec_.type == "SpaceToDepth") {
+      Blocks b = blocks(x);
+      walk_ = std::move(b.walk);
+      strides_ = std::move(b.strides);
+    } else if (spec_.type == "Transpose") {
       const dims_t own = shapes::strides_of(x);
       strides_.clear();
       for (const std::int64_t p : shapes::permutation(x, spec_.ints("perm", {}))) strides_.push_back(own[p]);
@@ -178,14 +185,14 @@ class Strided : public Operator {
   }
   void forward(Context&, OpInputs in, OpValue& out) override {
     const float* x = in[0]->data + offset_;
-    walk::in_parallel(out.dims, strides_, dims_t(out.dims.size(), 0), [&](std::size_t o, dim i, dim) { out.data[o] = x[i]; });
+    walk::in_parallel(walk_, strides_, dims_t(walk_.size(), 0), [&](std::size_t o, dim i, dim) { out.data[o] = x[i]; });
   }
   void backward(Context&, OpInputs in, const OpValue& out, float*) override {
     if (!in[0]->grad) return;
     float* gx = in[0]->grad + offset_;
     const auto add = [&](std::size_t o, dim i, dim) { gx[i] += out.grad[o]; };
-    const dims_t none(out.dims.size(), 0);
-    once_ ? walk::in_parallel(out.dims, strides_, none, add) : walk::each(out.dims, strides_, none, add);
+    const dims_t none(walk_.size(), 0);
+    once_ ? walk::in_parallel(walk_, strides_, none, add) : walk::each(walk_, strides_, none, add);
   }
   bool backward_reads_input(std::size_t, const std::vector<bool>&) const override { return false; }
   bool backward_reads_output(const std::vector<bool>&) const override { return false; }
@@ -199,7 +206,32 @@ class Strided : public Operator {
         if (v <= kBatchTimes) spec_.fail("ddl takes its axes, indices and bounds as numbers that do not follow the batch");
     return shapes::slice(x, integers(spec_, 1), integers(spec_, 2), given(3), given(4));
   }
-  dims_t strides_;
+  // nn.PixelShuffle's DepthToSpace (mode CRD; DCR is ONNX's default) and SpaceToDepth on [N, C, H, W] with
+  // blocks of b x b: the output, in its order, as six axes, and where each reads in the input.
+  struct Blocks {
+    dims_t out, walk, strides;
+  };
+  Blocks blocks(const dims_t& x) const {
+    const dim b = spec_.integer("blocksize", 0);
+    if (x.size() != 4 || b < 1) spec_.fail("ddl takes [N, C, H, W] and a blocksize of 1 or more");
+    const dim n = x[0], c = x[1], h = x[2], w = x[3];
+    if (spec_.type == "SpaceToDepth") {
+      if (h % b != 0 || w % b != 0) spec_.fail("blocks of " + std::to_string(b) + " do not tile " + shapes::text(x));
+      // Out [N, b, b, C, H/b, W/b] from in [N, C, H/b, b, W/b, b].
+      return {{n, c * b * b, h / b, w / b}, {n, b, b, c, h / b, w / b}, {c * h * w, w, 1, h * w, b * w, b}};
+    }
+    const std::string mode = spec_.text("mode", "DCR");
+    if (mode != "DCR" && mode != "CRD") spec_.fail("its mode " + mode + " is neither DCR nor CRD");
+    if (c % (b * b) != 0)
+      spec_.fail("blocks of " + std::to_string(b) + " do not divide " + shapes::text(x) + "'s channels");
+    const dim k = c / (b * b);
+    // Out [N, C/b², H, b, W, b] from in [N, b, b, C/b², H, W] (DCR) or [N, C/b², b, b, H, W] (CRD).
+    const dim row = mode == "DCR" ? b * k * h * w : b * h * w, column = mode == "DCR" ? k * h * w : h * w;
+    return {{n, k, h * b, w * b},
+            {n, k, h, b, w, b},
+            {c * h * w, mode == "DCR" ? h * w : b * b * h * w, w, row, 1, column}};
+  }
+  dims_t strides_, walk_;  // walk_: the output's dims, or the six axes of a DepthToSpace's or SpaceToDepth's
   dim offset_ = 0;
   bool once_ = true;
 };
@@ -307,16 +339,16 @@ class PadOp : public Operator {
   float value_ = 0;
 };
 
-// Concat along an axis, and Gather at indices known before the graph runs: parts of the output, each a
-// block of an input.
+// Concat along an axis, and Gather at indices known before the graph runs (of any rank): parts of the output,
+// each a block of an input.
 class Parts : public Operator {
  public:
   using Operator::Operator;
   dims_t output_dims(OpInputs in, std::int64_t) const override {
     if (spec_.type == "Gather") {
       const auto& index = spec_.integers.find(1);
-      if (index == spec_.integers.end() || index->second.dims.size() > 1)
-        spec_.fail("ddl gathers at one index or a list of them known before the graph runs");
+      // Indices of any rank (nn.Unfold's [kernel, positions]) lie in the output as their flat list would.
+      if (index == spec_.integers.end()) spec_.fail("its indices are not known before the graph runs");
       return shapes::gather(input(in, 0).dims, spec_.integer("axis", 0), index->second.dims);
     }
     std::vector<dims_t> all;
@@ -551,6 +583,8 @@ const OperatorRecord kShapeOpsRecords[] = {
     {"Squeeze", "shape and indexing", make<SameNumbers>, "without axes, the batch axis stays"},
     {"Unsqueeze", "shape and indexing", make<SameNumbers>, ""},
     {"Transpose", "shape and indexing", make<Strided>, ""},
+    {"DepthToSpace", "shape and indexing", make<Strided>, "[N, C, H, W]; mode DCR or CRD (nn.PixelShuffle)"},
+    {"SpaceToDepth", "shape and indexing", make<Strided>, "[N, C, H, W]"},
     {"Expand", "shape and indexing", make<Strided>, ""},
     {"Slice", "shape and indexing", make<Strided>, "bounds, axes and steps (either sign) that do not follow the batch"},
     {"Tile", "shape and indexing", make<TileOp>, ""},

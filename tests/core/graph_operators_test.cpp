@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <numeric>
 #include <optional>
 
 #include "core/error.hpp"
@@ -187,6 +188,11 @@ TEST(GraphOperatorsGradient, ShapeAndIndexing) {
                      },
                      kFine});
   cases.push_back({"Expand", {2, 1, 4}, one("Expand", {0, -1}, {}, {{1, integers({3, 1})}})});
+  for (const char* mode : {"DCR", "CRD"})
+    cases.push_back({std::string("DepthToSpace, ") + mode,
+                     {2, 8, 2, 3},
+                     one("DepthToSpace", {0}, {{"blocksize", ints({2})}, {"mode", text(mode)}})});
+  cases.push_back({"SpaceToDepth", {2, 2, 4, 6}, one("SpaceToDepth", {0}, {{"blocksize", ints({2})}})});
   cases.push_back({"Trilu upper, k left out", {2, 3, 4, 5}, one("Trilu", {0})});
   cases.push_back({"Trilu lower, k -1", {2, 3, 4, 5}, one("Trilu", {0, -1}, {{"upper", ints({0})}}, {{1, integers({-1}, true)}})});
   cases.push_back({"Trilu upper, k 2", {2, 4, 3}, one("Trilu", {0, -1}, {{"upper", ints({1})}}, {{1, integers({2}, true)}})});
@@ -482,6 +488,21 @@ TEST(GraphOperatorsOutput, ModAndStepsFollowPythonAndC) {
   EXPECT_EQ(forward_of("Floor", {0}, x), (std::vector<float>{-2, -1, 0, 0, 1, 2, 2, -3}));
   EXPECT_EQ(forward_of("Ceil", {0}, x), (std::vector<float>{-1, 0, 0, 1, 2, 3, 3, -2}));
   EXPECT_EQ(forward_of("Round", {0}, x), (std::vector<float>{-2, 0, 0, 0, 2, 2, 2, -3}));  // halves to even
+}
+
+// nn.PixelShuffle(2) (DepthToSpace, CRD) on channels [[0, 1], [2, 3]] + 4 * (2 i + j) for block (i, j); ONNX's
+// DepthToSpace (DCR) undoes SpaceToDepth.
+TEST(GraphOperatorsOutput, DepthToSpaceShufflesAsPyTorchAndUndoesSpaceToDepth) {
+  std::vector<float> x(16);
+  std::iota(x.begin(), x.end(), 0.0f);
+  EXPECT_EQ(forward_of("DepthToSpace", {0}, x, {}, {{"blocksize", ints({2})}, {"mode", text("CRD")}}, {}, {1, 4, 2, 2}),
+            (std::vector<float>{0, 4, 1, 5, 8, 12, 9, 13, 2, 6, 3, 7, 10, 14, 11, 15}));
+  std::vector<float> image(2 * 4 * 6);
+  std::iota(image.begin(), image.end(), 1.0f);
+  GraphBuilder g({}, {});
+  g.add("DepthToSpace", {g.add("SpaceToDepth", {0}, {{"blocksize", ints({2})}})}, {{"blocksize", ints({2})}});
+  GraphLayer round_trip = g.build();
+  EXPECT_EQ(run_forward(round_trip, {1, 2, 4, 6}, image), image);
 }
 
 TEST(GraphOperatorsOutput, TriluAndCumSumFollowTorchs) {

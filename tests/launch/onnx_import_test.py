@@ -175,6 +175,22 @@ class ScalarsAndHalves(nn.Module):  # real-number bounds exported as DOUBLE, 1 -
         return self.fc(F.normalize(nn.AdaptiveAvgPool1d(1)(x.flatten(2)).squeeze(-1), dim=1))
 
 
+class PyramidAndShuffle(nn.Module):  # FPN's F.interpolate to a size; PixelUnshuffle and PixelShuffle; nn.Unfold
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(12, 16, 3, padding=1)  # after PixelUnshuffle(2): [N, 12, 16, 16]
+        self.c2 = nn.Conv2d(16, 16, 3, stride=2, padding=1)
+        self.lateral = nn.Conv2d(16, 16, 1)
+        self.c3 = nn.Conv2d(4, 8, 3, stride=2, padding=1)  # after PixelShuffle(2): [N, 4, 32, 32]
+        self.embed = nn.Linear(8 * 4, 10)  # nn.Unfold(2, stride=2) of [N, 8, 16, 16]: [N, 32, 64]
+    def forward(self, x):
+        c1 = F.relu(self.c1(F.pixel_unshuffle(x, 2)))
+        c2 = F.relu(self.c2(c1))
+        p1 = self.lateral(c1) + F.interpolate(c2, size=c1.shape[-2:], mode="bilinear", align_corners=False)
+        y = F.relu(self.c3(F.pixel_shuffle(p1, 2)))
+        return self.embed(F.unfold(y, 2, stride=2).transpose(1, 2)).mean(1)
+
+
 class PadsAndNorms(nn.Module):  # reflected and replicated borders; a BatchNorm1d over tokens inside a piece
     def __init__(self):
         super().__init__()
@@ -631,13 +647,13 @@ class OnnxImport(unittest.TestCase):
         in different nodes) with a BatchNorm among them, activations with no layer of ddl's, a rectangular kernel,
         attention over a convolution's tokens, slices and joins along rows, a BatchNorm1d head, reflected and
         replicated borders, transposed convolutions, an attention gate and a bias added apart from its product
-        (pieces cut in parts), a weight that two layers share, DOUBLE bounds, 1 - x, rsqrt, F.glu and a 1-d pool:
-        against float64 PyTorch as float32 PyTorch is."""
+        (pieces cut in parts), a weight that two layers share, DOUBLE bounds, 1 - x, rsqrt, F.glu, a 1-d pool, an
+        interpolation to a size, pixel (un)shuffles and F.unfold: against float64 PyTorch as float32 PyTorch is."""
         # Each module made after its seed: made before, its weights came from wherever the process's generator
         # stood, another draw each run (a GroupNorm's bias once landed where float32 and float64 part).
         for index, network in enumerate((GroupNormNet, UpsampleNet, CBAM, Activations, AttnPool, ConcatOfRows,
                                          HalfTheRowsConvolved, Bn1dHead, PadsAndNorms, Decoder, AttentionGate,
-                                         BiasAddedLater, SharedExponent, ScalarsAndHalves)):
+                                         BiasAddedLater, SharedExponent, ScalarsAndHalves, PyramidAndShuffle)):
             with self.subTest(module=network.__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(network(), f"lab_{network.__name__}", steps=2)
