@@ -6,7 +6,8 @@ Imports the class from the file (its folder on sys.path, so that its own imports
 as keyword arguments and exports it as docs/onnx.md says: in training mode (BatchNorms and their statistics
 kept), every parameter an initializer under its state_dict name, input "images" [batch, C, H, W], output
 "logits" [batch, classes], TorchScript's exporter; torchvision's stochastic depth as a dropout of a mask a row
-(exportable_stochastic_depth), so that nobody sets p to 0 to export. Then ddl_train plans a run of it (--plan-only, which builds
+(exportable_stochastic_depth) and nn.Dropout2d's as one of a mask an image and channel, so that nobody sets p to 0
+to export. Then ddl_train plans a run of it (--plan-only, which builds
 the layers and times a few steps) on two random images made for the purpose: the file is ready, or ddl's
 reason why not. Bad input and a graph ddl refuses end in one line and exit 2.
 """
@@ -100,17 +101,36 @@ def exportable_stochastic_depth(x, p, mode, training=True):
     return x * torch.nn.functional.dropout(ones, p, True)
 
 
+def exportable_channel_dropout(x, p=0.5, training=True, inplace=False):
+    """F.dropout1d/2d/3d (nn.Dropout2d's; PyTorch 1.13 cannot export its feature_dropout in training mode) as x
+    times a dropout of ones, one for each image and channel: each channel kept with probability 1 - p and
+    scaled by 1 / (1 - p), as PyTorch's; ddl draws the mask afresh each step. Without a batch axis (a single
+    [C, ...] input) it is left to PyTorch."""
+    if not training or p == 0.0 or x.dim() < 3:
+        return x
+    ones = x[(slice(None), slice(None)) + (slice(0, 1),) * (x.dim() - 2)] * 0 + 1
+    return x * torch.nn.functional.dropout(ones, p, True)
+
+
 @contextlib.contextmanager
-def stochastic_depth_exportable():
-    """torchvision.ops.stochastic_depth (and StochasticDepth, which calls it) replaced for the export only."""
+def random_masks_exportable():
+    """torchvision.ops.stochastic_depth (and StochasticDepth, which calls it) and the channel dropouts replaced
+    for the export only."""
     import torchvision.ops
     module = sys.modules["torchvision.ops.stochastic_depth"]  # torchvision.ops.stochastic_depth is the function
     original = module.stochastic_depth
+    functional = torch.nn.functional
+    channel_dropouts = {name: getattr(functional, name) for name in ("dropout1d", "dropout2d", "dropout3d")
+                        if hasattr(functional, name)}
     module.stochastic_depth = torchvision.ops.stochastic_depth = exportable_stochastic_depth
+    for name in channel_dropouts:
+        setattr(functional, name, exportable_channel_dropout)
     try:
         yield
     finally:
         module.stochastic_depth = torchvision.ops.stochastic_depth = original
+        for name, function in channel_dropouts.items():
+            setattr(functional, name, function)
 
 
 def export_graph(model, shape, opset):
@@ -122,7 +142,7 @@ def export_graph(model, shape, opset):
     before = {name: b.detach().clone() for name, b in model.named_buffers()}
     model.train()
     written = io.BytesIO()
-    with warnings.catch_warnings(), stochastic_depth_exportable():
+    with warnings.catch_warnings(), random_masks_exportable():
         # Every BatchNorm's num_batches_tracked += 1, which ONNX has no place for and ddl does not need.
         warnings.filterwarnings("ignore", message=".*Removing mutation from node aten::add_ on block input")
         torch.onnx.export(model, torch.zeros(2, *shape), written, opset_version=opset,

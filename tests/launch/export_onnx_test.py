@@ -52,7 +52,7 @@ class SmallCnn(nn.Module):
         return self.fc(self.drop(torch.flatten(x, 1)))
 
 
-class Deep(nn.Module):  # residual blocks with torchvision's stochastic depth, as its ConvNeXt and Swin have
+class Deep(nn.Module):  # residual blocks with torchvision's stochastic depth, as its ConvNeXt and Swin have; nn.Dropout2d
     def __init__(self, p=0.25):
         super().__init__()
         torch.manual_seed(0)  # the same weights at any p: runs apart by the masks alone
@@ -60,10 +60,11 @@ class Deep(nn.Module):  # residual blocks with torchvision's stochastic depth, a
         self.body = nn.Conv2d(8, 8, 3, padding=1)
         self.drop_row = torchvision.ops.StochasticDepth(p, "row")
         self.drop_batch = torchvision.ops.StochasticDepth(p, "batch")
+        self.drop_channels = nn.Dropout2d(p)
         self.fc = nn.Linear(8, 10)
 
     def forward(self, x):
-        x = torch.relu(self.stem(x))
+        x = self.drop_channels(torch.relu(self.stem(x)))
         x = x + self.drop_row(torch.relu(self.body(x)))
         x = x + self.drop_batch(torch.relu(self.body(x)))
         return self.fc(x.mean([2, 3]))
@@ -154,12 +155,13 @@ class ExportOnnx(unittest.TestCase):
 
     def test_stochastic_depth_exports_and_draws_its_masks_in_ddl(self):
         """torchvision's StochasticDepth (PyTorch 1.13 cannot export its Bernoulli in training mode) is exported as
-        a dropout of one number a row, or one for the batch: a mask per step, kept with 1 - p, scaled by 1 / (1 - p)."""
+        a dropout of one number a row, or one for the batch, and nn.Dropout2d (its feature dropout neither) as one of one
+        number an image and channel: a mask per step, kept with 1 - p, scaled by 1 / (1 - p)."""
         onnx_file = self.path("deep.onnx")
         export("--module", f"{self.nets}:Deep", "--input", "3x32x32", "--output", onnx_file)
         graph = onnx.load(onnx_file).graph
         dropouts = [n for n in graph.node if n.op_type == "Dropout"]
-        self.assertEqual(len(dropouts), 2)
+        self.assertEqual(len(dropouts), 3)
         ratios = {numpy_helper.to_array(t).item() for t in graph.initializer if t.name in {n.input[1] for n in dropouts}}
         ratios |= {numpy_helper.to_array(n.attribute[0].t).item() for n in graph.node
                    if n.op_type == "Constant" and n.output[0] in {d.input[1] for d in dropouts}}
