@@ -129,10 +129,11 @@ void Model::resolve_tied_parameters() {
     for (const std::string& name : group) {
       const auto e =
           std::find_if(entries_.begin(), entries_.end(), [&](const ParamEntry& p) { return p.name == name; });
-      if (e != entries_.end() && e->size == whole_size(e->spec) && (offsets.empty() || e->size == size)) {
-        offsets.push_back(e->offset);
-        size = e->size;
-      }
+      if (e == entries_.end() || e->size != whole_size(e->spec)) continue;  // in another stage, or split
+      if (!offsets.empty() && e->size != size)
+        throw Error("model " + name_ + ": tied parameters of other sizes: " + name);
+      offsets.push_back(e->offset);
+      size = e->size;
     }
     if (offsets.empty()) continue;  // all in other stages
     if (offsets.size() != group.size()) {

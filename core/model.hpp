@@ -76,7 +76,7 @@ class Model {
   // InputError where a group's members are not all whole in this model (pipeline stages or a split layer
   // that part them).
   void tie_parameters(std::vector<std::vector<std::string>> groups) { tied_names_ = std::move(groups); }
-  bool has_tied_parameters() const { return !tied_.empty(); }
+  bool has_tied_parameters() const { return !tied_.empty(); }  // after finalize
   // After a step's gradients are complete (averaged over replicas: the sum is linear either way).
   void tie_gradients();
 

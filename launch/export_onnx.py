@@ -101,15 +101,19 @@ def exportable_stochastic_depth(x, p, mode, training=True):
     return x * torch.nn.functional.dropout(ones, p, True)
 
 
-def exportable_channel_dropout(x, p=0.5, training=True, inplace=False):
-    """F.dropout1d/2d/3d (nn.Dropout2d's; PyTorch 1.13 cannot export its feature_dropout in training mode) as x
+def exportable_channel_dropout(original, batched_rank):
+    """F.dropout1d/2d/3d (nn.Dropout2d's; PyTorch 1.13 cannot export its feature dropout in training mode) as x
     times a dropout of ones, one for each image and channel: each channel kept with probability 1 - p and
-    scaled by 1 / (1 - p), as PyTorch's; ddl draws the mask afresh each step. Without a batch axis (a single
-    [C, ...] input) it is left to PyTorch."""
-    if not training or p == 0.0 or x.dim() < 3:
-        return x
-    ones = x[(slice(None), slice(None)) + (slice(0, 1),) * (x.dim() - 2)] * 0 + 1
-    return x * torch.nn.functional.dropout(ones, p, True)
+    scaled by 1 / (1 - p), as PyTorch's; ddl draws the mask afresh each step. An input without a batch axis
+    (of rank below `batched_rank`) goes to the original function."""
+    def dropout(x, p=0.5, training=True, inplace=False):
+        if x.dim() != batched_rank:
+            return original(x, p, training, inplace)
+        if not training or p == 0.0:
+            return x
+        ones = x[(slice(None), slice(None)) + (slice(0, 1),) * (x.dim() - 2)] * 0 + 1
+        return x * torch.nn.functional.dropout(ones, p, True)
+    return dropout
 
 
 @contextlib.contextmanager
@@ -123,8 +127,8 @@ def random_masks_exportable():
     channel_dropouts = {name: getattr(functional, name) for name in ("dropout1d", "dropout2d", "dropout3d")
                         if hasattr(functional, name)}
     module.stochastic_depth = torchvision.ops.stochastic_depth = exportable_stochastic_depth
-    for name in channel_dropouts:
-        setattr(functional, name, exportable_channel_dropout)
+    for name, original in channel_dropouts.items():
+        setattr(functional, name, exportable_channel_dropout(original, int(name[-2]) + 2))
     try:
         yield
     finally:

@@ -225,11 +225,11 @@ class Strided : public Operator {
     if (c % (b * b) != 0)
       spec_.fail("blocks of " + std::to_string(b) + " do not divide " + shapes::text(x) + "'s channels");
     const dim k = c / (b * b);
+    const bool dcr = mode == "DCR";
     // Out [N, C/b², H, b, W, b] from in [N, b, b, C/b², H, W] (DCR) or [N, C/b², b, b, H, W] (CRD).
-    const dim row = mode == "DCR" ? b * k * h * w : b * h * w, column = mode == "DCR" ? k * h * w : h * w;
-    return {{n, k, h * b, w * b},
-            {n, k, h, b, w, b},
-            {c * h * w, mode == "DCR" ? h * w : b * b * h * w, w, row, 1, column}};
+    const dim channel = dcr ? h * w : b * b * h * w, row = dcr ? b * k * h * w : b * h * w,
+              column = dcr ? k * h * w : h * w;
+    return {{n, k, h * b, w * b}, {n, k, h, b, w, b}, {c * h * w, channel, w, row, 1, column}};
   }
   dims_t strides_, walk_;  // walk_: the output's dims, or the six axes of a DepthToSpace's or SpaceToDepth's
   dim offset_ = 0;

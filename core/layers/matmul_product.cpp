@@ -15,7 +15,7 @@ MatmulProduct::MatmulProduct(Context& ctx, const dnnl::memory::desc& a, const dn
     a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     return a;
   };
-  const dnnl::primitive_attr attr = user_scratchpad(output_scale_attr(alpha));
+  const dnnl::primitive_attr attr = output_scale_attr(alpha);
   // In bf16 an f32 operand is converted, so copied anyway: into a plain bf16 copy. A bf16 operand (an
   // activation between bf16 layers) is taken as it is where a fast kernel accepts it. C keeps its type.
   const dt compute = ctx.compute_type();
@@ -31,10 +31,10 @@ MatmulProduct::MatmulProduct(Context& ctx, const dnnl::memory::desc& a, const dn
     dnnl::post_ops ops = summing.get_post_ops();
     ops.append_sum(1.0f);
     summing.set_post_ops(ops);
-    return user_scratchpad(summing);
+    return summing;
   };
   const auto product = [&](const dnnl::memory::desc& ma, const dnnl::memory::desc& mb, const dnnl::memory::desc& mc) {
-    return make_matmul_pd(ctx.engine(), ma, mb, bias, mc, accumulate && mc == c ? with_sum() : attr);
+    return make_matmul_pd(ctx.engine(), ma, mb, bias, mc, user_scratchpad(accumulate && mc == c ? with_sum() : attr));
   };
   const auto keep = [&](const dnnl::matmul::primitive_desc& pd, const dnnl::memory::desc& ma,
                         const dnnl::memory::desc& mb, const dnnl::memory::desc& mc) {

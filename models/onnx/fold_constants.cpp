@@ -503,7 +503,7 @@ void fold_shape(const Op& op, Evaluation& e) {
 }
 
 // The dims of what a node computes on images (or parameters), where value_shapes knows them.
-std::optional<Dims> dims_on_images(const Op& op, const std::map<std::string, Dims>& shapes) {
+std::optional<Dims> dims_on_images(const Op& op, const std::map<std::string, Dims>& shapes, std::int64_t batch) {
   std::vector<std::optional<Dims>> dims;
   for (std::size_t k = 0; k < op.node.inputs.size(); ++k) {
     const auto image = shapes.find(op.node.inputs[k]);
@@ -511,10 +511,9 @@ std::optional<Dims> dims_on_images(const Op& op, const std::map<std::string, Dim
                    : op.in[k]             ? std::optional<Dims>(op.in[k]->dims)
                                           : std::nullopt);
   }
-  return output_dims(op.node, dims, op.in);
+  return output_dims(op.node, dims, op.in, batch);
 }
 
-// `ctx`: the oneDNN engine the registry's operators run on, made where one is first needed.
 // The dims of each part of a Split computed on images, where its input's and sizes are known (a value after
 // F.glu read by shape arithmetic).
 void split_dims(const Op& op, std::map<std::string, Dims>& shapes) {
@@ -529,6 +528,7 @@ void split_dims(const Op& op, std::map<std::string, Dims>& shapes) {
   }
 }
 
+// `ctx`: the oneDNN engine the registry's operators run on, made where one is first needed.
 Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Context>& ctx) {
   Evaluation e;
   e.folded.assign(graph.nodes.size(), false);
@@ -571,16 +571,16 @@ Evaluation evaluate(const Graph& graph, std::int64_t batch, std::unique_ptr<Cont
     // biases) too, and hands the one left to each user through an Identity: trained, they would be one
     // parameter where the module has several, and ddl keeps one parameter under one name.
     if (on_parameters && node.op == "Identity")
-      op.fail("passes on initializer '" + node.inputs.at(0) +
-              "' under another name, as PyTorch's export does with initializers of equal values in eval mode "
-              "(export with model.train(), training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False, "
-              "as launch/export_onnx.py does) and with tied ones, which ddl does not train");
-    if ((on_images || on_parameters) && node.op == "Split") {
-      split_dims(op, shapes);
-      continue;
-    }
+      op.fail(
+          "passes on initializer '" + node.inputs.at(0) +
+          "' under another name, as PyTorch's export does with initializers of equal values in eval mode "
+          "(export with model.train(), training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False, "
+          "as launch/export_onnx.py does) and with parameters that modules share, which ddl does not take this way");
     if (on_images || on_parameters) {
-      if (auto computed = dims_on_images(op, shapes)) shapes[out] = std::move(*computed);
+      if (node.op == "Split")
+        split_dims(op, shapes);
+      else if (auto computed = dims_on_images(op, shapes, batch))
+        shapes[out] = std::move(*computed);
       continue;
     }
     Constant value = batch_size ? Constant{op.in[1]->dims, true, {}, Dims(op.size(op.in[1]->dims), batch)}

@@ -283,13 +283,13 @@ void split_into_slices(Graph& g) {
     const Dims* input = dims == g.dims.end() ? nullptr : &dims->second;
     const auto given = n.inputs.size() > 1 ? g.constants.find(n.inputs[1]) : g.constants.end();
     const std::optional<Dims> sizes = split_sizes(n, input, given == g.constants.end() ? nullptr : &given->second);
-    // Equal parts of the batch axis would change with the batch size.
     const auto batch = n.inputs.empty() ? g.batch_axes.end() : g.batch_axes.find(n.inputs[0]);
-    if (!sizes || (splits_equally(n) && batch != g.batch_axes.end() &&
-                   axis_of(n, *input) == static_cast<std::size_t>(batch->second.axis)))
+    if (input && batch != g.batch_axes.end() && axis_of(n, *input) == static_cast<std::size_t>(batch->second.axis))
+      throw InputError(one_line(g.source + ": " + n.describe() + ": ddl does not split the batch axis"));
+    if (!sizes)
       throw InputError(one_line(g.source + ": " + n.describe() +
-                                ": ddl takes a Split into sizes given, one for each output, or into equal parts of an "
-                                "axis of known length other than the batch"));
+                                ": ddl takes a Split into sizes given, one for each output, or into equal parts that "
+                                "divide an axis of known length"));
     const auto scalar = [](std::int64_t v) { return Constant{{1}, true, {}, {v}}; };
     std::int64_t start = 0;
     for (std::size_t k = 0; k < n.outputs.size(); ++k) {

@@ -1,6 +1,5 @@
 #include "models/onnx/value_shapes.hpp"
 
-#include <algorithm>
 #include <string>
 
 #include "core/graph/operator_registry.hpp"
@@ -9,13 +8,8 @@
 namespace ddl::onnx {
 
 std::optional<Dims> output_dims(const Node& node, const std::vector<std::optional<Dims>>& dims,
-                                const std::vector<const Constant*>& values) {
+                                const std::vector<const Constant*>& values, std::int64_t batch) {
   if (dims.empty() || !dims[0]) return std::nullopt;
-  // The batch size that stands for kBatchTimes in a shape the graph gives: the first axis of the first input
-  // computed on images (a Sub's first input may be the constant 1 of `1 - x`, of no axis).
-  std::int64_t batch = 1;
-  for (std::size_t i = dims.size(); i-- > 0;)
-    if (dims[i] && !dims[i]->empty() && (i >= values.size() || !values[i])) batch = dims[i]->at(0);
   // The operators' own rules (core/graph/), the ones that run the graph.
   if (const OperatorRecord* record = find_operator(node.op)) {
     std::vector<OpValue> held(dims.size());
@@ -44,31 +38,24 @@ std::optional<std::size_t> axis_of(const Node& split, const Dims& input) {
   return static_cast<std::size_t>(axis);
 }
 
-bool splits_equally(const Node& split) {
-  return (split.inputs.size() < 2 || split.inputs[1].empty()) && split.integers("split", {}).empty();
-}
+bool splits_equally(const Node& split) { return split.inputs.size() < 2 || split.inputs[1].empty(); }
 
 std::optional<Dims> split_sizes(const Node& split, const Dims* input, const Constant* sizes) {
-  const std::size_t parts = split.outputs.size();
+  const auto parts = static_cast<std::int64_t>(split.outputs.size());
+  const auto axis = input ? axis_of(split, *input) : std::nullopt;
   if (!splits_equally(split)) {
-    Dims given = split.integers("split", {});
-    if (given.empty() && sizes && sizes->integer) given = sizes->ints;
+    if (!sizes || !sizes->integer || sizes->ints.size() != split.outputs.size()) return std::nullopt;
     std::int64_t sum = 0;
-    for (const std::int64_t size : given) {
+    for (const std::int64_t size : sizes->ints) {
       if (size < 0) return std::nullopt;
       sum += size;
     }
-    if (given.size() != parts || (input && !axis_of(split, *input)) ||
-        (input && sum != (*input)[*axis_of(split, *input)]))
-      return std::nullopt;
-    return given;
+    if (input && (!axis || sum != (*input)[*axis])) return std::nullopt;
+    return sizes->ints;
   }
-  const auto axis = input ? axis_of(split, *input) : std::nullopt;
-  if (!axis || parts == 0) return std::nullopt;
-  const std::int64_t length = (*input)[*axis], part = (length + static_cast<std::int64_t>(parts) - 1) / parts;
-  Dims equal;
-  for (std::size_t k = 0; k < parts; ++k) equal.push_back(std::clamp<std::int64_t>(length - k * part, 0, part));
-  return equal;
+  // Opsets 13 to 17 split into equal parts only where they divide the axis.
+  if (!axis || parts == 0 || (*input)[*axis] % parts != 0) return std::nullopt;
+  return Dims(split.outputs.size(), (*input)[*axis] / parts);
 }
 
 }  // namespace ddl::onnx
