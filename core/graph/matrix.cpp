@@ -263,8 +263,13 @@ class EinsumOp : public Operator {
       dim size = 1;
       for (std::size_t i = 0; at != std::string::npos && i < group.size(); ++i) size *= dims[at + i];
       d.push_back(size);
-      s.push_back(at == std::string::npos ? 1 : own[at + group.size() - 1]);
+      s.push_back(at == std::string::npos ? 0 : own[at + group.size() - 1]);
     }
+    // An axis of 1 the term lacks takes the stride it would have were the view dense (oneDNN's matmul, given a
+    // stride of 1 there beside another of 1, refuses to run: "nk,nkd->nd").
+    const std::size_t x = d.size() - 2, y = d.size() - 1;
+    if (s[y] == 0) s[y] = 1;
+    if (s[x] == 0) s[x] = d[y] * s[y];
     return walk::strided(d, s);
   }
   // Letters: the operands', the result's, and each group's.

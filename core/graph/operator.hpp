@@ -23,6 +23,11 @@ namespace ddl {
 // In a shape the graph gives (a Reshape's, an Expand's), kBatchTimes * k (k >= 1) stands for k times the batch
 // size, which the graph learns when it is set up for its input.
 inline constexpr std::int64_t kBatchTimes = -2147483647;
+// Whether a number in such a shape stands for k times the batch: -INT64_MAX, a Slice's "to the start" bound
+// (torch.flip's), does not.
+inline bool follows_batch(std::int64_t v) {
+  return v <= kBatchTimes && v % kBatchTimes == 0 && v / kBatchTimes <= (std::int64_t{1} << 24);
+}
 
 struct OpAttribute {
   std::vector<std::int64_t> ints;  // one for an integer

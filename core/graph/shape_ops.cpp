@@ -17,7 +17,7 @@ using walk::dim;
 // A shape the graph gives, with kBatchTimes * k made k times the batch.
 dims_t with_batch(const std::vector<std::int64_t>& shape, std::int64_t batch) {
   dims_t out;
-  for (const std::int64_t v : shape) out.push_back(v <= kBatchTimes && v % kBatchTimes == 0 ? v / kBatchTimes * batch : v);
+  for (const std::int64_t v : shape) out.push_back(follows_batch(v) ? v / kBatchTimes * batch : v);
   return out;
 }
 
@@ -203,7 +203,8 @@ class Strided : public Operator {
     const auto given = [&](std::size_t i) { return spec_.integer_input(i) ? *spec_.integer_input(i) : none; };
     for (std::size_t i = 1; i < 5; ++i)
       for (const std::int64_t v : given(i))
-        if (v <= kBatchTimes) spec_.fail("ddl takes its axes, indices and bounds as numbers that do not follow the batch");
+        if (follows_batch(v))
+          spec_.fail("ddl takes its axes, indices and bounds as numbers that do not follow the batch");
     return shapes::slice(x, integers(spec_, 1), integers(spec_, 2), given(3), given(4));
   }
   // nn.PixelShuffle's DepthToSpace (mode CRD; DCR is ONNX's default) and SpaceToDepth on [N, C, H, W] with
@@ -557,7 +558,8 @@ class TriluOp : public Operator {
     if (in.size() > 1 && in[1]) spec_.fail("its k is not an integer known before the graph runs");
     const auto* k = spec_.integer_input(1);
     if (!k) return 0;
-    if (k->size() != 1 || k->front() <= kBatchTimes) spec_.fail("its k is not one integer that does not follow the batch");
+    if (k->size() != 1 || follows_batch(k->front()))
+      spec_.fail("its k is not one integer that does not follow the batch");
     return k->front();
   }
   // Whether element o (row i, column j of its matrix) is in the triangle.

@@ -190,6 +190,36 @@ Constant squeeze(const Op& op) {
   return out;
 }
 
+// ReduceProd of integers: the element count torch.std and torch.var divide by, a product of a shape's entries.
+// Reals go to the registry, which has no such operator.
+Constant reduce_prod(const Op& op) {
+  const Constant& data = op.input(0);
+  const std::size_t rank = data.dims.size();
+  std::vector<bool> reduced(rank, axes_of(op).empty() && !op.node.integer("noop_with_empty_axes", 0));
+  for (const std::int64_t a : axes_of(op)) reduced[op.axis(a, rank)] = true;
+  const bool keep = op.node.integer("keepdims", 1) != 0;
+  Dims dims, kept_strides;  // the output's dims, and for each input axis its stride in the output (0: reduced)
+  for (std::size_t d = 0; d < rank; ++d)
+    if (!reduced[d] || keep) dims.push_back(reduced[d] ? 1 : data.dims[d]);
+  std::int64_t stride = 1;
+  kept_strides.assign(rank, 0);
+  for (std::size_t d = rank; d-- > 0;)
+    if (!reduced[d]) {
+      kept_strides[d] = stride;
+      stride *= data.dims[d];
+    }
+  Constant out{dims, true, {}, Dims(op.size(dims), 1)};
+  for (std::size_t i = 0; i < data.ints.size(); ++i) {
+    std::int64_t at = 0, rest = static_cast<std::int64_t>(i);
+    for (std::size_t d = rank; d-- > 0;) {
+      at += rest % data.dims[d] * kept_strides[d];
+      rest /= data.dims[d];
+    }
+    out.ints[at] *= data.ints[i];
+  }
+  return out;
+}
+
 Constant concat(const Op& op) {
   const Constant& first = op.input(0);
   if (!op.node.attributes.count("axis")) op.fail("has no axis");
@@ -397,22 +427,35 @@ struct Fold {
   bool reals;  // whether it takes real numbers too (it moves or compares them); else the registry computes on them
 };
 const std::map<std::string, Fold>& operations() {
-  static const std::map<std::string, Fold> table = {
-      {"Constant", {constant, true}}, {"ConstantOfShape", {constant_of_shape, true}},
-      {"Gather", {gather, true}},     {"Unsqueeze", {unsqueeze, true}},
-      {"Squeeze", {squeeze, true}},   {"Concat", {concat, true}},
-      {"Cast", {cast, true}},         {"Slice", {slice, true}},
-      {"Equal", {compare, true}},     {"Less", {compare, true}},
-      {"Greater", {compare, true}},   {"LessOrEqual", {compare, true}},
-      {"GreaterOrEqual", {compare, true}}, {"Where", {where, true}},
-      {"Expand", {expand, true}},     {"Reshape", {reshape, true}},
-      {"Transpose", {transpose, true}}, {"Identity", {identity, true}},
-      {"Range", {range, false}},      {"Not", {logical, false}},
-      {"And", {logical, false}},      {"Or", {logical, false}},
-      {"Xor", {logical, false}},
-      {"Add", {arithmetic, false}},   {"Sub", {arithmetic, false}},
-      {"Mul", {arithmetic, false}},   {"Div", {arithmetic, false}},
-      {"Mod", {arithmetic, false}}};
+  static const std::map<std::string, Fold> table = {{"Constant", {constant, true}},
+                                                    {"ConstantOfShape", {constant_of_shape, true}},
+                                                    {"Gather", {gather, true}},
+                                                    {"Unsqueeze", {unsqueeze, true}},
+                                                    {"Squeeze", {squeeze, true}},
+                                                    {"Concat", {concat, true}},
+                                                    {"Cast", {cast, true}},
+                                                    {"Slice", {slice, true}},
+                                                    {"Equal", {compare, true}},
+                                                    {"Less", {compare, true}},
+                                                    {"Greater", {compare, true}},
+                                                    {"LessOrEqual", {compare, true}},
+                                                    {"GreaterOrEqual", {compare, true}},
+                                                    {"Where", {where, true}},
+                                                    {"Expand", {expand, true}},
+                                                    {"Reshape", {reshape, true}},
+                                                    {"Transpose", {transpose, true}},
+                                                    {"Identity", {identity, true}},
+                                                    {"Range", {range, false}},
+                                                    {"Not", {logical, false}},
+                                                    {"And", {logical, false}},
+                                                    {"Or", {logical, false}},
+                                                    {"Xor", {logical, false}},
+                                                    {"Add", {arithmetic, false}},
+                                                    {"Sub", {arithmetic, false}},
+                                                    {"Mul", {arithmetic, false}},
+                                                    {"Div", {arithmetic, false}},
+                                                    {"Mod", {arithmetic, false}},
+                                                    {"ReduceProd", {reduce_prod, false}}};
   return table;
 }
 
@@ -631,6 +674,11 @@ void fold_constants(Graph& graph) {
     throw InputError(one_line(graph.source + ": " + e.what()));
   }
   for (const auto& [name, dims] : one.shapes) graph.dims[name] = dims;
+  // An output declared with a named class dim (an einsum's, before its bias: "Addlogits_dim_1") has its count
+  // from the shapes.
+  if (const auto out = graph.dims.find(graph.output);
+      graph.classes <= 0 && out != graph.dims.end() && out->second.size() == 2)
+    graph.classes = out->second[1];
   for (const auto& [name, dims] : one.shapes)
     if (const auto it = two.shapes.find(name); it != two.shapes.end() && it->second.size() == dims.size())
       for (std::size_t d = 0; d < dims.size(); ++d)

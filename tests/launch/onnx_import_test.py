@@ -191,6 +191,24 @@ class PyramidAndShuffle(nn.Module):  # FPN's F.interpolate to a size; PixelUnshu
         return self.embed(F.unfold(y, 2, stride=2).transpose(1, 2)).mean(1)
 
 
+class FlipsAndKernelMixes(nn.Module):  # torch.flip, x.std, dynamic convolution by einsum, an einsum head + bias
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.att = nn.Linear(8, 3)
+        self.convs = nn.Conv2d(8, 24, 3, padding=1)
+        self.w = nn.Parameter(torch.randn(10, 8, 8) * 0.1)
+        self.b = nn.Parameter(torch.full((10,), 0.1))
+    def forward(self, x):
+        y = self.c1(x)  # no ReLU before the std: where every channel is 0, its gradient is 0 / 0 (NaN in PyTorch too)
+        y = y + torch.flip(y, dims=[3])
+        y = (y - y.mean(1, keepdim=True)) / (y.std(1, keepdim=True) + 1e-3)
+        n, c, h, w = y.shape
+        a = F.softmax(self.att(y.mean([2, 3])), -1)
+        y = torch.einsum("nk,nkchw->nchw", a, self.convs(y).view(n, 3, c, h, w))
+        return torch.einsum("ni,oij,nj->no", y.mean([2, 3]), self.w, y.amax([2, 3])) + self.b
+
+
 class PadsAndNorms(nn.Module):  # reflected and replicated borders; a BatchNorm1d over tokens inside a piece
     def __init__(self):
         super().__init__()
@@ -648,12 +666,14 @@ class OnnxImport(unittest.TestCase):
         attention over a convolution's tokens, slices and joins along rows, a BatchNorm1d head, reflected and
         replicated borders, transposed convolutions, an attention gate and a bias added apart from its product
         (pieces cut in parts), a weight that two layers share, DOUBLE bounds, 1 - x, rsqrt, F.glu, a 1-d pool, an
-        interpolation to a size, pixel (un)shuffles and F.unfold: against float64 PyTorch as float32 PyTorch is."""
+        interpolation to a size, pixel (un)shuffles, F.unfold, torch.flip, x.std, a per-image mix of kernels and a
+        graph that ends in an einsum and a bias: against float64 PyTorch as float32 PyTorch is."""
         # Each module made after its seed: made before, its weights came from wherever the process's generator
         # stood, another draw each run (a GroupNorm's bias once landed where float32 and float64 part).
         for index, network in enumerate((GroupNormNet, UpsampleNet, CBAM, Activations, AttnPool, ConcatOfRows,
                                          HalfTheRowsConvolved, Bn1dHead, PadsAndNorms, Decoder, AttentionGate,
-                                         BiasAddedLater, SharedExponent, ScalarsAndHalves, PyramidAndShuffle)):
+                                         BiasAddedLater, SharedExponent, ScalarsAndHalves, PyramidAndShuffle,
+                                         FlipsAndKernelMixes)):
             with self.subTest(module=network.__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(network(), f"lab_{network.__name__}", steps=2)

@@ -535,7 +535,7 @@ TEST(OnnxGraph, RefusesAnInitializerPassedOnThroughAnIdentity) {
             "m.onnx: Identity node 'Identity_0': passes on initializer 'fc.bias' under another name, as PyTorch's "
             "export does with initializers of equal values in eval mode (export with model.train(), "
             "training=torch.onnx.TrainingMode.TRAINING and do_constant_folding=False, as launch/export_onnx.py does) "
-            "and with tied ones, which ddl does not train");
+            "and with parameters that modules share, which ddl does not take this way");
 }
 
 pb::ModelProto view_cnn_with(const std::function<void(pb::GraphProto&)>& change) {
