@@ -102,6 +102,16 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
   return output_.desc();
 }
 
+void GraphLayer::check_shapes(const dims_t& in) {
+  values_.assign(first_op() + ops_.size(), OpValue{});
+  needs_grad_.assign(values_.size(), false);
+  const std::int64_t batch = take_inputs(in);
+  for (std::size_t p = 0; p < params_.size(); ++p) values_[input_count() + p].dims = params_[p].dims;
+  for (std::size_t c = 0; c < constants_.size(); ++c)
+    values_[input_count() + params_.size() + c] = {constants_[c].dims, constants_[c].values.data(), nullptr, true};
+  infer_dims(batch);
+}
+
 std::int64_t GraphLayer::take_inputs(const dims_t& in) {
   if (ends_.takes.empty()) {
     if (static_cast<std::size_t>(batch_.axis) >= in.size() || in[batch_.axis] % batch_.per_batch != 0)

@@ -70,6 +70,9 @@ class GraphLayer : public Layer {
   void bind(const std::vector<ParamView>& views, Context& ctx) override;
   // Throws InputError naming the operator whose inputs' shapes it cannot take.
   dnnl::memory::desc setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) override;
+  // The same check of every operator's shapes for an input of dims `in`, before any step (as the importer
+  // builds it), so that a graph ddl cannot run is refused then, not in the first step.
+  void check_shapes(const dims_t& in);
   const Tensor& forward(Context& ctx, const Tensor& src) override;
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   // Its running statistics, "constant<c>", then the generators of its random operators, "op<k>.rng".

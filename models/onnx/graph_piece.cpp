@@ -178,8 +178,15 @@ class PieceBuilder {
     for (const std::string& v : span.hands_on) ends.hands_on.push_back(use(v, g_.nodes[span.nodes.back()]));
     const bool random = std::any_of(ops_.begin(), ops_.end(), [](const OpSpec& o) { return o.type == "Dropout"; });
     GraphPiece::Part part;
-    part.layer = std::make_unique<GraphLayer>(std::move(specs), std::move(constants_), std::move(ops_), batch,
-                                              random ? next_seed() : 0, std::move(ends));
+    auto layer = std::make_unique<GraphLayer>(std::move(specs), std::move(constants_), std::move(ops_), batch,
+                                              random ? next_seed() : 0, ends);
+    // Its operators' shapes checked now, for one image, so that what they cannot take is refused before any step.
+    if (const auto in = g_.dims.find(span.takes[0]); first && in != g_.dims.end())
+      layer->check_shapes(dims_t(in->second.begin(), in->second.end()));
+    std::int64_t per_image = 0;
+    for (const CrossingValue& v : ends.takes) per_image += static_cast<std::int64_t>(product(v.dims));
+    if (!first) layer->check_shapes({1, per_image});
+    part.layer = std::move(layer);
     part.params = params_;
     part.state = state_;
     part.state.resize(part.layer->state().size());  // its generators (a Dropout's) start from no initializer

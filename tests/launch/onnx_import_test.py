@@ -1236,11 +1236,21 @@ class OnnxImport(unittest.TestCase):
             def forward(self, x):
                 return self.blocks(x)
 
+        class DilatedMaxPool(nn.Module):  # refused as the graph is built, not in the first step
+            def __init__(self):
+                super().__init__()
+                self.pool = nn.MaxPool2d(3, 2, 1, dilation=2)
+                self.fc = nn.Linear(3, 10)
+
+            def forward(self, x):
+                return self.fc(self.pool(x).mean([2, 3]))
+
         unsupported = "ddl does not support this operator (docs/onnx.md lists those it does)"
         for module, node, why in (
                 (Cosine(), "Cos node in the network's own forward (/Cos, torch.cos)", unsupported),
                 (SineAmongTokens(), "Sin node", unsupported),
-                (InBlocks(), "Cos node in module blocks.1 (/blocks/blocks.1/Cos, torch.cos)", unsupported)):
+                (InBlocks(), "Cos node in module blocks.1 (/blocks/blocks.1/Cos, torch.cos)", unsupported),
+                (DilatedMaxPool(), "MaxPool node in module pool (/pool/MaxPool)", "ddl pools without dilations")):
             with self.subTest(module=type(module).__name__):
                 onnx_file = self.path(f"{type(module).__name__}.onnx")
                 export(module, onnx_file, 13)
