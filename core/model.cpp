@@ -122,7 +122,6 @@ void Model::finalize(Context& ctx, Model* share) {
 
 void Model::resolve_tied_parameters() {
   tied_.clear();
-  tied_sizes_.clear();
   for (const auto& group : tied_names_) {
     std::vector<std::size_t> offsets;
     std::size_t size = 0;
@@ -143,17 +142,16 @@ void Model::resolve_tied_parameters() {
                        " are one weight of the network, which this layout parts (pipeline stages or a split layer): "
                        "keep the layers that share it in one stage, unsplit");
     }
-    tied_.push_back(std::move(offsets));
-    tied_sizes_.push_back(size);
+    tied_.push_back({std::move(offsets), size});
   }
 }
 
 void Model::tie_gradients() {
-  for (std::size_t g = 0; g < tied_.size(); ++g)
-    for (std::size_t k = 0; k < tied_sizes_[g]; ++k) {
+  for (const TiedGroup& group : tied_)
+    for (std::size_t k = 0; k < group.size; ++k) {
       float sum = 0.0f;
-      for (const std::size_t offset : tied_[g]) sum += grads_view_[offset + k];
-      for (const std::size_t offset : tied_[g]) grads_view_[offset + k] = sum;
+      for (const std::size_t offset : group.offsets) sum += grads_view_[offset + k];
+      for (const std::size_t offset : group.offsets) grads_view_[offset + k] = sum;
     }
 }
 

@@ -173,8 +173,11 @@ class Model {
   std::vector<std::size_t> layer_param_begin_;  // flat offset of each layer's first parameter, plus the end
   void resolve_tied_parameters();
   std::vector<std::vector<std::string>> tied_names_;
-  std::vector<std::vector<std::size_t>> tied_;  // each group's members' offsets (of equal sizes)
-  std::vector<std::size_t> tied_sizes_;
+  struct TiedGroup {
+    std::vector<std::size_t> offsets;  // each member's, in the flat buffers
+    std::size_t size;                  // of each member
+  };
+  std::vector<TiedGroup> tied_;
   AlignedBuffer<float> params_, grads_;  // empty when sharing another copy's
   std::span<float> params_view_, grads_view_;
   bool finalized_ = false;

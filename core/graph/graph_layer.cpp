@@ -68,8 +68,6 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
   input_dims_ = in;
   train_ = mode == Mode::train;
   need_diff_src_ = train_ && need_diff_src;
-  values_.assign(first_op() + ops_.size(), OpValue{});
-  needs_grad_.assign(values_.size(), false);
   storage_.clear();
   storage_.resize(ops_.size());
   output_grads_.clear();
@@ -80,18 +78,7 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
   if (need_diff_src_ && !in_place_) to_src_layout_ = Copy(ctx, plain_desc(in), src);
   diff_src_.give_back(ctx);  // a gradient still out goes back to the pool, not only out of reach
   diff_src_.reset(need_diff_src_ ? src : dnnl::memory::desc());
-  const std::int64_t batch = take_inputs(in);
-  for (std::size_t i = 0; i < input_count(); ++i) needs_grad_[i] = need_diff_src_;
-  const std::size_t first_param = input_count();
-  for (std::size_t p = 0; p < params_.size(); ++p) {
-    values_[first_param + p] = {params_[p].dims, views_[p].value.data(), train_ ? views_[p].grad.data() : nullptr,
-                                false};
-    needs_grad_[first_param + p] = train_;
-  }
-  for (std::size_t c = 0; c < constants_.size(); ++c)
-    values_[first_param + params_.size() + c] = {constants_[c].dims, constants_[c].values.data(), nullptr, true};
-
-  infer_dims(batch);
+  const std::int64_t batch = lay_out_values(in);
   largest_ = product(in);
   for (const OpValue& v : values_) largest_ = std::max(largest_, product(v.dims));
   plan_storage();
@@ -102,14 +89,24 @@ dnnl::memory::desc GraphLayer::setup(Context& ctx, const dnnl::memory::desc& src
   return output_.desc();
 }
 
-void GraphLayer::check_shapes(const dims_t& in) {
+void GraphLayer::check_shapes(const dims_t& in) { lay_out_values(in); }
+
+std::int64_t GraphLayer::lay_out_values(const dims_t& in) {
   values_.assign(first_op() + ops_.size(), OpValue{});
   needs_grad_.assign(values_.size(), false);
   const std::int64_t batch = take_inputs(in);
-  for (std::size_t p = 0; p < params_.size(); ++p) values_[input_count() + p].dims = params_[p].dims;
+  for (std::size_t i = 0; i < input_count(); ++i) needs_grad_[i] = need_diff_src_;
+  const std::size_t first_param = input_count();
+  for (std::size_t p = 0; p < params_.size(); ++p) {
+    const bool bound = p < views_.size();  // not yet where the importer checks the shapes
+    values_[first_param + p] = {params_[p].dims, bound ? views_[p].value.data() : nullptr,
+                                bound && train_ ? views_[p].grad.data() : nullptr, false};
+    needs_grad_[first_param + p] = train_;
+  }
   for (std::size_t c = 0; c < constants_.size(); ++c)
-    values_[input_count() + params_.size() + c] = {constants_[c].dims, constants_[c].values.data(), nullptr, true};
+    values_[first_param + params_.size() + c] = {constants_[c].dims, constants_[c].values.data(), nullptr, true};
   infer_dims(batch);
+  return batch;
 }
 
 std::int64_t GraphLayer::take_inputs(const dims_t& in) {

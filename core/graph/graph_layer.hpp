@@ -100,6 +100,9 @@ class GraphLayer : public Layer {
   std::size_t first_op() const { return input_count() + params_.size() + constants_.size(); }
   // The input values' dims and places in the input for an input of dims `in`; returns the batch size.
   std::int64_t take_inputs(const dims_t& in);
+  // Every value's dims for an input of dims `in` (take_inputs, the parameters and constants, infer_dims), and
+  // the parameters' and constants' numbers where bound; returns the batch size.
+  std::int64_t lay_out_values(const dims_t& in);
   // Each operator's output dims, in order, checked; whether each value takes a gradient.
   void infer_dims(std::int64_t batch);
   // Each operator's place, which values a backward reads, and after which operator forward is done with

@@ -85,8 +85,8 @@ class Builder {
     if (layers.empty()) throw InputError(g_.source + ": the graph has no layer between its input and its output");
     out.fresh_classifier = fit_classifier(layers.back());
     auto starting = std::make_shared<Model::StartingValues>();
-    std::map<std::string, std::string> moved;  // an initializer: the parameter whose starting value it became
-    std::map<std::string, std::vector<std::string>> readers;  // an initializer: the parameters it starts
+    // An initializer: the parameters it starts, the first of which took its values.
+    std::map<std::string, std::vector<std::string>> readers;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const std::string prefix = std::to_string(i) + ".";
       const auto specs = layers[i].layer->param_specs();
@@ -96,13 +96,12 @@ class Builder {
         out.onnx_names[name] = source;
         // A classifier refitted to another class count (fit_classifier) starts from drawn values.
         if (refitted_.count(source)) continue;
-        readers[source].push_back(name);
-        if (const auto it = moved.find(source); it != moved.end()) {
-          (*starting)[name] = starting->at(it->second);  // a weight that two layers share: tied below
-        } else {
+        std::vector<std::string>& same = readers[source];
+        if (same.empty())
           (*starting)[name] = std::move(g_.constants.at(source).floats);
-          moved[source] = name;
-        }
+        else
+          (*starting)[name] = starting->at(same.front());  // a weight that two layers share: tied below
+        same.push_back(name);
       }
       const auto state = layers[i].layer->state();
       for (std::size_t k = 0; k < state.size(); ++k)

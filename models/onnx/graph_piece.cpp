@@ -180,12 +180,12 @@ class PieceBuilder {
     GraphPiece::Part part;
     auto layer = std::make_unique<GraphLayer>(std::move(specs), std::move(constants_), std::move(ops_), batch,
                                               random ? next_seed() : 0, ends);
-    // Its operators' shapes checked now, for one image, so that what they cannot take is refused before any step.
-    if (const auto in = g_.dims.find(span.takes[0]); first && in != g_.dims.end())
-      layer->check_shapes(dims_t(in->second.begin(), in->second.end()));
+    // Its operators' shapes checked now, for one image, so that what they cannot take is refused before any step:
+    // the piece's input, or the one [1, K] tensor of the values crossing in.
     std::int64_t per_image = 0;
     for (const CrossingValue& v : ends.takes) per_image += static_cast<std::int64_t>(product(v.dims));
-    if (!first) layer->check_shapes({1, per_image});
+    if (const auto in = g_.dims.find(span.takes[0]); !first || in != g_.dims.end())
+      layer->check_shapes(first ? dims_t(in->second.begin(), in->second.end()) : dims_t{1, per_image});
     part.layer = std::move(layer);
     part.params = params_;
     part.state = state_;
