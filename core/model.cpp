@@ -14,15 +14,78 @@
 #include "core/recompute_segments.hpp"
 
 namespace ddl {
+namespace {
+
+dims_t with_batch(dnnl::memory::dim n, const dims_t& per_image) {
+  dims_t d{n};
+  d.insert(d.end(), per_image.begin(), per_image.end());
+  return d;
+}
+
+dims_t per_image(const dnnl::memory::desc& md) {
+  dims_t d = dims_of(md);
+  d.erase(d.begin());
+  return d;
+}
+
+// `t`, leased for `md` unless it already is.
+Tensor& held(Context& ctx, Tensor& t, const dnnl::memory::desc& md) {
+  if (!t.empty() && t.desc() != md) ctx.give_back(t);
+  if (t.empty()) t = ctx.lease(md);
+  return t;
+}
+
+// Copies values into or out of a packed tensor: each in full at `at` numbers in, which it moves past.
+class PackedValues {
+ public:
+  PackedValues(Context& ctx, const Tensor& packed) : ctx_(ctx), packed_(packed), n_(dims_of(packed.desc())[0]) {}
+  void put(const Tensor& from, const dims_t& per_image) { reorder(from.memory(), next(per_image)); }
+  void take(Tensor& to, const dims_t& per_image) { reorder(next(per_image), to.memory()); }
+
+ private:
+  dnnl::memory next(const dims_t& per_image) {
+    const dims_t dims = with_batch(n_, per_image);
+    dnnl::memory part(plain_desc(dims), ctx_.engine(), const_cast<float*>(packed_.data()) + at_);
+    at_ += product(dims);
+    return part;
+  }
+  void reorder(dnnl::memory from, dnnl::memory to) { dnnl::reorder(from, to).execute(ctx_.stream(), from, to); }
+
+  Context& ctx_;
+  const Tensor& packed_;
+  dnnl::memory::dim n_;
+  std::size_t at_ = 0;
+};
+
+}  // namespace
 
 Model::Model(std::string name, dims_t input_shape, int num_classes)
     : name_(std::move(name)), input_shape_(std::move(input_shape)), num_classes_(num_classes) {
   if (input_shape_.size() != 3) throw Error("model " + name_ + ": input shape must be [C, H, W]");
 }
 
-void Model::add(std::unique_ptr<Layer> layer) {
+void Model::add(std::unique_ptr<Layer> layer, dims_t input_dims) {
   if (finalized_) throw Error("model " + name_ + ": add() after finalize()");
   layers_.push_back(std::move(layer));
+  input_dims_.push_back(std::move(input_dims));
+}
+
+std::vector<std::shared_ptr<SideValue>> Model::sides_crossing(std::size_t i) const {
+  std::vector<std::shared_ptr<SideValue>> crossing;
+  for (std::size_t fork = 0; fork < i && fork < layers_.size(); ++fork)
+    if (const auto side = layers_[fork]->side_opened())
+      for (std::size_t join = i; join < layers_.size(); ++join)
+        if (layers_[join]->side_closed() == side) {
+          crossing.push_back(side);
+          break;
+        }
+  return crossing;
+}
+
+double Model::side_bytes_after(std::size_t i) const {
+  double bytes = 0;
+  for (const auto& side : sides_crossing(i + 1)) bytes += 4.0 * static_cast<double>(product(side->dims));
+  return bytes;
 }
 
 std::size_t Model::layer_param_count(std::size_t i) const {
@@ -66,6 +129,14 @@ void Model::keep_layers(std::size_t begin, std::size_t end) {
     throw InputError("model " + name_ + " has " + std::to_string(layers_.size()) + " layers, no range [" +
                      std::to_string(begin) + ", " + std::to_string(end) + ")");
   whole_layers_ = layers_.size();
+  incoming_ = sides_crossing(begin);
+  outgoing_ = sides_crossing(end);
+  if (!incoming_.empty()) {
+    if (begin >= input_dims_.size() || input_dims_[begin].empty())
+      throw Error("model " + name_ + ": a stage starts at layer " + std::to_string(begin) +
+                  ", between a fork and its join, but the dims of its input are not known");
+    stage_input_dims_ = input_dims_[begin];
+  }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     const std::size_t n = layer_param_count(i);
     whole_params_ += n;
@@ -222,7 +293,7 @@ void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
   output_mds_.clear();
   choose_output_types(ctx, layers_, dt::f32);  // the loss, and the next stage's messages, take f32
   move_relu_backward_into_pools(layers_);
-  dnnl::memory::desc md = input_md;
+  dnnl::memory::desc md = incoming_.empty() ? input_md : receive_descs(input_md);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     // A layer's gradient comes from the next layer, which gives it up; the last layer's is the caller's.
     layers_[i]->set_may_overwrite_diff_dst(i + 1 < layers_.size());
@@ -233,9 +304,63 @@ void Model::setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode) {
   if (is_last_stage() && (out.size() != 2 || out[1] != num_classes_))
     throw Error("model " + name_ + ": last layer gives " + to_string(out) + ", expected [N, " +
                 std::to_string(num_classes_) + "]");
+  if (!outgoing_.empty()) {
+    auto numbers = static_cast<dnnl::memory::dim>(product(per_image(md)));
+    for (const auto& side : outgoing_) numbers += static_cast<dnnl::memory::dim>(product(side->dims));
+    packed_output_md_ = plain_desc({out[0], numbers});
+  }
   setup_md_ = input_md;
   setup_mode_ = mode;
   plan_segments(ctx);
+}
+
+dnnl::memory::desc Model::receive_descs(const dnnl::memory::desc& packed) {
+  const dims_t d = dims_of(packed);
+  std::size_t numbers = product(stage_input_dims_);
+  for (const auto& side : incoming_) numbers += product(side->dims);
+  if (d.size() != 2 || static_cast<std::size_t>(d[1]) != numbers || data_type_of(packed) != dt::f32)
+    throw Error("model " + name_ + ": the stage's input " + to_string(d) + " does not hold the " +
+                std::to_string(numbers) + " numbers an image of the values that cross its first cut");
+  for (const auto& side : incoming_) side->desc = plain_desc(with_batch(d[0], side->dims));
+  return plain_desc(with_batch(d[0], stage_input_dims_));
+}
+
+const Tensor& Model::unpack_input(Context& ctx, const Tensor& input) {
+  PackedValues packed(ctx, input);
+  Tensor& chain = held(ctx, unpacked_input_, plain_desc(with_batch(input.dims()[0], stage_input_dims_)));
+  packed.take(chain, stage_input_dims_);
+  for (const auto& side : incoming_) packed.take(held(ctx, side->value, side->desc), side->dims);
+  return chain;
+}
+
+const Tensor& Model::pack_output(Context& ctx, const Tensor& output) {
+  PackedValues packed(ctx, held(ctx, packed_output_, packed_output_md_));
+  packed.put(output, per_image(output.desc()));
+  for (const auto& side : outgoing_) packed.put(side->value, side->dims);
+  return packed_output_;
+}
+
+const Tensor& Model::unpack_output_gradient(Context& ctx, const Tensor& diff) {
+  if (!packed_output_.empty()) ctx.give_back(packed_output_);  // the caller has sent it
+  PackedValues packed(ctx, diff);
+  Tensor& chain = held(ctx, unpacked_output_grad_, output_mds_.back());
+  packed.take(chain, per_image(chain.desc()));
+  for (const auto& side : outgoing_) {
+    if (!side->grad.empty()) throw Error("model " + name_ + ": a side value's last gradient is still held");
+    side->grad = ctx.lease(side->desc);
+    packed.take(side->grad, side->dims);
+  }
+  return chain;
+}
+
+const Tensor& Model::pack_input_gradient(Context& ctx, const Tensor& diff) {
+  PackedValues packed(ctx, held(ctx, packed_input_grad_, setup_md_));
+  packed.put(diff, stage_input_dims_);
+  for (const auto& side : incoming_) {
+    packed.put(side->grad, side->dims);
+    ctx.give_back(side->grad);
+  }
+  return packed_input_grad_;
 }
 
 const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
@@ -246,7 +371,7 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
     for (auto& l : layers_) names.push_back(l->describe());
     prof->resize(names);
   }
-  const Tensor* x = &input;
+  const Tensor* x = incoming_.empty() ? &input : &unpack_input(ctx, input);
   const bool recompute = recompute_ && mode == Mode::train;
   const bool train = mode == Mode::train;
   param_use_ = 0;
@@ -266,12 +391,12 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
     if (train) done_with_params(i);
     if (between_layers && mode == Mode::train) between_layers();
   }
-  return *x;
+  return outgoing_.empty() ? *x : pack_output(ctx, *x);
 }
 
 const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
   if (setup_mode_ != Mode::train) throw Error("model " + name_ + ": backward after an inference forward");
-  const Tensor* g = &diff_output;
+  const Tensor* g = outgoing_.empty() ? &diff_output : &unpack_output_gradient(ctx, diff_output);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     if (recompute_ && recomputed(i) && starts_segment(i + 1)) recompute_segment(ctx, segment_of_[i]);
     use_params(i);
@@ -295,6 +420,8 @@ const Tensor& Model::backward(Context& ctx, const Tensor& diff_output) {
     if (on_gradients_ready && end > begin) on_gradients_ready(begin, end - begin);
     if (between_layers) between_layers();
   }
+  if (!unpacked_output_grad_.empty()) ctx.give_back(unpacked_output_grad_);
+  if (!incoming_.empty()) g = &pack_input_gradient(ctx, *g);
   if (is_first_stage()) release_input_gradient(ctx);
   return *g;
 }
@@ -403,6 +530,10 @@ void Model::recompute_segment(Context& ctx, std::size_t segment) {
 
 void Model::release_input_gradient(Context& ctx) {
   if (!layers_.empty()) release_after_backward(ctx, *layers_[0], layers_.size() > 1);
+  for (Tensor* t : {&packed_input_grad_, &unpacked_input_})
+    if (!t->empty()) ctx.give_back(*t);
+  for (const auto& side : incoming_)
+    if (!side->value.empty()) ctx.give_back(side->value);
 }
 
 std::vector<StateView> Model::state() {

@@ -19,6 +19,7 @@
 
 #include "core/aligned_buffer.hpp"
 #include "core/layers/layer.hpp"
+#include "core/layers/open_block.hpp"
 #include "core/profiler.hpp"
 #include "core/tensor_group.hpp"
 
@@ -51,7 +52,10 @@ class Model {
   // input_shape is one image, [C, H, W].
   Model(std::string name, dims_t input_shape, int num_classes);
 
-  void add(std::unique_ptr<Layer> layer);
+  // `input_dims`: one image's dims of the value the layer takes, where the builder knows them. A pipeline
+  // stage that starts with the layer between a Fork and its Join (open_block.hpp) receives that value packed
+  // with the side values, and sets itself up for these dims.
+  void add(std::unique_ptr<Layer> layer, dims_t input_dims = {});
   // Before keep_layers and finalize: splits the layers at these indices (ascending) across `group`: dense
   // layers (SplitDense, the first of them gathering the group's batch) and transformer blocks
   // (split_transformer_block, on a batch the group shares). Throws InputError for a layer that cannot be split.
@@ -127,6 +131,12 @@ class Model {
   std::size_t layer_param_count(std::size_t i) const;
   // Output descriptors of the current set-up, one per layer.
   const std::vector<dnnl::memory::desc>& output_descs() const { return output_mds_; }
+  // That of forward's output: the last layer's, or where side values cross the stage's end, the values
+  // packed (below).
+  const dnnl::memory::desc& output_desc() const { return outgoing_.empty() ? output_mds_.back() : packed_output_md_; }
+  // One image's bytes (f32) of the side values that cross the cut after layer i of the whole model, which
+  // a pipeline stage ending there sends besides layer i's output.
+  double side_bytes_after(std::size_t i) const;
   Layer& layer(std::size_t i) { return *layers_[i]; }
   std::span<float> params() { return params_view_; }
   std::span<float> grads() { return grads_view_; }
@@ -149,6 +159,16 @@ class Model {
 
  private:
   void setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode);
+  // The side values opened before layer i of the whole model and closed at or after it, in their Forks' order.
+  std::vector<std::shared_ptr<SideValue>> sides_crossing(std::size_t i) const;
+  // A stage's values at a cut where side values cross: the chain's value and then each side value, each in
+  // full (the batch's numbers, plain f32) one after another, in one [N, K] tensor (K the numbers of one
+  // image). The receiving stage unpacks them into tensors leased until release_input_gradient.
+  dnnl::memory::desc receive_descs(const dnnl::memory::desc& packed);
+  const Tensor& unpack_input(Context& ctx, const Tensor& input);
+  const Tensor& pack_output(Context& ctx, const Tensor& output);
+  const Tensor& unpack_output_gradient(Context& ctx, const Tensor& diff);
+  const Tensor& pack_input_gradient(Context& ctx, const Tensor& diff);
   const std::vector<float>* starting_value(const std::string& name) const;  // null where none was given
   void plan_segments(Context& ctx);
   std::size_t segment_count() const;  // of the current set-up (0 before the first forward)
@@ -166,6 +186,11 @@ class Model {
   dims_t input_shape_;
   int num_classes_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<dims_t> input_dims_;                               // by layer, as added; empty where not known
+  std::vector<std::shared_ptr<SideValue>> incoming_, outgoing_;  // crossing this stage's first and last cut
+  dims_t stage_input_dims_;  // the chain's value entering the stage, one image, where it comes packed
+  dnnl::memory::desc packed_output_md_;
+  Tensor unpacked_input_, packed_output_, unpacked_output_grad_, packed_input_grad_;
   std::size_t first_layer_ = 0, whole_layers_ = 0;  // whole_layers_ is set by keep_layers or finalize
   std::size_t batch_gather_layer_ = static_cast<std::size_t>(-1);  // whole index (split_layers)
   std::size_t first_entry_ = 0, param_offset_ = 0, whole_params_ = 0;

@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +18,8 @@
 namespace ddl {
 
 enum class Mode { train, infer };
+
+struct SideValue;  // open_block.hpp
 
 // normal_002: N(0, 0.02^2), the transformers' choice for embeddings.
 enum class Init { glorot_uniform, he_uniform, he_normal, normal_002, zeros, ones };
@@ -153,6 +156,11 @@ class Layer {
   virtual const Tensor& backward(Context& ctx, const Tensor& diff_dst) = 0;
 
   virtual std::vector<StateView> state() { return {}; }
+
+  // The value this layer hands past the layers after it to a later one (a Fork), or takes from an earlier
+  // one (a Join): see open_block.hpp. Null for other layers.
+  virtual std::shared_ptr<SideValue> side_opened() const { return nullptr; }
+  virtual std::shared_ptr<SideValue> side_closed() const { return nullptr; }
 
   // Whether setup() also takes a bf16 input (its input gradient is then bf16 too). Asked after
   // set_output_type(), which some layers' answer depends on.

@@ -268,7 +268,7 @@ void Trainer::backward(int m) {
   } else {
     const auto waiting = Timeline::span(timeline_, "receive gradients", m);
     link_->wait_receive(StageLink::Flow::gradient, m);
-    const dnnl::memory::desc& out_md = model.output_descs().back();
+    const dnnl::memory::desc& out_md = model.output_desc();
     if (from_plain_to_ != out_md) {
       from_plain_ = Relayout(ctx_, received_gradients_[i].desc(), out_md);
       from_plain_to_ = out_md;
