@@ -4,12 +4,17 @@
 // variance); inference uses the running statistics. Those are state, saved in checkpoints.
 // An optional ReLU is fused (oneDNN's fuse_norm_relu: a bit mask in the workspace drives its backward), which
 // saves a ReLU layer's output and gradient buffers, a third of a ResNet's activation memory.
+// A plain [N, C, H, W] input is normalised in the layout ddl's convolutions give (channel-blocked on most CPUs,
+// a copy of the input kept for backward): the layout its input has where a convolution makes it. So a
+// pipeline stage that starts with it, whose input comes plain, sums as the whole model does, bit for bit,
+// and the blocked kernels are the faster.
 #pragma once
 
 #include <optional>
 
 #include "core/aligned_buffer.hpp"
 #include "core/layers/layer.hpp"
+#include "core/layers/relayout.hpp"
 
 namespace ddl {
 
@@ -52,7 +57,9 @@ class BatchNorm2d : public Layer {
   Tensor mean_, variance_, workspace_;
   dnnl::memory running_mean_mem_, running_var_mem_;
   const Tensor* src_ = nullptr;
-  dnnl::memory::desc primitive_md_;  // the input as the primitives see it (rank 3 as rank 4)
+  dnnl::memory::desc primitive_md_;  // the input as the primitives see it (rank 3 as rank 4, plain as blocked)
+  LeasedCopy to_blocked_;            // a plain input's copy, held from forward to backward
+  std::optional<Copy> diff_to_plain_;
 };
 
 }  // namespace ddl

@@ -6,10 +6,15 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/layers/batch_norm2d.hpp"
+#include "core/layers/conv2d.hpp"
+#include "core/layers/dense.hpp"
+#include "core/layers/flatten.hpp"
+#include "core/layers/pool2d.hpp"
 #include "core/layers/softmax_cross_entropy.hpp"
+#include "core/optim/optimizer.hpp"
 #include "core/plan/balanced_partition.hpp"
 #include "core/plan/pipeline_timing.hpp"
-#include "core/optim/optimizer.hpp"
 #include "core/train/checkpoint.hpp"
 #include "core/train/pipeline_schedule.hpp"
 #include "models/registry.hpp"
@@ -234,6 +239,51 @@ TEST(ModelStages, CheckpointWrittenByStagesLoadsIntoAnyLayout) {
   load_checkpoint(path, *tail, nullptr);
   EXPECT_EQ(std::memcmp(tail->params().data(), whole->params().data() + tail->param_offset(), tail->param_count() * 4),
             0);
+}
+
+// A stage's input comes plain (the trainer sends plain messages) where the whole model's BatchNorm took its
+// convolution's blocked output: the BatchNorm normalises in the convolution's layout either way, so the stages
+// compute the whole model's bits (oneDNN's plain-layout kernel sums in another order).
+TEST(ModelStages, AStageStartingWithABatchNormComputesTheWholeModelsBits) {
+  const auto conv_bn_pool = [] {
+    auto model = std::make_unique<Model>("conv bn", dims_t{3, 8, 8}, 5);
+    model->add(
+        std::make_unique<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 64, .kernel = 3, .padding = 1}));
+    model->add(std::make_unique<BatchNorm2d>(BatchNorm2dOptions{.channels = 64, .relu = true}));
+    model->add(std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::max, .kernel = 3, .stride = 2, .padding = 1}));
+    model->add(std::make_unique<Pool2d>(Pool2dOptions{.kind = PoolKind::global_avg}));
+    model->add(std::make_unique<Flatten>());
+    model->add(std::make_unique<Dense>(DenseOptions{.in_features = 64, .out_features = 5}));
+    return model;
+  };
+  Context ctx;
+  auto whole = conv_bn_pool();
+  whole->finalize(ctx);
+  whole->initialize(7);
+  const dims_t in = {4, 3, 8, 8};
+  Tensor x = test::from_plain(ctx, test::random_values(product(in), 1), plain_desc(in));
+  const auto diff = test::random_values(20, 2);
+  const auto expected = test::to_plain(ctx, whole->forward(ctx, x, Mode::train));
+  whole->backward(ctx, test::from_plain(ctx, diff, whole->output_desc()));
+
+  auto first = conv_bn_pool(), second = conv_bn_pool();
+  first->keep_layers(0, 1);
+  second->keep_layers(1, 6);
+  for (auto* stage : {first.get(), second.get()}) {
+    stage->finalize(ctx);
+    stage->initialize(7);
+  }
+  const Tensor& made = first->forward(ctx, x, Mode::train);
+  Tensor sent = test::from_plain(ctx, test::to_plain(ctx, made), plain_desc(made.dims()));
+  EXPECT_EQ(test::to_plain(ctx, second->forward(ctx, sent, Mode::train)), expected);
+  const Tensor& back = second->backward(ctx, test::from_plain(ctx, diff, second->output_desc()));
+  ASSERT_EQ(back.desc(), plain_desc(back.dims()));  // in its input's layout, as the trainer sends it
+  first->backward(ctx, test::from_plain(ctx, test::to_plain(ctx, back), first->output_desc()));
+  second->release_input_gradient(ctx);
+  for (auto* stage : {first.get(), second.get()})
+    EXPECT_EQ(std::memcmp(stage->grads().data(), whole->grads().data() + stage->param_offset(),
+                          stage->param_count() * sizeof(float)),
+              0);
 }
 
 }  // namespace
