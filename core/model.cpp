@@ -329,14 +329,17 @@ const Tensor& Model::unpack_input(Context& ctx, const Tensor& input) {
   PackedValues packed(ctx, input);
   Tensor& chain = held(ctx, unpacked_input_, plain_desc(with_batch(input.dims()[0], stage_input_dims_)));
   packed.take(chain, stage_input_dims_);
-  for (const auto& side : incoming_) packed.take(held(ctx, side->value, side->desc), side->dims);
+  for (const auto& side : incoming_) {
+    packed.take(held(ctx, side->held, side->desc), side->dims);
+    side->value = &side->held;
+  }
   return chain;
 }
 
 const Tensor& Model::pack_output(Context& ctx, const Tensor& output) {
   PackedValues packed(ctx, held(ctx, packed_output_, packed_output_md_));
   packed.put(output, per_image(output.desc()));
-  for (const auto& side : outgoing_) packed.put(side->value, side->dims);
+  for (const auto& side : outgoing_) packed.put(*side->value, side->dims);
   return packed_output_;
 }
 
@@ -382,8 +385,8 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
     if (recompute && starts_segment(i) && recomputed(i)) keep_segment_start(ctx, i, *x);
     x = &layers_[i]->forward(ctx, *x);
     // Within the recomputed segments all goes back: the next one starts from its copy of this output. The
-    // last segment reads its input in backward.
-    if (i > 0 && recompute && recomputed(i))
+    // last segment reads its input in backward. A Fork's input is its side value, which its Join reads later.
+    if (i > 0 && recompute && recomputed(i) && !layers_[i]->side_opened())
       layers_[i - 1]->release_activations(ctx);
     else if (i > 0)
       release_unread_output(ctx, *layers_[i - 1], *layers_[i]);
@@ -532,8 +535,10 @@ void Model::release_input_gradient(Context& ctx) {
   if (!layers_.empty()) release_after_backward(ctx, *layers_[0], layers_.size() > 1);
   for (Tensor* t : {&packed_input_grad_, &unpacked_input_})
     if (!t->empty()) ctx.give_back(*t);
-  for (const auto& side : incoming_)
-    if (!side->value.empty()) ctx.give_back(side->value);
+  for (const auto& side : incoming_) {
+    if (!side->held.empty()) ctx.give_back(side->held);
+    side->value = nullptr;
+  }
 }
 
 std::vector<StateView> Model::state() {

@@ -21,8 +21,9 @@ std::vector<ParamSpec> Fork::param_specs() const {
 void Fork::bind(const std::vector<ParamView>& views, Context& ctx) { shortcut_.bind(views, ctx); }
 
 dnnl::memory::desc Fork::setup(Context& ctx, const dnnl::memory::desc& src, Mode mode, bool need_diff_src) {
-  if (!side_->value.empty()) ctx.give_back(side_->value);
-  if (!side_->grad.empty()) ctx.give_back(side_->grad);
+  for (Tensor* t : {&side_->held, &side_->grad})
+    if (!t->empty()) ctx.give_back(*t);
+  side_->value = nullptr;
   shortcut_.set_may_overwrite_diff_dst(true);  // the side value's gradient, the Fork's alone by then
   side_->desc = identity() ? src : shortcut_.setup(ctx, src, mode, need_diff_src);
   dims_t per_image = dims_of(side_->desc);
@@ -30,7 +31,8 @@ dnnl::memory::desc Fork::setup(Context& ctx, const dnnl::memory::desc& src, Mode
   if (per_image != side_->dims)
     throw Error("fork: its side value is " + to_string(per_image) + " an image, not the " + to_string(side_->dims) +
                 " that a stage receiving it expects");
-  to_side_.emplace(ctx, side_->desc, side_->desc);
+  to_side_.reset();
+  if (!identity()) to_side_.emplace(ctx, side_->desc, side_->desc);
   need_diff_src_ = need_diff_src && mode == Mode::train;
   take_diff_.reset();
   add_side_diff_.reset();
@@ -43,12 +45,17 @@ dnnl::memory::desc Fork::setup(Context& ctx, const dnnl::memory::desc& src, Mode
 }
 
 const Tensor& Fork::forward(Context& ctx, const Tensor& src) {
-  const Tensor& from = identity() ? src : shortcut_.forward(ctx, src);
+  if (identity()) {
+    side_->value = &src;
+    return src;
+  }
+  const Tensor& shortcut = shortcut_.forward(ctx, src);
   // A recomputed segment runs the forward again on a value still held: the same bits into the same tensor.
-  if (side_->value.empty()) side_->value = ctx.lease(side_->desc);
-  (*to_side_)(ctx, from.memory(), side_->value.memory());
-  if (!identity() && !shortcut_.backward_reads_output()) shortcut_.release_output(ctx);
-  return identity() ? side_->value : src;
+  if (side_->held.empty()) side_->held = ctx.lease(side_->desc);
+  (*to_side_)(ctx, shortcut.memory(), side_->held.memory());
+  if (!shortcut_.backward_reads_output()) shortcut_.release_output(ctx);
+  side_->value = &side_->held;
+  return src;
 }
 
 const Tensor& Fork::backward(Context& ctx, const Tensor& diff_dst) {
@@ -59,9 +66,12 @@ const Tensor& Fork::backward(Context& ctx, const Tensor& diff_dst) {
     (*take_diff_)(ctx, diff_dst.memory(), diff);
     (*add_side_diff_)(ctx, side_diff.memory(), diff);
   }
-  if (!identity()) shortcut_.release_gradient(ctx);
+  if (!identity()) {
+    shortcut_.release_gradient(ctx);
+    ctx.give_back(side_->held);
+  }
   ctx.give_back(side_->grad);
-  ctx.give_back(side_->value);
+  side_->value = nullptr;
   return diff_src_.current();
 }
 
@@ -123,16 +133,16 @@ dnnl::memory::desc Join::setup(Context& ctx, const dnnl::memory::desc& src, Mode
 }
 
 const Tensor& Join::forward(Context& ctx, const Tensor& src) {
-  if (side_->value.empty()) throw Error("join: forward without its side value");
+  if (!side_->value) throw Error("join: forward without its side value");
   const Tensor& dst = output_.get(ctx);
   if (add_) {
     add_->execute(ctx.stream(), {{DNNL_ARG_SRC_0, src.memory()},
-                                 {DNNL_ARG_SRC_1, side_to_src_(ctx, side_->value.memory())},
+                                 {DNNL_ARG_SRC_1, side_to_src_(ctx, side_->value->memory())},
                                  {DNNL_ARG_DST, dst.memory()}});
   } else {
     const bool side_first = kind_ == JoinKind::concat_side_first;
-    concat_->execute(ctx.stream(), {{DNNL_ARG_MULTIPLE_SRC, (side_first ? side_->value : src).memory()},
-                                    {DNNL_ARG_MULTIPLE_SRC + 1, (side_first ? src : side_->value).memory()},
+    concat_->execute(ctx.stream(), {{DNNL_ARG_MULTIPLE_SRC, (side_first ? *side_->value : src).memory()},
+                                    {DNNL_ARG_MULTIPLE_SRC + 1, (side_first ? src : *side_->value).memory()},
                                     {DNNL_ARG_DST, dst.memory()}});
   }
   return dst;

@@ -16,20 +16,21 @@
 
 namespace ddl {
 
-// What a Fork hands past the layers between it and its Join. The value is held from the Fork's forward to
-// the Fork's backward (the longer path's first layer may read it in its backward, where it is the Fork's
-// output); its gradient from the Join's backward to the Fork's. Whoever leases one gives it back: the Fork,
-// the Join, or, at a pipeline stage's ends, the model.
+// What a Fork hands past the layers between it and its Join: the Fork's input itself where its shorter path
+// is the identity (the model keeps it: the Fork reads its input in backward), else `held`, leased from the
+// Fork's forward to its backward for a copy of the shortcut's output; or at a pipeline stage that receives it,
+// `held` for the value unpacked. Its gradient is leased from the Join's backward (or the model's unpacking)
+// to the Fork's backward (or the model's packing).
 struct SideValue {
   dims_t dims;              // one image's, the batch not counted: what a stage that receives it sets itself up for
-  dnnl::memory::desc desc;  // for the current set-up: the shortcut's output layout, or plain where received
-  Tensor value, grad;
+  dnnl::memory::desc desc;  // for the current set-up: the value's layout, plain where received
+  const Tensor* value = nullptr;
+  Tensor held, grad;
 };
 
 class Fork : public Layer {
  public:
-  // An empty shortcut is the identity: the side value is then a copy of the input, which is also the
-  // Fork's output, so the input itself need not be kept.
+  // An empty shortcut is the identity: the side value is then the input itself.
   Fork(std::shared_ptr<SideValue> side, Sequential shortcut);
 
   std::string describe() const override;
@@ -40,9 +41,9 @@ class Fork : public Layer {
   const Tensor& backward(Context& ctx, const Tensor& diff_dst) override;
   std::vector<StateView> state() override;
   std::shared_ptr<SideValue> side_opened() const override { return side_; }
-  // Its output is the side value or its input: neither is its own to give back.
+  // Its output is its input, which the Join (or the shortcut's backward) reads: not its own to give back.
   bool backward_reads_output() const override { return false; }
-  bool backward_reads_input() const override { return !identity(); }
+  bool backward_reads_input() const override { return true; }
   void release_output(Context&) override {}
   // The side value stays: the Join, in a later segment, reads it.
   void release_activations(Context& ctx) override { shortcut_.release_activations(ctx); }

@@ -18,6 +18,7 @@
 #include "core/layers/elementwise.hpp"
 #include "core/layers/flatten.hpp"
 #include "core/layers/gate.hpp"
+#include "core/layers/open_block.hpp"
 #include "core/layers/pad2d.hpp"
 #include "core/layers/pool2d.hpp"
 #include "core/layers/relu.hpp"
@@ -47,11 +48,29 @@ bool along_channels(const Node& concat) {
   return axis == 1 || axis == -3;
 }
 
+// The operators that count as products: what a block must hold more than a share of to be opened.
+bool is_product(const Node& n) {
+  return n.op == "Conv" || n.op == "ConvTranspose" || n.op == "MatMul" || n.op == "Gemm" || n.op == "Einsum";
+}
+
+// A block whose paths hold more than one part in kOpenShare of the graph's products is opened into the
+// model's chain (core/layers/open_block.hpp), so that a pipeline may cut between the layers of its longer
+// path: a U-Net's skip connections, each around most of the network. ResNet's blocks, each a sixteenth of
+// ResNet-50's products or less, stay one layer (a residual block).
+constexpr std::size_t kOpenShare = 8;
+
+// Where a value's layers are built: in the model's own chain (a piece there may be cut in parts, a block
+// opened), on an opened block's longer path (blocks opened, pieces whole: a stage starting inside the block
+// must know its input's dims), or on a path of a block that stays one layer.
+enum class Place { chain, opened_path, block };
+
 // A layer being built, with the graph's names for where its parameters and state start from, in the
 // order of its param_specs() and state(); "" where a value has no initializer (a dropout's generator).
+// `input`: one image's dims of the value it takes, where known.
 struct Built {
   std::unique_ptr<Layer> layer;
   std::vector<std::string> params, state;
+  dims_t input = {};
 
   void append_names(const Built& part) {
     params.insert(params.end(), part.params.begin(), part.params.end());
@@ -64,6 +83,7 @@ class Builder {
   // The graph's weights move into the model's starting values (build): it is built once.
   Builder(onnx::Graph& graph, const ModelConfig& config) : g_(graph), config_(config) {
     for (std::size_t n = 0; n < g_.nodes.size(); ++n) {
+      if (is_product(g_.nodes[n])) ++products_;
       bool constant = true;
       for (const std::string& input : g_.nodes[n].inputs)
         if (!input.empty() && !g_.constants.count(input)) {
@@ -80,7 +100,7 @@ class Builder {
         std::make_unique<Model>(g_.source, dims_t(g_.image_shape.begin(), g_.image_shape.end()), config_.num_classes);
     std::vector<Built> layers;
     for (std::string v = g_.input; v != g_.output;)
-      for (Built& b : step(v, true))
+      for (Built& b : step(v, Place::chain))
         if (b.layer) layers.push_back(std::move(b));
     if (layers.empty()) throw InputError(g_.source + ": the graph has no layer between its input and its output");
     out.fresh_classifier = fit_classifier(layers.back());
@@ -106,7 +126,7 @@ class Builder {
       const auto state = layers[i].layer->state();
       for (std::size_t k = 0; k < state.size(); ++k)
         if (!layers[i].state.at(k).empty()) out.onnx_names[prefix + state[k].name] = layers[i].state[k];
-      out.model->add(std::move(layers[i].layer));
+      out.model->add(std::move(layers[i].layer), layers[i].input);
     }
     out.model->set_starting_values(std::move(starting));
     std::vector<std::vector<std::string>> tied;
@@ -118,32 +138,43 @@ class Builder {
   }
 
  private:
-  // The layer that starts at value v (none for an Identity), v moved on to its output.
-  // Where ddl's layers cannot take what follows v, the piece of the graph up to the next value that every
-  // path from v passes through becomes GraphLayers (graph_piece.hpp), if they can take it; else the
-  // layers' refusal stands. A piece in the model's own chain, not in a block, may be cut into several.
-  std::vector<Built> step(std::string& v, bool in_chain) {
+  // The layers that start at value v (none for an Identity; several for an opened block), v moved on to
+  // their output. Where ddl's layers cannot take what follows v, the piece of the graph up to the next value
+  // that every path from v passes through becomes GraphLayers (graph_piece.hpp), if they can take it; else
+  // the layers' refusal stands.
+  std::vector<Built> step(std::string& v, Place place) {
     const std::string from = v;
     std::vector<Built> built;
     try {
-      built.push_back(layer_or_block(v));
+      built = layer_or_block(v, place);
     } catch (const InputError&) {
       auto piece = onnx::graph_piece(
-          g_, from, readers_, from_constants_, [&] { return layer_seed(config_, random_layers_++); }, in_chain);
+          g_, from, readers_, from_constants_, [&] { return layer_seed(config_, random_layers_++); },
+          place == Place::chain);
       if (!piece) throw;
       if (piece->end == from) throw InputError(onnx::one_line(g_.source + ": the piece from '" + from + "' computes nothing"));
       v = piece->end;
+      built.clear();
       for (auto& part : piece->parts)
         built.push_back({std::move(part.layer), std::move(part.params), std::move(part.state)});
     }
+    if (!built.empty() && built.front().input.empty()) built.front().input = image_dims(from);
     return built;
   }
-  Built layer_or_block(std::string& v) {
+  std::vector<Built> layer_or_block(std::string& v, Place place) {
     const auto& r = readers(v);
-    if (r.size() >= 2) return block(v);
+    if (r.size() >= 2) return block(v, place);
     if (r.empty())
       throw InputError(onnx::one_line(g_.source + ": value '" + v + "' is read by no node before the output"));
-    return layer(g_.nodes[r[0]], v);
+    std::vector<Built> one;
+    one.push_back(layer(g_.nodes[r[0]], v));
+    return one;
+  }
+  // One image's dims of value v where folding learned them; else empty.
+  dims_t image_dims(const std::string& v) const {
+    const auto d = g_.dims.find(v);
+    if (d == g_.dims.end() || d->second.empty() || d->second[0] != 1) return {};
+    return dims_t(d->second.begin() + 1, d->second.end());
   }
 
   Built layer(const Node& n, std::string& v) {
@@ -185,7 +216,7 @@ class Builder {
   // a Mul, one of them v itself: a gate (squeeze-and-excitation, SiLU). Any number in a Concat along the
   // channels: the paths' outputs side by side, in the node's order (DenseNet's [x, f(x)], Inception's
   // branches).
-  Built block(std::string& v) {
+  std::vector<Built> block(std::string& v, Place place) {
     const Node& join = join_of(v);
     const auto& r = readers(v);
     const std::size_t k = r.size();
@@ -198,26 +229,30 @@ class Builder {
     }
     if (join.inputs.size() != k || data_inputs(join) != k || std::set<std::size_t>(r.begin(), r.end()).size() != k)
       refuse(join, "it takes a value twice, a constant, or values that did not fork from one before it");
-    std::vector<Built> paths(k);
-    std::vector<Sequential> chains(k);
+    const bool open = place != Place::block && k == 2 && (join.op == "Add" || join.op == "Concat") &&
+                      products_within(v, join) * kOpenShare > products_;
+    std::vector<std::vector<Built>> layers(k);
     std::vector<std::size_t> ends(k);  // where each path's value enters the join
     for (std::size_t p = 0; p < k; ++p) {
       std::string at = v;
       if (&g_.nodes[r[p]] != &join) {  // else the identity
-        std::vector<Built> built;
-        built.push_back(layer(g_.nodes[r[p]], at));
-        for (;; built = step(at, false)) {
-          for (Built& b : built)
-            if (b.layer) {
-              paths[p].append_names(b);
-              chains[p].add(std::move(b.layer));
-            }
-          if (reads(join, at)) break;
-        }
+        layers[p].push_back(layer(g_.nodes[r[p]], at));
+        layers[p].back().input = image_dims(v);
+        while (!reads(join, at))
+          for (Built& b : step(at, open ? Place::opened_path : Place::block)) layers[p].push_back(std::move(b));
       }
+      std::erase_if(layers[p], [](const Built& b) { return !b.layer; });
       ends[p] = std::find(join.inputs.begin(), join.inputs.end(), at) - join.inputs.begin();
     }
+    const std::string from = v;
     v = output(join);
+    const int longer = layers[1].size() > layers[0].size() ? 1 : 0;
+    if (open && known_dims(layers[longer]) && !image_dims(join.inputs[ends[1 - longer]]).empty())
+      return opened(from, join, std::move(layers[longer]), std::move(layers[1 - longer]),
+                    ends[1 - longer] < ends[longer], v);
+    std::vector<Built> paths(k);
+    std::vector<Sequential> chains(k);
+    for (std::size_t p = 0; p < k; ++p) chains[p] = chain_of(layers[p], paths[p]);
     if (join.op == "Concat") {
       std::vector<std::size_t> order(k);
       std::iota(order.begin(), order.end(), 0);
@@ -229,13 +264,13 @@ class Builder {
         branches.push_back(std::move(chains[p]));
       }
       concat.layer = std::make_unique<Concat>("concat", std::move(branches));
-      return concat;
+      return one(std::move(concat));
     }
-    const int body = chains[1].parts().size() > chains[0].parts().size() ? 1 : 0;
+    const int body = longer;
     if (join.op == "Mul") {
       if (!chains[1 - body].empty())
         refuse(join, "ddl multiplies a value by factors computed from it (a gate), not two computed values");
-      if (auto f = swish(g_.nodes[r[body]], join)) return {std::move(f), {}, {}};
+      if (auto f = swish(g_.nodes[r[body]], join)) return one({std::move(f), {}, {}});
       // A gate's factors are one an image, one an image and channel, or one an element (Gate's setup); other
       // factors (a mask of each pixel) make a piece.
       const auto in = g_.dims.find(join.inputs[ends[1 - body]]), factors = g_.dims.find(join.inputs[ends[body]]);
@@ -243,7 +278,7 @@ class Builder {
         refuse(join, "its factors are neither one an image, one a channel nor one an element");
       Built gate = std::move(paths[body]);
       gate.layer = std::make_unique<Gate>("gate", std::move(chains[body]));
-      return gate;
+      return one(std::move(gate));
     }
     const bool relu = fuse_relu(v);
     Built residual;
@@ -251,7 +286,60 @@ class Builder {
     residual.append_names(paths[1 - body]);
     residual.layer = std::make_unique<Residual>("residual block" + std::string(relu ? " +relu" : ""),
                                                 std::move(chains[body]), std::move(chains[1 - body]), relu);
-    return residual;
+    return one(std::move(residual));
+  }
+
+  static std::vector<Built> one(Built b) {
+    std::vector<Built> all;
+    all.push_back(std::move(b));
+    return all;
+  }
+  // The layers of a path as one, their names appended to `names`.
+  static Sequential chain_of(std::vector<Built>& layers, Built& names) {
+    Sequential chain;
+    for (Built& b : layers) {
+      names.append_names(b);
+      chain.add(std::move(b.layer));
+    }
+    return chain;
+  }
+  static bool known_dims(const std::vector<Built>& layers) {
+    return std::none_of(layers.begin(), layers.end(), [](const Built& b) { return b.input.empty(); });
+  }
+
+  // The block from value `from` to `join` opened (core/layers/open_block.hpp): a Fork holding the shorter
+  // path, the longer path's layers, and a Join; v is the join's output.
+  std::vector<Built> opened(const std::string& from, const Node& join, std::vector<Built> longer,
+                            std::vector<Built> shorter, bool side_first, std::string& v) {
+    const std::string& side_value = join.inputs[side_first ? 0 : 1];
+    auto side = std::make_shared<SideValue>(SideValue{.dims = image_dims(side_value)});
+    std::vector<Built> all(1);
+    all[0].layer = std::make_unique<Fork>(side, chain_of(shorter, all[0]));
+    all[0].input = image_dims(from);
+    const dims_t joined = image_dims(join.inputs[side_first ? 1 : 0]);
+    for (Built& b : longer) all.push_back(std::move(b));
+    JoinKind kind = JoinKind::add;
+    if (join.op == "Concat") kind = side_first ? JoinKind::concat_side_first : JoinKind::concat_side_last;
+    const bool relu = kind == JoinKind::add && fuse_relu(v);
+    all.push_back({std::make_unique<Join>(side, kind, relu), {}, {}, joined});
+    return all;
+  }
+
+  // The products among the nodes from value v up to `join`: what a block holds.
+  std::size_t products_within(const std::string& v, const Node& join) const {
+    std::set<std::size_t> seen;
+    std::vector<std::size_t> next(readers(v).begin(), readers(v).end());
+    std::size_t count = 0;
+    while (!next.empty()) {
+      const std::size_t n = next.back();
+      next.pop_back();
+      if (&g_.nodes[n] == &join || !seen.insert(n).second) continue;
+      count += is_product(g_.nodes[n]);
+      for (const std::string& out : g_.nodes[n].outputs)
+        if (const auto r = readers_.find(out); r != readers_.end())
+          next.insert(next.end(), r->second.begin(), r->second.end());
+    }
+    return count;
   }
 
   // The node where the paths from v meet: the first node with several inputs on each path, past the
@@ -632,6 +720,7 @@ class Builder {
   std::set<std::string> from_constants_;  // values computed from constants and parameters alone
   std::set<std::string> refitted_;  // the initializers of a classifier built for another class count
   std::uint64_t random_layers_ = 0;
+  std::size_t products_ = 0;  // the graph's (is_product)
 };
 
 // DenseNet as PyTorch exports it concatenates every earlier feature map again in each layer:

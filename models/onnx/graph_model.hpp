@@ -2,8 +2,10 @@
 // built-in models are made of, so an imported network trains through the same model, trainer, pipeline
 // and split-layer code. A chain of nodes becomes a chain of layers, one model layer each, so a pipeline
 // can cut between any two; where a value forks and the two paths meet again in an Add, the paths become
-// a residual block (one layer: a pipeline never separates its paths). A ReLU whose input nothing else reads
-// is fused into the Conv, BatchNormalization, Gemm or residual Add before it.
+// a residual block (one layer: a pipeline never separates its paths), or where they hold a large share of
+// the graph's products (a U-Net's skip connections), a Fork, the longer path's layers and a Join in the
+// chain (core/layers/open_block.hpp). A ReLU whose input nothing else reads is fused into the Conv,
+// BatchNormalization, Gemm or residual Add before it.
 //
 // The model starts from the graph's initializers (Model::set_starting_values), so a PyTorch user's own
 // initialisation is kept. Where the run's class count differs from the graph's and the last node is a Gemm,

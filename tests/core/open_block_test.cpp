@@ -201,7 +201,39 @@ TEST(OpenBlock, StagesCutBetweenForksAndJoinsComputeTheWholeModel) {
       const auto whole_grads = whole->grads().subspan(stage->param_offset(), grads.size());
       EXPECT_EQ(std::memcmp(grads.data(), whole_grads.data(), grads.size() * sizeof(float)), 0);
     }
+    // An evaluation's forward crosses the cuts alike.
+    const Tensor* value = &x;
+    std::vector<Tensor> between;
+    for (auto& stage : stages) {
+      const Tensor& out = stage->forward(ctx, *value, Mode::infer);
+      between.push_back(test::from_plain(ctx, test::to_plain(ctx, out), plain_desc(out.dims())));
+      value = &between.back();
+    }
+    EXPECT_EQ(test::to_plain(ctx, *value), test::to_plain(ctx, whole->forward(ctx, x, Mode::infer)));
   }
+}
+
+// Recomputed segments give back their layers' activations after forward, but not a Fork's input, which its
+// Join reads in a later segment: the same gradients, bit for bit.
+TEST(OpenBlock, RecomputedSegmentsKeepTheSideValues) {
+  const dims_t in = {3, 3, 6, 6};
+  const auto x_values = test::random_values(product(in), 31);
+  const auto diff_values = test::random_values(3 * 5, 32);
+  std::vector<std::vector<float>> grads;
+  for (const bool recompute : {false, true}) {
+    Context ctx;
+    auto model = two_blocks();
+    model->recompute_activations(recompute);
+    model->finalize(ctx);
+    model->initialize(7);
+    Tensor x = test::from_plain(ctx, x_values, plain_desc(in));
+    for (int step = 0; step < 2; ++step) {
+      model->forward(ctx, x, Mode::train);
+      model->backward(ctx, test::from_plain(ctx, diff_values, model->output_desc()));
+    }
+    grads.emplace_back(model->grads().begin(), model->grads().end());
+  }
+  EXPECT_EQ(grads[0], grads[1]);
 }
 
 }  // namespace

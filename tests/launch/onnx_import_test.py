@@ -209,6 +209,28 @@ class FlipsAndKernelMixes(nn.Module):  # torch.flip, x.std, dynamic convolution 
         return torch.einsum("ni,oij,nj->no", y.mean([2, 3]), self.w, y.amax([2, 3])) + self.b
 
 
+class SkipUNet(nn.Module):
+    """An encoder-decoder whose skip connections hold most of its convolutions, one summed and one concatenated:
+    blocks ddl opens into its chain (open_block.hpp), so that a pipeline may cut inside them."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.down1 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.down2 = nn.Conv2d(16, 16, 3, stride=2, padding=1)
+        self.up2 = nn.ConvTranspose2d(16, 16, 2, stride=2)
+        self.up1 = nn.Conv2d(16, 8, 3, padding=1)
+        self.fuse = nn.Conv2d(16, 8, 1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x1 = F.relu(self.stem(x))
+        x2 = F.relu(self.down1(x1))
+        y = F.relu(self.up2(F.relu(self.down2(x2))) + x2)
+        y = F.interpolate(self.up1(y), scale_factor=2, mode="nearest")
+        return self.fc(self.fuse(torch.cat([y, x1], 1)).mean([2, 3]))
+
+
 class PadsAndNorms(nn.Module):  # reflected and replicated borders; a BatchNorm1d over tokens inside a piece
     def __init__(self):
         super().__init__()
@@ -667,13 +689,14 @@ class OnnxImport(unittest.TestCase):
         replicated borders, transposed convolutions, an attention gate and a bias added apart from its product
         (pieces cut in parts), a weight that two layers share, DOUBLE bounds, 1 - x, rsqrt, F.glu, a 1-d pool, an
         interpolation to a size, pixel (un)shuffles, F.unfold, torch.flip, x.std, a per-image mix of kernels and a
-        graph that ends in an einsum and a bias: against float64 PyTorch as float32 PyTorch is."""
+        graph that ends in an einsum and a bias, skip connections around most of a U-Net: against float64 PyTorch as
+        float32 PyTorch is."""
         # Each module made after its seed: made before, its weights came from wherever the process's generator
         # stood, another draw each run (a GroupNorm's bias once landed where float32 and float64 part).
         for index, network in enumerate((GroupNormNet, UpsampleNet, CBAM, Activations, AttnPool, ConcatOfRows,
                                          HalfTheRowsConvolved, Bn1dHead, PadsAndNorms, Decoder, AttentionGate,
                                          BiasAddedLater, SharedExponent, ScalarsAndHalves, PyramidAndShuffle,
-                                         FlipsAndKernelMixes)):
+                                         FlipsAndKernelMixes, SkipUNet)):
             with self.subTest(module=network.__name__):
                 torch.manual_seed(40 + index)
                 self.assert_trains_as_in_pytorch(network(), f"lab_{network.__name__}", steps=2)
@@ -1058,6 +1081,28 @@ class OnnxImport(unittest.TestCase):
         crossing = [i for i, line in enumerate(layers) if "hands on 2 values" in line]
         self.assertTrue(crossing, out)
         cut = crossing[0] + 1
+        params, out, _ = self.ddl_params("mpirun", "--oversubscribe", "-np", "2", *train, "--batch-size", 32,
+                                         "--micro-batches", 2, "--pipeline-stages", 2,
+                                         "--partition", f"{cut},{len(layers) - cut}")
+        self.assertIn("stage 1", out)
+        self.assertLessEqual(numpy.abs(params - one).max(), 1e-3 * moved, out)
+
+    def test_a_pipeline_cut_inside_a_u_nets_skip_connections_trains_as_one_rank(self):
+        """A U-Net's skip connections are opened into the chain: 2 pipeline stages cut between the fork and the
+        join of both (the chain's value and two side values in one message) train as one rank, and the planner
+        may choose such a cut."""
+        torch.manual_seed(8)
+        graph = self.path("skip_unet.onnx")
+        export(SkipUNet(), graph, 13)
+        train = [os.path.join(BIN, "ddl_train"), "--model", graph]
+        one, out, moved = self.ddl_params(*train, "--batch-size", 32, "--micro-batches", 2)
+        layers = [line for line in out.splitlines() if re.match(r"\s+\d+\s{2,}\S", line)]
+        forks = [i for i, line in enumerate(layers) if re.match(r"\s+\d+\s+fork", line)]
+        joins = [i for i, line in enumerate(layers) if re.match(r"\s+\d+\s+join", line)]
+        self.assertEqual(len(forks), 2, out)
+        self.assertEqual(len(joins), 2, out)
+        cut = forks[1] + 2  # after the inner fork's first layer: inside both blocks
+        self.assertLess(cut, joins[0], out)
         params, out, _ = self.ddl_params("mpirun", "--oversubscribe", "-np", "2", *train, "--batch-size", 32,
                                          "--micro-batches", 2, "--pipeline-stages", 2,
                                          "--partition", f"{cut},{len(layers) - cut}")
