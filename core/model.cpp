@@ -376,6 +376,8 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
   }
   const Tensor* x = incoming_.empty() ? &input : &unpack_input(ctx, input);
   const bool recompute = recompute_ && mode == Mode::train;
+  for (std::size_t i = 0; i < layers_.size(); ++i)
+    if (const auto side = layers_[i]->side_closed()) side->read_again = recompute && recomputed(i);
   const bool train = mode == Mode::train;
   param_use_ = 0;
   for (std::size_t i = 0; i < layers_.size(); ++i) {

@@ -68,7 +68,7 @@ const Tensor& Fork::backward(Context& ctx, const Tensor& diff_dst) {
   }
   if (!identity()) {
     shortcut_.release_gradient(ctx);
-    ctx.give_back(side_->held);
+    if (!side_->held.empty()) ctx.give_back(side_->held);
   }
   ctx.give_back(side_->grad);
   side_->value = nullptr;
@@ -144,6 +144,10 @@ const Tensor& Join::forward(Context& ctx, const Tensor& src) {
     concat_->execute(ctx.stream(), {{DNNL_ARG_MULTIPLE_SRC, (side_first ? *side_->value : src).memory()},
                                     {DNNL_ARG_MULTIPLE_SRC + 1, (side_first ? src : *side_->value).memory()},
                                     {DNNL_ARG_DST, dst.memory()}});
+  }
+  if (!side_->read_again) {  // its last reader
+    if (!side_->held.empty()) ctx.give_back(side_->held);
+    side_->value = nullptr;
   }
   return dst;
 }

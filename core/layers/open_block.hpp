@@ -18,14 +18,16 @@ namespace ddl {
 
 // What a Fork hands past the layers between it and its Join: the Fork's input itself where its shorter path
 // is the identity (the model keeps it: the Fork reads its input in backward), else `held`, leased from the
-// Fork's forward to its backward for a copy of the shortcut's output; or at a pipeline stage that receives it,
-// `held` for the value unpacked. Its gradient is leased from the Join's backward (or the model's unpacking)
-// to the Fork's backward (or the model's packing).
+// Fork's forward to the Join's for a copy of the shortcut's output; or at a pipeline stage that receives it,
+// `held` for the value unpacked. Where the Join's forward runs again before its backward (a recomputed
+// segment), `held` stays till the Fork's backward (or the model's release). Its gradient is leased from the
+// Join's backward (or the model's unpacking) to the Fork's backward (or the model's packing).
 struct SideValue {
   dims_t dims;              // one image's, the batch not counted: what a stage that receives it sets itself up for
   dnnl::memory::desc desc;  // for the current set-up: the value's layout, plain where received
   const Tensor* value = nullptr;
   Tensor held, grad;
+  bool read_again = false;  // set by the model before each training forward
 };
 
 class Fork : public Layer {
