@@ -24,9 +24,9 @@ namespace ddl {
 // Join's backward (or the model's unpacking) to the Fork's backward (or the model's packing).
 struct SideValue {
   dims_t dims;              // one image's, the batch not counted: what a stage that receives it sets itself up for
-  dnnl::memory::desc desc;  // for the current set-up: the value's layout, plain where received
+  dnnl::memory::desc desc = {};  // for the current set-up: the value's layout, plain where received
   const Tensor* value = nullptr;
-  Tensor held, grad;
+  Tensor held = {}, grad = {};
   bool read_again = false;  // set by the model before each training forward
 };
 

@@ -18,6 +18,7 @@
 
 namespace ddl {
 namespace {
+namespace opened_blocks {  // the helpers' names are this file's alone in a unity build
 
 using test::check_gradients;
 
@@ -236,5 +237,6 @@ TEST(OpenBlock, RecomputedSegmentsKeepTheSideValues) {
   EXPECT_EQ(grads[0], grads[1]);
 }
 
+}  // namespace opened_blocks
 }  // namespace
 }  // namespace ddl
