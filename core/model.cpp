@@ -217,6 +217,20 @@ void Model::resolve_tied_parameters() {
   }
 }
 
+std::vector<bool> Model::kept_with_previous(std::size_t layers) const {
+  std::vector<bool> kept(layers, false);
+  for (const auto& group : tied_names_) {
+    std::size_t first = layers, last = 0;
+    for (const std::string& name : group) {  // "<whole layer index>.<name>"
+      const std::size_t layer = std::stoul(name.substr(0, name.find('.')));
+      first = std::min(first, layer);
+      last = std::max(last, layer);
+    }
+    for (std::size_t i = first + 1; i <= last && i < layers; ++i) kept[i] = true;
+  }
+  return kept;
+}
+
 void Model::tie_gradients() {
   for (const TiedGroup& group : tied_)
     for (std::size_t k = 0; k < group.size; ++k) {

@@ -81,6 +81,9 @@ class Model {
   // that part them).
   void tie_parameters(std::vector<std::vector<std::string>> groups) { tied_names_ = std::move(groups); }
   bool has_tied_parameters() const { return !tied_.empty(); }  // after finalize
+  // By layer of the whole model (`layers` of them): whether a weight it shares with an earlier layer keeps it
+  // in that layer's pipeline stage, so that no cut may fall before it. A stage knows it too.
+  std::vector<bool> kept_with_previous(std::size_t layers) const;
   // After a step's gradients are complete (averaged over replicas: the sum is linear either way).
   void tie_gradients();
 

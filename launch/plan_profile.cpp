@@ -425,8 +425,10 @@ std::vector<LayerCost> layer_costs(Model& probe, Context& ctx, const TrainOption
   const dims_t& in = probe.input_shape();
   double input_bytes = 4.0 * static_cast<double>(in[0] * in[1] * in[2]);
   std::vector<LayerCost> layers;
+  const std::vector<bool> kept = probe.kept_with_previous(probe.num_layers());
   for (std::size_t i = 0; i < probe.num_layers(); ++i) {
     LayerCost l;
+    l.kept_with_previous = kept[i] ? 1 : 0;
     l.name = probe.layer(i).describe();
     l.seconds = quarter < b ? std::max(0.0, (at_batch[i] - at_quarter[i]) / static_cast<double>(b - quarter))
                             : at_batch[i] / static_cast<double>(b);

@@ -26,8 +26,10 @@ StagePartition measured_partition(const TrainOptions& o, const Layout& layout, c
                                   std::size_t layers, int s, const Communicator& pipeline, const Communicator& world,
                                   Context& ctx) {
   const int S = pipeline.size();
-  std::vector<std::size_t> even(static_cast<std::size_t>(S), layers / static_cast<std::size_t>(S));
-  for (std::size_t i = 0; i < layers % static_cast<std::size_t>(S); ++i) ++even[i];
+  // Each stage's probe runs an even share of the layers, parting no weight that layers share.
+  const std::vector<bool> kept = define_model(o.model, config)->kept_with_previous(layers);
+  const std::vector<double> ones(layers, 1.0);
+  const std::vector<std::size_t> even = balanced_partition(ones, ones, S, kept);
   const LayerRange range = stage_range(even, s);
   std::vector<double> figures(2 * layers, 0.0);  // time of each layer, then memory
   {
@@ -60,7 +62,7 @@ StagePartition measured_partition(const TrainOptions& o, const Layout& layout, c
   pipeline.allreduce_sum(figures);
   const std::vector<double> time(figures.begin(), figures.begin() + static_cast<std::ptrdiff_t>(layers));
   const std::vector<double> memory(figures.begin() + static_cast<std::ptrdiff_t>(layers), figures.end());
-  const auto chosen = balanced_partition(time, memory, S);
+  const auto chosen = balanced_partition(time, memory, S, kept);
   std::vector<float> shared(chosen.begin(), chosen.end());
   world.broadcast(shared, 0);
   StagePartition result{{shared.begin(), shared.end()}, {}};

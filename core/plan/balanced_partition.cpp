@@ -9,7 +9,7 @@
 namespace ddl {
 
 std::vector<std::size_t> balanced_partition(const std::vector<double>& time, const std::vector<double>& memory,
-                                            int stages) {
+                                            int stages, const std::vector<bool>& kept_with_previous) {
   const std::size_t n = time.size();
   if (memory.size() != n) throw Error("balanced_partition: one time and one memory figure per layer");
   if (stages < 1 || static_cast<std::size_t>(stages) > n)
@@ -33,12 +33,16 @@ std::vector<std::size_t> balanced_partition(const std::vector<double>& time, con
   for (std::size_t k = 1; k <= S; ++k)
     for (std::size_t i = k; i <= n; ++i)
       for (std::size_t j = k - 1; j < i; ++j) {
+        if (j > 0 && j < kept_with_previous.size() && kept_with_previous[j]) continue;
         const double c = std::max(best[k - 1][j], cost(j, i));
         if (c < best[k][i]) {
           best[k][i] = c;
           from[k][i] = j;
         }
       }
+  if (best[S][n] == inf)
+    throw InputError(std::to_string(stages) + " pipeline stages would part layers that share a weight: at most " +
+                     "as many stages as places to cut between the others");
   std::vector<std::size_t> counts(S);
   for (std::size_t k = S, i = n; k > 0; --k) {
     counts[k - 1] = i - from[k][i];

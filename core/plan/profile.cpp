@@ -28,8 +28,9 @@ struct PerLayerLine {
   double LayerCost::*figure;
   double most;
 };
-constexpr std::array<PerLayerLine, 2> kPerLayerLines{
-    {{"whole_share", &LayerCost::whole_share, 1}, {"one_image_seconds", &LayerCost::one_image_seconds, 1e30}}};
+constexpr std::array<PerLayerLine, 3> kPerLayerLines{{{"whole_share", &LayerCost::whole_share, 1},
+                                                      {"one_image_seconds", &LayerCost::one_image_seconds, 1e30},
+                                                      {"kept_with_previous", &LayerCost::kept_with_previous, 1}}};
 
 }  // namespace
 

@@ -27,6 +27,9 @@ struct LayerCost {
   // A call of one image, measured where a quarter of the profile's batch is more (0: not measured): one image
   // uses a core less well than the line says (ViT-tiny's attention: 0.30 ms, 0.23 on the line).
   double one_image_seconds = 0;
+  // 1 where a weight it shares with an earlier layer (an imported graph's initializer that both read) keeps
+  // it in that layer's stage: no pipeline cut falls before it. 0 elsewhere.
+  double kept_with_previous = 0;
 
   // One call's seconds on `images` images, `batch` being the profile's: fixed + images x seconds from a
   // quarter of the batch up; below it, the straight line from the one-image call to that (fewer than one

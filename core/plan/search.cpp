@@ -20,8 +20,17 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-// Every way of cutting n layers into s non-empty runs, in order, or none when there are more than `most`.
-std::vector<std::vector<std::size_t>> every_cut(std::size_t n, std::size_t s, std::size_t most) {
+// Which layers no stage may start at (LayerCost::kept_with_previous).
+std::vector<bool> kept_with_previous(const Profile& profile) {
+  std::vector<bool> kept;
+  for (const auto& l : profile.layers) kept.push_back(l.kept_with_previous > 0);
+  return kept;
+}
+
+// Every way of cutting n layers into s non-empty runs, in order, no run starting at a `kept` layer, or none
+// when there are more than `most`.
+std::vector<std::vector<std::size_t>> every_cut(std::size_t n, std::size_t s, std::size_t most,
+                                                const std::vector<bool>& kept) {
   std::vector<std::vector<std::size_t>> cuts;
   std::vector<std::size_t> counts;
   bool too_many = false;
@@ -35,6 +44,7 @@ std::vector<std::vector<std::size_t>> every_cut(std::size_t n, std::size_t s, st
       return;
     }
     for (std::size_t k = 1; k + stages - 1 <= left; ++k) {
+      if (kept[n - left + k]) continue;
       counts.push_back(k);
       place(left - k, stages - 1);
       counts.pop_back();
@@ -91,7 +101,7 @@ std::vector<std::size_t> balanced_cut(const Profile& profile, int stages) {
     time.push_back(l.seconds);
     memory.push_back(16.0 * l.params + l.output_bytes);
   }
-  return balanced_partition(time, memory, stages);
+  return balanced_partition(time, memory, stages, kept_with_previous(profile));
 }
 
 bool fits(const Constraints& c, int D, int S, int T, int M) {
@@ -159,8 +169,14 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
     for (const int S : divisors(cluster.ranks / T)) {
       if (static_cast<std::size_t>(S) > L) continue;
       const int D = cluster.ranks / (T * S);
-      auto cuts = every_cut(L, static_cast<std::size_t>(S), kMostCuts);
-      if (cuts.empty()) cuts.push_back(balanced_cut(profile, S));
+      auto cuts = every_cut(L, static_cast<std::size_t>(S), kMostCuts, kept_with_previous(profile));
+      if (cuts.empty()) {
+        try {
+          cuts.push_back(balanced_cut(profile, S));
+        } catch (const InputError&) {
+          continue;  // too few places to cut into S stages
+        }
+      }
       for (const auto& split : splits) {
         Layout layout = group;
         layout.replicas = D;

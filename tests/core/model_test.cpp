@@ -192,6 +192,7 @@ TEST(ModelTraining, TiedParametersTakeTheSumOfTheirGradients) {
   EXPECT_EQ(grads[36], 36.0f);
 
   auto stage = two_dense();
+  EXPECT_EQ(stage->kept_with_previous(3), (std::vector<bool>{false, false, true}));  // what the planner avoids
   stage->keep_layers(2, 3);
   EXPECT_THROW(stage->finalize(ctx), InputError);
 }

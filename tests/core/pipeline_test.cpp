@@ -113,6 +113,17 @@ TEST(Partition, BalancesTimeAndMemory) {
   EXPECT_THROW(balanced_partition({1, 1}, {1, 1}, 3), InputError);
 }
 
+// Layers that share a weight stay in one stage: no stage starts at a layer kept with the one before it.
+TEST(Partition, KeepsLayersThatShareAWeightTogether) {
+  const std::vector<double> ones(6, 1.0), none(6, 0.0);
+  // Not 3 + 3, whose second stage would start at layer 3.
+  EXPECT_EQ(balanced_partition(ones, none, 2, {false, false, false, true, false, false}),
+            (std::vector<std::size_t>{2, 4}));
+  EXPECT_EQ(balanced_partition(ones, none, 3, {false, false, true, true, false, false}),
+            (std::vector<std::size_t>{1, 3, 2}));
+  EXPECT_THROW(balanced_partition(ones, none, 3, {false, true, true, true, true, false}), InputError);
+}
+
 TEST(Partition, RefusesCutsThatDoNotCoverTheModel) {
   EXPECT_NO_THROW(check_partition({3, 4}, 7, 2));
   EXPECT_THROW(check_partition({3, 3}, 7, 2), InputError);

@@ -603,6 +603,24 @@ TEST(Planner, ItsChoiceIsTheFastestOfAnExhaustiveEnumeration) {
   }
 }
 
+// The two dense layers share a weight (kept together): no layout the planner weighs cuts between them, and a
+// pipeline of as many stages as layers is not weighed at all.
+TEST(Planner, NeverCutsBetweenLayersThatShareAWeight) {
+  Profile p = seed_cnn_profile(kSlow);
+  p.layers[6].kept_with_previous = 1;
+  std::size_t pipelines = 0;
+  for_each_layout(p, Cluster{4, 4}, 96, {}, [&](const Plan& plan) {
+    std::size_t start = 0;
+    for (const std::size_t count : plan.layout.cut) {
+      EXPECT_NE(start, 6u) << plan.layout.describe();
+      start += count;
+    }
+    pipelines += plan.layout.stages > 1;
+  });
+  EXPECT_GT(pipelines, 0u);
+  EXPECT_EQ(profile_from_text(to_text(p), "test").layers[6].kept_with_previous, 1.0);
+}
+
 TEST(Planner, PredictsTheBytesDdlTrainReportsForASplitClassifier) {
   // DdlTrain.SplitLayersReportTheBytesTheySend: seed_cnn, T = 2, batch 16 a rank, 614,848 bytes a step,
   // of which 64 are the labels, which the planner leaves out.

@@ -231,6 +231,25 @@ class SkipUNet(nn.Module):
         return self.fc(self.fuse(torch.cat([y, x1], 1)).mean([2, 3]))
 
 
+class SharedConvolution(nn.Module):
+    """One convolution's weight read again three layers on (b.weight = a.weight): a pipeline must not cut
+    between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.a = nn.Conv2d(8, 8, 3, padding=1)
+        self.mid = nn.Conv2d(8, 8, 3, padding=1)
+        self.b = nn.Conv2d(8, 8, 3, padding=1)
+        self.b.weight = self.a.weight
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        x = F.relu(self.b(F.relu(self.mid(F.relu(self.a(x))))))
+        return self.fc(x.mean([2, 3]))
+
+
 class PadsAndNorms(nn.Module):  # reflected and replicated borders; a BatchNorm1d over tokens inside a piece
     def __init__(self):
         super().__init__()
@@ -1108,6 +1127,30 @@ class OnnxImport(unittest.TestCase):
                                          "--partition", f"{cut},{len(layers) - cut}")
         self.assertIn("stage 1", out)
         self.assertLessEqual(numpy.abs(params - one).max(), 1e-3 * moved, out)
+
+    def test_layers_that_share_a_weight_stay_in_one_stage(self):
+        """The default pipeline partition and the planner's never part two convolutions that share a weight:
+        2 stages train as one rank, and the plan's cut falls outside them."""
+        torch.manual_seed(9)
+        graph = self.path("shared_convolution.onnx")
+        export(SharedConvolution(), graph, 13)
+        train = [os.path.join(BIN, "ddl_train"), "--model", graph]
+        one, out, moved = self.ddl_params(*train, "--batch-size", 32, "--micro-batches", 2)
+        layers = [line for line in out.splitlines() if re.match(r"\s+\d+\s{2,}\S", line)]
+        shared = [i for i, line in enumerate(layers) if "conv2d 8->8" in line]
+        self.assertEqual(len(shared), 3, out)
+        params, out, _ = self.ddl_params("mpirun", "--oversubscribe", "-np", "2", *train, "--batch-size", 32,
+                                         "--micro-batches", 2, "--pipeline-stages", 2)
+        stage1 = re.search(r"stage 1: layers (\d+)-", out)
+        self.assertTrue(stage1, out)
+        self.assertFalse(shared[0] < int(stage1.group(1)) <= shared[2], out)
+        self.assertLessEqual(numpy.abs(params - one).max(), 1e-3 * moved, out)
+        plan = run(*train, "--train", self.data, "--batch-size", 32, "--strategy", "pipeline", "--plan-only",
+                   "--plan-for", 4)
+        cut = re.search(r"chosen .* cut (\d+(?:,\d+)*)", plan.stdout)
+        self.assertTrue(cut, plan.stdout)
+        starts = numpy.cumsum([int(c) for c in cut.group(1).split(",")])[:-1]
+        self.assertFalse(any(shared[0] < start <= shared[2] for start in starts), plan.stdout)
 
     def test_resnet18s_graph_in_two_stages_trains_as_one_rank(self):
         # One rank takes the same micro-batches, so that every BatchNorm sees the same images (as for the
