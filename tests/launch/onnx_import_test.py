@@ -594,6 +594,11 @@ def ddl_tensors(checkpoint):
     return to_graph, names, params, states
 
 
+def model_layers(out):
+    """The model table's lines in ddl_train's output, one a layer."""
+    return [line for line in out.splitlines() if re.match(r"\s+\d+\s{2,}\S", line)]
+
+
 class OnnxImport(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -1047,6 +1052,15 @@ class OnnxImport(unittest.TestCase):
         start = numpy.concatenate([start[to_graph[name]].ravel() for name in names])
         return params, result.stdout, numpy.abs(params - start).max()
 
+    def assert_cut_trains_as_one_rank(self, train, cut, layers, one, moved):
+        """2 pipeline stages, the second from layer `cut` of `layers`, train as one rank did (`one`, `moved`:
+        its ddl_params)."""
+        params, out, _ = self.ddl_params("mpirun", "--oversubscribe", "-np", "2", *train, "--batch-size", 32,
+                                         "--micro-batches", 2, "--pipeline-stages", 2,
+                                         "--partition", f"{cut},{layers - cut}")
+        self.assertIn("stage 1", out)
+        self.assertLessEqual(numpy.abs(params - one).max(), 1e-3 * moved, out)
+
     def assert_layouts_train_as_one_rank(self, graph):
         """2 ranks, 2 pipeline stages and the classifier split give one rank's parameters."""
         train = [os.path.join(BIN, "ddl_train"), "--model", graph]
@@ -1096,15 +1110,11 @@ class OnnxImport(unittest.TestCase):
         export(AttentionGate(), graph, 13)
         train = [os.path.join(BIN, "ddl_train"), "--model", graph]
         one, out, moved = self.ddl_params(*train, "--batch-size", 32, "--micro-batches", 2)
-        layers = [line for line in out.splitlines() if re.match(r"\s+\d+\s{2,}\S", line)]
+        layers = model_layers(out)
         crossing = [i for i, line in enumerate(layers) if "hands on 2 values" in line]
         self.assertTrue(crossing, out)
         cut = crossing[0] + 1
-        params, out, _ = self.ddl_params("mpirun", "--oversubscribe", "-np", "2", *train, "--batch-size", 32,
-                                         "--micro-batches", 2, "--pipeline-stages", 2,
-                                         "--partition", f"{cut},{len(layers) - cut}")
-        self.assertIn("stage 1", out)
-        self.assertLessEqual(numpy.abs(params - one).max(), 1e-3 * moved, out)
+        self.assert_cut_trains_as_one_rank(train, cut, len(layers), one, moved)
 
     def test_a_pipeline_cut_inside_a_u_nets_skip_connections_trains_as_one_rank(self):
         """A U-Net's skip connections are opened into the chain: 2 pipeline stages cut between the fork and the
@@ -1115,18 +1125,14 @@ class OnnxImport(unittest.TestCase):
         export(SkipUNet(), graph, 13)
         train = [os.path.join(BIN, "ddl_train"), "--model", graph]
         one, out, moved = self.ddl_params(*train, "--batch-size", 32, "--micro-batches", 2)
-        layers = [line for line in out.splitlines() if re.match(r"\s+\d+\s{2,}\S", line)]
+        layers = model_layers(out)
         forks = [i for i, line in enumerate(layers) if re.match(r"\s+\d+\s+fork", line)]
         joins = [i for i, line in enumerate(layers) if re.match(r"\s+\d+\s+join", line)]
         self.assertEqual(len(forks), 2, out)
         self.assertEqual(len(joins), 2, out)
         cut = forks[1] + 2  # after the inner fork's first layer: inside both blocks
         self.assertLess(cut, joins[0], out)
-        params, out, _ = self.ddl_params("mpirun", "--oversubscribe", "-np", "2", *train, "--batch-size", 32,
-                                         "--micro-batches", 2, "--pipeline-stages", 2,
-                                         "--partition", f"{cut},{len(layers) - cut}")
-        self.assertIn("stage 1", out)
-        self.assertLessEqual(numpy.abs(params - one).max(), 1e-3 * moved, out)
+        self.assert_cut_trains_as_one_rank(train, cut, len(layers), one, moved)
 
     def test_layers_that_share_a_weight_stay_in_one_stage(self):
         """The default pipeline partition and the planner's never part two convolutions that share a weight:
@@ -1136,7 +1142,7 @@ class OnnxImport(unittest.TestCase):
         export(SharedConvolution(), graph, 13)
         train = [os.path.join(BIN, "ddl_train"), "--model", graph]
         one, out, moved = self.ddl_params(*train, "--batch-size", 32, "--micro-batches", 2)
-        layers = [line for line in out.splitlines() if re.match(r"\s+\d+\s{2,}\S", line)]
+        layers = model_layers(out)
         shared = [i for i, line in enumerate(layers) if "conv2d 8->8" in line]
         self.assertEqual(len(shared), 3, out)
         params, out, _ = self.ddl_params("mpirun", "--oversubscribe", "-np", "2", *train, "--batch-size", 32,
