@@ -10,13 +10,19 @@ using flags = dnnl::normalization_flags;
 
 namespace {
 
-// The layout oneDNN gives a 3x3 convolution's output of these dims on this CPU.
-memory::desc convolution_layout(const dnnl::engine& engine, const dims_t& dims, dt type) {
-  const dims_t weights = {dims[1], dims[1], 3, 3}, ones = {1, 1}, zeros = {0, 0};
-  const auto pd = make_conv_forward_pd(engine, dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                       memory::desc(dims, type, tag::any), memory::desc(weights, type, tag::any),
-                                       memory::desc(), memory::desc(dims, type, tag::any), ones, zeros, ones, ones);
-  return pd.dst_desc();
+// The layout oneDNN gives a 3x3 convolution's output of these dims on this CPU; `plain` itself where it has no
+// such convolution (bf16 on a CPU without it).
+memory::desc convolution_layout(const dnnl::engine& engine, const memory::desc& plain) {
+  const dims_t dims = dims_of(plain), weights = {dims[1], dims[1], 3, 3}, ones = {1, 1}, zeros = {0, 0};
+  const dt type = data_type_of(plain);
+  try {
+    return make_conv_forward_pd(engine, dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                memory::desc(dims, type, tag::any), memory::desc(weights, type, tag::any),
+                                memory::desc(), memory::desc(dims, type, tag::any), ones, zeros, ones, ones)
+        .dst_desc();
+  } catch (const dnnl::error&) {
+    return plain;
+  }
 }
 
 }  // namespace
@@ -56,7 +62,7 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
   primitive_md_ = in.size() == 3 ? src_md.reshape({in[0], in[1], in[2], 1}) : src_md;
   to_blocked_ = LeasedCopy();
   if (in.size() == 4 && src_md == plain_desc(in, data_type_of(src_md))) {
-    primitive_md_ = convolution_layout(ctx.engine(), in, data_type_of(src_md));
+    primitive_md_ = convolution_layout(ctx.engine(), src_md);
     to_blocked_ = LeasedCopy(ctx, src_md, primitive_md_);
   }
   const auto base = flags::use_scale | flags::use_shift | (opt_.relu ? flags::fuse_norm_relu : flags::none);
