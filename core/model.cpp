@@ -575,9 +575,12 @@ std::string Model::summary(Context& ctx) {
     const std::size_t n = layer_param_begin_[i + 1] - layer_param_begin_[i];
     dims_t out = dims_of(output_mds_[i]);
     out.erase(out.begin());
-    std::snprintf(line, sizeof line, "  %-3zu %-32s %-18s %12zu\n", i, layers_[i]->describe().c_str(),
-                  to_string(out).c_str(), n);
-    s += line;
+    // A row as long as its layer's description (a graph piece's lists its operators), never cut short.
+    const std::string description = layers_[i]->describe();
+    std::vector<char> row(description.size() + 80);
+    std::snprintf(row.data(), row.size(), "  %-3zu %-32s %-18s %12zu\n", i, description.c_str(), to_string(out).c_str(),
+                  n);
+    s += row.data();
   }
   std::snprintf(line, sizeof line, "  total parameters: %zu\n", param_count());
   s += line;

@@ -9,6 +9,7 @@
 #include "core/layers/dense.hpp"
 #include "core/layers/flatten.hpp"
 #include "core/layers/pool2d.hpp"
+#include "core/layers/sequential.hpp"
 #include "core/layers/softmax_cross_entropy.hpp"
 #include "core/optim/optimizer.hpp"
 #include "models/registry.hpp"
@@ -26,6 +27,20 @@ TEST(SeedCnn, HasThePapersParameterCountAndShapes) {
   EXPECT_NE(summary.find("[64x8x8]"), std::string::npos) << summary;
   EXPECT_NE(summary.find("[4096]"), std::string::npos) << summary;
   EXPECT_NE(summary.find("total parameters: 282250"), std::string::npos) << summary;
+}
+
+// A layer described at length (a graph piece lists its operators) keeps its row whole: one line a layer.
+TEST(ModelSummary, ALongDescriptionKeepsItsRowWhole) {
+  Context ctx;
+  Model model("long", dims_t{4, 1, 1}, 4);
+  model.add(std::make_unique<Flatten>());
+  Sequential described(std::string(200, 'x'));
+  described.emplace<Dense>(DenseOptions{.in_features = 4, .out_features = 4});
+  model.add(std::make_unique<Sequential>(std::move(described)));
+  model.finalize(ctx);
+  const std::string summary = model.summary(ctx);
+  EXPECT_NE(summary.find(std::string(200, 'x') + " [4]"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("         20\n  total parameters: 20"), std::string::npos) << summary;
 }
 
 TEST(ModelRegistry, UnknownNameIsAnInputError) {
