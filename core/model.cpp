@@ -71,6 +71,8 @@ void Model::add(std::unique_ptr<Layer> layer, dims_t input_dims) {
 }
 
 std::vector<std::shared_ptr<SideValue>> Model::sides_crossing(std::size_t i) const {
+  if (whole_layers_ != 0 && whole_layers_ != layers_.size())
+    throw Error("model " + name_ + ": side values are found in the whole model, not a stage");
   std::vector<std::shared_ptr<SideValue>> crossing;
   for (std::size_t fork = 0; fork < i && fork < layers_.size(); ++fork)
     if (const auto side = layers_[fork]->side_opened())
@@ -401,7 +403,8 @@ const Tensor& Model::forward(Context& ctx, const Tensor& input, Mode mode) {
     if (recompute && starts_segment(i) && recomputed(i)) keep_segment_start(ctx, i, *x);
     x = &layers_[i]->forward(ctx, *x);
     // Within the recomputed segments all goes back: the next one starts from its copy of this output. The
-    // last segment reads its input in backward. A Fork's input is its side value, which its Join reads later.
+    // last segment reads its input in backward. A Fork's output is its input, which the next layer reads
+    // (and an identity Fork's Join, later).
     if (i > 0 && recompute && recomputed(i) && !layers_[i]->side_opened())
       layers_[i - 1]->release_activations(ctx);
     else if (i > 0)
@@ -577,9 +580,11 @@ std::string Model::summary(Context& ctx) {
     out.erase(out.begin());
     // A row as long as its layer's description (a graph piece's lists its operators), never cut short.
     const std::string description = layers_[i]->describe();
-    std::vector<char> row(description.size() + 80);
-    std::snprintf(row.data(), row.size(), "  %-3zu %-32s %-18s %12zu\n", i, description.c_str(), to_string(out).c_str(),
-                  n);
+    const char* format = "  %-3zu %-32s %-18s %12zu\n";
+    std::vector<char> row(
+        static_cast<std::size_t>(std::snprintf(nullptr, 0, format, i, description.c_str(), to_string(out).c_str(), n)) +
+        1);
+    std::snprintf(row.data(), row.size(), format, i, description.c_str(), to_string(out).c_str(), n);
     s += row.data();
   }
   std::snprintf(line, sizeof line, "  total parameters: %zu\n", param_count());

@@ -162,11 +162,13 @@ class Model {
 
  private:
   void setup(Context& ctx, const dnnl::memory::desc& input_md, Mode mode);
-  // The side values opened before layer i of the whole model and closed at or after it, in their Forks' order.
+  // The side values opened before layer i of the whole model and closed at or after it, in their Forks' order:
+  // before keep_layers, whose stage no longer sees the layers outside it.
   std::vector<std::shared_ptr<SideValue>> sides_crossing(std::size_t i) const;
   // A stage's values at a cut where side values cross: the chain's value and then each side value, each in
-  // full (the batch's numbers, plain f32) one after another, in one [N, K] tensor (K the numbers of one
-  // image). The receiving stage unpacks them into tensors leased until release_input_gradient.
+  // full (all the batch's numbers, plain f32) one after another, in one tensor of dims [N, K] (K the numbers
+  // of one image): value-major, so row n is not image n. The receiving stage unpacks them into tensors
+  // leased until release_input_gradient.
   dnnl::memory::desc receive_descs(const dnnl::memory::desc& packed);
   const Tensor& unpack_input(Context& ctx, const Tensor& input);
   const Tensor& pack_output(Context& ctx, const Tensor& output);

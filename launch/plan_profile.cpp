@@ -429,6 +429,7 @@ std::vector<LayerCost> layer_costs(Model& probe, Context& ctx, const TrainOption
   for (std::size_t i = 0; i < probe.num_layers(); ++i) {
     LayerCost l;
     l.kept_with_previous = kept[i] ? 1 : 0;
+    l.side_bytes = probe.side_bytes_after(i);
     l.name = probe.layer(i).describe();
     l.seconds = quarter < b ? std::max(0.0, (at_batch[i] - at_quarter[i]) / static_cast<double>(b - quarter))
                             : at_batch[i] / static_cast<double>(b);
@@ -478,13 +479,10 @@ MeasuredProfile measure_profile(const TrainOptions& o, const ModelConfig& config
     const std::vector<double>& at_batch = batch_times.layers;
     steps_at_batch = batch_times.steps;
     std::vector<double> output_bytes;
-    // In f32 whatever the precision: the messages between stages and the split layers' collectives
-    // carry f32 (bf16 activations stay inside a stage); for memory in bf16 an overestimate. A cut between a
-    // fork and its join sends the side value too.
-    for (std::size_t i = 0; i < probe->output_descs().size(); ++i)
-      output_bytes.push_back(4.0 * static_cast<double>(product(dims_of(probe->output_descs()[i]))) /
-                                 static_cast<double>(b) +
-                             probe->side_bytes_after(i));
+    for (const auto& md : probe->output_descs())
+      // In f32 whatever the precision: the messages between stages and the split layers' collectives
+      // carry f32 (bf16 activations stay inside a stage); for memory in bf16 an overestimate.
+      output_bytes.push_back(4.0 * static_cast<double>(product(dims_of(md))) / static_cast<double>(b));
     auto optimizer = measure_optimizer(p, o, *probe);
     p.measured_bytes = static_cast<double>(peak_resident_bytes()) - p.base_bytes;
     p.layers = layer_costs(*probe, ctx, o, at_batch, output_bytes);

@@ -60,6 +60,7 @@ memory::desc BatchNorm2d::setup(Context& ctx, const memory::desc& src_md, Mode m
   // oneDNN sums [N, C, L] (BatchNorm1d's) less precisely than the same numbers seen as [N, C, L, 1]: 3e-5 against
   // 1e-6 in y on [64, 6, 256], 30x float32's rounding. Rank 3 runs as rank 4 over the same memory.
   primitive_md_ = in.size() == 3 ? src_md.reshape({in[0], in[1], in[2], 1}) : src_md;
+  to_blocked_.release(ctx);
   to_blocked_ = LeasedCopy();
   if (in.size() == 4 && src_md == plain_desc(in, data_type_of(src_md))) {
     primitive_md_ = convolution_layout(ctx.engine(), src_md);

@@ -27,7 +27,7 @@ struct SideValue {
   dnnl::memory::desc desc = {};  // for the current set-up: the value's layout, plain where received
   const Tensor* value = nullptr;
   Tensor held = {}, grad = {};
-  bool read_again = false;  // set by the model before each training forward
+  bool read_again = false;  // set by the model before each forward
 };
 
 class Fork : public Layer {

@@ -368,7 +368,8 @@ Prediction predict(const Profile& profile, const Cluster& cluster, const Layout&
       t.forward_comm += t.param_gathers;
     }
     if (s + 1 < S) {  // the activations forward and their gradient back, each micro-batch
-      const double bytes = c.rows(end - 1) * profile.layers[end - 1].output_bytes;
+      const LayerCost& last = profile.layers[end - 1];
+      const double bytes = c.rows(end - 1) * (last.output_bytes + last.side_bytes);
       const double message = c.stage_link->message_s(bytes);
       t.sent += 2 * bytes;
       // The next message may go while this one's latency runs: the link is taken only for its bytes.

@@ -28,9 +28,10 @@ struct PerLayerLine {
   double LayerCost::*figure;
   double most;
 };
-constexpr std::array<PerLayerLine, 3> kPerLayerLines{{{"whole_share", &LayerCost::whole_share, 1},
+constexpr std::array<PerLayerLine, 4> kPerLayerLines{{{"whole_share", &LayerCost::whole_share, 1},
                                                       {"one_image_seconds", &LayerCost::one_image_seconds, 1e30},
-                                                      {"kept_with_previous", &LayerCost::kept_with_previous, 1}}};
+                                                      {"kept_with_previous", &LayerCost::kept_with_previous, 1},
+                                                      {"side_bytes", &LayerCost::side_bytes, 1e30}}};
 
 }  // namespace
 

@@ -30,6 +30,9 @@ struct LayerCost {
   // 1 where a weight it shares with an earlier layer (an imported graph's initializer that both read) keeps
   // it in that layer's stage: no pipeline cut falls before it. 0 elsewhere.
   double kept_with_previous = 0;
+  // One image's side values (open_block.hpp) that cross a cut after this layer besides its output (f32): a
+  // stage ending here sends them too.
+  double side_bytes = 0;
 
   // One call's seconds on `images` images, `batch` being the profile's: fixed + images x seconds from a
   // quarter of the batch up; below it, the straight line from the one-image call to that (fewer than one

@@ -247,7 +247,8 @@ class Builder {
     const std::string from = v;
     v = output(join);
     const int longer = layers[1].size() > layers[0].size() ? 1 : 0;
-    if (open && known_dims(layers[longer]) && !image_dims(join.inputs[ends[1 - longer]]).empty())
+    if (open && known_dims(layers[longer]) && !image_dims(join.inputs[ends[1 - longer]]).empty() &&
+        !image_dims(join.inputs[ends[longer]]).empty())
       return opened(from, join, std::move(layers[longer]), std::move(layers[1 - longer]),
                     ends[1 - longer] < ends[longer], v);
     std::vector<Built> paths(k);

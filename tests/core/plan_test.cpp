@@ -621,6 +621,22 @@ TEST(Planner, NeverCutsBetweenLayersThatShareAWeight) {
   EXPECT_EQ(profile_from_text(to_text(p), "test").layers[6].kept_with_previous, 1.0);
 }
 
+// Side values crossing a cut (a skip connection opened into the chain) go in the stage's message beside the
+// layer's output: the pipeline sends their bytes too, each micro-batch forward and back.
+TEST(Planner, ACutSendsTheSideValuesCrossingIt) {
+  Profile p = seed_cnn_profile(kSlow);
+  Layout layout;
+  layout.stages = 2;
+  layout.cut = {2, 5};
+  layout.batch = 32;
+  const double without = predict(p, Cluster{2, 2}, layout, 32).sent_bytes;
+  p.layers[1].side_bytes = 1000;
+  EXPECT_DOUBLE_EQ(predict(p, Cluster{2, 2}, layout, 32).sent_bytes, without + 2 * 32 * 1000.0);
+  p.layers[1].side_bytes = 0;
+  p.layers[2].side_bytes = 1000;  // not at the cut
+  EXPECT_DOUBLE_EQ(predict(p, Cluster{2, 2}, layout, 32).sent_bytes, without);
+}
+
 TEST(Planner, PredictsTheBytesDdlTrainReportsForASplitClassifier) {
   // DdlTrain.SplitLayersReportTheBytesTheySend: seed_cnn, T = 2, batch 16 a rank, 614,848 bytes a step,
   // of which 64 are the labels, which the planner leaves out.
