@@ -33,13 +33,10 @@ dnnl::memory::desc Fork::setup(Context& ctx, const dnnl::memory::desc& src, Mode
                 " that a stage receiving it expects");
   to_side_.reset();
   if (!identity()) to_side_.emplace(ctx, side_->desc, side_->desc);
-  need_diff_src_ = need_diff_src && mode == Mode::train;
-  take_diff_.reset();
-  add_side_diff_.reset();
-  if (need_diff_src_) {
+  add_diffs_.reset();
+  if (need_diff_src && mode == Mode::train) {
     diff_src_.reset(src);
-    take_diff_.emplace(ctx, src, src);
-    add_side_diff_.emplace(ctx, src, src, Copy::Mode::add);
+    add_diffs_ = dnnl::binary(make_binary_pd(ctx.engine(), dnnl::algorithm::binary_add, src, src, src));
   }
   return src;
 }
@@ -61,11 +58,10 @@ const Tensor& Fork::forward(Context& ctx, const Tensor& src) {
 const Tensor& Fork::backward(Context& ctx, const Tensor& diff_dst) {
   if (side_->grad.empty()) throw Error("fork: backward before its join's");
   const Tensor& side_diff = identity() ? side_->grad : shortcut_.backward(ctx, side_->grad);
-  if (need_diff_src_) {
-    const dnnl::memory& diff = diff_src_.get(ctx).memory();
-    (*take_diff_)(ctx, diff_dst.memory(), diff);
-    (*add_side_diff_)(ctx, side_diff.memory(), diff);
-  }
+  if (add_diffs_)
+    add_diffs_->execute(ctx.stream(), {{DNNL_ARG_SRC_0, diff_dst.memory()},
+                                       {DNNL_ARG_SRC_1, side_diff.memory()},
+                                       {DNNL_ARG_DST, diff_src_.get(ctx).memory()}});
   if (!identity()) {
     shortcut_.release_gradient(ctx);
     if (!side_->held.empty()) ctx.give_back(side_->held);

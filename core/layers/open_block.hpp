@@ -55,8 +55,8 @@ class Fork : public Layer {
 
   std::shared_ptr<SideValue> side_;
   Sequential shortcut_;
-  std::optional<Copy> to_side_, take_diff_, add_side_diff_;
-  bool need_diff_src_ = false;
+  std::optional<Copy> to_side_;
+  std::optional<dnnl::binary> add_diffs_;  // the longer path's gradient and the side value's
 };
 
 enum class JoinKind { add, concat_side_first, concat_side_last };
