@@ -23,11 +23,11 @@ namespace {
 // gathers every layer's time and memory (5 floats a parameter: value, gradient, two optimizer moments,
 // a layout copy; outputs kept for the micro-batches in flight), and world rank 0's choice is everyone's.
 StagePartition measured_partition(const TrainOptions& o, const Layout& layout, const ModelConfig& config,
-                                  std::size_t layers, int s, const Communicator& pipeline, const Communicator& world,
-                                  Context& ctx) {
+                                  const std::vector<bool>& kept, int s, const Communicator& pipeline,
+                                  const Communicator& world, Context& ctx) {
   const int S = pipeline.size();
+  const std::size_t layers = kept.size();
   // Each stage's probe runs an even share of the layers, parting no weight that layers share.
-  const std::vector<bool> kept = define_model(o.model, config)->kept_with_previous(layers);
   const std::vector<double> ones(layers, 1.0);
   const std::vector<std::size_t> even = balanced_partition(ones, ones, S, kept);
   const LayerRange range = stage_range(even, s);
@@ -91,14 +91,16 @@ StagePartition measured_partition(const TrainOptions& o, const Layout& layout, c
 }  // namespace
 
 StagePartition choose_partition(const TrainOptions& o, const Layout& layout, const ModelConfig& config,
-                                std::size_t layers, int stage, const Communicator& pipeline, const Communicator& world,
+                                const Model& whole, int stage, const Communicator& pipeline, const Communicator& world,
                                 Context& ctx) {
+  const std::size_t layers = whole.num_layers();
   const int S = pipeline.size();
   if (S == 1) return {{layers}, {}};
   if (static_cast<std::size_t>(S) > layers)
     throw InputError(std::to_string(S) + " pipeline stages for model " + o.model + " of " + std::to_string(layers) +
                      " layers: at most one stage per layer");
-  if (layout.cut.empty()) return measured_partition(o, layout, config, layers, stage, pipeline, world, ctx);
+  if (layout.cut.empty())
+    return measured_partition(o, layout, config, whole.kept_with_previous(layers), stage, pipeline, world, ctx);
   check_partition(layout.cut, layers, S);
   StagePartition result{layout.cut, {}};
   for (int st = 0; st < S; ++st) {
@@ -108,6 +110,5 @@ StagePartition choose_partition(const TrainOptions& o, const Layout& layout, con
   }
   return result;
 }
-
 
 }  // namespace ddl

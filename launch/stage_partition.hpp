@@ -21,9 +21,10 @@ struct StagePartition {
 LayerRange stage_range(const std::vector<std::size_t>& counts, int stage);
 
 // The layout's cut, or where it has none, the cut measured on these ranks. Collective over `world` (the
-// measured cut is world rank 0's); `pipeline` holds this replica's stages.
+// measured cut is world rank 0's); `pipeline` holds this replica's stages. `whole`: the model defined (not
+// finalized), for its layers and the weights they share.
 StagePartition choose_partition(const TrainOptions& options, const Layout& layout, const ModelConfig& config,
-                                std::size_t layers, int stage, const Communicator& pipeline, const Communicator& world,
+                                const Model& whole, int stage, const Communicator& pipeline, const Communicator& world,
                                 Context& ctx);
 
 }  // namespace ddl

@@ -95,13 +95,13 @@ std::vector<std::vector<std::size_t>> every_split(const Profile& profile, const 
 }
 
 // Each layer's time and memory under a layout without a cut: what the balanced cut weighs.
-std::vector<std::size_t> balanced_cut(const Profile& profile, int stages) {
+std::vector<std::size_t> balanced_cut(const Profile& profile, int stages, const std::vector<bool>& kept) {
   std::vector<double> time, memory;
   for (const auto& l : profile.layers) {
     time.push_back(l.seconds);
     memory.push_back(16.0 * l.params + l.output_bytes);
   }
-  return balanced_partition(time, memory, stages, kept_with_previous(profile));
+  return balanced_partition(time, memory, stages, kept);
 }
 
 bool fits(const Constraints& c, int D, int S, int T, int M) {
@@ -158,6 +158,7 @@ double weighed_step(const Plan& plan, const Constraints& limits) {
 void for_each_layout(const Profile& profile, const Cluster& cluster, int global_batch, const Constraints& limits,
                      const std::function<void(const Plan&)>& visit) {
   const std::size_t L = profile.layers.size();
+  const std::vector<bool> kept = kept_with_previous(profile);
   const std::vector<int> micro_batches =
       limits.micro_batches > 0 ? std::vector<int>{limits.micro_batches} : std::vector<int>{1, 2, 4, 8, 16, 32};
   for (const int T : divisors(cluster.ranks)) {
@@ -169,10 +170,10 @@ void for_each_layout(const Profile& profile, const Cluster& cluster, int global_
     for (const int S : divisors(cluster.ranks / T)) {
       if (static_cast<std::size_t>(S) > L) continue;
       const int D = cluster.ranks / (T * S);
-      auto cuts = every_cut(L, static_cast<std::size_t>(S), kMostCuts, kept_with_previous(profile));
+      auto cuts = every_cut(L, static_cast<std::size_t>(S), kMostCuts, kept);
       if (cuts.empty()) {
         try {
-          cuts.push_back(balanced_cut(profile, S));
+          cuts.push_back(balanced_cut(profile, S, kept));
         } catch (const InputError&) {
           continue;  // too few places to cut into S stages
         }

@@ -63,8 +63,7 @@ Session::Session(Job& job, ChosenLayout chosen_layout, bool first_of_job)
   ctx.set_compute_type(job.settings.compute_type);
   LayerSplit split;
   if (l.tensor > 1) split = {l.split, grid.tensor_group()};
-  StagePartition partition =
-      choose_partition(o, l, job.config, job.whole->num_layers(), p.stage, grid.pipeline(), job.world, ctx);
+  StagePartition partition = choose_partition(o, l, job.config, *job.whole, p.stage, grid.pipeline(), job.world, ctx);
   l.cut = std::move(partition.counts);
   partition_report = std::move(partition.report);
   if (first_of_job) job.state.configuration = o.describe(l);  // a resumed job's is its checkpoint's
